@@ -1,0 +1,173 @@
+"""Block diffusion (BD3-LM, Arriola et al. 2025): autoregressive over blocks, diffusion inside a block.
+
+Idea: cut the sequence into blocks of S tokens. Each block is a small MDLM conditioned on all earlier blocks,
+which are clean, so finished blocks go to a KV cache exactly as in AR decoding. Training runs every block at
+once with a 2L layout: [x0 | xt], both halves at positions 0..L-1, and a mask where the noisy copy of block
+b sees the clean blocks < b and its own noisy block.
+
+Noise: as MDLM, with one t ~ U[eps, 1] per block, and at least one [MASK] per block that has targets.
+Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at eval), summed over blocks:
+    L = 1/|M| * sum_b sum_{i in M, i in block b} -log p_theta(x0_i | xt_block_b, x0_blocks<b)
+
+Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
+which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
+Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
+Differences from the official code: the at-least-one-mask rule re-masks one random target of an unmasked
+block (the official re-masks r + 1 random positions, r ~ U{0..S-1}). Batched generation aligns each row's
+blocks to its own positions by left-padding it to a multiple of S (the official sampler runs batch size 1).
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ar import defaults, finish, with_padding
+from mdlm import decode, masked_nll, objective
+from model import KVCache
+
+
+@dataclass
+class BD3LMConfig:
+    mask_id: int          # the absorbing [MASK] token
+    block_size: int = 4   # S, tokens per block
+    eps: float = 1e-3     # t ~ U[eps, 1]
+    nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
+
+
+# ----------------------------------------------------------------------------- noising
+
+def noise(x0, cfg: BD3LMConfig, target, generator=None):
+    """xt with one t per block of S tokens and at least one [MASK] in every block that has targets."""
+    B, L = x0.shape
+    S, dev = cfg.block_size, x0.device
+    n_blk = math.ceil(L / S)
+    u = torch.rand(B, n_blk, generator=generator, device=dev)
+    t = (cfg.eps + (1 - cfg.eps) * u).repeat_interleave(S, 1)[:, :L]            # (B, L), one t per block
+    masked = (torch.rand(B, L, generator=generator, device=dev) < t) & target
+    pad = n_blk * S - L                                                          # view as (B, n_blk, S)
+    r = torch.rand(B, L, generator=generator, device=dev).masked_fill(~target, -1.0)
+    blk_r = torch.nn.functional.pad(r, (0, pad), value=-1.0).view(B, n_blk, S)
+    blk_masked = torch.nn.functional.pad(masked, (0, pad)).view(B, n_blk, S)
+    need = (blk_r.amax(-1) >= 0) & ~blk_masked.any(-1)                          # (B, n_blk) targets, no mask
+    force = torch.zeros_like(blk_masked).scatter_(-1, blk_r.argmax(-1, keepdim=True), need[..., None])
+    masked |= force.view(B, -1)[:, :L]
+    return torch.where(masked, cfg.mask_id, x0), t
+
+
+# ----------------------------------------------------------------------------- mask
+
+def attention_mask(seq_len: int, block_size: int, device=None) -> torch.Tensor:
+    """(2L, 2L) bool over [x0 | xt]: rows/cols 0..L-1 the clean copy, L..2L-1 the noisy copy."""
+    idx = torch.arange(2 * seq_len, device=device)
+    xt = idx >= seq_len                                                  # (2L,) noisy half
+    blk = (idx % seq_len) // block_size                                  # (2L,) block of each token
+    q, k = (slice(None), None), (None, slice(None))
+    block_diagonal = (blk[q] == blk[k]) & (xt[q] == xt[k])               # M_BD: own block, same half
+    offset_block_causal = xt[q] & ~xt[k] & (blk[q] > blk[k])             # M_OBC: noisy -> earlier clean
+    block_causal = ~xt[q] & ~xt[k] & (blk[q] >= blk[k])                  # M_BC: clean -> clean
+    return block_diagonal | offset_block_causal | block_causal
+
+
+# ----------------------------------------------------------------------------- loss
+
+def denoise(model, x0, xt, cfg: BD3LMConfig, pad_mask):
+    """The model call of the 2L layout [x0 | xt]: logits (B, L, V) of the noisy half."""
+    B, L = x0.shape
+    pos = torch.arange(L, device=x0.device).repeat(2).expand(B, 2 * L)          # (B, 2L) = [0..L-1 | 0..L-1]
+    mask = with_padding(attention_mask(L, cfg.block_size, x0.device), pad_mask.repeat(1, 2))
+    return model(torch.cat([x0, xt], 1), pos, mask, last=L)                     # (B, L, V)
+
+
+def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
+    """NELBO, an upper bound on -log p(x0): (sum over targets (B,), number of targets (B,))."""
+    prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
+    if xt is None:
+        xt, t = noise(x0, cfg, target, generator)
+    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
+    return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
+
+
+def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
+    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once."""
+    prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
+    if xt is None:
+        xt, t = noise(x0, cfg, target, generator)
+    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
+    per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
+    return per_seq.mean(), {"masked": masked.sum().item() / max(target.sum().item(), 1)}
+
+
+# ----------------------------------------------------------------------------- generate
+
+def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
+    """Lay each row out so that its blocks (positions S*b .. S*b + S-1) share canvas columns across the batch.
+
+    Row b (prompt length p) is left-padded by off_b, a multiple of S, chosen so that the block holding its
+    first new token starts at the same column F in every row (the prompt's tail shares that block, as in
+    training). Returns tokens, real, pos (B, C), F, and new (B, N): the canvas column of each new token.
+    """
+    B, P = prompt.shape
+    dev = prompt.device
+    p = prompt_mask.sum(1) if prompt_mask is not None else torch.full((B,), P, device=dev)   # (B,)
+    first = p // S * S                                           # (B,) start of the first generated block
+    F = int(first.max())
+    off = F - first                                              # (B,) multiple of S
+    C = F + math.ceil(int((off + p + max_new_tokens).max() - F) / S) * S
+    rel = torch.arange(C, device=dev) - off[:, None]             # (B, C) position of each column
+    is_prompt = (rel >= 0) & (rel < p[:, None])
+    real = (rel >= 0) & (rel < (p + max_new_tokens)[:, None])
+    src = (P - p[:, None] + rel).clamp(0, P - 1)                 # the left-padded prompt's column
+    tokens = torch.where(is_prompt, prompt.gather(1, src), mask_id)
+    new = off[:, None] + p[:, None] + torch.arange(max_new_tokens, device=dev)   # (B, N)
+    return tokens, real, rel.clamp(min=0), F, new
+
+
+@torch.no_grad()
+def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
+             temperature=0.0, generator=None, stop=None):
+    """Block by block: inside a block, steps of the confidence rule with the block's queries attending to
+    the cache and to their own block; a finished block is committed to the KV cache by the next block's
+    first forward, which takes it as a clean prefix (the official `fused_block_cache`)."""
+    B, P = prompt.shape
+    S, N, dev = cfg.block_size, max_new_tokens, prompt.device
+    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)      # (B, C)
+    C = tokens.shape[1]
+    blk = torch.arange(C, device=dev) // S                                                # block of a column
+    cols = torch.arange(C, device=dev)
+
+    def block_mask(lo, e):  # queries lo..e-1, keys 0..e-1: clean blocks causal, a block sees itself
+        m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
+        return m | (cols[lo:e, None] == cols[None, :e])                                   # (B, 1, e-lo, e)
+
+    def standard(tokens):   # back to the layout every sampler returns: [left-padded prompt | N new]
+        return torch.cat([prompt, tokens.gather(1, new)], 1)
+
+    cache = KVCache(len(model.layers), B, C)                     # cache slot j holds canvas column j
+    if F > 0:                                                    # prompt blocks before the first new token
+        model(tokens[:, :F], pos[:, :F], block_mask(0, F), cache, last=1)
+        cache.commit(F)
+    step = torch.full_like(tokens, -1)
+    steps = torch.zeros(B, dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    nfe = 0
+    for s in range(F, C, S):
+        e = s + S
+        while True:
+            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]         # (B, S)
+            if not cand.any():
+                break
+            lo = cache.length                                    # < s: earlier blocks still to commit
+            logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(lo, e), cache, last=S)   # (B, S, V)
+            cache.commit(s - lo)
+            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
+            tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
+            step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+            steps += cand.any(1)
+            nfe += 1
+        if stop is not None:
+            end = P + (e - new[:, 0]).clamp(0, N)                                           # (B,)
+            done |= stop(standard(tokens), end)
+        if done.all():
+            break
+    step = torch.cat([torch.full_like(prompt, -1), step.gather(1, new)], 1)
+    return finish(standard(tokens), step, steps, nfe)

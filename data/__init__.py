@@ -1,0 +1,97 @@
+"""Tasks, tokenizers and batching: everything between text and the (x0, prompt_mask, pad_mask) tensors.
+
+A task module (data/arith.py, data/gsm8k.py, ...) exposes
+    NAME                                   the --data / --task value
+    load(split, data_dir=None)             -> list of {"prompt": str, "target": str, "answer": str}
+                                              prompt = what the model is given, target = the full reply it
+                                              is trained to write, answer = the gold final answer
+    is_correct(completion, answer) -> bool score one generated reply
+    is_finished(completion) -> bool        the stopping rule: True once a (partial) reply is complete
+    TOKENIZER                              the tokenizer name the task trains with by default
+and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special ids the methods need.
+"""
+import importlib
+from dataclasses import dataclass
+
+import tiktoken
+import torch
+
+TASKS = ("arith", "gsm8k")
+
+
+@dataclass
+class Tokenizer:
+    enc: tiktoken.Encoding
+    name: str          # how to rebuild it: "bytes" or "qwen3:<repo id or local dir>"
+    mask_id: int       # the absorbing [MASK] token of the diffusion methods
+    eos_id: int        # appended to every target; ends generation
+    pad_id: int        # fills the tail of short sequences (never attended to, never a target)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.enc.n_vocab
+
+    def encode(self, text: str) -> list[int]:
+        return self.enc.encode(text, allowed_special="all")
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids if int(i) not in (self.mask_id, self.pad_id)]
+        return self.enc.decode(ids, errors="replace")
+
+
+def byte_tokenizer() -> Tokenizer:
+    """256 byte tokens + <|endoftext|> (256) + <|mask|> (257): offline, tiny, exact round trip."""
+    ranks = {bytes([i]): i for i in range(256)}
+    enc = tiktoken.Encoding("bytes", pat_str=r"[\s\S]", mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": 256, "<|mask|>": 257})
+    return Tokenizer(enc, "bytes", mask_id=257, eos_id=256, pad_id=256)
+
+
+def get_tokenizer(name: str) -> Tokenizer:
+    if name == "bytes":
+        return byte_tokenizer()
+    if name.startswith("qwen3:"):
+        from data.qwen import qwen3_tokenizer
+        return qwen3_tokenizer(name.split(":", 1)[1])
+    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or 'qwen3:<repo id or directory>'")
+
+
+def get_task(name: str):
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+    return importlib.import_module(f"data.{name}")
+
+
+def encode(tok: Tokenizer, examples: list[dict], seq_len: int, with_target: bool = True) -> dict:
+    """Tokenize examples into right-padded tensors of length seq_len.
+
+    x0[b] = prompt + target + eos, then pad_id.  prompt_mask: True on the prompt (kept clean, no loss);
+    pad_mask: True on padding (not attended to, no loss). With with_target=False only prompts are encoded
+    (left-padded instead, the layout the samplers take) and prompt_mask marks the real tokens.
+    """
+    B = len(examples)
+    x0 = torch.full((B, seq_len), tok.pad_id, dtype=torch.long)   # (B, L)
+    prompt_mask = torch.zeros(B, seq_len, dtype=torch.bool)        # (B, L)
+    pad_mask = torch.ones(B, seq_len, dtype=torch.bool)            # (B, L)
+    for b, ex in enumerate(examples):
+        p = tok.encode(ex["prompt"])
+        ids = p + tok.encode(ex["target"]) + [tok.eos_id] if with_target else p
+        if len(ids) > seq_len:
+            raise ValueError(f"example {b} has {len(ids)} tokens, more than seq_len={seq_len}: "
+                             f"raise --seq-len or drop long examples")
+        if with_target:
+            x0[b, :len(ids)] = torch.tensor(ids)
+            prompt_mask[b, :len(p)] = True
+            pad_mask[b, :len(ids)] = False
+        else:                                  # left-padded prompts, real tokens flagged in prompt_mask
+            x0[b, seq_len - len(ids):] = torch.tensor(ids)
+            prompt_mask[b, seq_len - len(ids):] = True
+            pad_mask[b, seq_len - len(ids):] = False
+    return {"x0": x0, "prompt_mask": prompt_mask, "pad_mask": pad_mask}
+
+
+def encode_prompts(tok: Tokenizer, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt batch for the samplers: (prompt (B, P), prompt_mask (B, P) True = real token)."""
+    P = max(len(tok.encode(p)) for p in prompts)
+    batch = encode(tok, [{"prompt": p} for p in prompts], P, with_target=False)
+    return batch["x0"], batch["prompt_mask"]

@@ -1,0 +1,160 @@
+"""Masked diffusion language model (MDLM, Sahoo et al. 2024): the any-order limit.
+
+Idea: corrupt a sequence by replacing each target token with [MASK] independently with probability t, and
+train a bidirectional transformer to predict the masked tokens from the rest. Generation starts from all
+[MASK] and reveals tokens over several steps, several per step when the model is confident.
+
+Noise: linear schedule alpha_t = 1 - t (probability that a token is still clean), one t ~ U[eps, 1] per
+sequence. SUBS parameterisation: the [MASK] logit is -inf and clean tokens are copied through.
+Objective (per sequence, then averaged over the batch; M = masked targets, targets = not prompt, not pad):
+    training (official):   L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
+    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} (-alpha'_t / (1 - alpha_t)) * -log p_theta(x0_i | xt)
+                             = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
+
+Limits: Set Diffusion samples *orders* from a per-position schedule; with a single shared schedule for every
+position the reveal order is uniformly random, which is MDLM (paper §3, "uniform random positions recover
+order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
+Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
+a full bidirectional forward per step, no KV cache.
+Differences from the official code: none intended. The sampler's canvas ends after max_new_tokens (the
+official pads it to the context length with [MASK]).
+
+The confidence decoding rule (`decode`) and the SUBS helpers defined here are shared by bd3lm.py and
+setdiffusion.py.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ar import canvas, defaults, finish, with_padding
+
+
+@dataclass
+class MDLMConfig:
+    mask_id: int          # the absorbing [MASK] token
+    eps: float = 1e-3     # t ~ U[eps, 1]
+    nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
+
+
+# ----------------------------------------------------------------------------- noising
+
+def noise(x0, cfg: MDLMConfig, target, generator=None):
+    """xt: each target masked with probability t (alpha_t = 1 - t), one t per sequence. Returns xt, t (B, L)."""
+    B, L = x0.shape
+    u = torch.rand(B, 1, generator=generator, device=x0.device)
+    t = (cfg.eps + (1 - cfg.eps) * u).expand(B, L)                        # (B, L), same t for the row
+    masked = (torch.rand(B, L, generator=generator, device=x0.device) < t) & target
+    return torch.where(masked, cfg.mask_id, x0), t
+
+
+# ----------------------------------------------------------------------------- mask
+
+def attention_mask(seq_len: int, device=None) -> torch.Tensor:
+    """Bidirectional: every token attends to every token. (L, L) bool."""
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+
+
+# ----------------------------------------------------------------------------- loss
+
+def subs(logits, xt, mask_id: int):
+    """SUBS parameterisation -> log-probs (B, L, V): never predict [MASK]; clean tokens are copied through."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")
+    logp = torch.log_softmax(logits, dim=-1)
+    clean = (xt != mask_id)[..., None]                                     # (B, L, 1)
+    copy = torch.full_like(logp, float("-inf")).scatter_(-1, xt[..., None], 0.0)
+    return torch.where(clean, copy, logp)
+
+
+def denoise(model, x0, xt, cfg: MDLMConfig, pad_mask):
+    """The model call: logits (B, L, V) of every position of xt, attending bidirectionally."""
+    return model(xt, mask=with_padding(attention_mask(xt.shape[1], xt.device), pad_mask))
+
+
+def masked_nll(logits, x0, xt, target, mask_id: int):
+    """-log p(x0_i | xt) under SUBS (B, L), and the masked targets it counts on (B, L)."""
+    nll_i = -subs(logits, xt, mask_id).gather(-1, x0[..., None]).squeeze(-1)     # (B, L)
+    return nll_i, (xt == mask_id) & target
+
+
+def objective(nll_i, masked, t, target, nelbo: bool):
+    """Per-sequence loss (B,): mean over masked tokens, or the NELBO (1/t weights, mean over targets)."""
+    if nelbo:
+        return (nll_i / t * masked).sum(1) / target.sum(1).clamp(min=1)
+    return (nll_i * masked).sum(1) / masked.sum(1).clamp(min=1)
+
+
+def nll(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
+    """NELBO, an upper bound on -log p(x0): (sum over targets (B,), number of targets (B,))."""
+    prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
+    if xt is None:
+        xt, t = noise(x0, cfg, target, generator)
+    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
+    return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
+
+
+def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
+    """Masked-token cross-entropy (or the NELBO with cfg.nelbo). xt, t (B, L) may be given to fix the draw."""
+    prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
+    if xt is None:
+        xt, t = noise(x0, cfg, target, generator)
+    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
+    per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
+    return per_seq.mean(), {"masked": masked.sum().item() / max(target.sum().item(), 1)}
+
+
+# ----------------------------------------------------------------------------- generate
+
+def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0, generator=None):
+    """The confidence rule of the diffusion samplers.
+
+    logits (B, K, V) at K slots, candidates (B, K) the still-masked slots that may be decoded now.
+    Predict a token at every slot (greedy, or sampled at `temperature`); its confidence is its probability.
+    Decode the most confident candidate of each row plus every candidate with confidence >= threshold, so
+    threshold = inf decodes exactly one token per row and step. Returns tokens (B, K), decoded (B, K) bool.
+    """
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
+    probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1)   # (B, K, V)
+    if temperature > 0:
+        y = torch.multinomial(probs.flatten(0, 1), 1, generator=generator).view(probs.shape[:2])
+    else:
+        y = probs.argmax(-1)                                                # (B, K)
+    conf = probs.gather(-1, y[..., None]).squeeze(-1).masked_fill(~candidates, -1.0)   # (B, K)
+    decoded = (conf >= threshold) & candidates
+    top = conf.argmax(-1, keepdim=True)                                     # (B, 1)
+    decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
+    return y, decoded
+
+
+@torch.no_grad()
+def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
+             temperature=0.0, generator=None, stop=None, block=32):
+    """Semi-autoregressive: decode blocks of `block` new tokens left to right; inside a block, one full
+    bidirectional forward per step and the confidence rule until the block has no [MASK] left."""
+    B, P = prompt.shape
+    tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)   # (B, C)
+    C, dev = tokens.shape[1], prompt.device
+    mask = with_padding(attention_mask(C, dev), ~real)                             # (B, 1, C, C)
+    step = torch.full_like(tokens, -1)
+    steps = torch.zeros(B, dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    nfe = 0
+    for s in range(P, C, block):
+        e = min(s + block, C)
+        while True:
+            cand = (tokens[:, s:e] == cfg.mask_id) & ~done[:, None]               # (B, e-s)
+            if not cand.any():
+                break
+            logits = model(tokens, pos, mask, last=C - s)[:, :e - s]               # (B, e-s, V)
+            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
+            tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
+            step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+            steps += cand.any(1)
+            nfe += 1
+        if stop is not None:
+            done |= stop(tokens, torch.full((B,), e, device=dev))
+        if done.all():
+            break
+    return finish(tokens, step, steps, nfe)

@@ -1,0 +1,222 @@
+"""Set Diffusion (Arriola & Kuleshov, ICML 2026): decode *sets* of tokens, in a near-left-to-right order.
+
+Idea. A sequence is generated as a series of position sets: each step predicts the tokens of a set given
+everything revealed so far, then commits them to the KV cache as clean tokens. The order in which positions
+are revealed comes from a *staggered* masking schedule: position j has its own schedule, shifted so that
+earlier positions clear first. Its first-hitting times T_j give an order that is left to right up to local
+shuffles of reach smax: a token is never revealed before a token more than smax - 1 positions to its left.
+In training this is an any-order autoregressive model over orders drawn from that distribution:
+
+    L = E_sigma [ 1/|targets| * sum_{j in targets} -log p_theta(x_sigma(j) | x_sigma(<j)) ]
+
+computed in one forward over a 2L two-stream layout [x0 in sigma order | [MASK] in sigma order], positions
+[sigma | sigma], where the [MASK] copy of rank j sees the clean tokens of rank < j and itself only.
+Sampling: a window of W positions from the leftmost still-masked one; every step predicts all masked
+positions in the window at once, decodes the confident ones (the MDLM rule) and commits them.
+
+Schedule (paper §3; smax = max set size = 2d, d = expected number of masked tokens in the active window x 2):
+    b = smax / (L + smax - 1),  A = d / (2L),  k = A / (b - A)   (k = 1, b = 2A when d in {1, smax})
+    loc_j = (1 - b)(1 - j / (L - 1)),  T_j = loc_j + b (1 - exp(-E_j / k)),  E_j ~ Exp(1)
+    sigma = argsort(T, descending, stable): prompt first (T = +inf), padding last (T = -inf)
+
+Limits: smax = 2 (d = 1) gives the identity order: AR. A single schedule shared by every position (smax = L
+in spirit) gives uniform orders: MDLM. Contiguous fixed sets with attention inside the set: BD3-LM.
+Differences from the official code: the sampler runs a batch (each row its own window; the official asserts
+batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left crop);
+the FHT commit order samples T over the canvas columns.
+"""
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ar import canvas, defaults, finish, with_padding
+from mdlm import decode
+from model import KVCache
+
+
+@dataclass
+class SetDiffusionConfig:
+    mask_id: int    # the [MASK] token of the query stream
+    smax: int = 8   # max set size / reorder reach, = 2d; the window defaults to smax // 2 = d
+
+
+# ----------------------------------------------------------------------------- ordering
+
+def schedule(seq_len: int, smax: int):
+    """Staggered schedule constants: loc (L,) float64, b, k."""
+    if not 2 <= smax <= seq_len:
+        raise ValueError(f"smax must be in [2, seq_len={seq_len}], got {smax}")
+    d = smax / 2
+    A = d / (2 * seq_len)                                            # desired area per position
+    if d in (1, smax):
+        b, k = 2 * A, 1.0
+    else:
+        b = smax / (seq_len + smax - 1)
+        k = A / (b - A)
+    loc = (1 - b) * (1 - torch.arange(seq_len, dtype=torch.float64) / max(seq_len - 1, 1))   # (L,)
+    return loc, b, k
+
+
+def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
+    """T_j = loc_j + b (1 - exp(-E_j / k)): the time position j is masked, going forward. (B, L) float64."""
+    loc, b, k = schedule(seq_len, smax)
+    E = torch.empty(batch_size, seq_len, dtype=torch.float64, device=device).exponential_(generator=generator)
+    return loc.to(E.device) + b * (-torch.expm1(-E / k))
+
+
+def sample_order(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
+    """Generation orders (B, L): row b lists the positions in the order they are revealed (no prompt)."""
+    T = first_hitting_times(batch_size, seq_len, smax, generator, device)
+    return torch.argsort(T, dim=1, descending=True, stable=True)
+
+
+def order(x0, smax: int, prompt_mask, pad_mask, generator=None):
+    """sigma (B, L): the prompt first in its own order, targets by decreasing T, padding last."""
+    B, L = x0.shape
+    T = first_hitting_times(B, L, smax, generator, x0.device)
+    T = T.masked_fill(prompt_mask, math.inf).masked_fill(pad_mask, -math.inf)
+    return torch.argsort(T, dim=1, descending=True, stable=True)
+
+
+# ----------------------------------------------------------------------------- mask
+
+def attention_mask(seq_len: int, device=None) -> torch.Tensor:
+    """(2L, 2L) bool in rank space: 0..L-1 clean stream in sigma order, L..2L-1 [MASK] stream in sigma order."""
+    idx = torch.arange(2 * seq_len, device=device)
+    xt, rank = idx >= seq_len, idx % seq_len                         # (2L,) stream and rank of each slot
+    q, k = (slice(None), None), (None, slice(None))
+    causal = ~xt[q] & ~xt[k] & (rank[q] >= rank[k])                  # clean -> clean, earlier or same rank
+    offset_causal = xt[q] & ~xt[k] & (rank[q] > rank[k])             # [MASK] query -> strictly earlier clean
+    diagonal = (rank[q] == rank[k]) & (xt[q] == xt[k])               # each slot sees itself
+    return causal | offset_causal | diagonal
+
+
+# ----------------------------------------------------------------------------- loss
+
+def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask):
+    """One forward of the two-stream layout. Returns logits (B, L, V) of the [MASK] stream, in sigma order."""
+    B, L = x0.shape
+    x0_s = x0.gather(1, sigma)                                                   # (B, L) clean, sigma order
+    xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)               # (B, L) targets -> [MASK]
+    pos = sigma.repeat(1, 2)                                                     # (B, 2L) original positions
+    mask = with_padding(attention_mask(L, x0.device), pad_mask.gather(1, sigma).repeat(1, 2))
+    return model(torch.cat([x0_s, xt_s], 1), pos, mask, last=L)                  # (B, L, V)
+
+
+def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator):
+    """-log p of every target under one sampled order: nll (B, L) (0 off targets), target (B, L), sigma order."""
+    prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
+    sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator)                # (B, L)
+    logits = denoise(model, x0, sigma, target, cfg, pad_mask).float()
+    logits[..., cfg.mask_id] = float("-inf")                                     # never predict [MASK]
+    target_s = target.gather(1, sigma)
+    nll_i = F.cross_entropy(logits.transpose(1, 2), x0.gather(1, sigma), reduction="none")   # (B, L)
+    return nll_i * target_s, target_s
+
+
+def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None, n_orders=1):
+    """-log p(x0 | sigma) averaged over n_orders sampled orders: (sum over targets (B,), targets (B,)).
+    One order (the official eval) is a single-sample estimate; the exact likelihood sums over orders."""
+    total = 0.0
+    for _ in range(n_orders):
+        nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator)
+        total = total + nll_i.sum(1) / n_orders
+    return total, target_s.sum(1)
+
+
+def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None):
+    """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch."""
+    nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator)
+    per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)
+    return per_seq.mean(), {"tokens": int(target_s.sum())}
+
+
+# ----------------------------------------------------------------------------- generate
+
+def step_mask(cache_ok, new_ok, W: int):
+    """Mask (B, 1, n + W, cache + n + W) of one sampler step over [cache | n new clean | W queries].
+
+    New clean tokens: the valid cache, causally each other. Queries: the valid cache, every new clean token,
+    themselves. Dead slots (padding of a short row) are attended by nobody but see themselves.
+    """
+    n = new_ok.shape[1]
+    i = torch.arange(n + W, device=new_ok.device)[:, None]                       # (n+W, 1) query slot
+    j = torch.arange(n, device=new_ok.device)[None]                              # (1, n) new clean slot
+    new_cols = ((i >= j) & new_ok[:, None, :]) | (i == j)                        # (B, n+W, n)
+    query_cols = (i == n + torch.arange(W, device=new_ok.device)).expand(new_ok.shape[0], -1, -1)
+    cache_cols = cache_ok[:, None, :].expand(-1, n + W, -1)                      # (B, n+W, cache)
+    return torch.cat([cache_cols, new_cols, query_cols], -1)[:, None]
+
+
+def gather_slots(chosen, key):
+    """Columns of the True entries of chosen (B, C), sorted by key (B, C), left-aligned: (idx, ok) (B, n)."""
+    n = int(chosen.sum(1).max())
+    idx = torch.argsort(key.masked_fill(~chosen, math.inf), dim=1, stable=True)[:, :n]   # (B, n)
+    return idx, torch.arange(n, device=chosen.device) < chosen.sum(1, keepdim=True)
+
+
+@torch.no_grad()
+def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
+             temperature=0.0, generator=None, stop=None, window=None, commit_order="l2r"):
+    """Sliding-window set decoding with a KV commit every step.
+
+    The prompt may hold [MASK] anywhere (infilling): every visible token, left and right of the gaps, is
+    cached first (causally, in position order), then the gaps and the N new tokens are filled by the window.
+    Each step is one forward over [tokens decoded last step (clean) | masked positions of the window]; the
+    clean ones are committed to the cache, the queries' entries dropped. commit_order "l2r" commits a step's
+    tokens left to right, "fht" by decreasing first-hitting time (the training order distribution).
+    `stop` is checked every W steps on the canvas up to the window's end.
+    """
+    W = window or cfg.smax // 2
+    if not 1 <= W <= cfg.smax:
+        raise ValueError(f"window must be in [1, smax={cfg.smax}], got {W}")
+    if commit_order not in ("l2r", "fht"):
+        raise ValueError(f"commit_order must be 'l2r' or 'fht', got {commit_order!r}")
+    B, P = prompt.shape
+    tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)     # (B, C)
+    C, dev = tokens.shape[1], prompt.device
+    cols = torch.arange(C, device=dev).expand(B, C)
+    key = cols.double()                                                             # commit order (B, C)
+    if commit_order == "fht" and C >= 2:
+        key = -first_hitting_times(B, C, min(2 * W, C), generator, dev)
+    masked = (tokens == cfg.mask_id) & real                                         # (B, C) still to decode
+    n_masked = int(masked.sum(1).max())
+    cache = KVCache(len(model.layers), B, C + min(B, W) * n_masked + W)            # room for dead slots
+
+    # Prefill: every visible token, in position order, causally.
+    idx, cache_ok = gather_slots(real & ~masked, cols.double())                     # (B, K)
+    if idx.shape[1] > 0:
+        causal = torch.ones(idx.shape[1], idx.shape[1], dtype=torch.bool, device=dev).tril()
+        model(tokens.gather(1, idx), pos.gather(1, idx), with_padding(causal, ~cache_ok), cache, last=1)
+        cache.commit(idx.shape[1])
+
+    new = torch.zeros(B, C, dtype=torch.bool, device=dev)                          # decoded last step
+    step = torch.full_like(tokens, -1)
+    steps = torch.zeros(B, dtype=torch.long, device=dev)
+    done = ~masked.any(1)
+    nfe = 0
+    while not done.all():
+        left = torch.where(masked.any(1), masked.float().argmax(1), C)              # (B,) leftmost [MASK]
+        in_win = left[:, None] + torch.arange(W, device=dev)                        # (B, W) window columns
+        win = in_win.clamp(max=C - 1)
+        cand = masked.gather(1, win) & (in_win < C) & ~done[:, None]               # (B, W) to predict
+        idx, ok = gather_slots(new, key)                                           # (B, n) to commit now
+        inp = torch.cat([tokens.gather(1, idx), torch.full_like(win, cfg.mask_id)], 1)   # (B, n + W)
+        p = torch.cat([pos.gather(1, idx), pos.gather(1, win)], 1)
+        logits = model(inp, p, step_mask(cache_ok, ok, W), cache, last=W)          # (B, W, V)
+        cache.commit(idx.shape[1])                                                 # keep the clean, drop queries
+        cache_ok = torch.cat([cache_ok, ok], 1)
+        y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)  # (B, W)
+        new = torch.zeros_like(tokens).scatter_add_(1, win, dec.long()).bool()     # (B, C)
+        tokens = torch.where(new, torch.zeros_like(tokens).scatter_add_(1, win, y * dec), tokens)
+        step = torch.where(new, nfe, step)
+        masked &= ~new
+        steps += cand.any(1)
+        nfe += 1
+        done |= ~masked.any(1)
+        if stop is not None and nfe % W == 0:                                      # every W steps
+            left = torch.where(masked.any(1), masked.float().argmax(1), C)
+            done |= stop(tokens, (left + W).clamp(max=C))
+    return finish(tokens, step, steps, nfe)
