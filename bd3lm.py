@@ -161,7 +161,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
             cache.commit(s - lo)
             y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
-            step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+            step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
             nfe += 1
         if stop is not None:

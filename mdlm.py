@@ -150,7 +150,7 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
             logits = model(tokens, pos, mask, last=C - s)[:, :e - s]               # (B, e-s, V)
             y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
-            step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+            step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
             nfe += 1
         if stop is not None:

@@ -1,0 +1,310 @@
+"""The math the project rests on, checked on tiny models on the CPU: python -m pytest -q test_all.py
+
+Identities rather than smoke tests: masks against literals and against each other, cached == uncached,
+batched == alone, a method reducing to another at its limit, samplers against naive re-implementations.
+"""
+import math
+
+import pytest
+import torch
+
+import ar
+import bd3lm
+import mdlm
+import setdiffusion as sd
+from model import KVCache, ModelConfig, Transformer
+
+V, MASK = 24, 23                      # tiny vocabulary; the last id is [MASK]
+
+
+def tiny_model(seed=0, **kw):
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, **kw)).eval()
+    with torch.no_grad():
+        model.embed_tokens.weight.mul_(20)          # peaked distributions: thresholds and argmax are decisive
+    return model
+
+
+def causal(n):
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+# ----------------------------------------------------------------------------- the transformer
+
+def test_explicit_causal_mask_equals_none():
+    model, x = tiny_model(), torch.randint(0, V, (2, 12))
+    torch.testing.assert_close(model(x), model(x, mask=causal(12)))
+
+
+@pytest.mark.parametrize("layout", ["causal", "block", "two-stream"])
+def test_cached_incremental_equals_full(layout):
+    """Feeding a sequence chunk by chunk through the KV cache gives the full forward's logits."""
+    model, L, S = tiny_model(1), 12, 3
+    x, pos = torch.randint(0, V, (2, L)), torch.randint(0, 50, (2, L))
+    if layout == "causal":
+        mask, chunks = causal(L), [5, 1, 6]
+    elif layout == "block":                     # BD3-LM's clean stream: block-causal, chunks = blocks
+        blk = torch.arange(L) // S
+        mask, chunks = blk[:, None] >= blk[None], [S] * (L // S)
+    else:                                       # Set Diffusion in rank space: clean ranks, then all queries
+        L2 = L // 2
+        x, pos, mask, chunks = x, torch.cat([pos[:, :L2]] * 2, 1), sd.attention_mask(L2), [2, 4, L2]
+    full = model(x, pos, mask)
+    cache, out, start = KVCache(2, 2, L), [], 0
+    for n in chunks:
+        end = start + n
+        out.append(model(x[:, start:end], pos[:, start:end], mask[start:end, :end], cache))
+        cache.commit(n)
+        start = end
+    torch.testing.assert_close(torch.cat(out, 1), full)
+
+
+def test_permutation_equivariance():
+    """Permuting tokens, positions and the mask permutes the logits (what Set Diffusion relies on)."""
+    model, L = tiny_model(2), 10
+    x, pos, mask = torch.randint(0, V, (1, L)), torch.arange(L)[None], causal(L)
+    perm = torch.randperm(L)
+    out = model(x[:, perm], pos[:, perm], mask[perm][:, perm])
+    torch.testing.assert_close(out, model(x, pos, mask)[:, perm])
+
+
+def test_cache_overflow_and_bad_config():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="overflow"):
+        model(torch.zeros(1, 5, dtype=torch.long), cache=KVCache(2, 1, 4))
+    with pytest.raises(ValueError):
+        ModelConfig(n_head=4, n_kv_head=3)
+
+
+# ----------------------------------------------------------------------------- masks
+
+def test_bd3lm_mask_with_block_one_is_strict_prefix():
+    """S = 1: clean->clean causal, noisy->clean strictly earlier, noisy->noisy only itself (an AR pattern);
+    and Set Diffusion's rank-space mask is exactly that."""
+    expected = torch.tensor([[1, 0, 0, 0, 0, 0, 0, 0],
+                             [1, 1, 0, 0, 0, 0, 0, 0],
+                             [1, 1, 1, 0, 0, 0, 0, 0],
+                             [1, 1, 1, 1, 0, 0, 0, 0],
+                             [0, 0, 0, 0, 1, 0, 0, 0],
+                             [1, 0, 0, 0, 0, 1, 0, 0],
+                             [1, 1, 0, 0, 0, 0, 1, 0],
+                             [1, 1, 1, 0, 0, 0, 0, 1]], dtype=torch.bool)
+    assert torch.equal(bd3lm.attention_mask(4, 1), expected)
+    assert torch.equal(sd.attention_mask(4), expected)
+
+
+def test_bd3lm_mask_blocks():
+    m = bd3lm.attention_mask(4, 2).int()
+    assert m[6].tolist() == [1, 1, 0, 0, 0, 0, 1, 1]   # noisy token of block 1: clean block 0, its own block
+    assert m[1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]   # clean token of block 0 sees its whole block
+
+
+def test_bd3lm_one_block_is_mdlm():
+    """BD3-LM with S = L gives MDLM's loss and NELBO for the same t and mask draw."""
+    model, B, L = tiny_model(3), 3, 16
+    x0 = torch.randint(0, MASK, (B, L))
+    prompt_mask = torch.arange(L)[None].expand(B, L) < torch.tensor([[2], [4], [0]])
+    pad_mask = torch.arange(L)[None].expand(B, L) >= torch.tensor([[16], [12], [14]])
+    g = torch.Generator().manual_seed(0)
+    xt, t = bd3lm.noise(x0, bd3lm.BD3LMConfig(MASK, L), ~(prompt_mask | pad_mask), g)
+    for nelbo in (False, True):
+        a = mdlm.loss(model, x0, mdlm.MDLMConfig(MASK, nelbo=nelbo), prompt_mask, pad_mask, xt=xt, t=t)[0]
+        b = bd3lm.loss(model, x0, bd3lm.BD3LMConfig(MASK, L, nelbo=nelbo), prompt_mask, pad_mask, xt=xt, t=t)[0]
+        torch.testing.assert_close(a, b)
+    a = mdlm.nll(model, x0, mdlm.MDLMConfig(MASK), prompt_mask, pad_mask, xt=xt, t=t)
+    b = bd3lm.nll(model, x0, bd3lm.BD3LMConfig(MASK, L), prompt_mask, pad_mask, xt=xt, t=t)
+    torch.testing.assert_close(a, b)
+
+
+def test_bd3lm_noise_masks_every_block_and_never_the_prompt():
+    x0, S = torch.randint(0, MASK, (64, 12)), 4
+    target = torch.ones_like(x0, dtype=torch.bool)
+    target[:, :3] = False
+    xt, t = bd3lm.noise(x0, bd3lm.BD3LMConfig(MASK, S, eps=1e-4), target, torch.Generator().manual_seed(0))
+    assert (xt[:, :3] == x0[:, :3]).all()
+    assert (xt == MASK).view(64, 3, S).any(-1).all()
+    assert (t.view(64, 3, S) == t.view(64, 3, S)[..., :1]).all()            # one t per block
+
+
+def test_subs_copies_clean_tokens_and_never_predicts_mask():
+    logits, xt = torch.randn(2, 5, V), torch.tensor([[1, MASK, 3, MASK, 5]] * 2)
+    logp = mdlm.subs(logits, xt, MASK)
+    assert (logp[..., MASK] == -math.inf).all()
+    assert (logp[0, 0, 1] == 0) and (logp[0, 0, 2] == -math.inf)             # clean: copied through
+    torch.testing.assert_close(logp[:, 1].exp().sum(-1), torch.ones(2))
+
+
+# ----------------------------------------------------------------------------- Set Diffusion's orders
+
+def test_schedule_constants_match_the_official_table():
+    for L, smax, b, k in [(1024, 8, 0.00776, 0.336), (1024, 32, 0.03033, 0.347), (128, 32, 0.2013, 0.450)]:
+        _, b_, k_ = sd.schedule(L, smax)
+        assert abs(b_ - b) < 5e-5 and abs(k_ - k) < 5e-3
+
+
+def test_orders():
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(sd.sample_order(4, 32, 2, g), torch.arange(32).expand(4, 32))   # smax = 2: AR
+    for smax in (4, 8, 16):
+        sigma = sd.sample_order(256, 40, smax, g)                          # (B, L) positions by reveal
+        assert torch.equal(sigma.sort(1).values, torch.arange(40).expand(256, 40))   # permutations
+        rank = sigma.argsort(1)                                             # (B, L) reveal rank of j
+        # a token is never revealed before a token more than smax - 1 positions to its left
+        i, j = torch.meshgrid(torch.arange(40), torch.arange(40), indexing="ij")
+        far = j - i >= smax
+        assert (rank[:, i[far]] < rank[:, j[far]]).all()
+        assert (rank - torch.arange(40)).abs().float().mean() > 0.3         # and it does shuffle locally
+    for bad in (1, 41):
+        with pytest.raises(ValueError):
+            sd.sample_order(1, 40, bad)
+
+
+def test_order_puts_prompt_first_and_padding_last():
+    x0 = torch.zeros(2, 10, dtype=torch.long)
+    prompt_mask, pad_mask = torch.zeros(2, 10, dtype=torch.bool), torch.zeros(2, 10, dtype=torch.bool)
+    prompt_mask[:, :3], pad_mask[:, 8:] = True, True
+    sigma = sd.order(x0, 4, prompt_mask, pad_mask, torch.Generator().manual_seed(0))
+    assert (sigma[:, :3] == torch.arange(3)).all() and (sigma[:, 8:] == torch.arange(8, 10)).all()
+
+
+# ----------------------------------------------------------------------------- samplers
+
+METHODS = {
+    "ar": (ar, ar.ARConfig(MASK), {}),
+    "mdlm": (mdlm, mdlm.MDLMConfig(MASK), {"block": 4}),
+    "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, 4), {}),
+    "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, 6), {}),
+}
+
+
+def naive_generate(name, model, prompt, N, threshold):
+    """Batch size 1, no KV cache: every step recomputes the whole forward from the clean tokens."""
+    x = torch.cat([prompt, torch.full((1, N), MASK)], 1)
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == MASK).any():
+        m = x[0] == MASK
+        if name == "ar":
+            j = int(m.nonzero()[0])
+            y, dec, cols = model(x[:, :j]).argmax(-1)[:, -1:], torch.ones(1, 1, dtype=torch.bool), [j]
+        else:
+            if name == "bd3lm":               # blocks at multiples of S; clean blocks + current block
+                S = 4
+                s = int(m.nonzero()[0]) // S * S
+                blk = torch.arange(s + S) // S
+                e = min(s + S, x.shape[1])
+                logits = model(x[:, :e], mask=(blk[:e, None] >= blk[None, :e]))[:, s:e]
+            elif name == "mdlm":              # full bidirectional forward, blocks of 4 after the prompt
+                s = prompt.shape[1] + (int(m.nonzero()[0]) - prompt.shape[1]) // 4 * 4
+                e = min(s + 4, x.shape[1])
+                logits = model(x, mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool))[:, s:e]
+            else:                             # clean tokens in commit order, then the window's [MASK] queries
+                left = int(m.nonzero()[0])
+                s, e = left, min(left + 3, x.shape[1])
+                clean = [int(c) for c in order]
+                q = [c for c in range(s, e) if m[c]]
+                n = len(clean)
+                mk = torch.zeros(n + len(q), n + len(q), dtype=torch.bool)
+                mk[:n, :n] = causal(n)
+                mk[n:, :n] = True
+                mk[n:, n:] = torch.eye(len(q), dtype=torch.bool)
+                inp = torch.tensor([[int(x[0, c]) for c in clean] + [MASK] * len(q)])
+                full = model(inp, torch.tensor([clean + q]), mk)[:, n:]
+                logits = torch.zeros(1, e - s, V).index_copy_(1, torch.tensor(q) - s, full)
+            y, dec = mdlm.decode(logits, (x[:, s:e] == MASK), MASK, threshold)
+            cols = list(range(s, e))
+        for c, yy, d in zip(cols, y[0], dec[0]):
+            if d:
+                x[0, c], step[0, c] = yy, nfe
+                if name == "setdiffusion":
+                    order.append(c)
+        nfe += 1
+    return x, step
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+@pytest.mark.parametrize("threshold", [math.inf, 0.5])
+def test_sampler_equals_naive_recompute(name, threshold):
+    global order
+    mod, cfg, kw = METHODS[name]
+    model, N = tiny_model(4), 11
+    for P in (3, 6):
+        prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
+        order = list(range(P))
+        if name == "ar" and threshold != math.inf:
+            continue
+        extra = {} if name == "ar" else {"threshold": threshold}
+        tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, **extra, **kw)
+        x, step = naive_generate(name, model, prompt, N, threshold)
+        assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
+        assert torch.equal(tokens[:, :P], prompt) and not (tokens == MASK).any()
+        if threshold == math.inf:                        # one token per forward pass
+            assert stats["nfe"] == N and stats["tokens_per_step"] == 1.0
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_batched_equals_each_row_alone(name):
+    mod, cfg, kw = METHODS[name]
+    model, N, lens = tiny_model(5), 9, [2, 7, 5]
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, MASK, (n,), generator=g) for n in lens]
+    P = max(lens)
+    batch = torch.stack([torch.cat([torch.zeros(P - len(p), dtype=torch.long), p]) for p in prompts])
+    prompt_mask = torch.arange(P)[None] >= torch.tensor([[P - n] for n in lens])
+    extra = {} if name == "ar" else {"threshold": 0.5}
+    tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, **extra, **kw)
+    for b, p in enumerate(prompts):
+        alone, st = mod.generate(model, p[None], cfg, max_new_tokens=N, **extra, **kw)
+        assert torch.equal(tokens[b, P - len(p):], alone[0])
+        assert torch.equal(stats["step"][b, P - len(p):], st["step"][0])
+
+
+def test_setdiffusion_infills_between_visible_tokens():
+    """[MASK] inside the prompt: both sides are cached first; naive recompute agrees; the sides are kept."""
+    global order
+    model = tiny_model(6)
+    prompt = torch.tensor([[1, 2, 3, MASK, MASK, MASK, MASK, 7, 8]])
+    order = [0, 1, 2, 7, 8]                              # visible tokens first, in position order
+    tokens, stats = sd.generate(model, prompt, METHODS["setdiffusion"][1], max_new_tokens=2, threshold=0.5)
+    x, step = naive_generate("setdiffusion", model, prompt, 2, 0.5)
+    assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
+    assert tokens[0, [0, 1, 2, 7, 8]].tolist() == [1, 2, 3, 7, 8] and not (tokens == MASK).any()
+
+
+def test_setdiffusion_commit_orders_and_stop_rule():
+    model, cfg = tiny_model(7), METHODS["setdiffusion"][1]
+    prompt = torch.randint(0, MASK, (2, 4))
+    g = torch.Generator().manual_seed(0)
+    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=12, threshold=0.3, generator=g,
+                                commit_order="fht")
+    assert not (tokens == MASK).any() and stats["nfe"] <= 12
+    calls = []
+    stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
+    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=12, stop=stop)
+    assert stats["nfe"] == 3 and len(calls) == 1 and (calls[0] == 4 + 3 + 3).all()   # checked every W = 3
+    assert (tokens[:, 4 + 3:] == MASK).all()             # nothing decoded past the stop
+    for bad in ({"window": 7}, {"commit_order": "random"}):
+        with pytest.raises(ValueError):
+            sd.generate(model, prompt, cfg, max_new_tokens=4, **bad)
+
+
+# ----------------------------------------------------------------------------- learning
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_loss_drops_on_a_tiny_dataset(name):
+    """Each objective can fit 8 fixed sequences: the loss falls well below its start."""
+    mod, cfg, _ = METHODS[name]
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32))
+    base = torch.randint(0, 10, (8, 1))
+    x0 = (base + torch.arange(16)) % 20                  # 8 arithmetic sequences, a prompt of 2
+    prompt_mask = torch.arange(16)[None].expand(8, 16) < 2
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(0)
+    losses = []
+    for _ in range(150):
+        loss = mod.loss(model, x0, cfg, prompt_mask, None, g)[0]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.3 * sum(losses[:10]) / 10, (losses[:3], losses[-3:])
