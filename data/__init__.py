@@ -13,6 +13,7 @@ and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special
 import importlib
 from dataclasses import dataclass
 
+import numpy as np
 import tiktoken
 import torch
 
@@ -70,24 +71,23 @@ def encode(tok: Tokenizer, examples: list[dict], seq_len: int, with_target: bool
     (left-padded instead, the layout the samplers take) and prompt_mask marks the real tokens.
     """
     B = len(examples)
-    x0 = torch.full((B, seq_len), tok.pad_id, dtype=torch.long)   # (B, L)
-    prompt_mask = torch.zeros(B, seq_len, dtype=torch.bool)        # (B, L)
-    pad_mask = torch.ones(B, seq_len, dtype=torch.bool)            # (B, L)
-    for b, ex in enumerate(examples):
-        p = tok.encode(ex["prompt"])
-        ids = p + tok.encode(ex["target"]) + [tok.eos_id] if with_target else p
+    prompts = tok.enc.encode_batch([ex["prompt"] for ex in examples], allowed_special="all")
+    targets = (tok.enc.encode_batch([ex["target"] for ex in examples], allowed_special="all")
+               if with_target else [[]] * B)
+    x0 = np.full((B, seq_len), tok.pad_id, dtype=np.int64)                 # (B, L)
+    prompt_mask = np.zeros((B, seq_len), dtype=bool)                        # (B, L)
+    pad_mask = np.ones((B, seq_len), dtype=bool)                            # (B, L)
+    for b, (p, t) in enumerate(zip(prompts, targets)):
+        ids = p + t + [tok.eos_id] if with_target else p
         if len(ids) > seq_len:
             raise ValueError(f"example {b} has {len(ids)} tokens, more than seq_len={seq_len}: "
                              f"raise --seq-len or drop long examples")
-        if with_target:
-            x0[b, :len(ids)] = torch.tensor(ids)
-            prompt_mask[b, :len(p)] = True
-            pad_mask[b, :len(ids)] = False
-        else:                                  # left-padded prompts, real tokens flagged in prompt_mask
-            x0[b, seq_len - len(ids):] = torch.tensor(ids)
-            prompt_mask[b, seq_len - len(ids):] = True
-            pad_mask[b, seq_len - len(ids):] = False
-    return {"x0": x0, "prompt_mask": prompt_mask, "pad_mask": pad_mask}
+        cols = slice(0, len(ids)) if with_target else slice(seq_len - len(ids), seq_len)   # left-pad prompts
+        x0[b, cols] = ids
+        pad_mask[b, cols] = False
+        prompt_mask[b, cols.start:cols.start + len(p)] = True
+    return {"x0": torch.from_numpy(x0), "prompt_mask": torch.from_numpy(prompt_mask),
+            "pad_mask": torch.from_numpy(pad_mask)}
 
 
 def encode_prompts(tok: Tokenizer, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,293 @@
+"""Checkpoint directories: what train.py writes and what sample.py / eval.py read.
+
+    out_dir/model.safetensors   weights for evaluation (the EMA weights when EMA is on)
+    out_dir/config.json         {"model": ModelConfig, "method": "setdiffusion", "method_config": {...},
+                                 "tokenizer": "bytes", "data": "arith", "seq_len": 128, "step": 500, ...}
+    out_dir/train_state.pt      what --resume needs besides: raw weights, optimizer, step (tensors only)
+
+A checkpoint is written whole into out_dir.tmp, then swapped in with two renames, so a kill at any moment
+leaves a complete checkpoint (out_dir, or out_dir.old when the kill fell between the renames; `resolve` finds
+it). Weights load with safetensors and torch.load(weights_only=True) only.
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import warnings
+from dataclasses import asdict
+
+import torch
+
+import ar
+import bd3lm
+import mdlm
+import setdiffusion
+from model import ModelConfig, Transformer, from_state, hub_dir
+
+METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
+METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
+                  "setdiffusion": setdiffusion.SetDiffusionConfig}
+
+
+def weights(model) -> dict:
+    """State dict without the tied lm_head (safetensors refuses shared tensors)."""
+    sd = model.state_dict()
+    if model.cfg.tie_embeddings:
+        sd.pop("lm_head.weight", None)
+    return {k: v.detach().contiguous() for k, v in sd.items()}
+
+
+def load_weights(model, state: dict):
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    allowed = {"lm_head.weight"} if model.cfg.tie_embeddings else set()
+    if set(missing) - allowed or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {sorted(set(missing) - allowed)[:5]}, "
+                         f"unexpected {sorted(unexpected)[:5]}")
+
+
+def save(out_dir: str, model, config: dict, train_state: dict | None = None, eval_model=None):
+    """Write a complete checkpoint atomically. eval_model (e.g. the EMA copy) goes to model.safetensors."""
+    from safetensors.torch import save_file
+    tmp, old = out_dir.rstrip("/") + ".tmp", out_dir.rstrip("/") + ".old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    save_file(weights(eval_model or model), os.path.join(tmp, "model.safetensors"))
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    if train_state is not None:
+        torch.save({"model": weights(model), **train_state}, os.path.join(tmp, "train_state.pt"))
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(out_dir):
+        os.replace(out_dir, old)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def resolve(out_dir: str) -> str:
+    """The directory holding the last complete checkpoint written to out_dir, or a clear error."""
+    for d in (out_dir, out_dir.rstrip("/") + ".old"):
+        if os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "model.safetensors")):
+            return d
+    raise FileNotFoundError(f"no checkpoint at {out_dir}: expected a directory with config.json and "
+                            f"model.safetensors (written by train.py --out-dir)")
+
+
+def build(config: dict):
+    """(model, method module, method config) from a config.json dict; the model has random weights."""
+    model = Transformer(ModelConfig(**config["model"]))
+    method = METHODS[config["method"]]
+    return model, method, METHOD_CONFIGS[config["method"]](**config["method_config"])
+
+
+def load(path: str, device="cpu"):
+    """A checkpoint -> (model in eval mode, method module, method config, config dict).
+
+    path: a checkpoint directory written by train.py; a short key of the paper's released checkpoints
+    (RELEASED, e.g. "gsm8k:setdlm-smax8"); a Hugging Face repo id; or a local copy of such a repo. The
+    directory's config.json decides: ours (it has "method"), the released format (converted, see
+    `load_released`), or an error (a plain Qwen3 base model is a backbone, not a trained checkpoint).
+    """
+    if ":" in path and not os.path.exists(path):
+        if path not in RELEASED:
+            raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)}")
+        path = RELEASED[path]
+    local = [d for d in (path, path.rstrip("/") + ".old") if os.path.isfile(os.path.join(d, "config.json"))]
+    missing = FileNotFoundError(f"no checkpoint at {path}: expected a directory with config.json and model."
+                                f"safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub repo id")
+    if not local and (os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") != 1):
+        raise missing                                              # a local path, not an "org/name" repo id
+    d = local[0] if local else hub_dir(path, ["*.json"])          # the configs first: refuse before a download
+    try:
+        with open(os.path.join(d, "config.json")) as f:
+            config = json.load(f)
+    except OSError:
+        raise missing from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"cannot read the checkpoint at {d}: config.json: {e}") from e
+    method = config.get("method") or released_method(config, path)
+    if not local:                                                  # now the weights (the cache when offline)
+        d = hub_dir(path, ["*.safetensors"])
+        if not glob.glob(os.path.join(d, "*.safetensors")):
+            d = hub_dir(path, ["pytorch_model*.bin"])
+    if "method" in config:
+        return load_ours(resolve(d), device)
+    return load_released(d, path, config, method, device)
+
+
+def load_ours(d: str, device="cpu"):
+    """Load a directory in our format (see the module docstring)."""
+    from safetensors.torch import load_file
+    try:
+        with open(os.path.join(d, "config.json")) as f:
+            config = json.load(f)
+        model, method, cfg = build(config)
+        load_weights(model, load_file(os.path.join(d, "model.safetensors")))
+    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
+    return model.to(device).eval(), method, cfg, config
+
+
+def load_train_state(path: str) -> dict:
+    d = resolve(path)
+    f = os.path.join(d, "train_state.pt")
+    if not os.path.isfile(f):
+        raise FileNotFoundError(f"{d} holds no train_state.pt, so training cannot resume from it")
+    return torch.load(f, map_location="cpu", weights_only=True)
+
+
+def method_config(name: str, mask_id: int, **settings) -> dict:
+    """asdict of a method's config, keeping only the settings that method has."""
+    cls = METHOD_CONFIGS[name]
+    fields = cls.__dataclass_fields__
+    return asdict(cls(mask_id=mask_id, **{k: v for k, v in settings.items() if k in fields}))
+
+
+# ----------------------------------------------------------------------------- the paper's released checkpoints
+
+def released_keys() -> dict:
+    """Short keys of the official eval scripts -> Hub ids (spec §6). setdlm-dN is setdlm-smax(2N)."""
+    keys = {}
+    for task in ("gsm8k", "cnndm"):
+        for m in ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16"):
+            keys[f"{task}:{m}"] = f"kuleshov-group/{task}-{m}"
+        for d in (4, 8, 16):
+            repo = f"setdlm-gsm8k-smax{2 * d}" if task == "gsm8k" else f"{task}-setdlm-smax{2 * d}"
+            keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = "kuleshov-group/" + repo
+    return keys
+
+
+RELEASED = released_keys()
+QWEN3_MASK_ID = 151660            # <|fim_middle|>, the official [MASK] for Qwen3
+BACKBONE_NAME = re.compile(r"(.*?)(model\.(?:layers\.\d+|embed_tokens|norm)\..+|lm_head\.weight)")
+
+
+def source_name(source: str) -> str:
+    """What the method and its settings are read from: the repo id, or a local directory's own name."""
+    return os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
+
+
+def find_key(obj, key):
+    """The first non-null value of `key` anywhere in nested dicts (depth first), else None."""
+    if isinstance(obj, dict):
+        if obj.get(key) is not None:
+            return obj[key]
+        for v in obj.values():
+            if (found := find_key(v, key)) is not None:
+                return found
+    return None
+
+
+def released_method(config: dict, source: str) -> str:
+    """Our method name for a released checkpoint, from config.json's architectures/model_type and the repo name;
+    a ValueError for anything else (a plain Qwen3 base model, another architecture)."""
+    archs, kind = [str(a) for a in config.get("architectures") or []], str(config.get("model_type", ""))
+    text = " ".join(archs + [kind, source_name(source)]).lower()
+    for word, method in (("setdlm", "setdiffusion"), ("bd3lm", "bd3lm"), ("mdlm", "mdlm")):
+        if word in text:
+            return method
+    if "ar" in re.split(r"[^a-z0-9]+", text) or any(re.match(r"AR([A-Z_]|$)", a) for a in archs):
+        return "ar"
+    if kind == "qwen3" or "Qwen3ForCausalLM" in archs:
+        raise ValueError(f"{source} is a plain Qwen3 model (a backbone), not a trained checkpoint: fine-tune it "
+                         f"with train.py --init-from {source}")
+    raise ValueError(f"{source} is neither a checkpoint of ours (config.json has no 'method') nor a released "
+                     f"SetDLM/BD3LM/MDLM/AR one: found architectures={archs}, model_type={kind!r}")
+
+
+def backbone_weights(d: str) -> dict:
+    """The Qwen3 backbone's tensors in our names, from any *.safetensors (else pytorch_model*.bin) in d.
+    Names are cut before model.layers/model.embed_tokens/model.norm/lm_head; of several copies under
+    different prefixes the one whose prefix contains "ema" wins."""
+    from safetensors.torch import load_file
+    files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
+    raw = {k: v for f in files for k, v in load_file(f).items()} if files else \
+        {k: v for f in sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
+         for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
+    copies = {}
+    for name, tensor in raw.items():
+        if m := BACKBONE_NAME.fullmatch(name):
+            copies.setdefault(m[1], {})[m[2].removeprefix("model.")] = tensor
+    if not copies:
+        raise ValueError(f"no Qwen3 backbone weights (...model.layers.N..., ...model.embed_tokens.weight) in {d}: "
+                         f"found {sorted(raw)[:4] or 'no safetensors or pytorch_model*.bin files'}")
+    pick = [p for p in copies if "ema" in p.lower()] or list(copies)
+    if len(pick) > 1:
+        raise ValueError(f"several weight copies in {d} (prefixes {pick}): cannot tell which to load")
+    return copies[pick[0]]
+
+
+def infer_model_config(state: dict, config: dict) -> ModelConfig:
+    """Qwen3 shape from the weights themselves; RoPE theta and the RMSNorm eps from config.json (anywhere,
+    e.g. a nested backbone config) else Qwen3's 1e6 and 1e-6."""
+    try:
+        emb, D = state["embed_tokens.weight"], state["layers.0.self_attn.q_norm.weight"].shape[0]
+        tie = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], emb)
+        return ModelConfig(vocab_size=emb.shape[0], n_embd=emb.shape[1], head_dim=D,
+                           n_layer=1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers.")),
+                           n_head=state["layers.0.self_attn.q_proj.weight"].shape[0] // D,
+                           n_kv_head=state["layers.0.self_attn.k_proj.weight"].shape[0] // D,
+                           intermediate_size=state["layers.0.mlp.gate_proj.weight"].shape[0], qk_norm=True,
+                           tie_embeddings=tie, rope_theta=float(find_key(config, "rope_theta") or 1e6),
+                           norm_eps=float(find_key(config, "rms_norm_eps") or 1e-6))
+    except KeyError as e:
+        raise ValueError(f"not a Qwen3 backbone: no {e} among the weights") from None
+
+
+def name_number(name: str, pattern: str):
+    """N from the first dash/underscore-separated word of name matching pattern (e.g. r"smax(\\d+)")."""
+    return next((int(m[1]) for w in re.split(r"[^a-z0-9]+", name.lower()) if (m := re.fullmatch(pattern, w))), None)
+
+
+def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
+    """Convert a checkpoint of the official code (kuleshov-group/..., or a local copy) into ours.
+
+    Assumed, as the release itself cannot be read offline (spec §6):
+    - weights: *.safetensors (shards by glob) or pytorch_model*.bin; the backbone is stock HF Qwen3 under
+      some prefix (e.g. backbone.model.layers.N...); EMA weights, a second copy under a prefix containing
+      "ema", win. Other tensors (noise schedule buffers, ...) are ignored. The shape comes from the weights.
+    - method: "setdlm"/"bd3lm"/"mdlm"/"ar" in architectures, model_type or the repo name.
+    - smax: the name's smaxN (or dN -> 2N), as the official eval loader does; else noise_config:
+      max_block_size when < the length, else 2 * desired_block_size. BD3-LM block: the name's sN, else
+      block_size. A disagreement between name and config warns and keeps the name.
+    - mask id: mask_token_id (e.g. in tokenization_config), else 151660 (<|fim_middle|>).
+    - data and seq_len: gsm8k (1024) or cnndm (768) from the name, else null; seq_len from a "length" key
+      in config.json when it has one. Names are read from the repo id, or a local directory's own name.
+    """
+    state = backbone_weights(d)
+    model_cfg = infer_model_config(state, config)
+    name = source_name(source).lower()
+    data = "gsm8k" if "gsm8k" in name else "cnndm" if "cnn" in name else None
+    length = find_key(config, "length")
+    seq_len = length if isinstance(length, int) else {"gsm8k": 1024, "cnndm": 768}.get(data)
+    mask_id = find_key(config, "mask_token_id")
+    mask_id = int(QWEN3_MASK_ID if mask_id is None else mask_id)
+    if not 0 <= mask_id < model_cfg.vocab_size:
+        raise ValueError(f"{source}: mask id {mask_id} outside the vocabulary of {model_cfg.vocab_size}")
+
+    settings = {}
+    nc = find_key(config, "noise_config") or {}
+    if method == "setdiffusion":
+        m, dd = nc.get("max_block_size"), nc.get("desired_block_size")
+        from_config = m if m and seq_len and m < seq_len else 2 * dd if dd else None
+        from_name = name_number(name, r"smax(\d+)") or 2 * (name_number(name, r"d(\d+)") or 0) or None
+        settings["smax"] = pick_setting(source, "smax", from_name, from_config)
+    elif method == "bd3lm":
+        bs = find_key(config, "block_size")
+        settings["block_size"] = pick_setting(source, "block size", name_number(name, r"s(\d+)"),
+                                              bs if bs and (not seq_len or bs < seq_len) else None)
+    has_tok = os.path.isfile(os.path.join(d, "tokenizer.json"))
+    out = {"model": asdict(model_cfg), "method": method,
+           "method_config": method_config(method, mask_id, **settings),
+           "tokenizer": "qwen3:" + (source if has_tok else "Qwen/Qwen3-1.7B-Base"),
+           "data": data, "seq_len": seq_len, "source": source}
+    model = from_state(model_cfg, state)
+    return model.to(device).eval(), METHODS[method], METHOD_CONFIGS[method](**out["method_config"]), out
+
+
+def pick_setting(source: str, what: str, from_name, from_config):
+    if from_name and from_config and from_name != from_config:
+        warnings.warn(f"{source}: {what} {from_name} from the name, {from_config} from config.json; using {from_name}")
+    if not (from_name or from_config):
+        raise ValueError(f"{source}: cannot tell the {what} from the name or config.json")
+    return int(from_name or from_config)

@@ -1,0 +1,232 @@
+"""Evaluate a checkpoint; prints one markdown table row (and writes the same metrics with --json).
+
+    python eval.py --ckpt out/setdiffusion                       # accuracy on the task it was trained on
+    python eval.py --ckpt out/setdiffusion --threshold 0.9       # decode every token with p >= 0.9 too
+    python eval.py --ckpt out/setdiffusion --task likelihood     # NLL / perplexity (a bound for diffusion)
+    python eval.py --ckpt out/ar --task throughput               # tokens/s at batch 1 (paper) and batched
+
+Tasks: arith, gsm8k (accuracy of the generated answers), likelihood, throughput.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+import checkpoint
+from data import encode, encode_prompts, get_task, get_tokenizer
+
+TASKS = ["arith", "gsm8k", "likelihood", "throughput"]
+
+
+def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32):
+    """The generate() keyword arguments each method takes."""
+    kw = {"temperature": temperature}
+    if method_name != "ar":
+        kw["threshold"] = threshold
+    if method_name == "setdiffusion" and window:
+        kw["window"] = window
+    if method_name == "mdlm":
+        kw["block"] = mdlm_block
+    return kw
+
+
+def completion_ids(tok, row):
+    """Generated ids of one row after the prompt: [MASK]s removed, cut at the first EOS."""
+    ids = [i for i in row.tolist() if i != tok.mask_id]
+    return ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
+
+
+def stop_rule(tok, task, P):
+    """The samplers' stopping hook: a row stops once the task calls its decoded prefix finished."""
+    def stop(tokens, end):
+        done = []
+        for row, e in zip(tokens[:, P:], end.tolist()):
+            ids = row[:max(e - P, 0)].tolist()
+            ids = ids[:ids.index(tok.mask_id)] if tok.mask_id in ids else ids      # the decoded prefix
+            done.append(task.is_finished(tok.enc.decode(ids)))
+        return torch.tensor(done, device=tokens.device)
+    return stop
+
+
+def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, **kw):
+    """Generate replies to a list of prompt strings. Returns completions, stats and seconds."""
+    prompt, prompt_mask = (t.to(device) for t in encode_prompts(tok, prompts))
+    g = torch.Generator(device=device).manual_seed(seed)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    tokens, stats = method.generate(model, prompt, cfg, prompt_mask, max_new_tokens=max_new_tokens,
+                                    generator=g, stop=stop_rule(tok, task, prompt.shape[1]), **kw)
+    sync()
+    seconds = time.perf_counter() - t0
+    texts = [tok.decode(completion_ids(tok, row)) for row in tokens[:, prompt.shape[1]:]]
+    return texts, {**stats, "tokens": tokens}, seconds
+
+
+def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,
+                      max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32):
+    """Accuracy of generated answers, mean tokens per step and tokens/s over the examples."""
+    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block)
+    completions, correct, tps, n_tok, seconds, nfe = [], 0, [], 0, 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i:i + batch_size]
+        texts, stats, sec = generate(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device,
+                                     max_new_tokens, seed + i, **kw)
+        completions += texts
+        correct += sum(task.is_correct(t, e["answer"]) for t, e in zip(texts, chunk))
+        tps.append(stats["tokens_per_step"] * len(chunk))
+        n_tok, seconds, nfe = n_tok + int(stats["n_gen"].sum()), seconds + sec, nfe + stats["nfe"]
+    n = len(examples)
+    return {"accuracy": correct / n, "tokens_per_step": sum(tps) / n, "tokens_per_s": n_tok / seconds,
+            "nfe": nfe, "n": n, "completions": completions}
+
+
+@torch.no_grad()
+def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0):
+    """Per-token negative log-likelihood of the targets (exact for AR, an upper bound for the others)."""
+    total, count = 0.0, 0
+    g = torch.Generator(device=device).manual_seed(seed)
+    for i in range(0, len(examples), batch_size):
+        batch = {k: v.to(device) for k, v in encode(tok, examples[i:i + batch_size], seq_len).items()}
+        nll, n = method.nll(model, batch["x0"], cfg, batch["prompt_mask"], batch["pad_mask"], generator=g)
+        total, count = total + nll.sum().item(), count + n.sum().item()
+    return {"nll": total / count, "perplexity": math.exp(total / count), "n": len(examples), "tokens": count}
+
+
+def evaluate_throughput(model, method, cfg, tok, task, examples, config, device, warmup=5, batch_size=16,
+                        max_new_tokens=64, **kw):
+    """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), then at batch_size."""
+    kw = sampler_kwargs(config["method"], **kw)
+    prompts = [e["prompt"] for e in examples]
+    for p in prompts[:warmup]:
+        generate(model, method, cfg, tok, task, [p], device, max_new_tokens, **kw)
+    rates, steps, nfe, n_tok, seconds = [], [], 0, 0, 0.0
+    for j, p in enumerate(prompts[warmup:]):
+        _, stats, sec = generate(model, method, cfg, tok, task, [p], device, max_new_tokens, seed=j, **kw)
+        rates.append(int(stats["n_gen"].sum()) / sec)
+        steps.append(stats["tokens_per_step"])
+        nfe, n_tok, seconds = nfe + stats["nfe"], n_tok + int(stats["n_gen"].sum()), seconds + sec
+    measured = prompts[warmup:]
+    _, stats, sec = generate(model, method, cfg, tok, task, measured[:batch_size], device, max_new_tokens, **kw)
+    mean = sum(rates) / len(rates)
+    return {"tokens_per_s": mean, "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / len(rates)) ** 0.5,
+            "tokens_per_step": sum(steps) / len(steps), "nfe": nfe, "n": len(rates),
+            "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured[:batch_size])}
+
+
+def summarize(paths, out_md, out_png=None):
+    """Merge accuracy and throughput JSONs (one per eval.py run) into the Pareto table and plot."""
+    rows = {}
+    for path in paths:
+        with open(path) as f:
+            m = json.load(f)
+        row = rows.setdefault((m["model"], m["threshold"]), {"model": m["model"], "threshold": m["threshold"]})
+        if m["task"] == "throughput":
+            row.update(tokens_per_s=m["tokens_per_s"], tokens_per_s_std=m["tokens_per_s_std"])
+        else:
+            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], n=m["n"])
+    order = {"ar": 0, "mdlm": 1, "bd3lm": 2, "setdiffusion": 3}
+    rows = sorted(rows.values(), key=lambda r: (order.get(r["model"], 9), -r["threshold"]))
+    ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
+    lines = ["| method | tau | accuracy | tokens/step | tokens/s (batch 1) | speed vs AR |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        speed = r.get("tokens_per_s", float("nan"))
+        rel = f"{speed / ar_speed:.2f}x" if ar_speed else "-"
+        lines.append(f"| {r['model']} | {r['threshold']:g} | {r.get('accuracy', float('nan')):.3f} | "
+                     f"{r.get('tokens_per_step', float('nan')):.2f} | {speed:.0f} ± {r.get('tokens_per_s_std', 0):.0f} "
+                     f"| {rel} |")
+    with open(out_md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if out_png:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no plot")
+            return
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name in order:
+            pts = [(r["tokens_per_s"], r["accuracy"]) for r in rows if r["model"] == name and "accuracy" in r
+                   and "tokens_per_s" in r]
+            if pts:
+                ax.plot(*zip(*sorted(pts)), "o-", label=name)
+        ax.set_xlabel("tokens/s (batch 1, CPU)")
+        ax.set_ylabel("accuracy")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_png, dpi=120)
+
+
+def get_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", help="checkpoint directory (written by train.py)")
+    p.add_argument("--task", choices=TASKS, default=None, help="what to measure (default: the checkpoint's task)")
+    p.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
+    p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
+    p.add_argument("--batch-size", type=int, default=32, help="problems generated at once")
+    p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
+    p.add_argument("--threshold", type=float, default=None, help="confidence threshold tau (inf = 1 token/step)")
+    p.add_argument("--window", type=int, default=None, help="Set Diffusion window W (default smax / 2)")
+    p.add_argument("--mdlm-block", type=int, default=32, help="MDLM sampler block length")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate per problem")
+    p.add_argument("--warmup", type=int, default=5, help="throughput: warm-up examples before timing")
+    p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
+    p.add_argument("--json", default=None, help="also write the metrics to this JSON file")
+    p.add_argument("--summarize", nargs="+", default=None, metavar="JSON",
+                   help="instead of evaluating: merge these --json files into a Pareto table (--out, --plot)")
+    p.add_argument("--out", default="results/pareto.md", help="--summarize: markdown table path")
+    p.add_argument("--plot", default=None, help="--summarize: accuracy vs tokens/s plot (needs matplotlib)")
+    args = p.parse_args(argv)
+    if not args.summarize and not args.ckpt:
+        p.error("--ckpt is required (or --summarize)")
+    return args
+
+
+def main(argv=None):
+    args = get_args(argv)
+    if args.summarize:
+        return summarize(args.summarize, args.out, args.plot)
+    from train import pick_device
+    device = pick_device(args.device)
+    try:
+        model, method, cfg, config = checkpoint.load(args.ckpt, device)
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+    sampler = config.get("sampler", {})
+    threshold = args.threshold if args.threshold is not None else sampler.get("threshold", math.inf)
+    window = args.window if args.window is not None else sampler.get("window", 0)
+    max_new = args.max_new_tokens or sampler.get("max_new_tokens", 64)
+    task_name = args.task or config["data"]
+    data = get_task(config["data"] if task_name in ("likelihood", "throughput") else task_name)
+    tok = get_tokenizer(config["tokenizer"])
+    examples = data.load("test", args.data_dir)
+    examples = examples[:args.limit] if args.limit else examples
+    kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block)
+    if task_name == "likelihood":
+        m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device, args.batch_size,
+                                args.seed)
+    elif task_name == "throughput":
+        m = evaluate_throughput(model, method, cfg, tok, data, examples, config, device, args.warmup,
+                                args.batch_size, max_new, **kw)
+    else:
+        m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
+                              max_new_tokens=max_new, seed=args.seed, **kw)
+        m.pop("completions")
+    m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, **m}
+    keys = [k for k in m if k != "ckpt"]
+    print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
+    print("| " + " | ".join(f"{m[k]:.4g}" if isinstance(m[k], float) else str(m[k]) for k in keys) + " |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(m, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
