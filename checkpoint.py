@@ -8,6 +8,9 @@
 A checkpoint is written whole into out_dir.tmp, then swapped in with two renames, so a kill at any moment
 leaves a complete checkpoint (out_dir, or out_dir.old when the kill fell between the renames; `resolve` finds
 it). Weights load with safetensors and torch.load(weights_only=True) only.
+
+`load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (RELEASED, e.g.
+"gsm8k:setdlm-smax8"), whose format it converts (`load_released`).
 """
 import glob
 import json
@@ -90,7 +93,8 @@ def load(path: str, device="cpu"):
     """
     if ":" in path and not os.path.exists(path):
         if path not in RELEASED:
-            raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)}")
+            raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)} (the OWT and "
+                             f"LM1B releases are DiT models, which cannot be converted)")
         path = RELEASED[path]
     local = [d for d in (path, path.rstrip("/") + ".old") if os.path.isfile(os.path.join(d, "config.json"))]
     missing = FileNotFoundError(f"no checkpoint at {path}: expected a directory with config.json and model."
@@ -251,15 +255,15 @@ def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
       max_block_size when < the length, else 2 * desired_block_size. BD3-LM block: the name's sN, else
       block_size. A disagreement between name and config warns and keeps the name.
     - mask id: mask_token_id (e.g. in tokenization_config), else 151660 (<|fim_middle|>).
-    - data and seq_len: gsm8k (1024) or cnndm (768) from the name, else null; seq_len from a "length" key
-      in config.json when it has one. Names are read from the repo id, or a local directory's own name.
+    - data: gsm8k or cnndm from the name, else null. seq_len: a "length" key in config.json, else 768 for
+      cnndm and 1024 otherwise. Names are read from the repo id, or a local directory's own name.
     """
     state = backbone_weights(d)
     model_cfg = infer_model_config(state, config)
     name = source_name(source).lower()
     data = "gsm8k" if "gsm8k" in name else "cnndm" if "cnn" in name else None
     length = find_key(config, "length")
-    seq_len = length if isinstance(length, int) else {"gsm8k": 1024, "cnndm": 768}.get(data)
+    seq_len = length if isinstance(length, int) else 768 if data == "cnndm" else 1024
     mask_id = find_key(config, "mask_token_id")
     mask_id = int(QWEN3_MASK_ID if mask_id is None else mask_id)
     if not 0 <= mask_id < model_cfg.vocab_size:

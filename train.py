@@ -96,7 +96,7 @@ def setup(args):
     train = encode(tok, task.load("train", args.data_dir), seq_len)
     if args.init_from:
         from model import from_pretrained
-        model = from_pretrained(args.init_from)
+        model = from_pretrained(args.init_from).train()
     else:
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
