@@ -10,6 +10,7 @@ Tasks: arith, gsm8k (accuracy of the generated answers), likelihood, throughput.
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -46,6 +47,7 @@ def stop_rule(tok, task, P):
         for row, e in zip(tokens[:, P:], end.tolist()):
             ids = row[:max(e - P, 0)].tolist()
             ids = ids[:ids.index(tok.mask_id)] if tok.mask_id in ids else ids      # the decoded prefix
+            ids = [i for i in ids if i < tok.vocab_size]      # Qwen3's embedding has rows the tokenizer lacks
             done.append(task.is_finished(tok.enc.decode(ids)))
         return torch.tensor(done, device=tokens.device)
     return stop
@@ -68,19 +70,20 @@ def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, see
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,
                       max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32):
-    """Accuracy of generated answers, mean tokens per step and tokens/s over the examples."""
+    """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
     kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block)
-    completions, correct, tps, n_tok, seconds, nfe = [], 0, [], 0, 0.0, 0
+    completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
         texts, stats, sec = generate(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device,
                                      max_new_tokens, seed + i, **kw)
         completions += texts
-        correct += sum(task.is_correct(t, e["answer"]) for t, e in zip(texts, chunk))
-        tps.append(stats["tokens_per_step"] * len(chunk))
+        for name, score in task.SCORES.items():
+            hits[name] += sum(score(t, e["answer"]) for t, e in zip(texts, chunk))
+        tps += stats["tokens_per_step"] * len(chunk)
         n_tok, seconds, nfe = n_tok + int(stats["n_gen"].sum()), seconds + sec, nfe + stats["nfe"]
     n = len(examples)
-    return {"accuracy": correct / n, "tokens_per_step": sum(tps) / n, "tokens_per_s": n_tok / seconds,
+    return {**{k: v / n for k, v in hits.items()}, "tokens_per_step": tps / n, "tokens_per_s": n_tok / seconds,
             "nfe": nfe, "n": n, "completions": completions}
 
 
@@ -117,27 +120,36 @@ def evaluate_throughput(model, method, cfg, tok, task, examples, config, device,
             "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured[:batch_size])}
 
 
-def summarize(paths, out_md, out_png=None):
-    """Merge accuracy and throughput JSONs (one per eval.py run) into the Pareto table and plot."""
+def summarize(paths, out_md, out_png=None, paper=None):
+    """Merge accuracy and throughput JSONs (one per eval.py run) into one table (and plot) of accuracy vs
+    speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
+    numbers stand beside ours."""
     rows = {}
     for path in paths:
         with open(path) as f:
             m = json.load(f)
-        row = rows.setdefault((m["model"], m["threshold"]), {"model": m["model"], "threshold": m["threshold"]})
+        label = m["ckpt"] if ":" in m["ckpt"] else os.path.basename(m["ckpt"].rstrip("/"))
+        row = rows.setdefault((label, m["threshold"]), {"ckpt": label, "model": m["model"], "tau": m["threshold"]})
         if m["task"] == "throughput":
-            row.update(tokens_per_s=m["tokens_per_s"], tokens_per_s_std=m["tokens_per_s_std"])
+            row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"])
         else:
-            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], n=m["n"])
-    order = {"ar": 0, "mdlm": 1, "bd3lm": 2, "setdiffusion": 3}
-    rows = sorted(rows.values(), key=lambda r: (order.get(r["model"], 9), -r["threshold"]))
+            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
+    order = ["ar", "mdlm", "bd3lm", "setdiffusion"]
+    rows = sorted(rows.values(), key=lambda r: (order.index(r["model"]), r["ckpt"], -r["tau"]))
     ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
-    lines = ["| method | tau | accuracy | tokens/step | tokens/s (batch 1) | speed vs AR |", "|---|---|---|---|---|---|"]
+    nan = float("nan")
+    head = "| checkpoint | tau | accuracy | tokens/step | tokens/s (batch 1) | speed vs AR |"
+    lines = [head + (" paper: accuracy | tokens/step | tokens/s |" if paper else ""),
+             "|---" * (6 + 3 * bool(paper)) + "|"]
     for r in rows:
-        speed = r.get("tokens_per_s", float("nan"))
-        rel = f"{speed / ar_speed:.2f}x" if ar_speed else "-"
-        lines.append(f"| {r['model']} | {r['threshold']:g} | {r.get('accuracy', float('nan')):.3f} | "
-                     f"{r.get('tokens_per_step', float('nan')):.2f} | {speed:.0f} ± {r.get('tokens_per_s_std', 0):.0f} "
-                     f"| {rel} |")
+        speed = r.get("tokens_per_s", nan)
+        line = (f"| {r['ckpt']} | {r['tau']:g} | {r.get('accuracy', nan):.3f} | {r.get('tokens_per_step', nan):.2f} "
+                f"| {speed:.1f} ± {r.get('std', nan):.1f} | {speed / ar_speed if ar_speed else nan:.2f}x |")
+        if paper:
+            x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
+            line += f" {acc / 100:.3f} | {x:.2f} | {tput:.1f} |"
+        lines.append(line)
+    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
     with open(out_md, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -150,12 +162,12 @@ def summarize(paths, out_md, out_png=None):
             print("matplotlib is not installed: no plot")
             return
         fig, ax = plt.subplots(figsize=(6, 4))
-        for name in order:
-            pts = [(r["tokens_per_s"], r["accuracy"]) for r in rows if r["model"] == name and "accuracy" in r
-                   and "tokens_per_s" in r]
+        for label in dict.fromkeys(r["ckpt"] for r in rows):
+            pts = sorted((r["tokens_per_s"], r["accuracy"]) for r in rows
+                         if r["ckpt"] == label and "accuracy" in r and "tokens_per_s" in r)
             if pts:
-                ax.plot(*zip(*sorted(pts)), "o-", label=name)
-        ax.set_xlabel("tokens/s (batch 1, CPU)")
+                ax.plot(*zip(*pts), "o-", label=label)
+        ax.set_xlabel("tokens/s (batch 1)")
         ax.set_ylabel("accuracy")
         ax.legend()
         ax.grid(alpha=0.3)
@@ -183,6 +195,7 @@ def get_args(argv=None):
                    help="instead of evaluating: merge these --json files into a Pareto table (--out, --plot)")
     p.add_argument("--out", default="results/pareto.md", help="--summarize: markdown table path")
     p.add_argument("--plot", default=None, help="--summarize: accuracy vs tokens/s plot (needs matplotlib)")
+    p.add_argument("--paper", choices=["gsm8k"], default=None, help="--summarize: add the paper's numbers")
     args = p.parse_args(argv)
     if not args.summarize and not args.ckpt:
         p.error("--ckpt is required (or --summarize)")
@@ -192,21 +205,22 @@ def get_args(argv=None):
 def main(argv=None):
     args = get_args(argv)
     if args.summarize:
-        return summarize(args.summarize, args.out, args.plot)
+        paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
+        return summarize(args.summarize, args.out, args.plot, paper)
     from train import pick_device
     device = pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
+        task_name = args.task or config["data"]
+        data = get_task(config["data"] if task_name in ("likelihood", "throughput") else task_name)
+        tok = get_tokenizer(config["tokenizer"])
+        examples = data.load("test", args.data_dir)
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     sampler = config.get("sampler", {})
     threshold = args.threshold if args.threshold is not None else sampler.get("threshold", math.inf)
     window = args.window if args.window is not None else sampler.get("window", 0)
     max_new = args.max_new_tokens or sampler.get("max_new_tokens", 64)
-    task_name = args.task or config["data"]
-    data = get_task(config["data"] if task_name in ("likelihood", "throughput") else task_name)
-    tok = get_tokenizer(config["tokenizer"])
-    examples = data.load("test", args.data_dir)
     examples = examples[:args.limit] if args.limit else examples
     kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block)
     if task_name == "likelihood":

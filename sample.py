@@ -50,10 +50,10 @@ def main(argv=None):
     device = pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
+        tok, task = get_tokenizer(config["tokenizer"]), get_task(config["data"])
+        prompt = args.prompt.replace("\\n", "\n") if args.prompt is not None else task.load("test")[0]["prompt"]
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
-    tok, task = get_tokenizer(config["tokenizer"]), get_task(config["data"])
-    prompt = args.prompt.replace("\\n", "\n") if args.prompt is not None else task.load("test")[0]["prompt"]
     n_prompt = len(tok.encode(prompt))
     if n_prompt >= config["seq_len"]:
         sys.exit(f"error: the prompt has {n_prompt} tokens, more than the model's context "

@@ -14,13 +14,14 @@ computed in one forward over a 2L two-stream layout [x0 in sigma order | [MASK] 
 Sampling: a window of W positions from the leftmost still-masked one; every step predicts all masked
 positions in the window at once, decodes the confident ones (the MDLM rule) and commits them.
 
-Schedule (paper §3; smax = max set size = 2d, d = expected number of masked tokens in the active window x 2):
+Schedule (paper §3; smax = max set size = 2d, where d/2 is the expected number of [MASK]s in the active window):
     b = smax / (L + smax - 1),  A = d / (2L),  k = A / (b - A)   (k = 1, b = 2A when d in {1, smax})
     loc_j = (1 - b)(1 - j / (L - 1)),  T_j = loc_j + b (1 - exp(-E_j / k)),  E_j ~ Exp(1)
     sigma = argsort(T, descending, stable): prompt first (T = +inf), padding last (T = -inf)
 
-Limits: smax = 2 (d = 1) gives the identity order: AR. A single schedule shared by every position (smax = L
-in spirit) gives uniform orders: MDLM. Contiguous fixed sets with attention inside the set: BD3-LM.
+Limits: smax = 2 (d = 1) gives the identity order, so the model is AR (tested). Were every position to share
+one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic limit. Fixed contiguous
+sets whose members attend to each other: BD3-LM.
 Differences from the official code: the sampler runs a batch (each row its own window; the official asserts
 batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left crop);
 the FHT commit order samples T over the canvas columns.
@@ -216,7 +217,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
         steps += cand.any(1)
         nfe += 1
         done |= ~masked.any(1)
-        if stop is not None and nfe % W == 0:                                      # every W steps
+        if stop is not None and nfe > 1 and (nfe - 1) % W == 0:                    # every W steps, as official
             left = torch.where(masked.any(1), masked.float().argmax(1), C)
             done |= stop(tokens, (left + W).clamp(max=C))
     return finish(tokens, step, steps, nfe)

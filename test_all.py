@@ -280,8 +280,8 @@ def test_setdiffusion_commit_orders_and_stop_rule():
     calls = []
     stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
     tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=12, stop=stop)
-    assert stats["nfe"] == 3 and len(calls) == 1 and (calls[0] == 4 + 3 + 3).all()   # checked every W = 3
-    assert (tokens[:, 4 + 3:] == MASK).all()             # nothing decoded past the stop
+    assert stats["nfe"] == 4 and len(calls) == 1 and (calls[0] == 4 + 4 + 3).all()   # after step W+1 (W = 3)
+    assert (tokens[:, 4 + 4:] == MASK).all()             # nothing decoded past the stop
     for bad in ({"window": 7}, {"commit_order": "random"}):
         with pytest.raises(ValueError):
             sd.generate(model, prompt, cfg, max_new_tokens=4, **bad)
@@ -404,8 +404,12 @@ def test_bad_input_gets_one_clear_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         evaluate.main(["--ckpt", str(tmp_path / "nowhere")])
     assert str(e.value.code).startswith("error: ") and "nowhere" in str(e.value.code)
-    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
-        run_train(tmp_path, "--model", "ar", "--resume")
+    for bad, message in [(["--model", "ar", "--resume"], "no checkpoint at"),
+                         (["--model", "setdiffusion", "--smax", "1"], "smax must be"),
+                         (["--model", "setdiffusion", "--window", "9"], "larger than --smax")]:
+        with pytest.raises(SystemExit) as e:
+            run_train(tmp_path, *bad)
+        assert str(e.value.code).startswith("error: ") and message in str(e.value.code)
     run_train(tmp_path, "--model", "ar", "--max-iters", "1")
     with pytest.raises(SystemExit) as e:
         sample.main(["--ckpt", str(tmp_path / "ckpt"), "--prompt", "x" * 200])

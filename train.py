@@ -19,6 +19,7 @@ import time
 import torch
 
 import checkpoint
+import setdiffusion
 from data import encode, get_task, get_tokenizer
 from model import ModelConfig, Transformer
 
@@ -103,6 +104,10 @@ def setup(args):
                                         n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd))
     cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
                                    nelbo=args.nelbo)
+    if args.model == "setdiffusion":
+        setdiffusion.schedule(seq_len, args.smax)          # raises a clear ValueError for a bad smax
+        if args.window > args.smax:
+            raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
     config = {"model": vars(model.cfg).copy(), "method": args.model, "method_config": cfg,
               "tokenizer": tok.name, "data": args.data, "seq_len": seq_len,
               "sampler": {"threshold": args.threshold, "window": args.window,
@@ -122,7 +127,11 @@ def main(argv=None):
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
     master = rank == 0
-    task, tok, train, model, config = setup(args)
+    try:
+        task, tok, train, model, config = setup(args)
+        state = checkpoint.load_train_state(args.out_dir) if args.resume else None
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
     method = checkpoint.METHODS[args.model]
     cfg = checkpoint.METHOD_CONFIGS[args.model](**config["method_config"])
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
@@ -136,8 +145,7 @@ def main(argv=None):
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
     ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
     start = 0
-    if args.resume:
-        state = checkpoint.load_train_state(args.out_dir)
+    if state is not None:
         checkpoint.load_weights(model, state["model"])
         opt.load_state_dict(state["optimizer"])
         if ema is not None:
@@ -172,13 +180,18 @@ def main(argv=None):
             g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + micro)
             idx = torch.randint(0, N, (B * world,), generator=g)[rank * B:(rank + 1) * B]
             batch = {k: v[idx].to(device) for k, v in train.items()}
-            noise_g = torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)) + rank)
+            noise_seed = int(torch.randint(0, 2**62, (1,), generator=g)) + rank
+            noise_g = torch.Generator(device=device).manual_seed(noise_seed)
             with autocast:
                 loss, stats = method.loss(train_model, batch["x0"], cfg, batch["prompt_mask"], batch["pad_mask"],
                                           noise_g)
             (loss / args.grad_accum).backward()
             total += loss.item() / args.grad_accum
             tokens_seen += int((~batch["pad_mask"]).sum()) * world
+        if ddp:                                        # every rank sees the same loss, and stops together
+            t = torch.tensor(total, device=device)
+            torch.distributed.all_reduce(t)
+            total = t.item() / world
         if not math.isfinite(total):
             print(f"\nloss is {total} at step {step}: stopping. The last good checkpoint is in {args.out_dir}",
                   file=sys.stderr)

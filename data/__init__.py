@@ -6,6 +6,7 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
                                               prompt = what the model is given, target = the full reply it
                                               is trained to write, answer = the gold final answer
     is_correct(completion, answer) -> bool score one generated reply
+    SCORES                                 {metric name: scorer(completion, answer) -> bool}, "accuracy" first
     is_finished(completion) -> bool        the stopping rule: True once a (partial) reply is complete
     TOKENIZER                              the tokenizer name the task trains with by default
 and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special ids the methods need.

@@ -105,3 +105,6 @@ def is_correct(completion: str, answer: str) -> bool:
 def is_finished(completion: str) -> bool:
     """Stop once "####" is followed by a complete number (a non-digit after it) or EOS appears."""
     return "<|endoftext|>" in completion or re.search(r"####\s*-?\d+\D", completion) is not None
+
+
+SCORES = {"accuracy": is_correct}          # metric name -> scorer(completion, answer), reported by eval.py

@@ -170,3 +170,29 @@ def repeating_tokens(ids, n: int = 8, mask_id: int | None = None) -> bool:
     while mask_id is not None and ids and ids[-1] == mask_id:
         ids.pop()
     return len(ids) >= n and len(set(ids[-n:])) == 1
+
+
+SCORES = {"accuracy": is_correct, "strict_match": strict_match, "flexible_match": flexible_match}
+
+# The paper's GSM8K accuracy/throughput points (../shared/reference/paper_notes.md §5.1, from the official
+# plotting script; H100 [unconfirmed], batch 1): checkpoint key -> {tau: (tokens/step, tokens/s, accuracy %)}.
+# BD3-LM's points carry no tau labels there; they follow the same sweep order.
+_TAUS = (float("inf"), 0.99, 0.95, 0.90, 0.85, 0.80, 0.75, 0.70, 0.65, 0.60)
+PAPER_RESULTS = {
+    "gsm8k:ar": {float("inf"): (1.0, 55.52, 80.21)},
+    "gsm8k:bd3lm-s4": dict(zip(_TAUS, [
+        (1.0, 40.51, 63.53), (1.55, 55.36, 63.61), (1.78, 61.10, 63.31), (1.93, 64.61, 61.56),
+        (2.05, 67.06, 60.42), (2.15, 69.27, 60.05), (2.25, 71.68, 58.91), (2.36, 73.50, 57.62),
+        (2.47, 75.33, 54.97), (2.59, 77.8, 52.62)])),
+    "gsm8k:setdlm-smax8": dict(zip(_TAUS, [
+        (1.0, 45.25, 66.41), (1.54, 69.79, 67.85), (1.78, 80.82, 67.10), (1.95, 87.47, 65.73),
+        (2.08, 92.62, 64.37), (2.20, 96.81, 63.68), (2.33, 102.86, 61.56), (2.46, 107.24, 58.23),
+        (2.60, 116.60, 58.23), (2.75, 122.25, 54.81)])),
+    "gsm8k:bd3lm-s16": dict(zip(_TAUS, [
+        (1.0, 42.3, 50.49), (1.83, 72.0, 50.27), (2.28, 87.01, 48.82), (2.61, 98.33, 46.78),
+        (2.89, 108.82, 45.03), (3.18, 115.83, 43.67), (3.43, 122.54, 42.23), (3.71, 134.48, 39.27)])),
+    "gsm8k:setdlm-smax32": dict(zip(_TAUS, [
+        (1.0, 41.51, 61.94), (1.69, 69.74, 60.12), (2.04, 82.77, 60.73), (2.30, 92.93, 59.59),
+        (2.54, 101.39, 57.9), (2.78, 111.24, 56.56), (3.04, 121.78, 54.13), (3.32, 132.43, 49.20),
+        (3.67, 147.4, 44.58), (4.06, 160.68, 41.62)])),
+}
