@@ -280,8 +280,11 @@ def test_setdiffusion_commit_orders_and_stop_rule():
     calls = []
     stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
     tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=12, stop=stop)
-    assert stats["nfe"] == 4 and len(calls) == 1 and (calls[0] == 4 + 4 + 3).all()   # after step W+1 (W = 3)
-    assert (tokens[:, 4 + 4:] == MASK).all()             # nothing decoded past the stop
+    assert stats["nfe"] == 4 and len(calls) == 1                         # checked after step W + 1 (W = 3)
+    left = (tokens == MASK).float().argmax(1)                            # the window starts at the first [MASK]
+    assert torch.equal(calls[0], left + 3) and stats["n_gen"].tolist() == [4, 4]
+    for row, end in zip(tokens, calls[0]):
+        assert (row[end:] == MASK).all()                                 # nothing decoded past the window
     for bad in ({"window": 7}, {"commit_order": "random"}):
         with pytest.raises(ValueError):
             sd.generate(model, prompt, cfg, max_new_tokens=4, **bad)
@@ -388,7 +391,7 @@ def test_eval_and_sample_from_a_checkpoint(tmp_path, capsys):
     assert math.isfinite(json.loads((tmp_path / "likelihood.json").read_text())["perplexity"])
     evaluate.main(["--summarize", str(tmp_path / "arith.json"), str(tmp_path / "throughput.json"),
                    "--out", str(tmp_path / "p.md")])
-    assert "| bd3lm | inf |" in (tmp_path / "p.md").read_text()
+    assert "| ckpt | inf |" in (tmp_path / "p.md").read_text()
     sample.main(["--ckpt", ckpt, "--max-new-tokens", "8", "--show-order", "--threshold", "0.5"])
     out = capsys.readouterr().out
     assert "[0]" in out and "forward passes" in out
