@@ -79,7 +79,8 @@ def denoise(model, x0, xt, cfg: BD3LMConfig, pad_mask):
 
 
 def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
-    """NELBO, an upper bound on -log p(x0): (sum over targets (B,), number of targets (B,))."""
+    """NELBO, an upper bound on -log p(x0): (sum over targets (B,), number of targets (B,)).
+    Same as mdlm.nll, with this file's noise (one t per block) and denoise (the 2L layout)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
         xt, t = noise(x0, cfg, target, generator)
@@ -88,7 +89,7 @@ def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=
 
 
 def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
-    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once."""
+    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once; as mdlm.loss."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
         xt, t = noise(x0, cfg, target, generator)
