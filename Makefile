@@ -27,7 +27,7 @@ test: install-test  ## run the tests (the same command CI runs)
 pareto:  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the shipped task (<= 60 min CPU)
 	mkdir -p results/pareto
 	$(PY) train.py --model ar --out-dir out/pareto/ar $(PARETO_TRAIN)
-	$(PY) train.py --model mdlm --out-dir out/pareto/mdlm $(PARETO_TRAIN)
+	$(PY) train.py --model mdlm --predict-padding --out-dir out/pareto/mdlm $(PARETO_TRAIN)
 	$(PY) train.py --model bd3lm --block-size 4 --out-dir out/pareto/bd3lm $(PARETO_TRAIN)
 	$(PY) train.py --model setdiffusion --smax 8 --out-dir out/pareto/setdiffusion $(PARETO_TRAIN)
 	$(PY) eval.py --ckpt out/pareto/ar $(PARETO_EVAL) --json results/pareto/ar-inf.json

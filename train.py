@@ -41,9 +41,12 @@ def get_args(argv=None):
     g.add_argument("--data", default="arith", choices=["arith", "gsm8k"], help="training task")
     g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
     g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default)")
+    g.add_argument("--predict-padding", action="store_true",
+                   help="train on the padding too (attended, predicted), so a bidirectional model learns where "
+                        "a reply ends; the official code's predict_padding")
     g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's)")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--max-iters", type=int, default=1500, help="optimizer steps")
+    g.add_argument("--max-iters", type=int, default=650, help="optimizer steps")
     g.add_argument("--batch-size", type=int, default=32, help="sequences per step per process")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
     g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
@@ -109,7 +112,7 @@ def setup(args):
         if args.window > args.smax:
             raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
     config = {"model": vars(model.cfg).copy(), "method": args.model, "method_config": cfg,
-              "tokenizer": tok.name, "data": args.data, "seq_len": seq_len,
+              "tokenizer": tok.name, "data": args.data, "seq_len": seq_len, "predict_padding": args.predict_padding,
               "sampler": {"threshold": args.threshold, "window": args.window,
                           "max_new_tokens": args.max_new_tokens}}
     return task, tok, train, model, config
@@ -183,8 +186,8 @@ def main(argv=None):
             noise_seed = int(torch.randint(0, 2**62, (1,), generator=g)) + rank
             noise_g = torch.Generator(device=device).manual_seed(noise_seed)
             with autocast:
-                loss, stats = method.loss(train_model, batch["x0"], cfg, batch["prompt_mask"], batch["pad_mask"],
-                                          noise_g)
+                pad_mask = None if args.predict_padding else batch["pad_mask"]
+                loss, stats = method.loss(train_model, batch["x0"], cfg, batch["prompt_mask"], pad_mask, noise_g)
             (loss / args.grad_accum).backward()
             total += loss.item() / args.grad_accum
             tokens_seen += int((~batch["pad_mask"]).sum()) * world
