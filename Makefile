@@ -2,7 +2,7 @@
 PY ?= python
 ITERS ?= 2000
 TAUS ?= inf 0.99 0.9 0.8 0.7 0.6
-PARETO_TRAIN = --max-iters $(ITERS) --eval-limit 50 --save-every 100000 --seed 1
+PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 
 .PHONY: help install install-test demo test pareto bench reproduce-gsm8k finetune-gsm8k
