@@ -26,7 +26,7 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from model import ModelConfig, Transformer, from_state, hub_dir
+from model import ModelConfig, from_state, hub_dir
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -76,11 +76,9 @@ def resolve(out_dir: str) -> str:
                             f"model.safetensors (written by train.py --out-dir)")
 
 
-def build(config: dict):
-    """(model, method module, method config) from a config.json dict; the model has random weights."""
-    model = Transformer(ModelConfig(**config["model"]))
-    method = METHODS[config["method"]]
-    return model, method, METHOD_CONFIGS[config["method"]](**config["method_config"])
+def method_of(config: dict):
+    """(method module, method config) named by a config.json dict."""
+    return METHODS[config["method"]], METHOD_CONFIGS[config["method"]](**config["method_config"])
 
 
 def load(path: str, device="cpu"):
@@ -125,8 +123,8 @@ def load_ours(d: str, device="cpu"):
     try:
         with open(os.path.join(d, "config.json")) as f:
             config = json.load(f)
-        model, method, cfg = build(config)
-        load_weights(model, load_file(os.path.join(d, "model.safetensors")))
+        model = from_state(ModelConfig(**config["model"]), load_file(os.path.join(d, "model.safetensors")))
+        method, cfg = method_of(config)
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
     return model.to(device).eval(), method, cfg, config
@@ -286,7 +284,7 @@ def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
            "tokenizer": "qwen3:" + (source if has_tok else "Qwen/Qwen3-1.7B-Base"),
            "data": data, "seq_len": seq_len, "source": source}
     model = from_state(model_cfg, state)
-    return model.to(device).eval(), METHODS[method], METHOD_CONFIGS[method](**out["method_config"]), out
+    return (model.to(device).eval(), *method_of(out), out)
 
 
 def pick_setting(source: str, what: str, from_name, from_config):

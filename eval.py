@@ -106,12 +106,12 @@ def evaluate_throughput(model, method, cfg, tok, task, examples, config, device,
     prompts = [e["prompt"] for e in examples]
     for p in prompts[:warmup]:
         generate(model, method, cfg, tok, task, [p], device, max_new_tokens, **kw)
-    rates, steps, nfe, n_tok, seconds = [], [], 0, 0, 0.0
+    rates, steps, nfe = [], [], 0
     for j, p in enumerate(prompts[warmup:]):
         _, stats, sec = generate(model, method, cfg, tok, task, [p], device, max_new_tokens, seed=j, **kw)
         rates.append(int(stats["n_gen"].sum()) / sec)
         steps.append(stats["tokens_per_step"])
-        nfe, n_tok, seconds = nfe + stats["nfe"], n_tok + int(stats["n_gen"].sum()), seconds + sec
+        nfe += stats["nfe"]
     measured = prompts[warmup:]
     _, stats, sec = generate(model, method, cfg, tok, task, measured[:batch_size], device, max_new_tokens, **kw)
     mean = sum(rates) / len(rates)

@@ -135,8 +135,7 @@ def main(argv=None):
         state = checkpoint.load_train_state(args.out_dir) if args.resume else None
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
-    method = checkpoint.METHODS[args.model]
-    cfg = checkpoint.METHOD_CONFIGS[args.model](**config["method_config"])
+    method, cfg = checkpoint.method_of(config)
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     autocast = (torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32
