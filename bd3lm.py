@@ -5,21 +5,22 @@ which are clean, so finished blocks go to a KV cache exactly as in AR decoding. 
 once with a 2L layout: [x0 | xt], both halves at positions 0..L-1, and a mask where the noisy copy of block
 b sees the clean blocks < b and its own noisy block.
 
-Noise: as MDLM, with one t ~ U[eps, 1] per block, and at least one [MASK] per block that has targets.
+Noise: as MDLM, with one t ~ U[eps, 1] per block; in training, a block of targets left without a [MASK] gets
+r + 1 of its positions masked (r ~ U{0..S-1}), as the official code does. Evaluation draws xt from q exactly.
 Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at eval), summed over blocks:
     L = 1/|M| * sum_b sum_{i in M, i in block b} -log p_theta(x0_i | xt_block_b, x0_blocks<b)
 
 Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
-Differences from the official code: the at-least-one-mask rule re-masks one random target of an unmasked
-block (the official re-masks r + 1 random positions, r ~ U{0..S-1}). Batched generation aligns each row's
+Differences from the official code: batched generation aligns each row's
 blocks to its own positions by left-padding it to a multiple of S (the official sampler runs batch size 1).
 """
 import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from ar import defaults, finish, with_padding
 from mdlm import decode, masked_nll, objective
@@ -36,21 +37,27 @@ class BD3LMConfig:
 
 # ----------------------------------------------------------------------------- noising
 
-def noise(x0, cfg: BD3LMConfig, target, generator=None):
-    """xt with one t per block of S tokens and at least one [MASK] in every block that has targets."""
+def noise(x0, cfg: BD3LMConfig, target, generator=None, train=True):
+    """xt with one t per block of S tokens. Returns xt, t (B, L).
+
+    train=True adds the official training rule: a block made entirely of targets (no prompt, no padding)
+    that drew no [MASK] gets r + 1 random positions re-masked, r ~ U{0..S-1}. Evaluation (train=False)
+    draws xt from q exactly, so the 1/t-weighted NELBO stays an unbiased estimate of the bound."""
     B, L = x0.shape
     S, dev = cfg.block_size, x0.device
     n_blk = math.ceil(L / S)
     u = torch.rand(B, n_blk, generator=generator, device=dev)
     t = (cfg.eps + (1 - cfg.eps) * u).repeat_interleave(S, 1)[:, :L]            # (B, L), one t per block
     masked = (torch.rand(B, L, generator=generator, device=dev) < t) & target
-    pad = n_blk * S - L                                                          # view as (B, n_blk, S)
-    r = torch.rand(B, L, generator=generator, device=dev).masked_fill(~target, -1.0)
-    blk_r = torch.nn.functional.pad(r, (0, pad), value=-1.0).view(B, n_blk, S)
-    blk_masked = torch.nn.functional.pad(masked, (0, pad)).view(B, n_blk, S)
-    need = (blk_r.amax(-1) >= 0) & ~blk_masked.any(-1)                          # (B, n_blk) targets, no mask
-    force = torch.zeros_like(blk_masked).scatter_(-1, blk_r.argmax(-1, keepdim=True), need[..., None])
-    masked |= force.view(B, -1)[:, :L]
+    if train:
+        pad = n_blk * S - L                                                      # view as (B, n_blk, S)
+        blk_target = F.pad(target, (0, pad)).view(B, n_blk, S)
+        blk_masked = F.pad(masked, (0, pad)).view(B, n_blk, S)
+        need = blk_target.all(-1) & ~blk_masked.any(-1)                          # (B, n_blk) all targets, no mask
+        r = torch.randint(0, S, (B, n_blk, 1), generator=generator, device=dev)  # re-mask r + 1 positions
+        rank = torch.rand(B, n_blk, S, generator=generator, device=dev).argsort(-1).argsort(-1)
+        force = (rank <= r) & need[..., None]                                    # (B, n_blk, S)
+        masked |= force.view(B, -1)[:, :L]
     return torch.where(masked, cfg.mask_id, x0), t
 
 
@@ -83,7 +90,7 @@ def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=
     Same as mdlm.nll, with this file's noise (one t per block) and denoise (the 2L layout)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
-        xt, t = noise(x0, cfg, target, generator)
+        xt, t = noise(x0, cfg, target, generator, train=False)                   # q exactly: no forced masks
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
 

@@ -116,14 +116,24 @@ def test_bd3lm_one_block_is_mdlm():
     torch.testing.assert_close(a, b)
 
 
-def test_bd3lm_noise_masks_every_block_and_never_the_prompt():
-    x0, S = torch.randint(0, MASK, (64, 12)), 4
+def test_bd3lm_noise_forces_masks_only_in_blocks_of_targets():
+    """Training: every block made entirely of targets holds a [MASK]; a block with prompt is not forced;
+    the prompt is never masked; one t per block. Eval (train=False) forces nothing."""
+    x0, S = torch.randint(0, MASK, (512, 12)), 4
     target = torch.ones_like(x0, dtype=torch.bool)
-    target[:, :3] = False
-    xt, t = bd3lm.noise(x0, bd3lm.BD3LMConfig(MASK, S, eps=1e-4), target, torch.Generator().manual_seed(0))
+    target[:, :3] = False                                                   # block 0 holds the prompt
+    cfg = bd3lm.BD3LMConfig(MASK, S, eps=1e-4)
+    xt, t = bd3lm.noise(x0, cfg, target, torch.Generator().manual_seed(0))
     assert (xt[:, :3] == x0[:, :3]).all()
-    assert (xt == MASK).view(64, 3, S).any(-1).all()
-    assert (t.view(64, 3, S) == t.view(64, 3, S)[..., :1]).all()            # one t per block
+    blk = (xt == MASK).view(512, 3, S)
+    assert blk[:, 1:].any(-1).all()
+    assert not blk[:, 0].any(-1).all()                                      # not forced: some left clean
+    assert (t.view(512, 3, S) == t.view(512, 3, S)[..., :1]).all()          # one t per block
+    small = t.view(512, 3, S)[:, 1:, 0] < 0.01                               # forced blocks: r + 1 ~ U{1..S} masks
+    counts = blk[:, 1:].sum(-1)[small]
+    assert set(counts.tolist()) == {1, 2, 3, 4}
+    xt, t = bd3lm.noise(x0, cfg, target, torch.Generator().manual_seed(0), train=False)
+    assert not (xt == MASK).view(512, 3, S)[:, 1:].any(-1).all()           # q exactly: empty blocks happen
 
 
 def test_subs_copies_clean_tokens_and_never_predicts_mask():
