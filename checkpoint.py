@@ -33,6 +33,15 @@ METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3
                   "setdiffusion": setdiffusion.SetDiffusionConfig}
 
 
+def pick_device(name: str) -> str:
+    """"auto" -> cuda if available, else mps, else cpu; any other name as it is."""
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
+
+
 def weights(model) -> dict:
     """State dict without the tied lm_head (safetensors refuses shared tensors)."""
     sd = model.state_dict()

@@ -207,8 +207,7 @@ def main(argv=None):
     if args.summarize:
         paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
         return summarize(args.summarize, args.out, args.plot, paper)
-    from train import pick_device
-    device = pick_device(args.device)
+    device = checkpoint.pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         task_name = args.task or config["data"]

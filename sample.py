@@ -46,8 +46,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--show-order", action="store_true", help="mark each token with the step that decoded it")
     args = p.parse_args(argv)
-    from train import pick_device
-    device = pick_device(args.device)
+    device = checkpoint.pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         tok, task = get_tokenizer(config["tokenizer"]), get_task(config["data"])

@@ -20,7 +20,7 @@ import torch
 
 import checkpoint
 import setdiffusion
-from data import encode, get_task, get_tokenizer
+from data import TASKS, encode, get_task, get_tokenizer
 from model import ModelConfig, Transformer
 
 
@@ -38,7 +38,7 @@ def get_args(argv=None):
     g.add_argument("--n-kv-head", type=int, default=0, help="key/value heads (0 = n_head)")
     g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
     g = p.add_argument_group("data")
-    g.add_argument("--data", default="arith", choices=["arith", "gsm8k"], help="training task")
+    g.add_argument("--data", default="arith", choices=TASKS, help="training task")
     g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
     g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default)")
     g.add_argument("--predict-padding", action="store_true",
@@ -84,19 +84,11 @@ def lr_at(step, args):
     return args.lr * (args.final_lr + (1 - args.final_lr) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def pick_device(name):
-    if name != "auto":
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "cpu"
-
-
 def setup(args):
     """Tokenizer, task, data tensors, model, and the config.json dict describing them."""
     task = get_task(args.data)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
-    seq_len = args.seq_len or {"arith": 128, "gsm8k": 1024}[args.data]
+    seq_len = args.seq_len or task.SEQ_LEN
     train = encode(tok, task.load("train", args.data_dir), seq_len)
     if args.init_from:
         from model import from_pretrained
@@ -122,7 +114,7 @@ def main(argv=None):
     args = get_args(argv)
     ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    device = pick_device(args.device)
+    device = checkpoint.pick_device(args.device)
     if ddp:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         device = f"cuda:{local}" if device == "cuda" else device

@@ -9,6 +9,7 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
     SCORES                                 {metric name: scorer(completion, answer) -> bool}, "accuracy" first
     is_finished(completion) -> bool        the stopping rule: True once a (partial) reply is complete
     TOKENIZER                              the tokenizer name the task trains with by default
+    SEQ_LEN                                the default context length L of the task
 and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special ids the methods need.
 """
 import importlib

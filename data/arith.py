@@ -20,6 +20,7 @@ import random
 import re
 
 NAME = "arith"
+SEQ_LEN = 128                                             # default context length L
 TOKENIZER = "bytes"
 MAX_LEN = 128                                             # prompt + target + EOS, in bytes
 SPLITS = {"train": (20_000, 1234), "test": (500, 5678)}   # split -> (size, seed)

@@ -15,6 +15,7 @@ import re
 from fractions import Fraction
 
 NAME = "gsm8k"
+SEQ_LEN = 1024                                            # default context length L
 TOKENIZER = "qwen3:Qwen/Qwen3-1.7B-Base"
 MASK_TEXT = "<|fim_middle|>"                     # how a sampler may decode a still-masked position
 STOP_TEXTS = ("<|im_end|>", "<|endoftext|>")     # end of the assistant turn / of the document
