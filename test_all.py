@@ -203,8 +203,8 @@ def naive_generate(name, model, prompt, N, threshold):
                 blk = torch.arange(s + S) // S
                 e = min(s + S, x.shape[1])
                 logits = model(x[:, :e], mask=(blk[:e, None] >= blk[None, :e]))[:, s:e]
-            elif name == "mdlm":              # full bidirectional forward, blocks of 4 after the prompt
-                s = prompt.shape[1] + (int(m.nonzero()[0]) - prompt.shape[1]) // 4 * 4
+            elif name == "mdlm":              # full bidirectional forward, blocks at multiples of 4
+                s = int(m.nonzero()[0]) // 4 * 4
                 e = min(s + 4, x.shape[1])
                 logits = model(x, mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool))[:, s:e]
             else:                             # clean tokens in commit order, then the window's [MASK] queries
