@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+import sampling
 from model import KVCache
 
 
@@ -71,12 +72,12 @@ def loss(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=No
 
 # ----------------------------------------------------------------------------- generate
 
-def sample(logits, temperature: float, generator=None):
-    """Greedy (temperature 0) or temperature sampling from logits (B, V) -> (B,)."""
-    if temperature <= 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+def sample(logits, temperature: float, generator=None, track=None):
+    """Greedy (temperature 0) or temperature sampling from logits (B, V) -> (B,); a sampling.Track adds its
+    options (penalties, top-p, the low-confidence stop)."""
+    y, conf = sampling.choose(sampling.process(logits[:, None], track), temperature, generator, track)   # (B, 1)
+    sampling.early_stop(track, conf, torch.ones_like(conf, dtype=torch.bool))
+    return y[:, 0]
 
 
 def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
@@ -98,8 +99,8 @@ def finish(tokens, step, steps, nfe):
 
 @torch.no_grad()
 def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, temperature=0.0,
-             generator=None, stop=None):
-    """KV-cached decoding, one token per forward pass."""
+             generator=None, stop=None, options=None):
+    """KV-cached decoding, one token per forward pass. options: a sampling.SamplerOptions."""
     B, P = prompt.shape
     tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)   # (B, P+N)
     N, dev = max_new_tokens, prompt.device
@@ -108,6 +109,7 @@ def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, 
     steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     cache = KVCache(len(model.layers), B, P + N)
+    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     mask = with_padding(attention_mask(P, dev), ~prompt_mask)                      # (B, 1, P, P)
     logits = model(prompt, pos[:, :P], mask, cache, last=1)[:, -1]                 # (B, V)
     cache.commit(P)
@@ -115,11 +117,13 @@ def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, 
     for i in range(N):
         steps += ~done
         logits[:, cfg.mask_id] = float("-inf")
-        y = torch.where(done, cfg.mask_id, sample(logits, temperature, generator))   # (B,)
+        sampling.at(track, tokens, torch.full((B, 1), P + i, device=dev))
+        y = torch.where(done, cfg.mask_id, sample(logits, temperature, generator, track))   # (B,)
         tokens[:, P + i] = y
         step[:, P + i] = torch.where(done, -1, i)
         if stop is not None:
             done |= stop(tokens, torch.full((B,), P + i + 1, device=dev))
+        done |= track.stopped if track is not None else done
         if done.all() or i == N - 1:
             break
         mask = real[:, None, None, :P + i + 1]                                   # (B, 1, 1, P+i+1)

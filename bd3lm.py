@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+import sampling
 from ar import defaults, finish, with_padding
 from mdlm import block_canvas, decode, masked_nll, objective, standard
 from model import KVCache
@@ -108,10 +109,12 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
 
 @torch.no_grad()
 def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None):
+             temperature=0.0, generator=None, stop=None, options=None):
     """Block by block: inside a block, steps of the confidence rule with the block's queries attending to
     the cache and to their own block; a finished block is committed to the KV cache by the next block's
-    first forward, which takes it as a clean prefix (the official `fused_block_cache`)."""
+    first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
+    prompt are infilled block by block too (a block sees only the blocks to its left). options: a
+    sampling.SamplerOptions."""
     B, P = prompt.shape
     S, N, dev = cfg.block_size, max_new_tokens, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)      # (B, C)
@@ -124,6 +127,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
         return m | (cols[lo:e, None] == cols[None, :e])                                   # (B, 1, e-lo, e)
 
     cache = KVCache(len(model.layers), B, C)                     # cache slot j holds canvas column j
+    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     if F > 0:                                                    # prompt blocks before the first new token
         model(tokens[:, :F], pos[:, :F], block_mask(0, F), cache, last=1)
         cache.commit(F)
@@ -140,7 +144,9 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
             lo = cache.length                                    # < s: earlier blocks still to commit
             logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(lo, e), cache, last=S)   # (B, S, V)
             cache.commit(s - lo)
-            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
+            sampling.at(track, tokens, torch.arange(s, e, device=dev).expand(B, -1))
+            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)
+            done = sampling.stopped(track, done)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
@@ -150,4 +156,4 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
             done |= stop(torch.cat([prompt, tokens.gather(1, new)], 1), end)
         if done.all():
             break
-    return finish(*standard(prompt, tokens, step, new), steps, nfe)
+    return finish(*standard(prompt, tokens, step, new, real), steps, nfe)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+import sampling
 from ar import defaults, finish, with_padding
 
 
@@ -106,25 +107,23 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
 
 # ----------------------------------------------------------------------------- generate
 
-def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0, generator=None):
+def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0, generator=None, track=None):
     """The confidence rule of the diffusion samplers.
 
     logits (B, K, V) at K slots, candidates (B, K) the still-masked slots that may be decoded now.
     Predict a token at every slot (greedy, or sampled at `temperature`); its confidence is its probability.
     Decode the most confident candidate of each row plus every candidate with confidence >= threshold, so
     threshold = inf decodes exactly one token per row and step. Returns tokens (B, K), decoded (B, K) bool.
+    A sampling.Track adds its options (penalties, top-p, the low-confidence stop).
     """
     logits = logits.float()
     logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
-    probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1)   # (B, K, V)
-    if temperature > 0:
-        y = torch.multinomial(probs.flatten(0, 1), 1, generator=generator).view(probs.shape[:2])
-    else:
-        y = probs.argmax(-1)                                                # (B, K)
-    conf = probs.gather(-1, y[..., None]).squeeze(-1).masked_fill(~candidates, -1.0)   # (B, K)
+    y, conf = sampling.choose(sampling.process(logits, track), temperature, generator, track)   # (B, K)
+    conf = conf.masked_fill(~candidates, -1.0)
     decoded = (conf >= threshold) & candidates
     top = conf.argmax(-1, keepdim=True)                                     # (B, 1)
     decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
+    sampling.early_stop(track, conf, decoded)
     return y, decoded
 
 
@@ -139,7 +138,9 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     B, P = prompt.shape
     dev = prompt.device
     p = prompt_mask.sum(1) if prompt_mask is not None else torch.full((B,), P, device=dev)   # (B,)
-    first = p // S * S                                           # (B,) start of the first generated block
+    hole = (prompt == mask_id) & (torch.arange(P, device=dev) >= P - p[:, None])   # (B, P) [MASK]s to infill
+    lead = torch.where(hole.any(1), hole.float().argmax(1) - (P - p), p)          # (B,) first position to decode
+    first = lead // S * S                                        # (B,) start of the first generated block
     F = int(first.max())
     off = F - first                                              # (B,) multiple of S
     C = F + math.ceil(int((off + p + max_new_tokens).max() - F) / S) * S
@@ -152,23 +153,31 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     return tokens, real, rel.clamp(min=0), F, new
 
 
-def standard(prompt, tokens, step, new):
-    """Back from block_canvas to the layout every sampler returns: [left-padded prompt | N new] (B, P + N)."""
-    return (torch.cat([prompt, tokens.gather(1, new)], 1),
-            torch.cat([torch.full_like(prompt, -1), step.gather(1, new)], 1))
+def standard(prompt, tokens, step, new, real):
+    """Back from block_canvas to the layout every sampler returns: [left-padded prompt | N new] (B, P + N);
+    the prompt's part is read from the canvas too, so [MASK]s infilled inside the prompt come back filled."""
+    B, P = prompt.shape
+    off = real.float().argmax(1, keepdim=True)                                  # (B, 1) first real column
+    src = off + real.sum(1, keepdim=True) - new.shape[1] - P + torch.arange(P, device=prompt.device)   # (B, P)
+    vis, src = src >= off, src.clamp(min=0)
+    return (torch.cat([torch.where(vis, tokens.gather(1, src), prompt), tokens.gather(1, new)], 1),
+            torch.cat([torch.where(vis, step.gather(1, src), -1), step.gather(1, new)], 1))
 
 
 @torch.no_grad()
 def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, block=32):
+             temperature=0.0, generator=None, stop=None, block=32, options=None):
     """Semi-autoregressive: decode blocks of `block` positions left to right, aligned to multiples of `block`
     (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a block,
-    one full bidirectional forward per step and the confidence rule until the block has no [MASK] left."""
+    one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
+    [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
+    the visible tokens right of them count). options: a sampling.SamplerOptions."""
     B, P = prompt.shape
     N, dev = max_new_tokens, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
     C = tokens.shape[1]
     mask = with_padding(attention_mask(C, dev), ~real)                             # (B, 1, C, C)
+    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -180,7 +189,9 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
             if not cand.any():
                 break
             logits = model(tokens, pos, mask, last=C - s)[:, :block]                 # (B, block, V)
-            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
+            sampling.at(track, tokens, torch.arange(s, e, device=dev).expand(B, -1))
+            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)
+            done = sampling.stopped(track, done)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
@@ -190,4 +201,4 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
             done |= stop(torch.cat([prompt, tokens.gather(1, new)], 1), end)
         if done.all():
             break
-    return finish(*standard(prompt, tokens, step, new), steps, nfe)
+    return finish(*standard(prompt, tokens, step, new, real), steps, nfe)

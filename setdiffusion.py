@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+import sampling
 from ar import canvas, defaults, finish, with_padding
 from mdlm import decode
 from model import KVCache
@@ -160,7 +161,7 @@ def gather_slots(chosen, key):
 
 @torch.no_grad()
 def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, window=None, commit_order="l2r"):
+             temperature=0.0, generator=None, stop=None, window=None, commit_order="l2r", options=None):
     """Sliding-window set decoding with a KV commit every step.
 
     The prompt may hold [MASK] anywhere (infilling): every visible token, left and right of the gaps, is
@@ -168,7 +169,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     Each step is one forward over [tokens decoded last step (clean) | masked positions of the window]; the
     clean ones are committed to the cache, the queries' entries dropped. commit_order "l2r" commits a step's
     tokens left to right, "fht" by decreasing first-hitting time (the training order distribution).
-    `stop` is checked every W steps on the canvas up to the window's end.
+    `stop` is checked every W steps on the canvas up to the window's end. options: a sampling.SamplerOptions.
     """
     W = window or cfg.smax // 2
     if not 1 <= W <= cfg.smax:
@@ -183,6 +184,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     if commit_order == "fht" and C >= 2:
         key = -first_hitting_times(B, C, min(2 * W, C), generator, dev)
     masked = (tokens == cfg.mask_id) & real                                         # (B, C) still to decode
+    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     n_masked = int(masked.sum(1).max())
     cache = KVCache(len(model.layers), B, C + min(B, W) * n_masked + W)            # room for dead slots
 
@@ -209,7 +211,9 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
         logits = model(inp, p, step_mask(cache_ok, ok, W), cache, last=W)          # (B, W, V)
         cache.commit(idx.shape[1])                                                 # keep the clean, drop queries
         cache_ok = torch.cat([cache_ok, ok], 1)
-        y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)  # (B, W)
+        sampling.at(track, tokens, win)
+        y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)  # (B, W)
+        done = sampling.stopped(track, done)
         new = torch.zeros_like(tokens).scatter_add_(1, win, dec.long()).bool()     # (B, C)
         tokens = torch.where(new, torch.zeros_like(tokens).scatter_add_(1, win, y * dec), tokens)
         step = torch.where(new, steps[:, None], step)                              # the row's own step

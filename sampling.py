@@ -1,0 +1,154 @@
+"""Sampler options shared by all four methods: what happens to logits before they become tokens.
+
+Every sampler turns logits into tokens in one of two places, `ar.sample` (AR) and `mdlm.decode` (MDLM,
+BD3-LM, Set Diffusion); both call `process` and `choose` below, so each option exists once:
+
+    repetition penalty p     (HF RepetitionPenaltyLogitsProcessor) a token already seen has its logit divided
+                             by p if positive, multiplied by p if negative. "Seen" = the tokens generated so far
+                             (the official diffusion samplers' running_generation), plus the prompt's visible
+                             tokens with penalize_context (HF generate's input_ids, the official AR and infilling).
+    length penalty (s, f)    (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
+                             wrapper does) at a slot with n > s new tokens before it, the EOS logit gets
+                             |logit| * (f^(n - s) - 1) added: pushed up whatever its sign.
+    min_new_tokens m         (HF MinNewTokensLengthLogitsProcessor) EOS is impossible at slots with n < m.
+    temperature, top_p       sample from softmax(logits / temperature), cut to the smallest set of most likely
+                             tokens whose mass reaches top_p (nucleus), renormalised. temperature 0 = greedy.
+    low-confidence stop      (the official EntropyEosStoppingCriteria confidence rule, OWT unconditional) a
+                             row stops once stop_patience consecutive new tokens, counted after the first
+                             stop_min_tokens, were decoded with probability < stop_confidence.
+
+A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), as in
+the official `_generate_unconditional`; the diffusion samplers' threshold rule uses the same number.
+max_new_tokens stays the samplers' own argument.
+"""
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SamplerOptions:
+    top_p: float = 1.0                 # nucleus mass, (0, 1]; needs temperature > 0 below 1
+    repetition_penalty: float = 1.0    # p > 0; 1 = off
+    penalize_context: bool = False     # also count the prompt's visible tokens as seen
+    length_penalty: tuple = ()         # (start, factor) or () = off
+    min_new_tokens: int = 0            # EOS forbidden before this many new tokens
+    stop_confidence: float = 0.0       # low-confidence stop threshold; 0 = off
+    stop_patience: int = 1             # consecutive low-confidence tokens that stop a row
+    stop_min_tokens: int = 0           # new tokens never counted by the stop rule
+    eos_id: int = -1                   # needed by the length penalty and min_new_tokens
+
+
+def check(opt: SamplerOptions, temperature: float = 0.0):
+    """Raise a ValueError with one clear line for contradictory or out-of-range options."""
+    if not 0 < opt.top_p <= 1:
+        raise ValueError(f"top-p must be in (0, 1], got {opt.top_p}")
+    if opt.top_p < 1 and temperature <= 0:
+        raise ValueError("top-p < 1 needs sampling: set a temperature > 0 (temperature 0 is greedy)")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if opt.repetition_penalty <= 0:
+        raise ValueError(f"the repetition penalty must be > 0 (1 = off), got {opt.repetition_penalty}")
+    if opt.length_penalty and (len(opt.length_penalty) != 2 or opt.length_penalty[0] < 0
+                               or opt.length_penalty[1] <= 0):
+        raise ValueError(f"the length penalty is (start >= 0, factor > 0), got {opt.length_penalty}")
+    if opt.min_new_tokens < 0 or opt.stop_min_tokens < 0 or opt.stop_patience < 1:
+        raise ValueError("min new tokens and stop min tokens must be >= 0, stop patience >= 1")
+    if not 0 <= opt.stop_confidence < 1:
+        raise ValueError(f"the low-confidence stop threshold must be in [0, 1), got {opt.stop_confidence}")
+    if (opt.length_penalty or opt.min_new_tokens) and opt.eos_id < 0:
+        raise ValueError("the length penalty and min new tokens need the tokenizer's eos_id")
+
+
+@dataclass
+class Track:
+    """What a sampler knows about its rows between steps (one per generate call)."""
+    opt: SamplerOptions
+    counted: torch.Tensor    # (B, C) canvas columns whose tokens count as seen (generated, or the context)
+    first: torch.Tensor      # (B,) canvas column of each row's first generated token
+    strikes: torch.Tensor    # (B,) consecutive low-confidence tokens so far
+    stopped: torch.Tensor    # (B,) bool, rows the low-confidence rule stopped
+    tokens: torch.Tensor = None   # (B, C) the canvas now
+    n: torch.Tensor = None        # (B, K) the slots' index among the new tokens
+
+
+def start(opt, tokens, real, mask_id: int, temperature=0.0):
+    """A Track for a canvas tokens (B, C) whose [MASK]s (real (B, C)) are to be generated; None without options."""
+    if opt is None:
+        return None
+    check(opt, temperature)
+    gen = (tokens == mask_id) & real                                      # (B, C) columns to generate
+    B = tokens.shape[0]
+    return Track(opt, real & (gen | opt.penalize_context), gen.float().argmax(1),
+                 torch.zeros(B, dtype=torch.long, device=tokens.device),
+                 torch.zeros(B, dtype=torch.bool, device=tokens.device))
+
+
+def at(track, tokens, cols):
+    """Point the track at this step: the canvas tokens (B, C) and the slots' canvas columns cols (B, K)."""
+    if track is not None:
+        track.tokens, track.n = tokens, cols - track.first[:, None]
+    return track
+
+
+def process(logits, track):
+    """Repetition penalty, length penalty and min new tokens on logits (B, K, V) at the track's slots."""
+    if track is None:
+        return logits
+    opt, logits = track.opt, logits.float().clone()
+    if opt.repetition_penalty != 1.0:
+        B, V = logits.shape[0], logits.shape[-1]
+        seen = torch.zeros(B, V, device=logits.device).scatter_add_(
+            1, track.tokens, track.counted.float()) > 0                     # (B, V)
+        p = opt.repetition_penalty
+        penalised = torch.where(logits < 0, logits * p, logits / p)
+        logits = torch.where(seen[:, None, :], penalised, logits)
+    eos = logits[..., opt.eos_id] if opt.eos_id >= 0 else None            # (B, K)
+    if opt.length_penalty:
+        s, f = opt.length_penalty
+        boost = eos.abs() * (f ** (track.n - s).clamp(min=0).double() - 1).float()   # 0 where n <= s
+        eos = eos + boost
+    if opt.min_new_tokens:
+        eos = eos.masked_fill(track.n < opt.min_new_tokens, float("-inf"))
+    if eos is not None:
+        logits[..., opt.eos_id] = eos
+    return logits
+
+
+def nucleus(probs, top_p: float):
+    """Keep the most likely tokens until their mass reaches top_p (at least one), renormalised. (..., V)"""
+    sorted_p, idx = probs.sort(-1, descending=True)
+    keep = sorted_p.cumsum(-1) - sorted_p < top_p                        # mass before this token < p
+    kept = torch.zeros_like(probs).scatter_(-1, idx, sorted_p * keep)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def choose(logits, temperature=0.0, generator=None, track=None):
+    """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p."""
+    logits = logits.float()
+    probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    if track is not None and track.opt.top_p < 1:
+        probs = nucleus(probs, track.opt.top_p)
+    if temperature > 0:
+        y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(probs.shape[:-1])
+    else:
+        y = logits.argmax(-1)
+    return y, probs.gather(-1, y[..., None]).squeeze(-1)
+
+
+def early_stop(track, conf, decoded):
+    """The low-confidence stop: walk the decoded slots (B, K) left to right, count consecutive tokens with
+    confidence < stop_confidence after the first stop_min_tokens; a row stops at stop_patience of them."""
+    opt = track.opt if track is not None else None
+    if opt is None or opt.stop_confidence <= 0:
+        return
+    for k in range(conf.shape[1]):
+        live = decoded[:, k] & (track.n[:, k] >= opt.stop_min_tokens)    # (B,)
+        low = conf[:, k] < opt.stop_confidence
+        track.strikes = torch.where(live, torch.where(low, track.strikes + 1, 0), track.strikes)
+        track.stopped |= track.strikes >= opt.stop_patience
+
+
+def stopped(track, done):
+    """done (B,) plus the rows the low-confidence rule stopped."""
+    return done if track is None else done | track.stopped
