@@ -108,6 +108,11 @@ def load(path: str, device="cpu"):
                                 f"safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub repo id")
     if not local and (os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") != 1):
         raise missing                                              # a local path, not an "org/name" repo id
+    if not local and path in ALSO_NAMED:                           # README and push code disagree: try both
+        try:
+            hub_dir(path, ["*.json"])
+        except FileNotFoundError:
+            path = ALSO_NAMED[path]
     d = local[0] if local else hub_dir(path, ["*.json"])          # the configs first: refuse before a download
     try:
         with open(os.path.join(d, "config.json")) as f:
@@ -169,6 +174,8 @@ def released_keys() -> dict:
 
 
 RELEASED = released_keys()
+# The official push code named the non-GSM8K Set Diffusion repos -setdlm-d{4,8,16}, its README -setdlm-smax{8,16,32}
+ALSO_NAMED = {f"kuleshov-group/cnndm-setdlm-smax{2 * d}": f"kuleshov-group/cnndm-setdlm-d{d}" for d in (4, 8, 16)}
 QWEN3_MASK_ID = 151660            # <|fim_middle|>, the official [MASK] for Qwen3
 BACKBONE_NAME = re.compile(r"(.*?)(model\.(?:layers\.\d+|embed_tokens|norm)\..+|lm_head\.weight)")
 

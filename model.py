@@ -54,6 +54,14 @@ class ModelConfig:
             raise ValueError(f"norm must be 'rms' or 'layer' and mlp 'swiglu' or 'gelu', got {self.norm}, {self.mlp}")
 
 
+# Named model shapes (train.py --preset). cnndm: the official from-scratch CNN/DM model, the Qwen3-0.6B-Base
+# config with width 256, MLP 768 and 28 layers; heads, KV heads, head_dim, vocabulary, tying, theta inherited.
+PRESETS = {
+    "cnndm": dict(vocab_size=151936, n_layer=28, n_embd=256, intermediate_size=768, n_head=16, head_dim=128,
+                  n_kv_head=8, rope_theta=1e6, tie_embeddings=True),
+}
+
+
 class KVCache:
     """Keys and values of every layer, preallocated to max_len, plus the committed length.
 

@@ -21,7 +21,7 @@ import torch
 import checkpoint
 import setdiffusion
 from data import TASKS, encode, get_task, get_tokenizer
-from model import ModelConfig, Transformer
+from model import PRESETS, ModelConfig, Transformer
 
 
 def get_args(argv=None):
@@ -36,6 +36,9 @@ def get_args(argv=None):
     g.add_argument("--n-embd", type=int, default=128, help="width")
     g.add_argument("--n-head", type=int, default=4, help="attention heads")
     g.add_argument("--n-kv-head", type=int, default=0, help="key/value heads (0 = n_head)")
+    g.add_argument("--preset", default="", choices=["", "cnndm"],
+                   help="a named model shape (model.PRESETS) instead of --n-layer/--n-embd/...: cnndm = the "
+                        "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
     g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
     g = p.add_argument_group("data")
     g.add_argument("--data", default="arith", choices=TASKS, help="training task")
@@ -95,8 +98,10 @@ def setup(args):
         model = from_pretrained(args.init_from).train()
     else:
         torch.manual_seed(args.seed)
-        model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
-                                        n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd))
+        shape = PRESETS[args.preset] if args.preset else dict(
+            vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
+            n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
+        model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
                                    nelbo=args.nelbo)
     if args.model == "setdiffusion":
@@ -222,7 +227,8 @@ def report(model, method, cfg, tok, task, args, device, config, show):
     examples = task.load("test", args.data_dir)[:args.eval_limit]
     m = evaluate_accuracy(model, method, cfg, tok, task, examples, config, device=device,
                           threshold=args.threshold, window=args.window, max_new_tokens=args.max_new_tokens)
-    print(f"\nheld-out accuracy {m['accuracy']:.3f} on {m['n']} problems, "
+    score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
+    print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "
           f"{m['tokens_per_step']:.2f} tokens/step")
     if show:
         print("sample:\n" + examples[0]["prompt"] + m["completions"][0])

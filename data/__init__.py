@@ -19,7 +19,7 @@ import numpy as np
 import tiktoken
 import torch
 
-TASKS = ("arith", "gsm8k")
+TASKS = ("arith", "gsm8k", "cnndm")
 
 
 @dataclass
