@@ -17,14 +17,15 @@ import time
 import torch
 
 import checkpoint
+import generation
 from data import encode, encode_prompts, get_task, get_tokenizer
 
-TASKS = ["arith", "gsm8k", "likelihood", "throughput"]
+TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput"]
 
 
-def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32):
+def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32, options=None):
     """The generate() keyword arguments each method takes."""
-    kw = {"temperature": temperature}
+    kw = {"temperature": temperature, **({"options": options} if options else {})}
     if method_name != "ar":
         kw["threshold"] = threshold
     if method_name == "setdiffusion" and window:
@@ -69,9 +70,9 @@ def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, see
 
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,
-                      max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32):
+                      max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32, options=None):
     """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
-    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block)
+    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block, options)
     completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
@@ -188,6 +189,7 @@ def get_args(argv=None):
     p.add_argument("--mdlm-block", type=int, default=32, help="MDLM sampler block length")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate per problem")
+    p.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
     p.add_argument("--warmup", type=int, default=5, help="throughput: warm-up examples before timing")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file")
@@ -211,7 +213,7 @@ def main(argv=None):
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         task_name = args.task or config["data"]
-        data = get_task(config["data"] if task_name in ("likelihood", "throughput") else task_name)
+        data = get_task(config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name)
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
     except (FileNotFoundError, ValueError) as e:
@@ -221,8 +223,15 @@ def main(argv=None):
     window = args.window if args.window is not None else sampler.get("window", 0)
     max_new = args.max_new_tokens or sampler.get("max_new_tokens", 64)
     examples = examples[:args.limit] if args.limit else examples
-    kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block)
-    if task_name == "likelihood":
+    kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
+              options=generation.options_for(data.NAME, tok, config["method"]))
+    if task_name in ("rocstories", "infill"):
+        try:
+            m = generation.evaluate_task(task_name, data, examples, model, method, cfg, tok, config, device,
+                                         args.sentences, args.warmup, **sampler_kwargs(config["method"], **kw))
+        except ValueError as e:
+            sys.exit(f"error: {e}")
+    elif task_name == "likelihood":
         m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device, args.batch_size,
                                 args.seed)
     elif task_name == "throughput":

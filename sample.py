@@ -15,8 +15,11 @@ import sys
 import torch
 
 import checkpoint
+import generation
+import sampling
 from data import get_task, get_tokenizer
 from eval import generate, sampler_kwargs
+from sampling import SamplerOptions
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
 
@@ -34,6 +37,19 @@ def show_order(tok, ids, steps, colour):
     return "".join(out)
 
 
+def unconditional(args, model, method, cfg, config, tok, options, device):
+    """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
+    kw = sampler_kwargs(config["method"], args.threshold, args.window)
+    kw.pop("temperature")
+    max_new = args.max_new_tokens or config["seq_len"] - 1
+    texts, rates = generation.unconditional(model, method, cfg, tok, config["method"], args.n, max_new, device,
+                                            args.seed, options, **kw)
+    for i, text in enumerate(texts):
+        print(f"--- sample {i}\n{text}")
+    print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
+          f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
@@ -45,11 +61,27 @@ def main(argv=None):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--show-order", action="store_true", help="mark each token with the step that decoded it")
+    p.add_argument("--unconditional", action="store_true",
+                   help="sample from BOS alone with the official OWT options (nucleus, repetition penalty, "
+                        "low-confidence stop), seq_len - 1 new tokens by default; prints tokens/s")
+    p.add_argument("-n", type=int, default=1, help="--unconditional: how many samples")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus mass (needs --temperature > 0 unless "
+                   "--unconditional, which samples at 1; default: 1, or the official 0.95 / AR 0.90 there)")
+    p.add_argument("--repetition-penalty", type=float, default=None,
+                   help="HF repetition penalty (default: 1, or the official 1.05 / AR 1.0 with --unconditional)")
     args = p.parse_args(argv)
     device = checkpoint.pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
-        tok, task = get_tokenizer(config["tokenizer"]), get_task(config["data"])
+        tok = get_tokenizer(config["tokenizer"])
+        options = generation.options_for("owt", tok, config["method"]) if args.unconditional else SamplerOptions()
+        options.top_p = options.top_p if args.top_p is None else args.top_p
+        options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
+                                      else args.repetition_penalty)
+        sampling.check(options, 1.0 if args.unconditional else args.temperature)
+        if args.unconditional:
+            return unconditional(args, model, method, cfg, config, tok, options, device)
+        task = get_task(config["data"])
         prompt = args.prompt.replace("\\n", "\n") if args.prompt is not None else task.load("test")[0]["prompt"]
     except (FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
@@ -58,7 +90,8 @@ def main(argv=None):
         sys.exit(f"error: the prompt has {n_prompt} tokens, more than the model's context "
                  f"(seq_len={config['seq_len']}); shorten it")
     max_new = args.max_new_tokens or config.get("sampler", {}).get("max_new_tokens", 64)
-    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature)
+    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,
+                        options=options if options != SamplerOptions() else None)
     texts, stats, seconds = generate(model, method, cfg, tok, task, [prompt], device, max_new, args.seed, **kw)
     print(prompt, end="")
     if args.show_order:

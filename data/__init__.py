@@ -59,8 +59,11 @@ def get_tokenizer(name: str) -> Tokenizer:
     raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or 'qwen3:<repo id or directory>'")
 
 
+EVAL_TASKS = ("rocstories",)     # evaluation only (no train split)
+
+
 def get_task(name: str):
-    if name not in TASKS:
+    if name not in TASKS + EVAL_TASKS:
         raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     return importlib.import_module(f"data.{name}")
 

@@ -1,0 +1,52 @@
+"""ROCStories infilling (the paper's Table 2): five-sentence stories from the Story Cloze validation set
+(spring 2016), the middle sentence (sentences=1) or sentences 2-4 (sentences=3) masked, with the oracle span
+length, filled zero-shot by a model trained on OpenWebText (GPT-2 tokens), scored by ROUGE against the
+reference sentence(s).
+
+    file:  <data_dir>/cloze_test_val__spring2016.csv (the official eval_datasets/ file name). The set needs a
+           form to download: https://cs.rochester.edu/nlp/rocstories/ ("Story Cloze Test Spring 2016 val").
+    row:   InputStoryid, InputSentence1..4, RandomFifthSentenceQuiz1, RandomFifthSentenceQuiz2, AnswerRightEnding
+           -> the story = sentences 1-4 + the right fifth sentence.
+    input: [BOS] + left + [MASK] * |middle tokens| + right + [EOS]   (spec §2.3), sentences joined by spaces.
+
+Tokenizer-agnostic: `examples(tok, ...)` returns token ids for whatever tokenizer the checkpoint uses.
+"""
+import csv
+import os
+
+NAME = "rocstories"
+FILE = "cloze_test_val__spring2016.csv"
+WHERE = "https://cs.rochester.edu/nlp/rocstories/ (Story Cloze Test, Spring 2016 validation set; a form)"
+
+
+def load(split: str = "test", data_dir: str | None = None) -> list[list[str]]:
+    """The stories (five sentences each) of the CSV in data_dir; split is ignored (there is one set)."""
+    path = os.path.join(data_dir or ".", FILE)
+    if data_dir is None or not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found: pass --data-dir with the Story Cloze CSV {FILE}, from {WHERE}")
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    try:
+        return [[r[f"InputSentence{i}"].strip() for i in range(1, 5)]
+                + [r[f"RandomFifthSentenceQuiz{r['AnswerRightEnding'].strip()}"].strip()] for r in rows]
+    except KeyError as e:
+        raise ValueError(f"{path}: not the Story Cloze format (no column {e}); expected InputSentence1..4, "
+                         f"RandomFifthSentenceQuiz1/2, AnswerRightEnding") from None
+
+
+def split_story(story: list[str], sentences: int) -> tuple[str, str, str]:
+    """(left, middle, right) text: the middle sentence (1) or sentences 2-4 (3) masked."""
+    if sentences not in (1, 3):
+        raise ValueError(f"--sentences must be 1 or 3, got {sentences}")
+    lo, hi = (2, 3) if sentences == 1 else (1, 4)
+    return " ".join(story[:lo]), " " + " ".join(story[lo:hi]), " " + " ".join(story[hi:])
+
+
+def examples(tok, stories: list[list[str]], sentences: int) -> list[dict]:
+    """Token ids per story: left (with BOS), span (the reference middle), right (with EOS), and its text."""
+    out = []
+    for story in stories:
+        left, middle, right = split_story(story, sentences)
+        out.append({"left": [tok.eos_id] + tok.encode(left), "span": tok.encode(middle),
+                    "right": tok.encode(right) + [tok.eos_id], "answer": middle.strip()})
+    return out

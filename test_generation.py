@@ -1,0 +1,202 @@
+"""CNN/DM, ROCStories infilling, the shipped task's middle-step infill and unconditional samples, end to end on
+tiny checkpoints and tiny data files in the real formats (offline): python -m pytest -q test_generation.py"""
+import csv
+import json
+import math
+import os
+
+import pytest
+import torch
+
+import checkpoint
+import eval as evaluate
+import generation
+import sample
+import train
+from data import arith, byte_tokenizer, cnndm, get_tokenizer, rocstories
+
+TOK = byte_tokenizer()
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
+        "--max-new-tokens", "8", "--warmup", "2", "--max-iters", "2"]
+ARTICLE = "The council voted on Monday to build a new bridge over the river, officials said."
+HIGHLIGHTS = "Council votes for a new bridge."
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    """A 2-step byte-level checkpoint of every method on the shipped task."""
+    root = tmp_path_factory.mktemp("ckpts")
+    for m in ("ar", "mdlm", "bd3lm", "setdiffusion"):
+        train.main(["--model", m, "--out-dir", str(root / m), *TINY])
+    return root
+
+
+# ----------------------------------------------------------------------------- CNN/DailyMail
+
+def write_cnndm(d, n=3):
+    import datasets
+    rows = {"article": [ARTICLE * (i + 1) for i in range(n)], "highlights": [HIGHLIGHTS] * n,
+            "id": [str(i) for i in range(n)]}
+    os.makedirs(d / "3.0.0", exist_ok=True)
+    for split in ("train", "test"):
+        datasets.Dataset.from_dict(rows).to_parquet(str(d / "3.0.0" / f"{split}-00000-of-00001.parquet"))
+
+
+def test_cnndm_example_layout_and_truncation(monkeypatch):
+    monkeypatch.setattr(cnndm, "MAX_SOURCE", 20)
+    ex = cnndm.make_example(TOK, ARTICLE, HIGHLIGHTS * 20)
+    assert ex["prompt"] == "<|endoftext|>" + ARTICLE[:18] + "<|endoftext|>" and len(TOK.encode(ex["prompt"])) == 20
+    assert ex["target"].startswith("Summary: Council") and len(TOK.encode(ex["target"])) == 179   # + EOS = 180
+    test = cnndm.make_example(TOK, ARTICLE, HIGHLIGHTS, eval_prompt=True)
+    assert test["prompt"].endswith("<|endoftext|>Summary:") and test["target"] == " " + HIGHLIGHTS
+
+
+def test_cnndm_stop_rule_and_rouge():
+    # the official pattern r'<|endoftext|>' (a YAML plain scalar) is r'< | endoftext | >': one "endoftext" in
+    # the reply is the third match once the prompt's BOS and EOS gave two
+    assert not cnndm.is_finished("Summary: a bridge <b> is")
+    assert cnndm.is_finished("Summary: a bridge.<|endoftext|>")
+    assert cnndm.is_finished("it's r'<")
+    assert cnndm.strip_target_prompt(" Summary: a b<|endoftext|>c") == "a b"
+    r1, r2, rl = (cnndm.SCORES[k]("Summary: council votes for bridge", HIGHLIGHTS) for k in ("rouge1", "rouge2", "rougeL"))
+    assert r1 == pytest.approx(2 * 1 * 4 / 6 / (1 + 4 / 6))      # all 4 unigrams in the 6 of the reference
+    assert r2 == pytest.approx(2 * 2 / 3 * 2 / 5 / (2 / 3 + 2 / 5)) and rl == pytest.approx(r1)   # 2 of 3 bigrams
+    with pytest.raises(FileNotFoundError, match="parquet"):
+        cnndm.load("test", "/nonexistent", TOK)
+
+
+def test_cnndm_official_options_are_threaded_to_the_sampler():
+    opt = generation.options_for("cnndm", TOK, "setdiffusion")
+    assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1), 256,
+                                                                                             False)
+    assert generation.options_for("cnndm", TOK, "ar").penalize_context                # HF generate: prompt too
+    owt = generation.options_for("owt", TOK, "ar"), generation.options_for("owt", TOK, "bd3lm")
+    assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
+
+
+def test_cnndm_train_and_eval_end_to_end(tmp_path, monkeypatch, capsys):
+    write_cnndm(tmp_path / "cnn")
+    monkeypatch.setattr(cnndm, "TOKENIZER", "bytes")
+    ckpt = str(tmp_path / "ck")
+    train.main(["--model", "setdiffusion", "--data", "cnndm", "--data-dir", str(tmp_path / "cnn"), "--seq-len", "320",
+                "--out-dir", ckpt, *TINY])
+    out = tmp_path / "m.json"
+    evaluate.main(["--ckpt", ckpt, "--task", "cnndm", "--data-dir", str(tmp_path / "cnn"), "--max-new-tokens", "8",
+                   "--json", str(out)])
+    m = json.loads(out.read_text())
+    assert m["task"] == "cnndm" and m["n"] == 3 and all(0 <= m[k] <= 1 for k in ("rouge1", "rouge2", "rougeL"))
+    assert "held-out rouge1" in capsys.readouterr().out
+
+
+def test_cnndm_preset_is_the_official_shape():
+    from model import PRESETS, ModelConfig
+    c = ModelConfig(**PRESETS["cnndm"])
+    assert (c.n_layer, c.n_embd, c.intermediate_size, c.n_head, c.head_dim, c.n_kv_head, c.vocab_size) == \
+        (28, 256, 768, 16, 128, 8, 151936) and c.tie_embeddings and c.rope_theta == 1e6
+
+
+def test_cnndm_setdlm_released_under_its_push_code_name(tmp_path):
+    """Only kuleshov-group/cnndm-setdlm-d4 exists: the key cnndm:setdlm-smax8 still finds it."""
+    from safetensors.torch import save_file
+    from test_pretrained import V, fake_hub, released_weights, run_offline, write_json
+    d = fake_hub(tmp_path, "kuleshov-group/cnndm-setdlm-d4")
+    save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
+    write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"],
+                                                "tokenization_config": {"mask_token_id": V - 1}})
+    out = run_offline(tmp_path, "import checkpoint; m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
+                                "print(c['source'], cfg.smax, c['data'], c['seq_len'])").stdout.split()
+    assert out == ["kuleshov-group/cnndm-setdlm-d4", "8", "cnndm", "768"]
+
+
+# ----------------------------------------------------------------------------- ROCStories
+
+STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
+
+
+def write_cloze(d):
+    os.makedirs(d, exist_ok=True)
+    with open(d / rocstories.FILE, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
+                    "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
+        w.writerow(["id0", *STORY[:4], "The cat flew away.", STORY[4], "2"])
+        w.writerow(["id1", *STORY[:4], STORY[4], "It rained.", "1"])
+
+
+def test_rocstories_load_and_spans(tmp_path):
+    write_cloze(tmp_path)
+    stories = rocstories.load("test", str(tmp_path))
+    assert stories == [STORY, STORY]
+    one, three = (rocstories.examples(TOK, stories, s)[0] for s in (1, 3))
+    assert one["answer"] == STORY[2] and three["answer"] == " ".join(STORY[1:4])
+    for ex in (one, three):        # BOS + left + span + right + EOS is the whole story
+        assert TOK.decode(ex["left"] + ex["span"] + ex["right"]) == " ".join(STORY)
+        assert ex["left"][0] == ex["right"][-1] == TOK.eos_id
+
+
+@pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm", "setdiffusion"])
+def test_rocstories_eval_every_method(tmp_path, ckpts, capsys, name):
+    write_cloze(tmp_path)
+    out = tmp_path / "m.json"
+    evaluate.main(["--ckpt", str(ckpts / name), "--task", "rocstories", "--sentences", "3", "--data-dir",
+                   str(tmp_path), "--warmup", "1", "--json", str(out)])
+    m = json.loads(out.read_text())
+    assert m["n"] == 1 and 0 <= m["rougeL"] <= 1 and m["tokens_per_s"] > 0
+    note = "AR cannot infill: it continues from the left context only"
+    assert (note in capsys.readouterr().out) == (name == "ar")
+
+
+def test_rocstories_bad_input(tmp_path, ckpts):
+    with pytest.raises(SystemExit) as e:                       # no CSV: where to get it
+        evaluate.main(["--ckpt", str(ckpts / "mdlm"), "--task", "rocstories", "--data-dir", str(tmp_path)])
+    assert str(e.value.code).startswith("error: ") and rocstories.FILE in str(e.value.code)
+    assert "rochester.edu" in str(e.value.code) and "\n" not in str(e.value.code)
+    long = tmp_path / "long"
+    write_cloze(long)
+    text = (long / rocstories.FILE).read_text().replace("She fed it fish.", "She fed it fish. " * 20)
+    (long / rocstories.FILE).write_text(text)
+    with pytest.raises(SystemExit) as e:                       # the span does not fit the canvas
+        evaluate.main(["--ckpt", str(ckpts / "mdlm"), "--task", "rocstories", "--data-dir", str(long)])
+    assert "more than the model's context (seq_len=128)" in str(e.value.code)
+
+
+# ----------------------------------------------------------------------------- the shipped task's middle step
+
+def test_arith_infill_items_rebuild_the_problem_and_score():
+    examples = arith.load("test")[:50]
+    items = generation.arith_infill(examples, TOK)
+    for ex, it in zip(examples, items):
+        assert TOK.decode(it["left"] + it["span"] + it["right"][:-1]) == ex["prompt"] + ex["target"]
+        assert generation.ARITH_SCORES["step_exact"](it["step"], it) and \
+            generation.ARITH_SCORES["answer_right"](it["step"], it)
+        a, rest = it["step"].split("=")
+        wrong = a + "=" + str(int(rest[:-1]) + 1) + "."
+        assert not generation.ARITH_SCORES["answer_right"](wrong, it)
+    assert {len(it["before"]) for it in items} == {1, 2}           # 2nd of 2 or 3 steps, 3rd of 4
+
+
+def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
+    for name in ("ar", "setdiffusion"):
+        out = tmp_path / f"{name}.json"
+        evaluate.main(["--ckpt", str(ckpts / name), "--task", "infill", "--limit", "3", "--warmup", "1",
+                       "--threshold", "0.9", "--json", str(out)])
+        m = json.loads(out.read_text())
+        assert m["task"] == "infill" and m["n"] == 2 and {"step_exact", "answer_right", "tokens_per_s"} <= set(m)
+
+
+# ----------------------------------------------------------------------------- unconditional samples
+
+def test_unconditional_samples(ckpts, capsys):
+    sample.main(["--ckpt", str(ckpts / "bd3lm"), "--unconditional", "-n", "2", "--max-new-tokens", "12"])
+    out = capsys.readouterr().out
+    assert out.count("--- sample") == 2 and "tokens/s (batch 1)" in out and "top-p 0.95" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--unconditional", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
+    (["--top-p", "0.9"], "top-p < 1 needs sampling: set a temperature > 0"),
+    (["--repetition-penalty", "-1"], "the repetition penalty must be > 0")])
+def test_contradictory_sampler_flags_get_one_clear_line(ckpts, flags, message):
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--ckpt", str(ckpts / "ar"), "--max-new-tokens", "4", *flags])
+    assert str(e.value.code).startswith("error: " + message) and "\n" not in str(e.value.code)
