@@ -71,3 +71,49 @@ finetune-gsm8k:  ## fine-tune Qwen3-1.7B-Base on GSM8K as the paper did, M=ar|md
 	  --lr 1e-5 --warmup 100 --final-lr 0.5 --weight-decay 1.0 --dtype bfloat16 --ema 0.9999 --grad-clip 1.0 \
 	  --batch-size 1 --max-iters 75000 --smax 8 --block-size 4 --max-new-tokens 1024 --eval-limit 200 \
 	  --save-every 5000 --out-dir out/gsm8k-$(M)
+
+# ---- Summarization, infilling, unconditional samples (spec 5.2-5.3). CNN/DM and ROCStories need a CUDA GPU and
+# the Hub (or CNNDM_DIR = the Hub's parquet files of abisee/cnn_dailymail 3.0.0; ROCSTORIES_DIR = a folder with
+# the Story Cloze CSV cloze_test_val__spring2016.csv, which needs a form: https://cs.rochester.edu/nlp/rocstories/).
+CNNDM_DIR ?=
+CNNDM_CKPTS ?= cnndm:ar cnndm:mdlm cnndm:bd3lm-s4 cnndm:bd3lm-s8 cnndm:bd3lm-s16 cnndm:setdlm-smax8 cnndm:setdlm-smax16 cnndm:setdlm-smax32
+CNNDM_DATA = $(if $(CNNDM_DIR),--data-dir $(CNNDM_DIR))
+ROCSTORIES_DIR ?= data/rocstories
+INFILL_CKPTS ?= owt:ar owt:mdlm owt:bd3lm-s16 owt:setdlm-smax32
+
+.PHONY: train-cnndm reproduce-cnndm reproduce-infill infill
+
+# The official recipe (spec 5.1-5.2): from scratch, lr 3e-4 constant after 1000 warm-up steps (--final-lr 1),
+# global batch 128, bf16, EMA 0.9999, clip 1.0, L = 768, up to 500k steps (the official keeps the best);
+# --weight-decay 0.033 = composer's decoupled 1e-5 at lr 3e-4 (see finetune-gsm8k).
+train-cnndm:  ## train M=ar|mdlm|bd3lm|setdiffusion on CNN/DailyMail from scratch, the official recipe (GPU, days)
+	@$(NEED_GPU)
+	$(PY) train.py --model $(M) --data cnndm --preset cnndm $(CNNDM_DATA) --lr 3e-4 --warmup 1000 --final-lr 1.0 \
+	  --weight-decay 0.033 --dtype bfloat16 --ema 0.9999 --grad-clip 1.0 --batch-size 32 --grad-accum 4 \
+	  --max-iters 500000 --smax 32 --block-size 16 --max-new-tokens 180 --eval-limit 100 --save-every 10000 \
+	  --out-dir out/cnndm-$(M)
+
+reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 50 warm-up) of the released CNN/DM models (GPU)
+	@$(NEED_GPU)
+	mkdir -p results/cnndm
+	for c in $(CNNDM_CKPTS); do n=$${c#cnndm:}; \
+	  $(PY) eval.py --ckpt $$c --task cnndm --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
+	    --json results/cnndm/$$n.json && \
+	  $(PY) eval.py --ckpt $$c --task throughput --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
+	    --json results/cnndm/$$n-tput.json || exit 1; done
+	$(PY) generation.py results/cnndm.md results/cnndm/*.json
+
+reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models, ROUGE + tokens/s (GPU, the CSV)
+	@$(NEED_GPU)
+	mkdir -p results/infill
+	for c in $(INFILL_CKPTS); do n=$${c#owt:}; w=$$(case $$n in setdlm*) echo --window 32;; esac); \
+	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --sentences $$s --data-dir $(ROCSTORIES_DIR) \
+	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json || exit 1; done; done
+	$(PY) generation.py results/infill.md results/infill/*.json
+
+infill:  ## fill the masked middle reasoning step of the shipped task with each `make pareto` checkpoint (CPU)
+	mkdir -p results/infill-arith
+	for m in ar mdlm bd3lm setdiffusion; do \
+	  $(PY) eval.py --ckpt out/pareto/$$m --task infill --limit 500 --warmup 5 \
+	    --json results/infill-arith/$$m.json || exit 1; done
+	$(PY) generation.py results/infill-arith.md results/infill-arith/*.json

@@ -146,3 +146,25 @@ def evaluate_task(task_name, data, examples, model, method, cfg, tok, config, de
 def eos_stop(eos_id: int):
     """A sampler stop hook: a row stops at its first generated EOS (canvas column 0 is the BOS)."""
     return lambda tokens, end: torch.stack([(row[1:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
+
+
+def table(paths: list[str], out_md: str, keys=("rouge1", "rouge2", "rougeL", "step_exact", "answer_right",
+                                               "tokens_per_step", "tokens_per_s", "tokens_per_s_std", "n")):
+    """One markdown row per eval.py --json file (checkpoint, task, tau, then the metrics it has)."""
+    import json
+    import os
+    rows = [json.load(open(p)) for p in paths]
+    keys = [k for k in keys if any(k in r for r in rows)]
+    lines = ["| checkpoint | task | tau | " + " | ".join(keys) + " |", "|---" * (3 + len(keys)) + "|"]
+    for r in rows:
+        cells = [f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys]
+        lines.append(f"| {r['ckpt']} | {r['task']} | {r['threshold']:g} | " + " | ".join(cells) + " |")
+    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
+    with open(out_md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":     # python generation.py OUT.md A.json B.json ...: the table of eval.py --json files
+    import sys
+    table(sys.argv[2:], sys.argv[1])

@@ -18,6 +18,12 @@ from data import arith, byte_tokenizer, cnndm, rocstories
 from model import ModelConfig, Transformer
 
 TOK = byte_tokenizer()
+try:
+    import rouge_score  # noqa: F401
+    HAS_ROUGE = True
+except ImportError:
+    HAS_ROUGE = False
+needs_rouge = pytest.mark.skipif(not HAS_ROUGE, reason="rouge-score (test-only) is not installed")
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
         "--max-new-tokens", "8", "--warmup", "2", "--max-iters", "2"]
 ARTICLE = "The council voted on Monday to build a new bridge over the river, officials said."
@@ -57,6 +63,7 @@ def test_cnndm_example_layout_and_truncation(monkeypatch):
     assert test["prompt"].endswith("<|endoftext|>Summary:") and test["target"] == " " + HIGHLIGHTS
 
 
+@needs_rouge
 def test_cnndm_stop_rule_and_rouge():
     # the official pattern r'<|endoftext|>' (a YAML plain scalar) is r'< | endoftext | >': one "endoftext" in
     # the reply is the third match once the prompt's BOS and EOS gave two
@@ -80,6 +87,7 @@ def test_cnndm_official_options_are_threaded_to_the_sampler():
     assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
 
 
+@needs_rouge
 def test_cnndm_train_and_eval_end_to_end(tmp_path, monkeypatch, capsys):
     write_cnndm(tmp_path / "cnn")
     monkeypatch.setattr(cnndm, "TOKENIZER", "bytes")
@@ -129,6 +137,7 @@ def write_cloze(d):
         w.writerow(["id1", *STORY[:4], STORY[4], "It rained.", "1"])
 
 
+@needs_rouge
 def test_rocstories_load_and_spans(tmp_path):
     write_cloze(tmp_path)
     stories = rocstories.load("test", str(tmp_path))
@@ -140,6 +149,7 @@ def test_rocstories_load_and_spans(tmp_path):
         assert ex["left"][0] == ex["right"][-1] == TOK.eos_id
 
 
+@needs_rouge
 @pytest.mark.parametrize("name, sentences", [("ar", 3), ("mdlm", 1), ("bd3lm", 1), ("setdiffusion", 3)])
 def test_rocstories_eval_every_method(tmp_path, ckpts, capsys, name, sentences):
     write_cloze(tmp_path)
@@ -152,6 +162,7 @@ def test_rocstories_eval_every_method(tmp_path, ckpts, capsys, name, sentences):
     assert (note in capsys.readouterr().out) == (name == "ar")
 
 
+@needs_rouge
 def test_rocstories_bad_input(tmp_path, ckpts):
     with pytest.raises(SystemExit) as e:                       # no CSV: where to get it
         evaluate.main(["--ckpt", str(ckpts / "mdlm"), "--task", "rocstories", "--data-dir", str(tmp_path)])
@@ -206,3 +217,12 @@ def test_contradictory_sampler_flags_get_one_clear_line(ckpts, flags, message):
     with pytest.raises(SystemExit) as e:
         sample.main(["--ckpt", str(ckpts / "ar"), "--max-new-tokens", "4", *flags])
     assert str(e.value.code).startswith("error: " + message) and "\n" not in str(e.value.code)
+
+
+def test_missing_rouge_package_is_one_clear_line(monkeypatch, tmp_path, ckpts):
+    import sys
+    monkeypatch.setitem(sys.modules, "rouge_score", None)              # as if not installed
+    write_cloze(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--ckpt", str(ckpts / "ar"), "--task", "rocstories", "--data-dir", str(tmp_path)])
+    assert str(e.value.code) == "error: ROUGE needs the rouge-score package: pip install rouge-score"

@@ -61,6 +61,8 @@ def load(split: str, data_dir: str | None = None, tok=None) -> list[dict]:
     tok: the tokenizer that counts the truncation (default TOKENIZER). Test prompts end with "Summary:"."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} for cnndm; choose one of {', '.join(SPLITS)}")
+    if split != "train":
+        require_rouge()
     if tok is None:
         from data import get_tokenizer
         tok = get_tokenizer(TOKENIZER)
@@ -86,13 +88,19 @@ def strip_target_prompt(completion: str) -> str:
 SCORERS = {}                                 # kind -> rouge_scorer.RougeScorer, built once
 
 
+def require_rouge():
+    """A ValueError with one line when the optional ROUGE package is missing (checked before any generation)."""
+    try:
+        import rouge_score  # noqa: F401
+    except ImportError:
+        raise ValueError("ROUGE needs the rouge-score package: pip install rouge-score") from None
+
+
 def rouge(kind: str):
     """A scorer completion, reference -> ROUGE F-measure of `kind` (rouge1, rouge2, rougeL)."""
     def score(completion: str, answer: str) -> float:
-        try:
-            from rouge_score import rouge_scorer
-        except ImportError:
-            raise ImportError("ROUGE needs the rouge-score package: pip install rouge-score") from None
+        require_rouge()
+        from rouge_score import rouge_scorer
         scorer = SCORERS.setdefault(kind, rouge_scorer.RougeScorer([kind]))
         return scorer.score(answer, strip_target_prompt(completion))[kind].fmeasure
     return score

@@ -24,6 +24,8 @@ def load(split: str = "test", data_dir: str | None = None) -> list[list[str]]:
     path = os.path.join(data_dir or ".", FILE)
     if data_dir is None or not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: pass --data-dir with the Story Cloze CSV {FILE}, from {WHERE}")
+    from data.cnndm import require_rouge
+    require_rouge()
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     try:
