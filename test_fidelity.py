@@ -79,6 +79,22 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
     assert (excluded == n - ((x0 == int(x0[0, 5])) & ~prompt_mask & ~pad_mask).sum(1)).all()
 
 
+def test_setdiffusion_lean_forward_equals_the_full_layout():
+    """Leaving out the prompt's [MASK] copies and the padding's clean tokens changes no target's logits."""
+    model, L = tiny_model(14), 12
+    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(1))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[3], [5], [2]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[9], [L], [7]])
+    target, cfg = ~(prompt_mask | pad_mask), sd.SetDiffusionConfig(MASK, 4)
+    sigma = sd.order(x0, 4, prompt_mask, pad_mask, torch.Generator().manual_seed(2))
+    full = sd.denoise(model, x0, sigma, target, cfg, pad_mask)                          # (B, L, V)
+    lean = sd.denoise(model, x0, sigma, target, cfg, pad_mask, 2, 10)                   # ranks [2, 10)
+    torch.testing.assert_close(lean, full[:, 2:10], rtol=1e-5, atol=1e-5)
+    assert sd.attention_mask(6, first=2, end=5).shape == (8, 8)
+    keep = [0, 1, 2, 3, 4, 8, 9, 10]                                      # clean ranks < 5, [MASK] ranks 2..4
+    assert torch.equal(sd.attention_mask(6, first=2, end=5), sd.attention_mask(6)[keep][:, keep])
+
+
 def test_order_distribution_matches_the_schedule():
     """P(T_j <= t) is the schedule's masking probability 1 - (1 - x)^k, and P(j+1 revealed before j) is
     its closed form: int_0^{1-delta} k (1-u)^(k-1) (1-u-delta)^k du, delta = (loc_j - loc_j+1) / b."""
