@@ -189,3 +189,25 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
     ar_stop = evaluate.stop_rule(tok, gsm8k, prompt_mask, eos=True)
     rows[1, P] = tok.eos_id
     assert ar_stop(rows, end).tolist() == [True, True]
+
+
+@pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm"])
+def test_trailing_padding_changes_no_loss(name):
+    """The losses cut trailing padding before the forward: the same numbers as with the padding in."""
+    import ar
+    mod = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm}[name]
+    cfg = {"ar": ar.ARConfig(MASK), "mdlm": mdlm.MDLMConfig(MASK), "bd3lm": bd3lm.BD3LMConfig(MASK, 4)}[name]
+    model, L, extra = tiny_model(15), 12, 6
+    x0 = torch.randint(0, MASK, (2, L), generator=torch.Generator().manual_seed(3))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[8], [10]])
+    wide = [torch.cat([x, x[:, -1:].expand(-1, extra)], 1) for x in (x0, prompt_mask, pad_mask)]
+    kw, kw_wide = {}, {}
+    if name != "ar":
+        xt, t = mod.noise(x0, cfg, ~(prompt_mask | pad_mask), torch.Generator().manual_seed(4))
+        kw, kw_wide = {"xt": xt, "t": t}, {"xt": torch.cat([xt, xt[:, -1:].expand(-1, extra)], 1),
+                                          "t": torch.cat([t, t[:, -1:].expand(-1, extra)], 1)}
+    torch.testing.assert_close(mod.loss(model, x0, cfg, prompt_mask, pad_mask, **kw)[0],
+                               mod.loss(model, wide[0], cfg, *wide[1:], **kw_wide)[0])
+    for a, b in zip(mod.nll(model, x0, cfg, prompt_mask, pad_mask, **kw), mod.nll(model, wide[0], cfg, *wide[1:], **kw_wide)):
+        torch.testing.assert_close(a, b)
