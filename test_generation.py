@@ -70,6 +70,9 @@ def test_cnndm_stop_rule_and_rouge():
     assert not cnndm.is_finished("Summary: a bridge <b> is")
     assert cnndm.is_finished("Summary: a bridge.<|endoftext|>")
     assert cnndm.is_finished("it's r'<")
+    prompt = TOK.encode(cnndm.make_example(TOK, ARTICLE, HIGHLIGHTS, eval_prompt=True)["prompt"])
+    assert not cnndm.stop(prompt + TOK.encode(" a bridge") + [TOK.mask_id] * 3, TOK)
+    assert cnndm.stop(prompt + TOK.encode(" a bridge") + [TOK.eos_id, TOK.mask_id], TOK)
     assert cnndm.strip_target_prompt(" Summary: a b<|endoftext|>c") == "a b"
     r1, r2, rl = (cnndm.SCORES[k]("Summary: council votes for bridge", HIGHLIGHTS) for k in ("rouge1", "rouge2", "rougeL"))
     assert r1 == pytest.approx(2 * 1 * 4 / 6 / (1 + 4 / 6))      # all 4 unigrams in the 6 of the reference

@@ -111,6 +111,12 @@ def is_correct(completion: str, answer: str) -> bool:
     return rouge("rouge1")(completion, answer) > 0
 
 
+def stop(ids, tok, **opts) -> bool:
+    """The official stop on the whole sequence so far (prompt + canvas, [MASK]s included): 3 matches of the
+    regex r'<|endoftext|>' in its text (a match holding the [MASK] text would not count; none can here)."""
+    return len(re.findall(STOP_PATTERN, tok.enc.decode([i for i in ids if i < tok.vocab_size]))) >= 3
+
+
 def is_finished(completion: str) -> bool:
     """The official stop: the regex r'<|endoftext|>' matched 3 times over prompt (2 matches) + reply."""
     return len(re.findall(STOP_PATTERN, completion)) >= 1
