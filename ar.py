@@ -132,7 +132,7 @@ def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, 
         step[:, P + i] = torch.where(done, -1, i)
         if stop is not None:
             done |= stop(tokens, torch.full((B,), P + i + 1, device=dev))
-        done |= track.stopped if track is not None else done
+        done = sampling.stopped(track, done)
         if done.all() or i == N - 1:
             break
         mask = real[:, None, None, :P + i + 1]                                   # (B, 1, 1, P+i+1)
