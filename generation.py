@@ -7,7 +7,6 @@ options per task, infilling (ROCStories, and the shipped task's middle step), un
     arith_infill(examples, tok)           the shipped task with its middle reasoning step masked
     unconditional(...)                    samples from BOS alone, tokens/s each
 """
-import math
 import re
 import time
 
@@ -18,7 +17,7 @@ from sampling import SamplerOptions
 
 def options_for(task: str, tok, method: str):
     """The official decoding options of a task (paper_notes §2 table), or None (plain greedy)."""
-    if task == "cnndm":   # the diffusion samplers penalise the reply only (running_generation), HF generate the prompt too
+    if task == "cnndm":   # diffusion samplers penalise the reply (running_generation), HF generate the prompt too
         return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
                               penalize_context=method == "ar")
     if task == "rocstories":   # the H100 wrapper: 1.2, with the visible right context counted

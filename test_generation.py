@@ -3,7 +3,6 @@ tiny checkpoints and tiny data files in the real formats (offline): python -m py
 import csv
 import dataclasses
 import json
-import math
 import os
 
 import pytest
@@ -74,7 +73,8 @@ def test_cnndm_stop_rule_and_rouge():
     assert not cnndm.stop(prompt + TOK.encode(" a bridge") + [TOK.mask_id] * 3, TOK)
     assert cnndm.stop(prompt + TOK.encode(" a bridge") + [TOK.eos_id, TOK.mask_id], TOK)
     assert cnndm.strip_target_prompt(" Summary: a b<|endoftext|>c") == "a b"
-    r1, r2, rl = (cnndm.SCORES[k]("Summary: council votes for bridge", HIGHLIGHTS) for k in ("rouge1", "rouge2", "rougeL"))
+    pred = "Summary: council votes for bridge"
+    r1, r2, rl = (cnndm.SCORES[k](pred, HIGHLIGHTS) for k in ("rouge1", "rouge2", "rougeL"))
     assert r1 == pytest.approx(2 * 1 * 4 / 6 / (1 + 4 / 6))      # all 4 unigrams in the 6 of the reference
     assert r2 == pytest.approx(2 * 2 / 3 * 2 / 5 / (2 / 3 + 2 / 5)) and rl == pytest.approx(r1)   # 2 of 3 bigrams
     with pytest.raises(FileNotFoundError, match="parquet"):

@@ -5,11 +5,10 @@ import math
 import pytest
 import torch
 
-import mdlm
 import sampling
 import test_all
 from sampling import SamplerOptions
-from test_all import MASK, METHODS, V, naive_generate, tiny_model
+from test_all import MASK, METHODS, naive_generate, tiny_model
 
 EOS = 0
 
