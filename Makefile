@@ -103,10 +103,11 @@ reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 5
 	    --json results/cnndm/$$n-tput.json || exit 1; done
 	$(PY) generation.py results/cnndm.md results/cnndm/*.json
 
-reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models, ROUGE + tokens/s (GPU, the CSV)
+reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (SD W 32, MDLM one block), ROUGE + tokens/s (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/infill
-	for c in $(INFILL_CKPTS); do n=$${c#owt:}; w=$$(case $$n in setdlm*) echo --window 32;; esac); \
+	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
+	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
 	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --sentences $$s --data-dir $(ROCSTORIES_DIR) \
 	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json || exit 1; done; done
 	$(PY) generation.py results/infill.md results/infill/*.json

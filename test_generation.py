@@ -103,6 +103,9 @@ def test_cnndm_train_and_eval_end_to_end(tmp_path, monkeypatch, capsys):
     m = json.loads(out.read_text())
     assert m["task"] == "cnndm" and m["n"] == 2 and all(0 <= m[k] <= 1 for k in ("rouge1", "rouge2", "rougeL"))
     assert "held-out rouge1" in capsys.readouterr().out
+    evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--data-dir", str(tmp_path / "cnn"), "--warmup", "1",
+                   "--max-new-tokens", "8", "--json", str(out)])
+    assert json.loads(out.read_text())["n"] == 1                          # 2 articles, 1 warm-up
 
 
 def test_cnndm_preset_is_the_official_shape():
