@@ -137,6 +137,9 @@ def evaluate_task(task_name, data, examples, model, method, cfg, tok, config, de
     """eval.py --task rocstories | infill: the infilling items of the task, then evaluate_infill."""
     if task_name == "rocstories":
         items, scores = data.examples(tok, examples, sentences), rouge_scores()
+    elif config["data"] != "arith":
+        raise ValueError(f"--task infill masks a step of the shipped arith task; this checkpoint was trained on "
+                         f"{config['data']}")
     else:
         items, scores = arith_infill(examples, tok), ARITH_SCORES
     return evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=warmup, **kw)

@@ -205,6 +205,8 @@ def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
                        "--threshold", "0.9", "--json", str(out)])
         m = json.loads(out.read_text())
         assert m["task"] == "infill" and m["n"] == 2 and {"step_exact", "answer_right", "tokens_per_s"} <= set(m)
+    with pytest.raises(ValueError, match="shipped arith task; this checkpoint was trained on gsm8k"):
+        generation.evaluate_task("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu")
 
 
 # ----------------------------------------------------------------------------- unconditional samples
