@@ -123,11 +123,13 @@ def unconditional(model, method, cfg, tok, method_name, n, max_new, device, seed
     for _ in range(n):
         prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
         t0 = time.perf_counter()
+        start = max(options.stop_min_tokens if options else 0, 1)       # EOS before start does not stop a row
         tokens, stats = method.generate(model, prompt, cfg, max_new_tokens=max_new, generator=g, options=options,
-                                        temperature=1.0, stop=eos_stop(tok.eos_id), **kw)
+                                        temperature=1.0, stop=eos_stop(tok.eos_id, start), **kw)
         sec = time.perf_counter() - t0
-        ids = [i for i in tokens[0, 1:].tolist() if i != tok.mask_id]
-        texts.append(tok.decode(ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids))
+        ids = tokens[0].tolist()
+        ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
+        texts.append(tok.decode(ids[1:ends[0] if ends else len(ids)]))    # decode drops [MASK] and earlier EOS
         rates.append(int(stats["n_gen"].sum()) / sec)
     return texts, rates
 
@@ -145,9 +147,10 @@ def evaluate_task(task_name, data, examples, model, method, cfg, tok, config, de
     return evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=warmup, **kw)
 
 
-def eos_stop(eos_id: int):
-    """A sampler stop hook: a row stops at its first generated EOS (canvas column 0 is the BOS)."""
-    return lambda tokens, end: torch.stack([(row[1:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
+def eos_stop(eos_id: int, start: int = 1):
+    """A sampler stop hook for a 1-token (BOS) prompt: a row stops at an EOS in column >= start, i.e. after the
+    first start - 1 new tokens (the official EntropyEosStoppingCriteria: ignore_prompt_eos, confidence_min_tokens)."""
+    return lambda tokens, end: torch.stack([(row[start:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
 
 
 def table(paths: list[str], out_md: str, keys=("rouge1", "rouge2", "rougeL", "step_exact", "answer_right",

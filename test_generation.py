@@ -211,6 +211,13 @@ def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
 
 # ----------------------------------------------------------------------------- unconditional samples
 
+def test_unconditional_eos_stop_ignores_the_first_tokens():
+    stop = generation.eos_stop(9, start=3)
+    tokens = torch.tensor([[9, 1, 9, 2, 9, 5], [9, 1, 9, 2, 3, 5]])         # column 0 is the BOS (= EOS)
+    assert stop(tokens, torch.tensor([4, 4])).tolist() == [False, False]
+    assert stop(tokens, torch.tensor([6, 6])).tolist() == [True, False]
+
+
 def test_unconditional_samples(ckpts, capsys):
     sample.main(["--ckpt", str(ckpts / "bd3lm"), "--unconditional", "-n", "2", "--max-new-tokens", "12"])
     out = capsys.readouterr().out
