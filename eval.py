@@ -5,7 +5,8 @@
     python eval.py --ckpt out/setdiffusion --task likelihood     # NLL / perplexity (a bound for diffusion)
     python eval.py --ckpt out/ar --task throughput               # tokens/s at batch 1 (paper) and batched
 
-Tasks: arith, gsm8k (accuracy of the generated answers), likelihood, throughput.
+Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstories --sentences 1|3 and infill
+(fill a masked span: generation.py), likelihood, throughput.
 """
 import argparse
 import json
