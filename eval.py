@@ -211,7 +211,8 @@ def main(argv=None):
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         task_name = args.task or config["data"]
-        data = get_task(config["data"] if task_name in ("likelihood", "throughput") else task_name)
+        data_name = config["data"] if task_name in ("likelihood", "throughput") else task_name
+        data = get_task(data_name, config.get("data_options") if data_name == config["data"] else None)
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
     except (FileNotFoundError, ValueError) as e:

@@ -59,9 +59,14 @@ def get_tokenizer(name: str) -> Tokenizer:
     raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or 'qwen3:<repo id or directory>'")
 
 
-def get_task(name: str):
+def get_task(name: str, options: dict | None = None):
+    """A shipped task module, or for "jsonl:PATH" / "hf:ORG/NAME" the task data/custom.py builds from options
+    (train.py stores them in config.json as "data_options"; None = the defaults)."""
+    if name.startswith(("jsonl:", "hf:")):
+        from data.custom import make_task
+        return make_task(name, options)
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME")
     return importlib.import_module(f"data.{name}")
 
 
