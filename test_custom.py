@@ -219,3 +219,22 @@ def test_infill_refused_by_methods_that_cannot(tmp_path):
     (tmp_path / "empty.txt").write_text("\n")
     assert "holds no prompt" in error_of(sample.main, ["--ckpt", ckpt, "--prompt-file", str(tmp_path / "empty.txt")])
     assert checkpoint.load(ckpt)[3]["data_options"]["prompt_field"] == "prompt"
+
+
+def test_a_qwen3_format_tokenizer_end_to_end(tmp_path, capsys):
+    """--tokenizer qwen3:DIR: lengths, EOS and the [MASK] text (<|fim_middle|>) come from that tokenizer."""
+    from data.qwen import gpt2_byte_alphabet
+    vocab = {c: b for c, b in gpt2_byte_alphabet().items()}                     # 256 byte tokens, id = byte
+    added = [{"id": 256, "content": "<|endoftext|>"}, {"id": 257, "content": "<|fim_middle|>"}]
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": added}))
+    data = write_jsonl(tmp_path / "d.jsonl", pairs(10))
+    ckpt = str(tmp_path / "ckpt")
+    train.main(["--model", "setdiffusion", "--smax", "4", "--data", f"jsonl:{data}", "--tokenizer",
+                f"qwen3:{tmp_path / 'tok'}", "--max-iters", "1", "--out-dir", ckpt, *TINY])
+    task = get_task(f"jsonl:{data}", checkpoint.load(ckpt)[3]["data_options"])
+    assert task.TOKENIZER == f"qwen3:{tmp_path / 'tok'}" and task.is_finished("7<|endoftext|>")
+    capsys.readouterr()
+    sample.main(["--ckpt", ckpt, "--prompt", "3 + 1 = {mask:1}", "--max-new-tokens", "0"])
+    out = capsys.readouterr().out
+    assert out.startswith("3 + 1 = ") and "<|fim_middle|>" not in out and "{mask" not in out

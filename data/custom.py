@@ -163,11 +163,11 @@ def field(record: dict, name: str, where: str, flag: str) -> str:
     return str(value)
 
 
-def to_examples(rows, prompt_f, target_f, regex, bos: str) -> list[dict]:
+def to_examples(rows, prompt_f, target_f, regex, start: str) -> list[dict]:
     """{"prompt", "target", "answer", "where"} per record; answer = the regex match of the target, or the target."""
     out = []
     for where, r in rows:
-        prompt = field(r, prompt_f, where, "--prompt-field") if prompt_f else bos
+        prompt = field(r, prompt_f, where, "--prompt-field") if prompt_f else start
         target = field(r, target_f, where, "--target-field" if prompt_f else "--text-field")
         answer = target.strip()
         if regex is not None:
