@@ -26,7 +26,7 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from model import ModelConfig, from_state, hub_dir
+from model import ModelConfig, from_state, hub_dir, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -128,11 +128,10 @@ def load(path: str, device="cpu"):
 
 def load_ours(d: str, device="cpu"):
     """Load a directory in our format (see the module docstring)."""
-    from safetensors.torch import load_file
     try:
         with open(os.path.join(d, "config.json")) as f:
             config = json.load(f)
-        model = from_state(ModelConfig(**config["model"]), load_file(os.path.join(d, "model.safetensors")))
+        model = from_state(ModelConfig(**config["model"]), load_safetensors(os.path.join(d, "model.safetensors")))
         method, cfg = method_of(config)
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
@@ -210,9 +209,8 @@ def backbone_weights(d: str) -> dict:
     """The Qwen3 backbone's tensors in our names, from any *.safetensors (else pytorch_model*.bin) in d.
     Names are cut before model.layers/model.embed_tokens/model.norm/lm_head; of several copies under
     different prefixes the one whose prefix contains "ema" wins."""
-    from safetensors.torch import load_file
     files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
-    raw = {k: v for f in files for k, v in load_file(f).items()} if files else \
+    raw = {k: v for f in files for k, v in load_safetensors(f).items()} if files else \
         {k: v for f in sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
          for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
     copies = {}
