@@ -141,6 +141,12 @@ def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
         m = json.loads(out.read_text())
         assert m["n"] == 1 and ("perplexity" in m if task else 0 <= m["accuracy"] <= 1)
 
+    (tmp_path / "other").mkdir()                                     # --data-dir: another test set, same options
+    write_jsonl(tmp_path / "other" / "test.jsonl", [{"prompt": "ab>", "target": "ba"}, {"prompt": "c>", "target": "c"}])
+    write_jsonl(tmp_path / "other" / "train.jsonl", [{"prompt": "x>", "target": "x"}])
+    evaluate.main(["--ckpt", ckpt, "--data-dir", str(tmp_path / "other"), "--json", str(tmp_path / "o.json")])
+    assert json.loads((tmp_path / "o.json").read_text())["n"] == 2
+
     prompts = ["abc>", "hello>", "{mask:2}a>"]
     (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n")
     capsys.readouterr()
