@@ -10,7 +10,9 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
     is_finished(completion) -> bool        the stopping rule: True once a (partial) reply is complete
     TOKENIZER                              the tokenizer name the task trains with by default
     SEQ_LEN                                the default context length L of the task
-and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special ids the methods need.
+(your own data, --data jsonl:PATH or hf:ORG/NAME, is an object with the same interface, built by
+data/custom.py: get_task(name, options)), and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding
+plus the special ids the methods need.
 """
 import importlib
 from dataclasses import dataclass
