@@ -47,9 +47,9 @@ pareto:  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the 
 	    --json results/pareto/$$m-$$t-tput.json || exit 1; done; done
 	$(PY) eval.py --summarize results/pareto/*.json --out results/pareto.md --plot results/pareto.png
 
-bench:  ## decoding throughput of the pareto checkpoints at batch 1 and batched (tau = 0.9)
-	for m in ar bd3lm setdiffusion; do \
-	  $(PY) eval.py --ckpt out/pareto/$$m --task throughput --threshold 0.9 --limit 55 || exit 1; done
+REF ?= e2a4fee
+bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~10 min)
+	$(PY) bench.py --ref $(REF) --json results/bench.json
 
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
 # the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl).

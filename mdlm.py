@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ar import defaults, finish, with_padding
+from ar import defaults, finish, trim, with_padding
 
 
 @dataclass
@@ -90,6 +90,7 @@ def nll(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=N
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
         xt, t = noise(x0, cfg, target, generator)
+    x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
 
@@ -99,6 +100,7 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
         xt, t = noise(x0, cfg, target, generator)
+    x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
     return per_seq.mean(), {"masked": masked.sum().item() / max(target.sum().item(), 1)}
@@ -167,19 +169,20 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
     B, P = prompt.shape
     N, dev = max_new_tokens, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
-    C = tokens.shape[1]
+    C = int(new.max()) + 1                                     # no cache here: drop columns no row uses
+    tokens, real, pos = tokens[:, :C], real[:, :C], pos[:, :C]
     mask = with_padding(attention_mask(C, dev), ~real)                             # (B, 1, C, C)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
     for s in range(F, C, block):
-        e = s + block
+        e = min(s + block, C)
         while True:
-            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]    # (B, block)
+            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]    # (B, e-s)
             if not cand.any():
                 break
-            logits = model(tokens, pos, mask, last=C - s)[:, :block]                 # (B, block, V)
+            logits = model(tokens, pos, mask, last=C - s)[:, :e - s]                 # (B, e-s, V)
             y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
