@@ -245,3 +245,12 @@ def test_a_qwen3_format_tokenizer_end_to_end(tmp_path, capsys):
     sample.main(["--ckpt", ckpt, "--prompt", "3 + 1 = {mask:1}", "--max-new-tokens", "0"])
     out = capsys.readouterr().out
     assert out.startswith("3 + 1 = ") and "<|fim_middle|>" not in out and "{mask" not in out
+
+
+def test_resume_on_your_own_data_repeats_the_uninterrupted_run(tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", pairs(12))
+    args = ["--model", "ar", "--data", f"jsonl:{data}", "--max-iters", "4", *TINY, "--eval-limit", "1"]
+    full = train.main([*args, "--out-dir", str(tmp_path / "a")])
+    train.main([*args, "--out-dir", str(tmp_path / "b"), "--max-iters", "2"])
+    resumed = train.main([*args, "--out-dir", str(tmp_path / "b"), "--resume"])
+    assert resumed == full[2:]
