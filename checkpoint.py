@@ -26,7 +26,7 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from model import ModelConfig, from_state, hub_dir, load_safetensors
+from model import ModelConfig, from_state, fuse_qkv, hub_dir, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -51,7 +51,7 @@ def weights(model) -> dict:
 
 
 def load_weights(model, state: dict):
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(fuse_qkv(state), strict=False)
     allowed = {"lm_head.weight"} if model.cfg.tie_embeddings else set()
     if set(missing) - allowed or unexpected:
         raise ValueError(f"weights do not fit the model: missing {sorted(set(missing) - allowed)[:5]}, "

@@ -102,17 +102,18 @@ def norm_layer(cfg: ModelConfig, dim: int) -> nn.Module:
 
 
 def rotary(pos: torch.Tensor, head_dim: int, theta: float):
-    """cos, sin of shape (B, 1, T, head_dim) for integer positions pos (B, T); half-split (Qwen) layout."""
+    """cos, sin of shape (B, 1, T, head_dim) for integer positions pos (B, T), computed once per forward.
+    Half-split (Qwen) layout; sin carries the sign of rotate_half: [-sin | sin], so apply_rotary is 3 ops."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.float32) / head_dim)
-    angles = pos.float()[..., None] * inv_freq                     # (B, T, head_dim/2)
-    angles = torch.cat([angles, angles], dim=-1)[:, None]           # (B, 1, T, head_dim)
-    return angles.cos(), angles.sin()
+    angles = pos.float()[..., None] * inv_freq                      # (B, T, head_dim/2)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([cos, cos], -1)[:, None], torch.cat([-sin, sin], -1)[:, None]   # (B, 1, T, head_dim)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+    """x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2 | x1] = roll(x) * sign (sign in sin).
+    Computed in float32 (cos and sin are), returned in x's dtype."""
+    return (x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -120,9 +121,7 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         H, Hkv, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.n_embd, H * D, bias=False)
-        self.k_proj = nn.Linear(cfg.n_embd, Hkv * D, bias=False)
-        self.v_proj = nn.Linear(cfg.n_embd, Hkv * D, bias=False)
+        self.qkv_proj = nn.Linear(cfg.n_embd, (H + 2 * Hkv) * D, bias=False)   # q, k, v in one matmul
         self.o_proj = nn.Linear(H * D, cfg.n_embd, bias=False)
         if cfg.qk_norm:
             self.q_norm = nn.RMSNorm(D, eps=cfg.norm_eps)
@@ -130,19 +129,20 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, mask, cache):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.cfg.n_head, -1)              # (B, T, H, D)
-        k = self.k_proj(x).view(B, T, self.cfg.n_kv_head, -1)           # (B, T, Hkv, D)
-        v = self.v_proj(x).view(B, T, self.cfg.n_kv_head, -1)
+        H, Hkv = self.cfg.n_head, self.cfg.n_kv_head
+        qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, -1)               # (B, T, H + 2 Hkv, D)
         if self.cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rotary(q.transpose(1, 2), cos, sin)                    # (B, H, T, D)
-        k = apply_rotary(k.transpose(1, 2), cos, sin)                    # (B, Hkv, T, D)
-        v = v.transpose(1, 2)
+            q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
+            qk = torch.cat([self.q_norm(q), self.k_norm(k)], 2)           # (B, T, H + Hkv, D)
+        else:
+            qk, v = qkv[:, :, :H + Hkv], qkv[:, :, H + Hkv:]
+        q, k = apply_rotary(qk.transpose(1, 2), cos, sin).split([H, Hkv], 1)   # (B, H, T, D), (B, Hkv, T, D)
+        v = v.transpose(1, 2)                                            # (B, Hkv, T, D)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)                        # (B, Hkv, length + T, D)
         is_causal = mask is None and T > 1                               # mask=None means causal
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           enable_gqa=self.cfg.n_kv_head != self.cfg.n_head)
+                                           enable_gqa=Hkv != H)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -279,12 +279,25 @@ def read_safetensors(d: str) -> dict:
     return {k: v for f in files for k, v in load_safetensors(os.path.join(d, f)).items()}
 
 
+def fuse_qkv(state: dict) -> dict:
+    """Hugging Face's separate self_attn.{q,k,v}_proj.weight (Qwen3, the DiT after conversion, our checkpoints
+    before the fusion) -> our self_attn.qkv_proj.weight, rows [q | k | v]; other names unchanged."""
+    split = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
+    out = {k: v for k, v in state.items() if not k.endswith(split)}
+    for name in state:
+        if name.endswith("self_attn.q_proj.weight"):
+            p = name.removesuffix("q_proj.weight")
+            out[p + "qkv_proj.weight"] = torch.cat([state[p + s + "_proj.weight"] for s in "qkv"])
+    return out
+
+
 def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transformer:
-    """A Transformer holding exactly `state` (our names; lm_head.weight optional when tied), cast to dtype.
-    Built on the meta device, so no time goes into a random init that would be overwritten."""
+    """A Transformer holding exactly `state` (our names, or separate q/k/v projections as Hugging Face names
+    them; lm_head.weight optional when tied), cast to dtype. Built on the meta device, so no time goes into
+    a random init that would be overwritten."""
     with torch.device("meta"):
         model = Transformer(cfg)
-    state = {k: v.to(dtype) for k, v in state.items() if not (cfg.tie_embeddings and k == "lm_head.weight")}
+    state = {k: v.to(dtype) for k, v in fuse_qkv(state).items() if not (cfg.tie_embeddings and k == "lm_head.weight")}
     try:
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as e:                     # shape mismatches
