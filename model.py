@@ -17,11 +17,13 @@ positions and who may attend to whom, and reads the logits it needs.
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
 the Hugging Face Qwen3 layout without the leading "model.". `norm="layer"` and `mlp="gelu"` give the DiT-style
-variant (LayerNorm without bias, GELU MLP with biases) of the paper's OWT/LM1B models.
+variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; `from_dit` converts their released
+weights (see there).
 """
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +46,8 @@ class ModelConfig:
     norm: str = "rms"             # "rms" (Qwen3) or "layer" (DiT: LayerNorm, weight only)
     mlp: str = "swiglu"           # "swiglu" (Qwen3) or "gelu" (DiT: GELU(tanh) MLP with biases)
     norm_eps: float = 1e-6
+    norm_bias: bool = False       # LayerNorm with a bias (a released DiT's adaLN shift, folded in by from_dit)
+    lm_head_bias: bool = False    # the DiT's output layer has a bias
 
     def __post_init__(self):
         self.head_dim = self.head_dim or self.n_embd // self.n_head
@@ -52,6 +56,8 @@ class ModelConfig:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
         if self.norm not in ("rms", "layer") or self.mlp not in ("swiglu", "gelu"):
             raise ValueError(f"norm must be 'rms' or 'layer' and mlp 'swiglu' or 'gelu', got {self.norm}, {self.mlp}")
+        if self.norm_bias and self.norm != "layer":
+            raise ValueError("norm_bias needs norm='layer' (RMSNorm has no bias)")
 
 
 class KVCache:
@@ -98,7 +104,7 @@ class KVCache:
 def norm_layer(cfg: ModelConfig, dim: int) -> nn.Module:
     if cfg.norm == "rms":
         return nn.RMSNorm(dim, eps=cfg.norm_eps)
-    return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=False)
+    return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=cfg.norm_bias)
 
 
 def rotary(pos: torch.Tensor, head_dim: int, theta: float):
@@ -181,7 +187,7 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.norm = norm_layer(cfg, cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.apply(self._init_weights)
@@ -296,3 +302,78 @@ def from_pretrained(name_or_path: str, dtype=torch.float32) -> Transformer:
         cfg = qwen3_config(json.load(f))
     state = {k.removeprefix("model."): v for k, v in read_safetensors(d).items()}
     return from_state(cfg, state, dtype)
+
+
+# ----------------------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
+
+DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
+                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|blocks\.\d+\."
+                      r"(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|mlp\.[02]\.(weight|bias)|"
+                      r"adaLN_modulation\.(weight|bias)))")
+DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f = max_period^(-k/(dim/2))."""
+    freqs = torch.exp(-math.log(max_period) * torch.arange(dim // 2, dtype=t.dtype) / (dim // 2))
+    args = t[:, None] * freqs[None]                                           # (N, dim/2)
+    return torch.cat([args.cos(), args.sin()], dim=-1)
+
+
+def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
+    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see DIT_NAME)
+    -> (ModelConfig, our state dict in fp32). Any other name is refused.
+
+    The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
+    1e4 (the same half-split layout) and an untied output Linear with a bias. Its qkv is fused, rows laid out
+    (three h d). With adaLN on, the conditioning is a constant, c = silu(sigma_map(0)), so every block's
+    (shift, scale, gate) = adaLN_modulation(c) is a constant vector and folds into the weights:
+    norm(x) * (1 + scale) + shift is a LayerNorm with weight w * (1 + scale) and bias shift, and
+    gate * (W y + b) is the output projection with its rows (and bias) scaled by gate.
+    """
+    if unknown := sorted(k for k in raw if not DIT_NAME.fullmatch(k) and k not in DIT_IGNORED):
+        raise ValueError(f"unknown tensor {unknown[0]!r} (and {len(unknown) - 1} more) in a DiT checkpoint: "
+                         f"refusing to load what this converter does not know")
+    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
+    try:
+        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blocks."))
+        V, D = emb.shape
+        c = None
+        if "blocks.0.adaLN_modulation.weight" in w:                            # c = silu(sigma_map(sigma = 0))
+            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64), w["sigma_map.mlp.0.weight"].shape[1])
+            h = F.silu(F.linear(t_freq, w["sigma_map.mlp.0.weight"], w["sigma_map.mlp.0.bias"]))
+            c = F.silu(F.linear(h, w["sigma_map.mlp.2.weight"], w["sigma_map.mlp.2.bias"]))   # (1, cond_dim)
+
+        def modulation(prefix: str, n: int):                                   # (shift, scale[, gate]) * blocks
+            if c is None:                                                      # adaLN off: 0, 0, 1
+                zero, one = torch.zeros(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
+                return [zero, zero, one] * 2 if n == 6 else [zero, zero]
+            return F.linear(c, w[prefix + "adaLN_modulation.weight"], w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
+
+        state = {"embed_tokens.weight": emb}
+        for i in range(n_layer):
+            p, o = f"blocks.{i}.", f"layers.{i}."
+            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation(p, 6)
+            q, k, v = w[p + "attn_qkv.weight"].chunk(3, dim=0)                 # (three h d) rows
+            state.update({
+                o + "input_layernorm.weight": w[p + "norm1.weight"] * (1 + scale_msa),
+                o + "input_layernorm.bias": shift_msa,
+                o + "self_attn.q_proj.weight": q, o + "self_attn.k_proj.weight": k, o + "self_attn.v_proj.weight": v,
+                o + "self_attn.o_proj.weight": gate_msa[:, None] * w[p + "attn_out.weight"],
+                o + "post_attention_layernorm.weight": w[p + "norm2.weight"] * (1 + scale_mlp),
+                o + "post_attention_layernorm.bias": shift_mlp,
+                o + "mlp.up_proj.weight": w[p + "mlp.0.weight"], o + "mlp.up_proj.bias": w[p + "mlp.0.bias"],
+                o + "mlp.down_proj.weight": gate_mlp[:, None] * w[p + "mlp.2.weight"],
+                o + "mlp.down_proj.bias": gate_mlp * w[p + "mlp.2.bias"]})
+        shift, scale = modulation("output_layer.", 2)
+        state.update({"norm.weight": w["output_layer.norm_final.weight"] * (1 + scale), "norm.bias": shift,
+                      "lm_head.weight": w["output_layer.linear.weight"], "lm_head.bias": w["output_layer.linear.bias"]})
+        hidden = w["blocks.0.mlp.0.weight"].shape[0]
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"not a complete DiT checkpoint: missing {e}") from None
+    if D % n_head:
+        raise ValueError(f"DiT width {D} is not a multiple of n_heads={n_head}")
+    cfg = ModelConfig(vocab_size=V, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=D,
+                      intermediate_size=hidden, rope_theta=10000.0, qk_norm=False, tie_embeddings=False,
+                      norm="layer", mlp="gelu", norm_eps=1e-5, norm_bias=True, lm_head_bias=True)
+    return cfg, {k: v.float() for k, v in state.items()}
