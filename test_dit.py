@@ -123,3 +123,82 @@ def test_dit_refuses_unknown_and_incomplete():
         from_dit({**w, "backbone.blocks.0.attn_qkv.bias": torch.zeros(96)}, 4)
     with pytest.raises(ValueError, match="not a complete DiT"):
         from_dit({k: v for k, v in w.items() if "mlp.2.bias" not in k}, 4)
+
+
+# ----------------------------------------------------------------------------- released keys and checkpoints
+
+def test_released_dit_keys():
+    R = checkpoint.RELEASED
+    assert R["owt:setdlm-smax16"] == R["owt:setdlm-d8"] == "kuleshov-group/owt-setdlm-smax16"
+    assert R["lm1b:setdlm-d4"] == "kuleshov-group/lm1b-setdlm-smax8" and R["lm1b:bd3lm-s16"] == "kuleshov-group/lm1b-bd3lm-s16"
+    assert checkpoint.ALSO_NAMED["kuleshov-group/owt-setdlm-smax16"] == "kuleshov-group/owt-setdlm-d8"
+    assert R["owt:bd3lm-block_size8"] == "kuleshov-group/bd3lm-owt-block_size8" and R["owt:mdlm-owt"] == "kuleshov-group/mdlm-owt"
+    assert R["owt:ar"] == "kuleshov-group/owt-ar"
+
+
+def save_dit(d, w, config, bin_file=False):
+    os.makedirs(d, exist_ok=True)
+    if bin_file:
+        torch.save(w, os.path.join(d, "pytorch_model.bin"))
+    else:
+        save_file({k: v.contiguous() for k, v in w.items()}, os.path.join(d, "model.safetensors"))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    return str(d)
+
+
+def fake_hub(hf_home, repo_id) -> str:
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    root = os.path.join(hf_home, "hub", "models--" + repo_id.replace("/", "--"))
+    os.makedirs(os.path.join(root, "snapshots", rev))
+    os.makedirs(os.path.join(root, "refs"))
+    with open(os.path.join(root, "refs", "main"), "w") as f:
+        f.write(rev)
+    return os.path.join(root, "snapshots", rev)
+
+
+def test_released_dit_from_fake_hub_both_names(tmp_path):
+    """owt:setdlm-smax16 finds the repo under its other name (-setdlm-d8); lm1b:mdlm loads a .bin with adaLN."""
+    hf = tmp_path / "hf"
+    cfg = {"architectures": ["SetDLM"], "model_type": "bd3lm", "length": 16, "n_heads": 4,
+           "tokenization_config": {"mask_token_id": 39}}
+    save_dit(fake_hub(hf, "kuleshov-group/owt-setdlm-d8"), dit_weights(adaln=False), cfg)
+    save_dit(fake_hub(hf, "kuleshov-group/lm1b-mdlm"), dit_weights(adaln=True, seed=3),
+             {**cfg, "architectures": ["MDLM"], "model_type": "mdlm"}, bin_file=True)
+    code = """
+import json, torch, checkpoint
+from model import from_dit, from_state
+out = {}
+for key in ("owt:setdlm-smax16", "lm1b:mdlm"):
+    model, method, cfg, config = checkpoint.load(key)
+    out[key] = [config["source"], config["method"], config["data"], config["tokenizer"], config["seq_len"],
+                config["method_config"].get("smax"), cfg.mask_id, model.cfg.norm_eps]
+try:
+    checkpoint.load("owt:setdlm-smax32")
+except FileNotFoundError as e:
+    out["missing"] = str(e)
+print(json.dumps(out))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(hf), HF_HUB_OFFLINE="1", PYTHONPATH=REPO)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["owt:setdlm-smax16"] == ["kuleshov-group/owt-setdlm-d8", "setdiffusion", "owt", "gpt2", 16, 16, 39, 1e-5]
+    assert out["lm1b:mdlm"][1:5] == ["mdlm", "lm1b", "bert-base-uncased", 16]
+    assert "neither kuleshov-group/owt-setdlm-smax32 nor kuleshov-group/owt-setdlm-d16" in out["missing"]
+
+
+def test_released_dit_local_dir_and_refusal(tmp_path):
+    w = dit_weights(adaln=True)
+    d = save_dit(tmp_path / "lm1b-bd3lm-s4", w, {"architectures": ["BD3LM"], "length": 16, "n_heads": 4,
+                                                  "tokenization_config": {"mask_token_id": 39}})
+    model, method, cfg, config = checkpoint.load(d)
+    assert (config["method"], cfg.block_size, config["data"]) == ("bd3lm", 4, "lm1b")
+    idx = torch.randint(0, 40, (1, 16))
+    with torch.no_grad():
+        assert torch.allclose(model(idx), reference_dit(w, idx, torch.arange(16)[None], 4,
+                                                        torch.ones(16, 16, dtype=torch.bool).tril()), atol=1e-4)
+    bad = save_dit(tmp_path / "owt-ar", {**w, "backbone.extra.weight": torch.zeros(2)}, {"architectures": ["AR"]})
+    with pytest.raises(ValueError, match="unknown tensor 'backbone.extra.weight'"):
+        checkpoint.load(bad)

@@ -56,7 +56,14 @@ def get_tokenizer(name: str) -> Tokenizer:
     if name.startswith("qwen3:"):
         from data.qwen import qwen3_tokenizer
         return qwen3_tokenizer(name.split(":", 1)[1])
-    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or 'qwen3:<repo id or directory>'")
+    if name == "gpt2":                          # OWT (data/text.py)
+        from data.text import gpt2_tokenizer
+        return gpt2_tokenizer()
+    if name == "bert-base-uncased" or name.startswith("bert:"):  # LM1B (data/text.py)
+        from data.text import BERT_REPO, bert_tokenizer
+        return bert_tokenizer(BERT_REPO if name == "bert-base-uncased" else name.split(":", 1)[1])
+    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes', 'qwen3:<repo id or directory>', 'gpt2', "
+                     f"'bert-base-uncased' or 'bert:<repo id or directory>'")
 
 
 def get_task(name: str):
