@@ -127,7 +127,7 @@ def table(paths: list[str], out_md: str) -> str:
     for p in paths:
         with open(p) as f:
             runs.append(json.load(f))
-    keys = list(dict.fromkeys(k for m in runs for k in m))
+    keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k != "threshold"]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
               + " |" for m in runs]
