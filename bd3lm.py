@@ -20,10 +20,9 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ar import defaults, finish, with_padding
-from mdlm import decode, masked_nll, objective
+from mdlm import block_canvas, decode, masked_nll, objective, standard
 from model import KVCache
 
 
@@ -51,8 +50,8 @@ def noise(x0, cfg: BD3LMConfig, target, generator=None, train=True):
     masked = (torch.rand(B, L, generator=generator, device=dev) < t) & target
     if train:
         pad = n_blk * S - L                                                      # view as (B, n_blk, S)
-        blk_target = F.pad(target, (0, pad)).view(B, n_blk, S)
-        blk_masked = F.pad(masked, (0, pad)).view(B, n_blk, S)
+        blk_target = torch.nn.functional.pad(target, (0, pad)).view(B, n_blk, S)
+        blk_masked = torch.nn.functional.pad(masked, (0, pad)).view(B, n_blk, S)
         need = blk_target.all(-1) & ~blk_masked.any(-1)                          # (B, n_blk) all targets, no mask
         r = torch.randint(0, S, (B, n_blk, 1), generator=generator, device=dev)  # re-mask r + 1 positions
         rank = torch.rand(B, n_blk, S, generator=generator, device=dev).argsort(-1).argsort(-1)
@@ -107,29 +106,6 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
 
 # ----------------------------------------------------------------------------- generate
 
-def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
-    """Lay each row out so that its blocks (positions S*b .. S*b + S-1) share canvas columns across the batch.
-
-    Row b (prompt length p) is left-padded by off_b, a multiple of S, chosen so that the block holding its
-    first new token starts at the same column F in every row (the prompt's tail shares that block, as in
-    training). Returns tokens, real, pos (B, C), F, and new (B, N): the canvas column of each new token.
-    """
-    B, P = prompt.shape
-    dev = prompt.device
-    p = prompt_mask.sum(1) if prompt_mask is not None else torch.full((B,), P, device=dev)   # (B,)
-    first = p // S * S                                           # (B,) start of the first generated block
-    F = int(first.max())
-    off = F - first                                              # (B,) multiple of S
-    C = F + math.ceil(int((off + p + max_new_tokens).max() - F) / S) * S
-    rel = torch.arange(C, device=dev) - off[:, None]             # (B, C) position of each column
-    is_prompt = (rel >= 0) & (rel < p[:, None])
-    real = (rel >= 0) & (rel < (p + max_new_tokens)[:, None])
-    src = (P - p[:, None] + rel).clamp(0, P - 1)                 # the left-padded prompt's column
-    tokens = torch.where(is_prompt, prompt.gather(1, src), mask_id)
-    new = off[:, None] + p[:, None] + torch.arange(max_new_tokens, device=dev)   # (B, N)
-    return tokens, real, rel.clamp(min=0), F, new
-
-
 @torch.no_grad()
 def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
              temperature=0.0, generator=None, stop=None):
@@ -146,9 +122,6 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
     def block_mask(lo, e):  # queries lo..e-1, keys 0..e-1: clean blocks causal, a block sees itself
         m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
         return m | (cols[lo:e, None] == cols[None, :e])                                   # (B, 1, e-lo, e)
-
-    def standard(tokens):   # back to the layout every sampler returns: [left-padded prompt | N new]
-        return torch.cat([prompt, tokens.gather(1, new)], 1)
 
     cache = KVCache(len(model.layers), B, C)                     # cache slot j holds canvas column j
     if F > 0:                                                    # prompt blocks before the first new token
@@ -174,8 +147,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
             nfe += 1
         if stop is not None:
             end = P + (e - new[:, 0]).clamp(0, N)                                           # (B,)
-            done |= stop(standard(tokens), end)
+            done |= stop(torch.cat([prompt, tokens.gather(1, new)], 1), end)
         if done.all():
             break
-    step = torch.cat([torch.full_like(prompt, -1), step.gather(1, new)], 1)
-    return finish(standard(tokens), step, steps, nfe)
+    return finish(*standard(prompt, tokens, step, new), steps, nfe)

@@ -27,7 +27,7 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from model import ModelConfig, from_dit, from_state, hub_dir
+from model import ModelConfig, from_dit, from_state, hub_dir, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -131,11 +131,10 @@ def load(path: str, device="cpu"):
 
 def load_ours(d: str, device="cpu"):
     """Load a directory in our format (see the module docstring)."""
-    from safetensors.torch import load_file
     try:
         with open(os.path.join(d, "config.json")) as f:
             config = json.load(f)
-        model = from_state(ModelConfig(**config["model"]), load_file(os.path.join(d, "model.safetensors")))
+        model = from_state(ModelConfig(**config["model"]), load_safetensors(os.path.join(d, "model.safetensors")))
         method, cfg = method_of(config)
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
@@ -239,9 +238,8 @@ def released_method(config: dict, source: str) -> str:
 
 def raw_weights(d: str) -> dict:
     """All tensors of any *.safetensors (else pytorch_model*.bin, weights_only) in d, under their own names."""
-    from safetensors.torch import load_file
     files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
-    return {k: v for f in files for k, v in load_file(f).items()} if files else \
+    return {k: v for f in files for k, v in load_safetensors(f).items()} if files else \
         {k: v for f in sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
          for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
 

@@ -26,13 +26,15 @@ from data import encode, encode_prompts, get_task, get_tokenizer
 TASKS = ["arith", "gsm8k", "likelihood", "throughput", *zeroshot.MCQA]
 
 
-def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32):
+def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32, commit_order="l2r"):
     """The generate() keyword arguments each method takes."""
     kw = {"temperature": temperature}
     if method_name != "ar":
         kw["threshold"] = threshold
-    if method_name == "setdiffusion" and window:
-        kw["window"] = window
+    if method_name == "setdiffusion":
+        kw["commit_order"] = commit_order
+        if window:
+            kw["window"] = window
     if method_name == "mdlm":
         kw["block"] = mdlm_block
     return kw
@@ -44,28 +46,40 @@ def completion_ids(tok, row):
     return ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
 
 
-def stop_rule(tok, task, P):
-    """The samplers' stopping hook: a row stops once the task calls its decoded prefix finished."""
+def stop_rule(tok, task, prompt_mask, eos=False, **opts):
+    """The samplers' stopping hook stop(tokens, end) -> (B,) bool, where tokens (B, P + N) is [left-padded
+    prompt | canvas] and end (B,) the column each row is decided up to (a window's or block's end).
+    A task with `stop(ids, tok, **opts)` (GSM8K: the official criteria) sees the whole sequence so far,
+    [MASK]s included; otherwise `is_finished` sees the decoded reply before its first [MASK]. eos=True also
+    stops a row at <|endoftext|>, as Hugging Face generate does for the official AR runs."""
+    P = prompt_mask.shape[1]
+    first = (~prompt_mask).sum(1).tolist()                        # each row's first real column
+
     def stop(tokens, end):
         done = []
-        for row, e in zip(tokens[:, P:], end.tolist()):
-            ids = row[:max(e - P, 0)].tolist()
-            ids = ids[:ids.index(tok.mask_id)] if tok.mask_id in ids else ids      # the decoded prefix
-            ids = [i for i in ids if i < tok.vocab_size]      # Qwen3's embedding has rows the tokenizer lacks
-            done.append(task.is_finished(tok.enc.decode(ids)))
+        for row, s, e in zip(tokens.tolist(), first, end.tolist()):
+            reply = row[P:e]
+            if eos and tok.eos_id in reply:
+                done.append(True)
+            elif hasattr(task, "stop"):
+                done.append(task.stop(row[s:e], tok, **opts))
+            else:
+                reply = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply
+                done.append(task.is_finished(tok.enc.decode([i for i in reply if i < tok.vocab_size])))
         return torch.tensor(done, device=tokens.device)
     return stop
 
 
-def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, **kw):
+def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, stop_opts=None, **kw):
     """Generate replies to a list of prompt strings. Returns completions, stats and seconds."""
     prompt, prompt_mask = (t.to(device) for t in encode_prompts(tok, prompts))
+    stop = stop_rule(tok, task, prompt_mask, eos=method.__name__ == "ar", **(stop_opts or {}))
     g = torch.Generator(device=device).manual_seed(seed)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     sync()
     t0 = time.perf_counter()
     tokens, stats = method.generate(model, prompt, cfg, prompt_mask, max_new_tokens=max_new_tokens,
-                                    generator=g, stop=stop_rule(tok, task, prompt.shape[1]), **kw)
+                                    generator=g, stop=stop, **kw)
     sync()
     seconds = time.perf_counter() - t0
     texts = [tok.decode(completion_ids(tok, row)) for row in tokens[:, prompt.shape[1]:]]
@@ -73,14 +87,15 @@ def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, see
 
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,
-                      max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32):
+                      max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32, commit_order="l2r",
+                      stop_opts=None):
     """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
-    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block)
+    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block, commit_order)
     completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
         texts, stats, sec = generate(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device,
-                                     max_new_tokens, seed + i, **kw)
+                                     max_new_tokens, seed + i, stop_opts, **kw)
         completions += texts
         for name, score in task.SCORES.items():
             hits[name] += sum(score(t, e["answer"]) for t, e in zip(texts, chunk))
@@ -92,22 +107,29 @@ def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, t
 
 
 @torch.no_grad()
-def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0, encode_fn=encode):
+def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0,
+                        exclusions="none", encode_fn=encode):
     """Per-token negative log-likelihood of the targets (exact for AR, an upper bound for the others).
+    exclusions="official" (Set Diffusion only, as the official eval): pad-id targets (EOS when pad = EOS)
+    are not counted, nor position 0 (keep_clean_bos); "none" counts every target.
     encode_fn(tok, examples[i:j], seq_len) makes a batch (e.g. a corpus' token rows: data/corpus.batch)."""
     total, count = 0.0, 0
     g = torch.Generator(device=device).manual_seed(seed)
     for i in range(0, len(examples), batch_size):
         batch = {k: v.to(device) for k, v in encode_fn(tok, examples[i:i + batch_size], seq_len).items()}
-        nll, n = method.nll(model, batch["x0"], cfg, batch["prompt_mask"], batch["pad_mask"], generator=g)
+        x0, extra = batch["x0"], {}
+        if exclusions == "official" and method.__name__ == "setdiffusion":
+            extra["exclude"] = (x0 == tok.pad_id) | (torch.arange(x0.shape[1], device=device) == 0)
+        nll, n = method.nll(model, x0, cfg, batch["prompt_mask"], batch["pad_mask"], generator=g, **extra)
         total, count = total + nll.sum().item(), count + n.sum().item()
-    return {"nll": total / count, "perplexity": math.exp(total / count), "n": len(examples), "tokens": count}
+    return {"nll": total / count, "perplexity": math.exp(total / count), "n": len(examples), "tokens": count,
+            "exclusions": exclusions}
 
 
 def evaluate_throughput(model, method, cfg, tok, task, examples, config, device, warmup=5, batch_size=16,
-                        max_new_tokens=64, **kw):
+                        max_new_tokens=64, stop_opts=None, **kw):
     """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), then at batch_size."""
-    kw = sampler_kwargs(config["method"], **kw)
+    kw = {**sampler_kwargs(config["method"], **kw), "stop_opts": stop_opts}
     prompts = [e["prompt"] for e in examples]
     for p in prompts[:warmup]:
         generate(model, method, cfg, tok, task, [p], device, max_new_tokens, **kw)
@@ -180,6 +202,22 @@ def summarize(paths, out_md, out_png=None, paper=None):
         fig.savefig(out_png, dpi=120)
 
 
+def check_threshold(tau: float) -> float:
+    """A confidence threshold must be in (0, 1] or inf (one token per step)."""
+    if not (0 < tau <= 1 or tau == math.inf):
+        raise ValueError(f"--threshold {tau}: a confidence threshold must be in (0, 1], or inf for one token per step")
+    return tau
+
+
+def check_window(window: int, method_name: str, cfg) -> int:
+    """Set Diffusion's window must be in [1, smax] (0 = the default smax / 2); other methods have none."""
+    if window and method_name != "setdiffusion":
+        raise ValueError(f"--window {window}: only Set Diffusion has a window")
+    if window and not 1 <= window <= cfg.smax:
+        raise ValueError(f"--window {window}: the window must be in [1, smax={cfg.smax}]")
+    return window
+
+
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", help="checkpoint directory (written by train.py)")
@@ -192,6 +230,13 @@ def get_args(argv=None):
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
     p.add_argument("--threshold", type=float, default=None, help="confidence threshold tau (inf = 1 token/step)")
     p.add_argument("--window", type=int, default=None, help="Set Diffusion window W (default smax / 2)")
+    p.add_argument("--commit-order", choices=["l2r", "fht"], default="l2r",
+                   help="Set Diffusion: commit a step's tokens left to right (the official throughput runs) or by "
+                        "first-hitting time (the official accuracy runs)")
+    p.add_argument("--stop-on-im-end", action="store_true", help="GSM8K: also stop at <|im_end|> (official option)")
+    p.add_argument("--nll-exclusions", choices=["official", "none"], default=None,
+                   help="likelihood: 'official' drops pad-id (EOS) targets and position 0 from Set Diffusion's "
+                        "NLL as the official eval does (default for released checkpoints), 'none' counts all")
     p.add_argument("--mdlm-block", type=int, default=32, help="MDLM sampler block length")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate per problem")
@@ -224,30 +269,34 @@ def main(argv=None):
         data = get_task(config["data"] if task_name in ("likelihood", "throughput") else task_name)
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
-    except (FileNotFoundError, ValueError) as e:
+        sampler = config.get("sampler", {})
+        threshold = check_threshold(args.threshold if args.threshold is not None else sampler.get("threshold", math.inf))
+        window = check_window(args.window if args.window is not None else sampler.get("window", 0), config["method"], cfg)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    sampler = config.get("sampler", {})
-    threshold = args.threshold if args.threshold is not None else sampler.get("threshold", math.inf)
-    window = args.window if args.window is not None else sampler.get("window", 0)
     max_new = args.max_new_tokens or sampler.get("max_new_tokens", 64)
     examples = examples[:args.limit] if args.limit else examples
-    kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block)
+    kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
+              commit_order=args.commit_order)
+    stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name == "likelihood":
+        exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
         m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device, args.batch_size,
-                                args.seed)
+                                args.seed, exclusions)
     elif task_name == "throughput":
         m = evaluate_throughput(model, method, cfg, tok, data, examples, config, device, args.warmup,
-                                args.batch_size, max_new, **kw)
+                                args.batch_size, max_new, stop_opts, **kw)
     else:
         m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
-                              max_new_tokens=max_new, seed=args.seed, **kw)
+                              max_new_tokens=max_new, seed=args.seed, stop_opts=stop_opts, **kw)
         m.pop("completions")
-    report(args, config, task_name, m, threshold)
+    report(args, config, task_name, m, threshold, window)
 
 
-def report(args, config, task_name, m, threshold=math.inf):
+def report(args, config, task_name, m, threshold=math.inf, window=0):
     """Print the metrics as a markdown row (and write them with --json)."""
-    m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, **m}
+    m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, "window": window,
+         "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end, **m}
     keys = [k for k in m if k != "ckpt"]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     print("| " + " | ".join(f"{m[k]:.4g}" if isinstance(m[k], float) else str(m[k]) for k in keys) + " |")

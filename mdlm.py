@@ -16,18 +16,18 @@ position the reveal order is uniformly random, which is MDLM (paper §3, "unifor
 order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
 Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
 a full bidirectional forward per step, no KV cache.
-Differences from the official code: none intended. The sampler's canvas ends after max_new_tokens (the
-official pads it to the context length with [MASK]).
+Differences from the official code: none intended. The sampler's canvas ends with the block holding the
+last of max_new_tokens (the official pads it to the context length with [MASK]).
 
-The confidence decoding rule (`decode`) and the SUBS helpers defined here are shared by bd3lm.py and
-setdiffusion.py.
+The confidence decoding rule (`decode`), the SUBS helpers and the block-aligned canvas (`block_canvas`)
+defined here are shared by bd3lm.py and setdiffusion.py.
 """
 import math
 from dataclasses import dataclass
 
 import torch
 
-from ar import canvas, defaults, finish, with_padding
+from ar import defaults, finish, with_padding
 
 
 @dataclass
@@ -128,33 +128,66 @@ def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0
     return y, decoded
 
 
+def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
+    """Lay each row out so that its blocks (positions S*b .. S*b + S-1) share canvas columns across the batch
+    (the official align_inputs_to_blocks, for a batch).
+
+    Row b (prompt length p) is left-padded by off_b, a multiple of S, chosen so that the block holding its
+    first new token starts at the same column F in every row (the prompt's tail shares that block, as in
+    training). Returns tokens, real, pos (B, C), F, and new (B, N): the canvas column of each new token.
+    """
+    B, P = prompt.shape
+    dev = prompt.device
+    p = prompt_mask.sum(1) if prompt_mask is not None else torch.full((B,), P, device=dev)   # (B,)
+    first = p // S * S                                           # (B,) start of the first generated block
+    F = int(first.max())
+    off = F - first                                              # (B,) multiple of S
+    C = F + math.ceil(int((off + p + max_new_tokens).max() - F) / S) * S
+    rel = torch.arange(C, device=dev) - off[:, None]             # (B, C) position of each column
+    is_prompt = (rel >= 0) & (rel < p[:, None])
+    real = (rel >= 0) & (rel < (p + max_new_tokens)[:, None])
+    src = (P - p[:, None] + rel).clamp(0, P - 1)                 # the left-padded prompt's column
+    tokens = torch.where(is_prompt, prompt.gather(1, src), mask_id)
+    new = off[:, None] + p[:, None] + torch.arange(max_new_tokens, device=dev)   # (B, N)
+    return tokens, real, rel.clamp(min=0), F, new
+
+
+def standard(prompt, tokens, step, new):
+    """Back from block_canvas to the layout every sampler returns: [left-padded prompt | N new] (B, P + N)."""
+    return (torch.cat([prompt, tokens.gather(1, new)], 1),
+            torch.cat([torch.full_like(prompt, -1), step.gather(1, new)], 1))
+
+
 @torch.no_grad()
 def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
              temperature=0.0, generator=None, stop=None, block=32):
-    """Semi-autoregressive: decode blocks of `block` new tokens left to right; inside a block, one full
-    bidirectional forward per step and the confidence rule until the block has no [MASK] left."""
+    """Semi-autoregressive: decode blocks of `block` positions left to right, aligned to multiples of `block`
+    (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a block,
+    one full bidirectional forward per step and the confidence rule until the block has no [MASK] left."""
     B, P = prompt.shape
-    tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)   # (B, C)
-    C, dev = tokens.shape[1], prompt.device
+    N, dev = max_new_tokens, prompt.device
+    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
+    C = tokens.shape[1]
     mask = with_padding(attention_mask(C, dev), ~real)                             # (B, 1, C, C)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
-    for s in range(P, C, block):
-        e = min(s + block, C)
+    for s in range(F, C, block):
+        e = s + block
         while True:
-            cand = (tokens[:, s:e] == cfg.mask_id) & ~done[:, None]               # (B, e-s)
+            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]    # (B, block)
             if not cand.any():
                 break
-            logits = model(tokens, pos, mask, last=C - s)[:, :e - s]               # (B, e-s, V)
+            logits = model(tokens, pos, mask, last=C - s)[:, :block]                 # (B, block, V)
             y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
             nfe += 1
         if stop is not None:
-            done |= stop(tokens, torch.full((B,), e, device=dev))
+            end = P + (e - new[:, 0]).clamp(0, N)                                   # (B,) end of this block
+            done |= stop(torch.cat([prompt, tokens.gather(1, new)], 1), end)
         if done.all():
             break
-    return finish(tokens, step, steps, nfe)
+    return finish(*standard(prompt, tokens, step, new), steps, nfe)

@@ -262,9 +262,18 @@ def hub_dir(name_or_path: str, allow_patterns: list) -> str:
                                 f"check the network (HF_TOKEN for a gated repo), or pass a local directory") from None
 
 
+def load_safetensors(path: str) -> dict:
+    """The tensors of one .safetensors file; a damaged or truncated file is a ValueError naming it."""
+    from safetensors.torch import load_file
+    try:
+        return load_file(path)
+    except Exception as e:        # safetensors_rust.SafetensorError: header too large, truncated data, ...
+        raise ValueError(f"{path} is damaged or not a safetensors file ({str(e).splitlines()[0][:80]}): "
+                         f"write or download it again") from None
+
+
 def read_safetensors(d: str) -> dict:
     """All tensors of model.safetensors, or of the shards a model.safetensors.index.json lists, in d."""
-    from safetensors.torch import load_file
     index = os.path.join(d, "model.safetensors.index.json")
     if os.path.isfile(index):
         with open(index) as f:
@@ -273,7 +282,7 @@ def read_safetensors(d: str) -> dict:
         files = ["model.safetensors"] if os.path.isfile(os.path.join(d, "model.safetensors")) else []
     if not files:
         raise FileNotFoundError(f"{d} holds neither model.safetensors nor model.safetensors.index.json")
-    return {k: v for f in files for k, v in load_file(os.path.join(d, f)).items()}
+    return {k: v for f in files for k, v in load_safetensors(os.path.join(d, f)).items()}
 
 
 def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transformer:

@@ -16,7 +16,7 @@ import torch
 
 import checkpoint
 from data import get_task, get_tokenizer
-from eval import generate, sampler_kwargs
+from eval import check_threshold, check_window, generate, sampler_kwargs
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
 
@@ -42,6 +42,8 @@ def main(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate")
     p.add_argument("--threshold", type=float, default=math.inf, help="confidence threshold tau (inf = 1/step)")
     p.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
+    p.add_argument("--commit-order", choices=["l2r", "fht"], default="l2r",
+                   help="Set Diffusion: commit a step's tokens left to right or by first-hitting time")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--show-order", action="store_true", help="mark each token with the step that decoded it")
@@ -51,14 +53,16 @@ def main(argv=None):
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         tok, task = get_tokenizer(config["tokenizer"]), get_task(config["data"])
         prompt = args.prompt.replace("\\n", "\n") if args.prompt is not None else task.load("test")[0]["prompt"]
-    except (FileNotFoundError, ValueError) as e:
+        check_threshold(args.threshold)
+        check_window(args.window, config["method"], cfg)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     n_prompt = len(tok.encode(prompt))
     if n_prompt >= config["seq_len"]:
         sys.exit(f"error: the prompt has {n_prompt} tokens, more than the model's context "
                  f"(seq_len={config['seq_len']}); shorten it")
     max_new = args.max_new_tokens or config.get("sampler", {}).get("max_new_tokens", 64)
-    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature)
+    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature, commit_order=args.commit_order)
     texts, stats, seconds = generate(model, method, cfg, tok, task, [prompt], device, max_new, args.seed, **kw)
     print(prompt, end="")
     if args.show_order:

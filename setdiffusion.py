@@ -23,8 +23,8 @@ Limits: smax = 2 (d = 1) gives the identity order, so the model is AR (tested). 
 one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic limit. Fixed contiguous
 sets whose members attend to each other: BD3-LM.
 Differences from the official code: the sampler runs a batch (each row its own window; the official asserts
-batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left crop);
-the FHT commit order samples T over the canvas columns.
+batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left crop).
+With commit_order="fht" a batch draws T over the longest row's N target slots.
 """
 import math
 from dataclasses import dataclass
@@ -45,24 +45,27 @@ class SetDiffusionConfig:
 
 # ----------------------------------------------------------------------------- ordering
 
-def schedule(seq_len: int, smax: int):
-    """Staggered schedule constants: loc (L,) float64, b, k."""
+def schedule(seq_len: int, smax: int, d: float | None = None):
+    """Staggered schedule constants: loc (L,) float64, b, k. d defaults to smax / 2 (the paper's models)."""
     if not 2 <= smax <= seq_len:
         raise ValueError(f"smax must be in [2, seq_len={seq_len}], got {smax}")
-    d = smax / 2
+    d = smax / 2 if d is None else d
     A = d / (2 * seq_len)                                            # desired area per position
     if d in (1, smax):
         b, k = 2 * A, 1.0
     else:
         b = smax / (seq_len + smax - 1)
+        if b <= A:
+            raise ValueError(f"no staggered schedule with smax={smax} and d={d} over {seq_len} positions")
         k = A / (b - A)
     loc = (1 - b) * (1 - torch.arange(seq_len, dtype=torch.float64) / max(seq_len - 1, 1))   # (L,)
     return loc, b, k
 
 
-def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
-    """T_j = loc_j + b (1 - exp(-E_j / k)): the time position j is masked, going forward. (B, L) float64."""
-    loc, b, k = schedule(seq_len, smax)
+def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None, d=None):
+    """T_j = loc_j + b (1 - exp(-E_j / k)): the time position j is masked, going forward. (B, L) float64.
+    P(T_j <= t) = 1 - (1 - clip((t - loc_j) / b, 0, 1))^k, the schedule's masking probability move_j(t)."""
+    loc, b, k = schedule(seq_len, smax, d)
     E = torch.empty(batch_size, seq_len, dtype=torch.float64, device=device).exponential_(generator=generator)
     return loc.to(E.device) + b * (-torch.expm1(-E / k))
 
@@ -106,23 +109,28 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask):
     return model(torch.cat([x0_s, xt_s], 1), pos, mask, last=L)                  # (B, L, V)
 
 
-def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator):
-    """-log p of every target under one sampled order: nll (B, L) (0 off targets), target (B, L), sigma order."""
+def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None):
+    """-log p of every target under one sampled order: nll (B, L) (0 off counted targets) and the counted
+    targets (B, L), both in sigma order. `exclude` (B, L): targets kept in the order but not counted."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator)                # (B, L)
     logits = denoise(model, x0, sigma, target, cfg, pad_mask).float()
     logits[..., cfg.mask_id] = float("-inf")                                     # never predict [MASK]
-    target_s = target.gather(1, sigma)
+    counted = target if exclude is None else target & ~exclude
+    target_s = counted.gather(1, sigma)
     nll_i = F.cross_entropy(logits.transpose(1, 2), x0.gather(1, sigma), reduction="none")   # (B, L)
     return nll_i * target_s, target_s
 
 
-def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None, n_orders=1):
-    """-log p(x0 | sigma) averaged over n_orders sampled orders: (sum over targets (B,), targets (B,)).
-    One order (the official eval) is a single-sample estimate; the exact likelihood sums over orders."""
+def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None, n_orders=1,
+        exclude=None):
+    """-log p(x0 | sigma) averaged over n_orders sampled orders: (sum over counted targets (B,), count (B,)).
+    One order (the official eval) is a single-sample estimate; the exact likelihood sums over orders.
+    exclude (B, L): targets not counted (the official eval drops pad-id targets, e.g. EOS, and position 0
+    with keep_clean_bos); they still take their place in the order."""
     total = 0.0
     for _ in range(n_orders):
-        nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator)
+        nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude)
         total = total + nll_i.sum(1) / n_orders
     return total, target_s.sum(1)
 
@@ -149,6 +157,23 @@ def step_mask(cache_ok, new_ok, W: int):
     query_cols = (i == n + torch.arange(W, device=new_ok.device)).expand(new_ok.shape[0], -1, -1)
     cache_cols = cache_ok[:, None, :].expand(-1, n + W, -1)                      # (B, n+W, cache)
     return torch.cat([cache_cols, new_cols, query_cols], -1)[:, None]
+
+
+def commit_key(masked, W: int, d: float, commit_order: str, generator=None):
+    """Sort key (B, C) of the canvas columns: a step commits its decoded tokens by increasing key.
+
+    "l2r": the column itself. "fht": minus the first-hitting times of the N masked (target) slots, drawn
+    once per generation from the staggered schedule with max 2W over N slots and the model's own d, as the
+    official accuracy runs do (setdlm_fht_cache_order), so tokens are committed by decreasing T."""
+    B, C = masked.shape
+    key = torch.arange(C, device=masked.device, dtype=torch.float64).expand(B, C)
+    N = int(masked.sum(1).max())
+    if commit_order == "l2r" or N < 2:
+        return key
+    smax = min(2 * W, N)
+    T = first_hitting_times(B, N, smax, generator, masked.device, d=min(d, smax))   # (B, N)
+    slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
+    return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
 
 
 def gather_slots(chosen, key):
@@ -179,10 +204,8 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)     # (B, C)
     C, dev = tokens.shape[1], prompt.device
     cols = torch.arange(C, device=dev).expand(B, C)
-    key = cols.double()                                                             # commit order (B, C)
-    if commit_order == "fht" and C >= 2:
-        key = -first_hitting_times(B, C, min(2 * W, C), generator, dev)
     masked = (tokens == cfg.mask_id) & real                                         # (B, C) still to decode
+    key = commit_key(masked, W, cfg.smax / 2, commit_order, generator)              # (B, C) commit order
     n_masked = int(masked.sum(1).max())
     cache = KVCache(len(model.layers), B, C + min(B, W) * n_masked + W)            # room for dead slots
 

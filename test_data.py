@@ -137,7 +137,8 @@ def test_gsm8k_target_rewrites_the_solution():
                       "The final answer is $\\boxed{72}$.<|im_end|>")
     assert gsm8k.gold_answer(SOLUTION) == "72"
     assert gsm8k.is_correct(target, "72") and gsm8k.strict_match(target, "72")
-    assert gsm8k.is_finished(target)
+    tok = byte_tokenizer()
+    assert gsm8k.stop(tok.encode(gsm8k.make_prompt("q") + target), tok)
 
 
 def test_gsm8k_load_from_folder(tmp_path):
@@ -221,14 +222,22 @@ def test_gsm8k_no_answer():
 
 
 # ---- stopping -------------------------------------------------------------------------------------------------
-def test_gsm8k_is_finished():
-    assert gsm8k.is_finished("The answer is $\\boxed{72}$")
-    assert gsm8k.is_finished("The answer is 72.<|im_end|>") and gsm8k.is_finished("72<|endoftext|>")
-    assert gsm8k.is_finished("so " + "!" * 8)
-    for text in ("Natalia sold 48/2 = 24 clips in May.", "The answer is $\\boxed{7",
-                 "\\boxed{<|fim_middle|><|fim_middle|>}", "The answer is $\\boxed{}$", "so" + " " * 8,
-                 "so " + "!" * 7):
-        assert not gsm8k.is_finished(text), text
+def test_gsm8k_stop_rules_on_token_ids():
+    """The official criteria on prompt + reply ids up to the window's end, [MASK]s included."""
+    tok = byte_tokenizer()
+    M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("What is 2+3?"))
+    stop = lambda reply, **kw: gsm8k.stop(prompt + reply, tok, **kw)
+    assert stop(tok.encode("so $\\boxed{5}$"))                          # second box (the prompt's is the first)
+    assert stop(tok.encode("$\\boxed{}$"))                              # an empty box is a complete match
+    assert not stop(tok.encode("so 2+3 = 5."))
+    assert not stop(tok.encode("so $\\boxed{") + [M, M] + tok.encode("}$"))    # a box still holding [MASK]
+    assert not stop(tok.encode("so $\\boxed{5"))                         # not closed yet
+    assert stop(tok.encode("a ") + [M] + tok.encode(" then \\boxed{5}") + [M])  # complete only after a [MASK]
+    assert stop(tok.encode("a") + [7] * 8) and not stop(tok.encode("a") + [7] * 7)   # 8 identical ids
+    assert stop(tok.encode("a") + [7] * 8 + [M, M])                      # trailing [MASK]s dropped
+    assert not stop(tok.encode("a") + [7] * 4 + [M] + [7] * 4)           # a [MASK] breaks the run
+    assert not stop(tok.encode("done<|im_end|>")) and stop(tok.encode("done<|im_end|>"), im_end=True)
+    assert not stop(tok.encode("done<|endoftext|>"))                     # EOS is not an official GSM8K rule
 
 
 def test_gsm8k_repeating_tokens():

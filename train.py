@@ -21,7 +21,7 @@ import torch
 import checkpoint
 import setdiffusion
 from data import TASKS, encode, get_task, get_tokenizer
-from model import ModelConfig, Transformer
+from model import ModelConfig, Transformer, load_safetensors
 
 
 def get_args(argv=None):
@@ -110,17 +110,57 @@ def setup(args):
     return task, tok, train, model, config
 
 
-def main(argv=None):
-    args = get_args(argv)
-    ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+def init_distributed(args):
+    """(ddp, rank, world size, device): torchrun's environment (one process per device), or one process."""
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     device = checkpoint.pick_device(args.device)
-    if ddp:
+    if world > 1:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         device = f"cuda:{local}" if device == "cuda" else device
         torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
+    return world > 1, rank, world, device
+
+
+def make_optimizer(model, args):
+    """AdamW, weight decay on matrices only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
+
+
+def restore(state, model, opt, ema, out_dir) -> int:
+    """Load a train_state (and the EMA weights of model.safetensors) for --resume; returns the step."""
+    checkpoint.load_weights(model, state["model"])
+    opt.load_state_dict(state["optimizer"])
+    if ema is not None:
+        checkpoint.load_weights(ema, load_safetensors(os.path.join(checkpoint.resolve(out_dir), "model.safetensors")))
+    return int(state["step"])
+
+
+def step_loss(model, method, cfg, train, step, args, device, autocast, rank, world):
+    """One optimizer step's forward/backward over --grad-accum micro-batches -> (mean loss, tokens seen).
+    The examples and the noise come from a generator seeded by (seed, step, micro-batch) and the rank."""
+    total, tokens, N, B = 0.0, 0, train["x0"].shape[0], args.batch_size
+    for micro in range(args.grad_accum):
+        g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + micro)
+        idx = torch.randint(0, N, (B * world,), generator=g)[rank * B:(rank + 1) * B]
+        batch = {k: v[idx].to(device) for k, v in train.items()}
+        noise_g = torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)) + rank)
+        with autocast:
+            pad_mask = None if args.predict_padding else batch["pad_mask"]
+            loss, _ = method.loss(model, batch["x0"], cfg, batch["prompt_mask"], pad_mask, noise_g)
+        (loss / args.grad_accum).backward()
+        total += loss.item() / args.grad_accum
+        tokens += int((~batch["pad_mask"]).sum()) * world
+    return total, tokens
+
+
+def main(argv=None):
+    args = get_args(argv)
+    ddp, rank, world, device = init_distributed(args)
     master = rank == 0
     try:
         task, tok, train, model, config = setup(args)
@@ -130,58 +170,27 @@ def main(argv=None):
     method, cfg = checkpoint.method_of(config)
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    autocast = (torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32
-                else contextlib.nullcontext())
-    model.to(device)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
+    autocast = torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+    opt = make_optimizer(model.to(device), args)
     ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
-    start = 0
-    if state is not None:
-        checkpoint.load_weights(model, state["model"])
-        opt.load_state_dict(state["optimizer"])
-        if ema is not None:
-            from safetensors.torch import load_file
-            checkpoint.load_weights(ema, load_file(os.path.join(checkpoint.resolve(args.out_dir),
-                                                                "model.safetensors")))
-        start = int(state["step"])
-        if master:
-            print(f"resuming from step {start} of {args.out_dir}")
+    start = restore(state, model, opt, ema, args.out_dir) if state is not None else 0
+    if state is not None and master:
+        print(f"resuming from step {start} of {args.out_dir}")
     train_model = torch.compile(model) if args.compile else model
     if ddp:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
     if args.wandb and master:
         import wandb                                   # optional; reads WANDB_API_KEY from the environment
         wandb.init(project=args.wandb, config=vars(args))
-
-    def save(step):
-        if master:
-            checkpoint.save(args.out_dir, model, {**config, "step": step},
-                            {"optimizer": opt.state_dict(), "step": step}, eval_model=ema)
-
-    N, B = train["x0"].shape[0], args.batch_size
-    from tqdm import tqdm
+    from tqdm import tqdm                              # not on a terminal (a log file): a line every 10 s at most
     bar = tqdm(range(start, args.max_iters), initial=start, total=args.max_iters, disable=not master,
-               dynamic_ncols=True)
+               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 10)
     t0, tokens_seen, losses = time.time(), 0, []
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
-        total = 0.0
-        for micro in range(args.grad_accum):
-            g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + micro)
-            idx = torch.randint(0, N, (B * world,), generator=g)[rank * B:(rank + 1) * B]
-            batch = {k: v[idx].to(device) for k, v in train.items()}
-            noise_seed = int(torch.randint(0, 2**62, (1,), generator=g)) + rank
-            noise_g = torch.Generator(device=device).manual_seed(noise_seed)
-            with autocast:
-                pad_mask = None if args.predict_padding else batch["pad_mask"]
-                loss, stats = method.loss(train_model, batch["x0"], cfg, batch["prompt_mask"], pad_mask, noise_g)
-            (loss / args.grad_accum).backward()
-            total += loss.item() / args.grad_accum
-            tokens_seen += int((~batch["pad_mask"]).sum()) * world
+        total, tokens = step_loss(train_model, method, cfg, train, step, args, device, autocast, rank, world)
+        tokens_seen += tokens
         if ddp:                                        # every rank sees the same loss, and stops together
             t = torch.tensor(total, device=device)
             torch.distributed.all_reduce(t)
@@ -204,8 +213,9 @@ def main(argv=None):
         if args.wandb and master:
             wandb.log({"loss": total, "lr": lr_at(step, args)}, step=step)
         done = step + 1
-        if done % args.save_every == 0 or done == args.max_iters:
-            save(done)
+        if master and (done % args.save_every == 0 or done == args.max_iters):
+            checkpoint.save(args.out_dir, model, {**config, "step": done},
+                            {"optimizer": opt.state_dict(), "step": done}, eval_model=ema)
         if master and args.eval_every and done % args.eval_every == 0 and done != args.max_iters:
             report(ema or model, method, cfg, tok, task, args, device, config, show=False)
     if master:

@@ -25,6 +25,7 @@ from data import get_tokenizer, mcqa
 
 CORPORA = {"owt": "validation", "lm1b": "test"}        # corpus -> the split the paper evaluates
 MCQA = mcqa.NAMES
+NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings: not used here
 
 
 def family(tokenizer: str) -> str:
@@ -56,8 +57,10 @@ def encode_options(tok, prompt: str, options: list[str], L: int) -> list[tuple[l
 
 
 @torch.no_grad()
-def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: int, generator) -> torch.Tensor:
-    """NLL of each option given its prompt, averaged over `samples` draws, / its number of tokens: (R,)."""
+def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: int, generator,
+                  exclusions="none") -> torch.Tensor:
+    """NLL of each option given its prompt, averaged over `samples` draws, / its number of tokens: (R,).
+    exclusions="official": Set Diffusion does not count pad-id (EOS) answer tokens, as the official eval."""
     R = len(pairs)
     x0 = torch.full((R, width), tok.pad_id, dtype=torch.long)                 # (R, width)
     prompt_mask = torch.zeros(R, width, dtype=torch.bool)
@@ -66,15 +69,16 @@ def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: i
         x0[r, :len(p) + len(a)] = torch.tensor(p + a)
         prompt_mask[r, :len(p)], pad_mask[r, :len(p) + len(a)] = True, False
     x0, prompt_mask, pad_mask = x0.to(device), prompt_mask.to(device), pad_mask.to(device)
+    extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and method.__name__ == "setdiffusion" else {}
     total = torch.zeros(R, device=device, dtype=torch.float64)
     for _ in range(samples):
-        nll, _ = method.nll(model, x0, cfg, prompt_mask, pad_mask, generator=generator)
+        nll, _ = method.nll(model, x0, cfg, prompt_mask, pad_mask, generator=generator, **extra)
         total += nll.double()
     return total.cpu() / samples / torch.tensor([len(a) for _, a in pairs], dtype=torch.float64)
 
 
 def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_to_length=True, batch_size=32,
-                  samples=1, seed=0) -> dict:
+                  samples=1, seed=0, exclusions="none") -> dict:
     """Accuracy (argmin of the length-normalised option NLL) and its standard error over the examples."""
     rows = [(i, pair) for i, ex in enumerate(examples)
             for pair in encode_options(tok, ex["prompt"], ex["options"], seq_len)]
@@ -83,7 +87,7 @@ def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_t
     for s in range(0, len(rows), batch_size):
         pairs = [pair for _, pair in rows[s:s + batch_size]]
         width = seq_len if pad_to_length else max(len(p) + len(a) for p, a in pairs)
-        scores += option_scores(model, method, cfg, tok, pairs, width, device, samples, g).tolist()
+        scores += option_scores(model, method, cfg, tok, pairs, width, device, samples, g, exclusions).tolist()
     per_example = [[] for _ in examples]
     for (i, _), score in zip(rows, scores):
         per_example[i].append(score)
@@ -96,6 +100,7 @@ def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_t
 def evaluate(args, task_name: str, model, method, cfg, config: dict, device, evaluate_likelihood) -> dict:
     """eval.py's --data / --task hellaswag|piqa|siqa paths; evaluate_likelihood is eval.py's."""
     dtype = next(model.parameters()).dtype
+    exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
     if task_name in MCQA:
         tok = checked_tokenizer(config, model, "gpt2", f"--task {task_name} (zero-shot, on the OWT models)")
         examples = mcqa.load(task_name, args.data_dir)
@@ -103,7 +108,7 @@ def evaluate(args, task_name: str, model, method, cfg, config: dict, device, eva
         print(f"{task_name}: {len(examples)} questions, batch size {args.batch_size} options, {args.samples} "
               f"sample(s) per option, dtype {dtype}")
         return evaluate_mcqa(model, method, cfg, tok, examples, config["seq_len"], device,
-                             config["method"] != "ar", args.batch_size, args.samples, args.seed)
+                             config["method"] != "ar", args.batch_size, args.samples, args.seed, exclusions)
     name = args.data or config["data"]
     if name not in CORPORA:
         raise ValueError(f"unknown --data {name!r}: choose {' or '.join(CORPORA)} (the likelihood of a shipped task "
@@ -117,7 +122,7 @@ def evaluate(args, task_name: str, model, method, cfg, config: dict, device, eva
     print(f"{name} {CORPORA[name]}: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
           f"dtype {dtype}")
     m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
-                            encode_fn=corpus.batch)
+                            exclusions, encode_fn=corpus.batch)
     return {**m, "data": name, "batch_size": args.batch_size}
 
 
@@ -127,7 +132,7 @@ def table(paths: list[str], out_md: str) -> str:
     for p in paths:
         with open(p) as f:
             runs.append(json.load(f))
-    keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k != "threshold"]
+    keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
               + " |" for m in runs]

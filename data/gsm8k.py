@@ -17,8 +17,6 @@ from fractions import Fraction
 NAME = "gsm8k"
 SEQ_LEN = 1024                                            # default context length L
 TOKENIZER = "qwen3:Qwen/Qwen3-1.7B-Base"
-MASK_TEXT = "<|fim_middle|>"                     # how a sampler may decode a still-masked position
-STOP_TEXTS = ("<|im_end|>", "<|endoftext|>")     # end of the assistant turn / of the document
 UNTIL = ("Question:", "</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>")   # harness cuts replies here
 
 
@@ -147,21 +145,27 @@ def flexible_match(completion: str, answer: str) -> bool:
 
 
 # ---- stopping rules ------------------------------------------------------------------------------------------
-def is_finished(completion: str) -> bool:
-    """The official stopping rules, on the decoded reply so far (prompt excluded):
-    - a complete '\\boxed{...}' (the official regex '\\boxed\\{.*?\\}' needs 2 matches on prompt + reply,
-      and the prompt has one), ignoring boxes holding MASK_TEXT, and empty ones (a decode that drops masks
-      turns '\\boxed{<mask>}' into '\\boxed{}');
-    - '<|im_end|>' or '<|endoftext|>' appears;
-    - the text version of "the last 8 tokens are identical": the last 8 characters are one repeated
-      non-space character. Samplers that hold token ids should also call repeating_tokens(ids).
-    """
-    if any(stop in completion for stop in STOP_TEXTS):
+BOX = re.compile(r"\\boxed\{.*?\}")             # the official gsm8k_regex_stopping_criteria pattern
+
+
+def stop(ids, tok, im_end: bool = False) -> bool:
+    r"""The official GSM8K stopping criteria, on the token ids of the sequence so far: the prompt and the reply
+    up to the end of the sampler's window, still-masked positions included (they decode as the mask text).
+    - RegexStoppingCriteria('\\boxed\{.*?\}', num_matches=2): two complete boxes in prompt + reply, boxes
+      holding the mask text ignored; the prompt's '$\\boxed{}$' is one, so one complete box in the reply;
+    - RepeatingTokenStoppingCriteria(8): the last 8 ids before trailing [MASK]s are identical;
+    - with im_end (the official STOP_ON_IM_END, off in the paper's Pareto runs): '<|im_end|>' twice (the
+      prompt holds one).
+    <|endoftext|> is not a rule here: the official diffusion samplers never check it (eval.py stops AR at EOS,
+    as Hugging Face generate does)."""
+    ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    text = tok.enc.decode([i for i in ids if i < tok.vocab_size])
+    mask_text = tok.enc.decode([tok.mask_id])
+    if sum(mask_text not in box for box in BOX.findall(text)) >= 2:
         return True
-    if any(MASK_TEXT not in box and box != "\\boxed{}" for box in re.findall(r"\\boxed\{.*?\}", completion)):
+    if im_end and text.count("<|im_end|>") >= 2:
         return True
-    tail = completion[-8:]
-    return len(tail) == 8 and len(set(tail)) == 1 and not tail.isspace()
+    return repeating_tokens(ids, 8, tok.mask_id)
 
 
 def repeating_tokens(ids, n: int = 8, mask_id: int | None = None) -> bool:

@@ -1,0 +1,175 @@
+"""Evaluation fidelity: the estimators are unbiased, orders follow the schedule's own formulas, the decoding
+rule, the commit order and the stopping rules are pinned on literals. python -m pytest -q test_fidelity.py
+"""
+import math
+
+import pytest
+import torch
+
+import bd3lm
+import eval as evaluate
+import mdlm
+import setdiffusion as sd
+from data import byte_tokenizer, gsm8k
+from model import KVCache
+from test_all import MASK, V, causal, tiny_model
+
+
+class PositionOnly(torch.nn.Module):
+    """A 'model' whose prediction at a position ignores the context: logits = table[pos]. Its NELBO has a
+    closed form: E_t E_xt[sum_i 1[masked_i] / t * -log p_i] = sum_i -log p_i (P(masked_i) = t)."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        pos = torch.arange(idx.shape[1]).expand(idx.shape) if pos is None else pos
+        out = self.table[pos]                                                # (B, T, V)
+        return out if last is None else out[:, -last:]
+
+
+@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
+def test_nelbo_estimator_is_unbiased(name):
+    """The mean of nll() over many draws of t and xt is the exact value: q exactly, no forced masks."""
+    L, B = 12, 30000
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(L, V, generator=g) * 2
+    x0 = torch.randint(0, MASK, (1, L), generator=g).expand(B, L)
+    prompt_mask = (torch.arange(L) < 2).expand(B, L)                         # block 0 holds the prompt,
+    pad_mask = (torch.arange(L) >= L - 1).expand(B, L)                       # block 2 padding, block 1 targets
+    target = ~(prompt_mask | pad_mask)[0]
+    logp = table.clone()
+    logp[:, MASK] = -math.inf
+    exact = -(logp.log_softmax(-1).gather(1, x0[0, :, None]).squeeze(1) * target).sum()
+    cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
+    nll, n = {"mdlm": mdlm, "bd3lm": bd3lm}[name].nll(PositionOnly(table), x0, cfg, prompt_mask, pad_mask,
+                                                      generator=torch.Generator().manual_seed(1))
+    assert (n == target.sum()).all()
+    se = nll.std() / math.sqrt(B)
+    assert abs(nll.mean() - exact) < 4 * se, (nll.mean().item(), exact.item(), se.item())
+
+
+def test_setdiffusion_loss_equals_one_forward_per_target():
+    """Each target's NLL = one forward over [its clean predecessors in sigma order | its own [MASK] query]."""
+    model, L, smax = tiny_model(11), 10, 4
+    x0 = torch.randint(0, MASK, (2, L), generator=torch.Generator().manual_seed(0))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2]])
+    cfg = sd.SetDiffusionConfig(MASK, smax)
+    sigma = sd.order(x0, smax, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
+    nll, n = sd.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
+    loss = sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))[0]
+    naive = torch.zeros(2)
+    for b in range(2):
+        for r in range(L):
+            q = int(sigma[b, r])
+            if prompt_mask[b, q] or pad_mask[b, q]:
+                continue
+            clean = sigma[b, :r].tolist()                                    # revealed before q
+            mk = torch.zeros(r + 1, r + 1, dtype=torch.bool)
+            mk[:r, :r], mk[r, :] = causal(r), True                           # query: all clean + itself
+            logits = model(torch.tensor([[int(x0[b, c]) for c in clean] + [MASK]]), torch.tensor([clean + [q]]), mk)
+            logits[..., MASK] = -math.inf
+            naive[b] -= logits[0, -1].log_softmax(-1)[x0[b, q]]
+    torch.testing.assert_close(nll, naive, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(loss, (naive / n).mean(), rtol=1e-4, atol=1e-4)
+    excluded = sd.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5),
+                      exclude=x0 == int(x0[0, 5]))[1]
+    assert (excluded == n - ((x0 == int(x0[0, 5])) & ~prompt_mask & ~pad_mask).sum(1)).all()
+
+
+def test_order_distribution_matches_the_schedule():
+    """P(T_j <= t) is the schedule's masking probability 1 - (1 - x)^k, and P(j+1 revealed before j) is
+    its closed form: int_0^{1-delta} k (1-u)^(k-1) (1-u-delta)^k du, delta = (loc_j - loc_j+1) / b."""
+    L, smax, B = 48, 8, 20000
+    loc, b, k = sd.schedule(L, smax)
+    T = sd.first_hitting_times(B, L, smax, torch.Generator().manual_seed(0))        # (B, L)
+    for j in (0, 17, L - 1):
+        for x in (0.1, 0.4, 0.8):
+            t = loc[j] + x * b
+            assert abs((T[:, j] <= t).double().mean() - (1 - (1 - x) ** k)) < 0.015
+    delta = (loc[0] - loc[1]).item() / b
+    u = torch.linspace(0, 1 - delta, 200001, dtype=torch.float64)
+    swap = torch.trapezoid(k * (1 - u) ** (k - 1) * (1 - u - delta).clamp(min=0) ** k, u).item()
+    rank = sd.sample_order(B, L, smax, torch.Generator().manual_seed(1)).argsort(1)   # (B, L) rank of position
+    observed = (rank[:, 11:40] < rank[:, 10:39]).double().mean().item()
+    assert 0.05 < swap < 0.95 and abs(observed - swap) < 0.01, (observed, swap)
+
+
+def test_decode_rule_on_literal_logits():
+    """Top-1 confident candidate plus every candidate with p >= tau; [MASK] is never chosen."""
+    probs = torch.tensor([[[0.70, 0.10, 0.10, 0.10], [0.50, 0.30, 0.10, 0.10],
+                           [0.02, 0.95, 0.02, 0.01], [0.05, 0.05, 0.65, 0.25]]])    # (1, 4 slots, 4 tokens)
+    logits = torch.full((1, 4, V), -1e4)
+    logits[..., :4] = probs.log()
+    logits[..., MASK] = 50.0                                                 # most likely, never chosen
+    cand = torch.tensor([[True, True, False, True]])
+    for tau, expected in [(0.6, [1, 0, 0, 1]), (math.inf, [1, 0, 0, 0]), (0.99, [1, 0, 0, 0]), (0.5, [1, 1, 0, 1])]:
+        y, dec = mdlm.decode(logits.clone(), cand, MASK, tau)
+        assert dec[0].int().tolist() == expected, tau
+        assert y[0].tolist() == [0, 0, 1, 2]
+    y, dec = mdlm.decode(logits.clone(), torch.tensor([[False, True, False, False]]), MASK, math.inf)
+    assert dec[0].int().tolist() == [0, 1, 0, 0]                             # the top candidate, not the top slot
+
+
+class Spy(torch.nn.Module):
+    """Records the positions of the clean tokens each sampler step commits (the inputs before the W queries)."""
+
+    def __init__(self, model, W):
+        super().__init__()
+        self.model, self.W, self.layers, self.commits = model, W, model.layers, []
+
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        if last == self.W:
+            self.commits.append(pos[0, :idx.shape[1] - self.W].tolist())
+        return self.model(idx, pos, mask, cache, last)
+
+
+@pytest.mark.parametrize("commit_order", ["fht", "l2r"])
+def test_commit_order(commit_order):
+    """fht: a step's tokens enter the cache by decreasing first-hitting time, T drawn once from the schedule
+    with max 2W over the N target slots and the model's d; l2r: by position."""
+    cfg, W, P, N = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24
+    spy = Spy(tiny_model(12), W)
+    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
+    sd.generate(spy, prompt, cfg, max_new_tokens=N, threshold=0.05, generator=torch.Generator().manual_seed(7),
+                commit_order=commit_order)
+    T = sd.first_hitting_times(1, N, 2 * W, torch.Generator().manual_seed(7), d=cfg.smax / 2)[0]   # (N,)
+    key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
+    multi = [c for c in spy.commits if len(c) > 1]
+    assert multi and all(c == sorted(c, key=key) for c in spy.commits)
+    assert any(sorted(c, key=lambda p: -T[p - P]) != sorted(c) for c in multi)   # the two orders differ here
+
+
+def test_cache_commit_fewer_than_written_then_overwrite():
+    """Write 4, keep 2, and the next forward overwrites the 2 dropped entries: == the causal full forward."""
+    model, x = tiny_model(13), torch.randint(0, MASK, (2, 7))
+    full = model(x)
+    cache = KVCache(2, 2, 7)
+    model(x[:, :4], cache=cache)
+    cache.commit(2)
+    out = model(torch.cat([x[:, 2:5], torch.randint(0, MASK, (2, 1))], 1), cache=cache)
+    cache.commit(3)
+    torch.testing.assert_close(out[:, :3], full[:, 2:5])
+    torch.testing.assert_close(model(x[:, 5:], cache=cache), full[:, 5:])
+    cache.commit(2)
+    with pytest.raises(ValueError):
+        cache.commit(1)                                                      # nothing written since
+
+
+def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
+    """eval.stop_rule: GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at EOS."""
+    tok = byte_tokenizer()
+    M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("q"))
+    P = len(prompt) + 2
+    reply = tok.encode("x ") + [M] + tok.encode(" \\boxed{4}") + [M] * 3
+    rows = torch.tensor([[0, 0] + prompt + reply, [0, 0] + prompt + [M] * len(reply)])
+    prompt_mask = torch.arange(P)[None].expand(2, P) >= 2
+    stop = evaluate.stop_rule(tok, gsm8k, prompt_mask)
+    end = torch.tensor([P + len(reply), P + len(reply)])
+    assert stop(rows, end).tolist() == [True, False]
+    assert stop(rows, end - 4).tolist() == [False, False]                    # the box ends after the window
+    ar_stop = evaluate.stop_rule(tok, gsm8k, prompt_mask, eos=True)
+    rows[1, P] = tok.eos_id
+    assert ar_stop(rows, end).tolist() == [True, True]

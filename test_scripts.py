@@ -1,0 +1,144 @@
+"""The command-line scripts on tiny models: training resumes exactly, a NaN stops cleanly, checkpoints survive
+a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q test_scripts.py
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+
+import ar
+import checkpoint
+import eval as evaluate
+import sample
+import setdiffusion as sd
+import train
+
+
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "4",
+        "--max-new-tokens", "8", "--warmup", "2"]
+
+
+def run_train(tmp_path, *extra):
+    return train.main(["--out-dir", str(tmp_path / "ckpt"), *TINY, *extra])
+
+
+def killed_after(n_calls, loss, exc):
+    """A stand-in method whose loss raises exc (or returns NaN) from its n-th call on."""
+    calls = []
+
+    def patched(*a, **k):
+        calls.append(1)
+        out = loss(*a, **k)
+        if len(calls) >= n_calls:
+            if exc is None:
+                return out[0] * math.nan, out[1]
+            raise exc
+        return out
+    return SimpleNamespace(loss=patched)
+
+
+def test_resume_repeats_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Killed after the step-3 checkpoint, then --resume: the loss curve of the uninterrupted run, exactly."""
+    args = ["--model", "setdiffusion", "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
+    full = run_train(tmp_path / "a", *args)
+    monkeypatch.setitem(checkpoint.METHODS, "setdiffusion", killed_after(5, sd.loss, KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run_train(tmp_path / "b", *args)
+    monkeypatch.undo()
+    assert checkpoint.load_train_state(str(tmp_path / "b" / "ckpt"))["step"] == 3
+    assert run_train(tmp_path / "b", *args, "--resume") == full[3:]
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setitem(checkpoint.METHODS, "ar", killed_after(5, ar.loss, None))
+    with pytest.raises(SystemExit) as e:
+        run_train(tmp_path, "--model", "ar", "--max-iters", "8", "--save-every", "2")
+    assert e.value.code == 1
+    assert checkpoint.load_train_state(str(tmp_path / "ckpt"))["step"] == 4
+
+
+def test_checkpoint_survives_a_kill_between_renames(tmp_path):
+    run_train(tmp_path, "--model", "ar", "--max-iters", "2")
+    os.replace(tmp_path / "ckpt", tmp_path / "ckpt.old")            # as if killed between the two renames
+    model, method, cfg, config = checkpoint.load(str(tmp_path / "ckpt"))
+    assert config["method"] == "ar" and config["step"] == 2
+
+
+def test_eval_and_sample_from_a_checkpoint(tmp_path, capsys):
+    run_train(tmp_path, "--model", "bd3lm", "--max-iters", "2")
+    ckpt = str(tmp_path / "ckpt")
+    for task in ("arith", "likelihood", "throughput"):
+        out = tmp_path / f"{task}.json"
+        evaluate.main(["--ckpt", ckpt, "--task", task, "--limit", "6", "--batch-size", "3", "--warmup", "1",
+                       "--max-new-tokens", "8", "--json", str(out)])
+        m = json.loads(out.read_text())
+        assert {"task", "model", "n", "threshold"} <= set(m) and m["model"] == "bd3lm"
+        if task != "likelihood":
+            assert {"tokens_per_step", "tokens_per_s", "nfe"} <= set(m)
+    assert "accuracy" in json.loads((tmp_path / "arith.json").read_text())
+    assert math.isfinite(json.loads((tmp_path / "likelihood.json").read_text())["perplexity"])
+    evaluate.main(["--summarize", str(tmp_path / "arith.json"), str(tmp_path / "throughput.json"),
+                   "--out", str(tmp_path / "p.md")])
+    assert "| ckpt | inf |" in (tmp_path / "p.md").read_text()
+    sample.main(["--ckpt", ckpt, "--max-new-tokens", "8", "--show-order", "--threshold", "0.5"])
+    out = capsys.readouterr().out
+    assert "[0]" in out and "forward passes" in out
+
+
+def test_bad_input_gets_one_clear_line(tmp_path, capsys):
+    for argv, main in [(["--model", "gpt"], train.main), (["--model", "ar", "--data", "mnist"], train.main),
+                       (["--ckpt", "x", "--task", "poetry"], evaluate.main)]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--ckpt", str(tmp_path / "nowhere")])
+    assert str(e.value.code).startswith("error: ") and "nowhere" in str(e.value.code)
+    for bad, message in [(["--model", "ar", "--resume"], "no checkpoint at"),
+                         (["--model", "setdiffusion", "--smax", "1"], "smax must be"),
+                         (["--model", "setdiffusion", "--window", "9"], "larger than --smax")]:
+        with pytest.raises(SystemExit) as e:
+            run_train(tmp_path, *bad)
+        assert str(e.value.code).startswith("error: ") and message in str(e.value.code)
+    run_train(tmp_path, "--model", "ar", "--max-iters", "1")
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--ckpt", str(tmp_path / "ckpt"), "--prompt", "x" * 200])
+    assert "more than the model's context" in str(e.value.code)
+
+
+def test_distributed_two_processes(tmp_path):
+    """torchrun with 2 CPU processes (gloo): trains, and rank 0 writes the checkpoint."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--model", "ar",
+           "--max-iters", "2", "--out-dir", str(tmp_path / "ddp"), *TINY, "--eval-limit", "2"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert checkpoint.load_train_state(str(tmp_path / "ddp"))["step"] == 2
+
+
+def test_more_bad_input_gets_one_clear_line(tmp_path, monkeypatch):
+    """A threshold outside (0, 1], a window outside [1, smax], GSM8K offline, a damaged model.safetensors."""
+    run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "1")
+    ckpt = str(tmp_path / "ckpt")
+    broken = types.ModuleType("datasets")
+    broken.load_dataset = lambda *a, **k: (_ for _ in ()).throw(ConnectionError("offline"))
+    monkeypatch.setitem(sys.modules, "datasets", broken)
+    for main, argv, message in [(sample.main, ["--threshold", "-1"], "threshold must be in (0, 1]"),
+                                (evaluate.main, ["--threshold", "1.5"], "threshold must be in (0, 1]"),
+                                (evaluate.main, ["--window", "99"], "window must be in [1, smax=8]"),
+                                (sample.main, ["--window", "9"], "window must be in [1, smax=8]"),
+                                (evaluate.main, ["--task", "gsm8k"], "could not load openai/gsm8k")]:
+        with pytest.raises(SystemExit) as e:
+            main(["--ckpt", ckpt, *argv])
+        assert str(e.value.code).startswith("error: ") and message in str(e.value.code), e.value.code
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])                     # truncated
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--ckpt", ckpt])
+    assert "model.safetensors is damaged" in str(e.value.code) and "\n" not in str(e.value.code)
