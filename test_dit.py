@@ -351,6 +351,7 @@ def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
     m = run_eval(["--ckpt", owt_dit(tmp_path, "owt-setdlm-d4"), "--task", "likelihood", "--data", "owt",
                   "--data-dir", data], tmp_path)
     assert m["model"] == "setdiffusion" and m["data"] == "owt" and math.isfinite(m["perplexity"])
+    assert m["exclusions"] == "official" and m["tokens"] == int((rows[:, 1:] != 50256).sum())   # EOS not counted
 
 
 def piqa_dir(tmp_path, labels):
