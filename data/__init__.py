@@ -11,6 +11,9 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
     TOKENIZER                              the tokenizer name the task trains with by default
     SEQ_LEN                                the default context length L of the task
 and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special ids the methods need.
+data/owt.py and data/lm1b.py are likelihood corpora, not tasks: their load() returns token rows and
+data/corpus.py makes the batches (eval.py --task likelihood --data owt|lm1b); data/mcqa.py holds HellaSwag,
+PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). Their tokenizers (gpt2, bert-base-uncased) are in data/text.py.
 """
 import importlib
 from dataclasses import dataclass
