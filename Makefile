@@ -46,9 +46,9 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task likelihood --json results/likelihood-arith/$$m.json || exit 1; done
 	$(PY) zeroshot.py --table results/likelihood-arith.md results/likelihood-arith/*.json
 
-bench:  ## decoding throughput of the pareto checkpoints at batch 1 and batched (tau = 0.9)
-	for m in ar bd3lm setdiffusion; do \
-	  $(PY) eval.py --ckpt out/pareto/$$m --task throughput --threshold 0.9 --limit 55 || exit 1; done
+REF ?= e2a4fee
+bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~10 min)
+	$(PY) bench.py --ref $(REF) --json results/bench.json
 
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
 # the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl).

@@ -167,19 +167,20 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
     B, P = prompt.shape
     N, dev = max_new_tokens, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
-    C = tokens.shape[1]
+    C = int(new.max()) + 1                                     # no cache here: drop columns no row uses
+    tokens, real, pos = tokens[:, :C], real[:, :C], pos[:, :C]
     mask = with_padding(attention_mask(C, dev), ~real)                             # (B, 1, C, C)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
     for s in range(F, C, block):
-        e = s + block
+        e = min(s + block, C)
         while True:
-            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]    # (B, block)
+            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]    # (B, e-s)
             if not cand.any():
                 break
-            logits = model(tokens, pos, mask, last=C - s)[:, :block]                 # (B, block, V)
+            logits = model(tokens, pos, mask, last=C - s)[:, :e - s]                 # (B, e-s, V)
             y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator)
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step

@@ -1,0 +1,126 @@
+"""Speed benchmark: decoding and training throughput of the four methods, this code beside an older commit.
+
+    python bench.py                       # this working tree only
+    python bench.py --ref e2a4fee         # and commit e2a4fee, timed in the same run (interleaved)
+
+Every claim "x times faster" in the README is a ratio from one run of this script: each source tree runs in its
+own worker process (it imports that tree's model.py and method files), the workers alternate (ref, new, ref,
+new, ...) `--rounds` times, and each number is the median over rounds. Shapes (CPU-sized; --quick shrinks them):
+- decode: a 16-token prompt + 96 new tokens, tau = inf (one token per step), batch 1, 8 and 32, the tiny
+  DiT-like model of issue 10 (4 layers x 256, 4 heads, vocab 4097); ms/forward = seconds / forward passes.
+- train: loss + backward on the shipped task's shape (batch 16 x 128 tokens, prompt 40, 8 padding) and at
+  GSM8K's shape (L = 1024, prompt 150, answer 250, batch 1) with a small Qwen3 block; tokens/s counts
+  non-padding tokens.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DECODE = {"prompt": 16, "new": 96, "batches": [1, 8, 32]}
+TRAIN = {"arith": {"B": 16, "L": 128, "prompt": 40, "pad": 8, "steps": 4},
+         "gsm8k": {"B": 1, "L": 1024, "prompt": 150, "pad": 1024 - 400, "steps": 2}}
+METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
+
+
+def worker(src: str, quick: bool, threads: int) -> dict:
+    """Time everything with the modules of source tree `src`; returns {item: value}."""
+    sys.path.insert(0, src)
+    import importlib
+    import torch
+    torch.set_num_threads(threads)
+    from model import ModelConfig, Transformer
+    mods = {m: importlib.import_module(m) for m in METHODS}
+    cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
+            "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4), "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
+    torch.manual_seed(0)
+    dit = Transformer(ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, norm="layer",
+                                  mlp="gelu", qk_norm=False, tie_embeddings=False)).eval()
+    out, new = {}, DECODE["new"] // (4 if quick else 1)
+    for m in METHODS:
+        kw = {} if m == "ar" else {"threshold": float("inf")}
+        for B in DECODE["batches"][:2 if quick else 3]:
+            prompt = torch.randint(0, 4096, (B, DECODE["prompt"]))
+            mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=8, **kw)          # warm-up
+            t0 = time.perf_counter()
+            _, stats = mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=new, **kw)
+            sec = time.perf_counter() - t0
+            out[f"decode {m} batch {B}: tokens/s"] = B * new / sec
+            out[f"decode {m} batch {B}: ms/forward"] = 1000 * sec / stats["nfe"]
+    for shape, s in TRAIN.items():
+        L = s["L"] // (4 if quick else 1)
+        cfg = (ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097) if shape == "arith" else
+               ModelConfig(n_layer=2, n_embd=256, n_head=4, n_kv_head=2, head_dim=64, vocab_size=4097))
+        torch.manual_seed(0)
+        model = Transformer(cfg).train()
+        x0 = torch.randint(0, 4096, (s["B"], L))
+        cols = torch.arange(L).expand(s["B"], L)
+        prompt_mask, pad_mask = cols < s["prompt"] // (4 if quick else 1), cols >= L - s["pad"] // (4 if quick else 1)
+        for m in METHODS:
+            g = torch.Generator().manual_seed(0)
+            mods[m].loss(model, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()   # warm-up
+            t0 = time.perf_counter()
+            for _ in range(s["steps"]):
+                mods[m].loss(model, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()
+            sec = time.perf_counter() - t0
+            out[f"train {m} {shape}: tokens/s"] = s["steps"] * int((~pad_mask).sum()) / sec
+    return out
+
+
+def run_worker(src: str, quick: bool, threads: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", src, "--threads", str(threads)] + \
+        (["--quick"] if quick else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=src)
+    if r.returncode != 0:
+        sys.exit(f"error: the benchmark worker for {src} failed: {r.stderr.strip().splitlines()[-1:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def checkout(commit: str, into: str) -> str:
+    """The files of `commit` (this repository's history) in a fresh folder, via git archive."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run(f"git -C {here} archive {commit} | tar -x -C {into}", shell=True, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: cannot read commit {commit!r} of this repository: {r.stderr.strip()}")
+    return into
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref", default="", help="also time this commit (e.g. e2a4fee), interleaved with this tree")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds; each number is the median")
+    p.add_argument("--threads", type=int, default=2, help="torch threads per worker")
+    p.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
+    p.add_argument("--json", default=None, help="also write every round's numbers here")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.quick, args.threads)))
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"new": here} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
+        runs = {name: [] for name in trees}
+        for _ in range(args.rounds):
+            for name, src in reversed(trees.items()):              # ref first, then this tree
+                runs[name].append(run_worker(src, args.quick, args.threads))
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
+    names = list(trees)[::-1]
+    head = "| item | " + " | ".join(names) + (" | new / ref |" if args.ref else " |")
+    lines = [head, "|---" * (len(names) + 1 + bool(args.ref)) + "|"]
+    for k in med["new"]:
+        vals = [med[n].get(k, float("nan")) for n in names]
+        ratio = med["new"][k] / med[args.ref][k] if args.ref and k in med[args.ref] else None
+        lines.append(f"| {k} | " + " | ".join(f"{v:.1f}" for v in vals) + (f" | {ratio:.2f}x |" if ratio else " |"))
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
