@@ -44,7 +44,7 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	mkdir -p results/likelihood-arith
 	for m in ar mdlm bd3lm setdiffusion; do \
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task likelihood --json results/likelihood-arith/$$m.json || exit 1; done
-	$(PY) zeroshot.py --table results/likelihood-arith.md results/likelihood-arith/*.json
+	$(PY) zeroshot.py --table results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
 REF ?= e2a4fee
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~10 min)
