@@ -461,3 +461,23 @@ def test_missing_data_folder(tmp_path, gpt2):
 def test_wrong_vocabulary_size(tmp_path, gpt2):
     msg = eval_error(["--ckpt", owt_dit(tmp_path, "owt-ar", V=1000), "--task", "likelihood", "--data", "owt"])
     assert "the model's vocabulary has 1000 tokens but the gpt2 tokenizer 50258" in msg
+
+
+def test_eval_lm1b_likelihood_with_the_release_vocab(tmp_path):
+    """An LM1B release folder holding its vocab.txt: tokenizer bert:<folder>; 30 sentences of 10 tokens (with
+    [SEP]) = 10 rows of [CLS] + 30 + [SEP] (L = 32), each scoring its last 31 tokens."""
+    pytest.importorskip("tokenizers")
+    V = 104 + len(BERT_WORDS)
+    d = owt_dit(tmp_path, "lm1b-mdlm", V=V, adaln=True)
+    (tmp_path / "lm1b-mdlm" / "vocab.txt").write_text(open(os.path.join(bert_dir(tmp_path), "vocab.txt")).read())
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({**config, "tokenization_config": {"mask_token_id": 103}}, f)
+    data = tmp_path / "lm1b"
+    data.mkdir()
+    (data / "test.jsonl").write_text("".join(json.dumps({"text": "the big dog ran on a red mat ."}) + "\n"
+                                             for _ in range(30)))
+    m = run_eval(["--ckpt", d, "--task", "likelihood", "--data", "lm1b", "--data-dir", str(data)], tmp_path)
+    assert (m["model"], m["data"], m["n"]) == ("mdlm", "lm1b", 10) and m["tokens"] == 10 * 31
+    assert math.isfinite(m["nll"]) and m["nll"] > 0

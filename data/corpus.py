@@ -61,15 +61,16 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
     to path as a flat memmap."""
     from tqdm import tqdm
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
-    rows = []
+    chunks = []                                                              # (rows, L) per 1000 documents
     for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}", unit="k docs"):
         docs = [tok.encode(detokenize(t) if detokenize else t) for t in texts[i:i + MAP_BATCH]]
-        rows += wrap(docs, L, tok.eos_id, bos)
-    if not rows:
+        chunks.append(np.array(wrap(docs, L, tok.eos_id, bos), dtype=dtype).reshape(-1, L))
+    n = sum(len(c) for c in chunks)
+    if n == 0:
         raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    out = np.memmap(path + ".tmp", dtype=dtype, mode="w+", shape=(len(rows), L))
-    out[:] = np.array(rows, dtype=dtype)
+    out = np.memmap(path + ".tmp", dtype=dtype, mode="w+", shape=(n, L))
+    out[:] = np.concatenate(chunks)
     out.flush()
     del out
     os.replace(path + ".tmp", path)
