@@ -199,6 +199,8 @@ def hub_first(repo: str) -> tuple[str, str]:
             raise FileNotFoundError(f"neither {repo} nor {ALSO_NAMED[repo]} could be found locally or on the "
                                     f"Hugging Face Hub: set HF_HUB_OFFLINE=0 and check the network, or pass a "
                                     f"local directory") from None
+
+
 QWEN3_MASK_ID = 151660            # <|fim_middle|>, the official [MASK] for Qwen3
 BACKBONE_NAME = re.compile(r"(.*?)(model\.(?:layers\.\d+|embed_tokens|norm)\..+|lm_head\.weight)")
 

@@ -458,6 +458,12 @@ def test_missing_data_folder(tmp_path, gpt2):
 
 
 @needs_gpt2
+def test_bad_samples(tmp_path, gpt2):
+    assert "--samples must be at least 1, got 0" in eval_error(
+        ["--ckpt", owt_dit(tmp_path, "owt-ar"), "--task", "piqa", "--samples", "0"])
+
+
+@needs_gpt2
 def test_wrong_vocabulary_size(tmp_path, gpt2):
     msg = eval_error(["--ckpt", owt_dit(tmp_path, "owt-ar", V=1000), "--task", "likelihood", "--data", "owt"])
     assert "the model's vocabulary has 1000 tokens but the gpt2 tokenizer 50258" in msg

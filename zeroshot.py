@@ -102,6 +102,8 @@ def evaluate(args, task_name: str, model, method, cfg, config: dict, device, eva
     dtype = next(model.parameters()).dtype
     exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
     if task_name in MCQA:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, got {args.samples}")
         tok = checked_tokenizer(config, model, "gpt2", f"--task {task_name} (zero-shot, on the OWT models)")
         examples = mcqa.load(task_name, args.data_dir)
         examples = examples[:args.limit] if args.limit else examples
