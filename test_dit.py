@@ -487,3 +487,15 @@ def test_eval_lm1b_likelihood_with_the_release_vocab(tmp_path):
     m = run_eval(["--ckpt", d, "--task", "likelihood", "--data", "lm1b", "--data-dir", str(data)], tmp_path)
     assert (m["model"], m["data"], m["n"]) == ("mdlm", "lm1b", 10) and m["tokens"] == 10 * 31
     assert math.isfinite(m["nll"]) and m["nll"] > 0
+
+
+def test_results_table(tmp_path):
+    """zeroshot.py --table: one row per --json file in the given order, sampler settings left out."""
+    from zeroshot import table
+    paths = []
+    for name, nll in (("ar", 0.5), ("mdlm", 0.75)):
+        paths.append(str(tmp_path / f"{name}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump({"task": "likelihood", "model": name, "threshold": 1e9, "window": 0, "nll": nll, "n": 3}, f)
+    assert table(paths, str(tmp_path / "t.md")).splitlines() == [
+        "| task | model | nll | n |", "|---|---|---|---|", "| likelihood | ar | 0.5 | 3 |", "| likelihood | mdlm | 0.75 | 3 |"]
