@@ -11,10 +11,11 @@ it). Weights load with safetensors and torch.load(weights_only=True) only.
 
 `load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (RELEASED, e.g.
 "gsm8k:setdlm-smax8", "owt:setdlm-smax16"), whose format it converts (`load_released`: Qwen3 backbones, and the
-DiT of the OWT/LM1B models through model.from_dit).
+DiT of the OWT/LM1B models through `from_dit`).
 """
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -22,12 +23,13 @@ import warnings
 from dataclasses import asdict
 
 import torch
+import torch.nn.functional as F
 
 import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from model import ModelConfig, from_dit, from_state, hub_dir, load_safetensors
+from model import ModelConfig, from_state, fuse_qkv, hub_dir, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -52,7 +54,7 @@ def weights(model) -> dict:
 
 
 def load_weights(model, state: dict):
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(fuse_qkv(state), strict=False)
     allowed = {"lm_head.weight"} if model.cfg.tie_embeddings else set()
     if set(missing) - allowed or unexpected:
         raise ValueError(f"weights do not fit the model: missing {sorted(set(missing) - allowed)[:5]}, "
@@ -286,6 +288,81 @@ def name_number(name: str, pattern: str):
     return next((int(m[1]) for w in re.split(r"[^a-z0-9]+", name.lower()) if (m := re.fullmatch(pattern, w))), None)
 
 
+# ----------------------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
+
+DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
+                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|blocks\.\d+\."
+                      r"(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|mlp\.[02]\.(weight|bias)|"
+                      r"adaLN_modulation\.(weight|bias)))")
+DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f = max_period^(-k/(dim/2))."""
+    freqs = torch.exp(-math.log(max_period) * torch.arange(dim // 2, dtype=t.dtype) / (dim // 2))
+    args = t[:, None] * freqs[None]                                           # (N, dim/2)
+    return torch.cat([args.cos(), args.sin()], dim=-1)
+
+
+def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
+    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see DIT_NAME)
+    -> (ModelConfig, our state dict in fp32). Any other name is refused.
+
+    The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
+    1e4 (the same half-split layout) and an untied output Linear with a bias. Its fused qkv, rows laid out
+    (three h d), is our qkv_proj as it is. With adaLN on, the conditioning is a constant,
+    c = silu(sigma_map(0)), so every block's (shift, scale, gate) = adaLN_modulation(c) is a constant vector
+    and folds into the weights:
+    norm(x) * (1 + scale) + shift is a LayerNorm with weight w * (1 + scale) and bias shift, and
+    gate * (W y + b) is the output projection with its rows (and bias) scaled by gate.
+    """
+    if unknown := sorted(k for k in raw if not DIT_NAME.fullmatch(k) and k not in DIT_IGNORED):
+        raise ValueError(f"unknown tensor {unknown[0]!r} (and {len(unknown) - 1} more) in a DiT checkpoint: "
+                         f"refusing to load what this converter does not know")
+    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
+    try:
+        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blocks."))
+        V, D = emb.shape
+        c = None
+        if "blocks.0.adaLN_modulation.weight" in w:                            # c = silu(sigma_map(sigma = 0))
+            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64), w["sigma_map.mlp.0.weight"].shape[1])
+            h = F.silu(F.linear(t_freq, w["sigma_map.mlp.0.weight"], w["sigma_map.mlp.0.bias"]))
+            c = F.silu(F.linear(h, w["sigma_map.mlp.2.weight"], w["sigma_map.mlp.2.bias"]))   # (1, cond_dim)
+
+        def modulation(prefix: str, n: int):                                   # (shift, scale[, gate]) * blocks
+            if c is None:                                                      # adaLN off: 0, 0, 1
+                zero, one = torch.zeros(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
+                return [zero, zero, one] * 2 if n == 6 else [zero, zero]
+            return F.linear(c, w[prefix + "adaLN_modulation.weight"], w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
+
+        state = {"embed_tokens.weight": emb}
+        for i in range(n_layer):
+            p, o = f"blocks.{i}.", f"layers.{i}."
+            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation(p, 6)
+            state.update({
+                o + "input_layernorm.weight": w[p + "norm1.weight"] * (1 + scale_msa),
+                o + "input_layernorm.bias": shift_msa,
+                o + "self_attn.qkv_proj.weight": w[p + "attn_qkv.weight"],       # (three h d) rows = [q | k | v]
+                o + "self_attn.o_proj.weight": gate_msa[:, None] * w[p + "attn_out.weight"],
+                o + "post_attention_layernorm.weight": w[p + "norm2.weight"] * (1 + scale_mlp),
+                o + "post_attention_layernorm.bias": shift_mlp,
+                o + "mlp.up_proj.weight": w[p + "mlp.0.weight"], o + "mlp.up_proj.bias": w[p + "mlp.0.bias"],
+                o + "mlp.down_proj.weight": gate_mlp[:, None] * w[p + "mlp.2.weight"],
+                o + "mlp.down_proj.bias": gate_mlp * w[p + "mlp.2.bias"]})
+        shift, scale = modulation("output_layer.", 2)
+        state.update({"norm.weight": w["output_layer.norm_final.weight"] * (1 + scale), "norm.bias": shift,
+                      "lm_head.weight": w["output_layer.linear.weight"], "lm_head.bias": w["output_layer.linear.bias"]})
+        hidden = w["blocks.0.mlp.0.weight"].shape[0]
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"not a complete DiT checkpoint: missing {e}") from None
+    if D % n_head:
+        raise ValueError(f"DiT width {D} is not a multiple of n_heads={n_head}")
+    cfg = ModelConfig(vocab_size=V, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=D,
+                      intermediate_size=hidden, rope_theta=10000.0, qk_norm=False, tie_embeddings=False,
+                      norm="layer", mlp="gelu", norm_eps=1e-5, norm_bias=True, lm_head_bias=True)
+    return cfg, {k: v.float() for k, v in state.items()}
+
+
 def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
     """Convert a checkpoint of the official code (kuleshov-group/..., or a local copy) into ours.
 
@@ -300,7 +377,7 @@ def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
     - mask id: mask_token_id (e.g. in tokenization_config), else 151660 (<|fim_middle|>).
     - data: gsm8k or cnndm from the name, else null. seq_len: a "length" key in config.json, else 768 for
       cnndm and 1024 otherwise. Names are read from the repo id, or a local directory's own name.
-    - the OWT/LM1B DiT (backbone.vocab_embed.embedding among the names): model.from_dit, n_heads from config.json
+    - the OWT/LM1B DiT (backbone.vocab_embed.embedding among the names): from_dit, n_heads from config.json
       (else 12); data owt or lm1b from the name, else the vocabulary size; tokenizer, L ("length" or
       "model_length" else) and mask id (else) of that corpus: gpt2, 1024, 50257 / bert-base-uncased, 128, 103.
     """

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ar import defaults, finish, with_padding
+from ar import defaults, finish, trim, with_padding
 
 
 @dataclass
@@ -90,6 +90,7 @@ def nll(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=N
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
         xt, t = noise(x0, cfg, target, generator)
+    x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
 
@@ -99,6 +100,7 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     if xt is None:
         xt, t = noise(x0, cfg, target, generator)
+    x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
     return per_seq.mean(), {"masked": masked.sum().item() / max(target.sum().item(), 1)}

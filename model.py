@@ -17,13 +17,12 @@ positions and who may attend to whom, and reads the logits it needs.
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
 the Hugging Face Qwen3 layout without the leading "model.". `norm="layer"` and `mlp="gelu"` give the DiT-style
-variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; `from_dit` converts their released
-weights (see there).
+variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; checkpoint.from_dit converts their
+released weights.
 """
 import json
 import math
 import os
-import re
 from dataclasses import dataclass
 
 import torch
@@ -108,17 +107,18 @@ def norm_layer(cfg: ModelConfig, dim: int) -> nn.Module:
 
 
 def rotary(pos: torch.Tensor, head_dim: int, theta: float):
-    """cos, sin of shape (B, 1, T, head_dim) for integer positions pos (B, T); half-split (Qwen) layout."""
+    """cos, sin of shape (B, 1, T, head_dim) for integer positions pos (B, T), computed once per forward.
+    Half-split (Qwen) layout; sin carries the sign of rotate_half: [-sin | sin], so apply_rotary is 3 ops."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=pos.device, dtype=torch.float32) / head_dim)
-    angles = pos.float()[..., None] * inv_freq                     # (B, T, head_dim/2)
-    angles = torch.cat([angles, angles], dim=-1)[:, None]           # (B, 1, T, head_dim)
-    return angles.cos(), angles.sin()
+    angles = pos.float()[..., None] * inv_freq                      # (B, T, head_dim/2)
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([cos, cos], -1)[:, None], torch.cat([-sin, sin], -1)[:, None]   # (B, 1, T, head_dim)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+    """x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2 | x1] = roll(x) * sign (sign in sin).
+    Computed in float32 (cos and sin are), returned in x's dtype."""
+    return (x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -126,9 +126,7 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg, self.layer = cfg, layer
         H, Hkv, D = cfg.n_head, cfg.n_kv_head, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.n_embd, H * D, bias=False)
-        self.k_proj = nn.Linear(cfg.n_embd, Hkv * D, bias=False)
-        self.v_proj = nn.Linear(cfg.n_embd, Hkv * D, bias=False)
+        self.qkv_proj = nn.Linear(cfg.n_embd, (H + 2 * Hkv) * D, bias=False)   # q, k, v in one matmul
         self.o_proj = nn.Linear(H * D, cfg.n_embd, bias=False)
         if cfg.qk_norm:
             self.q_norm = nn.RMSNorm(D, eps=cfg.norm_eps)
@@ -136,19 +134,20 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, mask, cache):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.cfg.n_head, -1)              # (B, T, H, D)
-        k = self.k_proj(x).view(B, T, self.cfg.n_kv_head, -1)           # (B, T, Hkv, D)
-        v = self.v_proj(x).view(B, T, self.cfg.n_kv_head, -1)
+        H, Hkv = self.cfg.n_head, self.cfg.n_kv_head
+        qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, -1)               # (B, T, H + 2 Hkv, D)
         if self.cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rotary(q.transpose(1, 2), cos, sin)                    # (B, H, T, D)
-        k = apply_rotary(k.transpose(1, 2), cos, sin)                    # (B, Hkv, T, D)
-        v = v.transpose(1, 2)
+            q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
+            qk = torch.cat([self.q_norm(q), self.k_norm(k)], 2)           # (B, T, H + Hkv, D)
+        else:
+            qk, v = qkv[:, :, :H + Hkv], qkv[:, :, H + Hkv:]
+        q, k = apply_rotary(qk.transpose(1, 2), cos, sin).split([H, Hkv], 1)   # (B, H, T, D), (B, Hkv, T, D)
+        v = v.transpose(1, 2)                                            # (B, Hkv, T, D)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)                        # (B, Hkv, length + T, D)
         is_causal = mask is None and T > 1                               # mask=None means causal
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           enable_gqa=self.cfg.n_kv_head != self.cfg.n_head)
+                                           enable_gqa=Hkv != H)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -285,12 +284,25 @@ def read_safetensors(d: str) -> dict:
     return {k: v for f in files for k, v in load_safetensors(os.path.join(d, f)).items()}
 
 
+def fuse_qkv(state: dict) -> dict:
+    """Hugging Face's separate self_attn.{q,k,v}_proj.weight (Qwen3, the DiT after conversion, our checkpoints
+    before the fusion) -> our self_attn.qkv_proj.weight, rows [q | k | v]; other names unchanged."""
+    split = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
+    out = {k: v for k, v in state.items() if not k.endswith(split)}
+    for name in state:
+        if name.endswith("self_attn.q_proj.weight"):
+            p = name.removesuffix("q_proj.weight")
+            out[p + "qkv_proj.weight"] = torch.cat([state[p + s + "_proj.weight"] for s in "qkv"])
+    return out
+
+
 def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transformer:
-    """A Transformer holding exactly `state` (our names; lm_head.weight optional when tied), cast to dtype.
-    Built on the meta device, so no time goes into a random init that would be overwritten."""
+    """A Transformer holding exactly `state` (our names, or separate q/k/v projections as Hugging Face names
+    them; lm_head.weight optional when tied), cast to dtype. Built on the meta device, so no time goes into
+    a random init that would be overwritten."""
     with torch.device("meta"):
         model = Transformer(cfg)
-    state = {k: v.to(dtype) for k, v in state.items() if not (cfg.tie_embeddings and k == "lm_head.weight")}
+    state = {k: v.to(dtype) for k, v in fuse_qkv(state).items() if not (cfg.tie_embeddings and k == "lm_head.weight")}
     try:
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     except RuntimeError as e:                     # shape mismatches
@@ -312,77 +324,3 @@ def from_pretrained(name_or_path: str, dtype=torch.float32) -> Transformer:
     state = {k.removeprefix("model."): v for k, v in read_safetensors(d).items()}
     return from_state(cfg, state, dtype)
 
-
-# ----------------------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
-
-DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
-                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|blocks\.\d+\."
-                      r"(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|mlp\.[02]\.(weight|bias)|"
-                      r"adaLN_modulation\.(weight|bias)))")
-DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
-
-
-def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
-    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f = max_period^(-k/(dim/2))."""
-    freqs = torch.exp(-math.log(max_period) * torch.arange(dim // 2, dtype=t.dtype) / (dim // 2))
-    args = t[:, None] * freqs[None]                                           # (N, dim/2)
-    return torch.cat([args.cos(), args.sin()], dim=-1)
-
-
-def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
-    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see DIT_NAME)
-    -> (ModelConfig, our state dict in fp32). Any other name is refused.
-
-    The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
-    1e4 (the same half-split layout) and an untied output Linear with a bias. Its qkv is fused, rows laid out
-    (three h d). With adaLN on, the conditioning is a constant, c = silu(sigma_map(0)), so every block's
-    (shift, scale, gate) = adaLN_modulation(c) is a constant vector and folds into the weights:
-    norm(x) * (1 + scale) + shift is a LayerNorm with weight w * (1 + scale) and bias shift, and
-    gate * (W y + b) is the output projection with its rows (and bias) scaled by gate.
-    """
-    if unknown := sorted(k for k in raw if not DIT_NAME.fullmatch(k) and k not in DIT_IGNORED):
-        raise ValueError(f"unknown tensor {unknown[0]!r} (and {len(unknown) - 1} more) in a DiT checkpoint: "
-                         f"refusing to load what this converter does not know")
-    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
-    try:
-        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blocks."))
-        V, D = emb.shape
-        c = None
-        if "blocks.0.adaLN_modulation.weight" in w:                            # c = silu(sigma_map(sigma = 0))
-            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64), w["sigma_map.mlp.0.weight"].shape[1])
-            h = F.silu(F.linear(t_freq, w["sigma_map.mlp.0.weight"], w["sigma_map.mlp.0.bias"]))
-            c = F.silu(F.linear(h, w["sigma_map.mlp.2.weight"], w["sigma_map.mlp.2.bias"]))   # (1, cond_dim)
-
-        def modulation(prefix: str, n: int):                                   # (shift, scale[, gate]) * blocks
-            if c is None:                                                      # adaLN off: 0, 0, 1
-                zero, one = torch.zeros(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
-                return [zero, zero, one] * 2 if n == 6 else [zero, zero]
-            return F.linear(c, w[prefix + "adaLN_modulation.weight"], w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
-
-        state = {"embed_tokens.weight": emb}
-        for i in range(n_layer):
-            p, o = f"blocks.{i}.", f"layers.{i}."
-            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation(p, 6)
-            q, k, v = w[p + "attn_qkv.weight"].chunk(3, dim=0)                 # (three h d) rows
-            state.update({
-                o + "input_layernorm.weight": w[p + "norm1.weight"] * (1 + scale_msa),
-                o + "input_layernorm.bias": shift_msa,
-                o + "self_attn.q_proj.weight": q, o + "self_attn.k_proj.weight": k, o + "self_attn.v_proj.weight": v,
-                o + "self_attn.o_proj.weight": gate_msa[:, None] * w[p + "attn_out.weight"],
-                o + "post_attention_layernorm.weight": w[p + "norm2.weight"] * (1 + scale_mlp),
-                o + "post_attention_layernorm.bias": shift_mlp,
-                o + "mlp.up_proj.weight": w[p + "mlp.0.weight"], o + "mlp.up_proj.bias": w[p + "mlp.0.bias"],
-                o + "mlp.down_proj.weight": gate_mlp[:, None] * w[p + "mlp.2.weight"],
-                o + "mlp.down_proj.bias": gate_mlp * w[p + "mlp.2.bias"]})
-        shift, scale = modulation("output_layer.", 2)
-        state.update({"norm.weight": w["output_layer.norm_final.weight"] * (1 + scale), "norm.bias": shift,
-                      "lm_head.weight": w["output_layer.linear.weight"], "lm_head.bias": w["output_layer.linear.bias"]})
-        hidden = w["blocks.0.mlp.0.weight"].shape[0]
-    except (KeyError, ValueError) as e:
-        raise ValueError(f"not a complete DiT checkpoint: missing {e}") from None
-    if D % n_head:
-        raise ValueError(f"DiT width {D} is not a multiple of n_heads={n_head}")
-    cfg = ModelConfig(vocab_size=V, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=D,
-                      intermediate_size=hidden, rope_theta=10000.0, qk_norm=False, tie_embeddings=False,
-                      norm="layer", mlp="gelu", norm_eps=1e-5, norm_bias=True, lm_head_bias=True)
-    return cfg, {k: v.float() for k, v in state.items()}

@@ -86,10 +86,13 @@ def order(x0, smax: int, prompt_mask, pad_mask, generator=None):
 
 # ----------------------------------------------------------------------------- mask
 
-def attention_mask(seq_len: int, device=None) -> torch.Tensor:
-    """(2L, 2L) bool in rank space: 0..L-1 clean stream in sigma order, L..2L-1 [MASK] stream in sigma order."""
-    idx = torch.arange(2 * seq_len, device=device)
-    xt, rank = idx >= seq_len, idx % seq_len                         # (2L,) stream and rank of each slot
+def attention_mask(seq_len: int, device=None, first: int = 0, end: int | None = None) -> torch.Tensor:
+    """(2L, 2L) bool in rank space: 0..L-1 clean stream in sigma order, L..2L-1 [MASK] stream in sigma order.
+    With first/end: only clean ranks < end and [MASK] ranks in [first, end), the rows a loss needs (the
+    others are prompt or padding, and nobody else attends to them): (2 end - first) x (2 end - first)."""
+    end = seq_len if end is None else end
+    rank = torch.cat([torch.arange(end, device=device), torch.arange(first, end, device=device)])
+    xt = torch.arange(len(rank), device=device) >= end               # (n,) stream of each slot
     q, k = (slice(None), None), (None, slice(None))
     causal = ~xt[q] & ~xt[k] & (rank[q] >= rank[k])                  # clean -> clean, earlier or same rank
     offset_causal = xt[q] & ~xt[k] & (rank[q] > rank[k])             # [MASK] query -> strictly earlier clean
@@ -99,26 +102,34 @@ def attention_mask(seq_len: int, device=None) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- loss
 
-def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask):
-    """One forward of the two-stream layout. Returns logits (B, L, V) of the [MASK] stream, in sigma order."""
+def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0, end=None):
+    """One forward of the two-stream layout. Returns logits (B, end - first, V) of the [MASK] stream for the
+    ranks [first, end) in sigma order (default all L); clean ranks from `end` on are left out."""
     B, L = x0.shape
+    end = L if end is None else end
     x0_s = x0.gather(1, sigma)                                                   # (B, L) clean, sigma order
-    xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)               # (B, L) targets -> [MASK]
-    pos = sigma.repeat(1, 2)                                                     # (B, 2L) original positions
-    mask = with_padding(attention_mask(L, x0.device), pad_mask.gather(1, sigma).repeat(1, 2))
-    return model(torch.cat([x0_s, xt_s], 1), pos, mask, last=L)                  # (B, L, V)
+    xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)[:, first:end] # (B, n) targets -> [MASK]
+    pos = torch.cat([sigma[:, :end], sigma[:, first:end]], 1)                    # (B, 2 end - first) positions
+    pad_s = pad_mask.gather(1, sigma)
+    mask = with_padding(attention_mask(L, x0.device, first, end), torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1))
+    return model(torch.cat([x0_s[:, :end], xt_s], 1), pos, mask, last=end - first)   # (B, end - first, V)
 
 
 def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None):
-    """-log p of every target under one sampled order: nll (B, L) (0 off counted targets) and the counted
-    targets (B, L), both in sigma order. `exclude` (B, L): targets kept in the order but not counted."""
+    """-log p of every target under one sampled order: nll (B, n) (0 off counted targets) and the counted
+    targets (B, n), both in sigma order over the ranks that hold a target in some row (the prompt comes first
+    and padding last, so the forward skips the prompt's [MASK] copies and the padding's clean tokens).
+    `exclude` (B, L): targets kept in the order but not counted."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator)                # (B, L)
-    logits = denoise(model, x0, sigma, target, cfg, pad_mask).float()
+    n_prompt, n_target = prompt_mask.sum(1), target.sum(1)                       # (B,)
+    first, end = int(n_prompt.min()), max(int((n_prompt + n_target).max()), 1)   # ranks holding targets
+    first = min(first, end - 1)
+    logits = denoise(model, x0, sigma, target, cfg, pad_mask, first, end).float()
     logits[..., cfg.mask_id] = float("-inf")                                     # never predict [MASK]
     counted = target if exclude is None else target & ~exclude
-    target_s = counted.gather(1, sigma)
-    nll_i = F.cross_entropy(logits.transpose(1, 2), x0.gather(1, sigma), reduction="none")   # (B, L)
+    target_s = counted.gather(1, sigma)[:, first:end]                            # (B, n)
+    nll_i = F.cross_entropy(logits.transpose(1, 2), x0.gather(1, sigma)[:, first:end], reduction="none")
     return nll_i * target_s, target_s
 
 

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 import checkpoint
-from model import from_dit, from_state, timestep_embedding
+from checkpoint import from_dit, timestep_embedding
+from model import from_state
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -167,8 +168,7 @@ def test_released_dit_from_fake_hub_both_names(tmp_path):
     save_dit(fake_hub(hf, "kuleshov-group/lm1b-mdlm"), dit_weights(adaln=True, seed=3),
              {**cfg, "architectures": ["MDLM"], "model_type": "mdlm"}, bin_file=True)
     code = """
-import json, torch, checkpoint
-from model import from_dit, from_state
+import json, checkpoint
 out = {}
 for key in ("owt:setdlm-smax16", "lm1b:mdlm"):
     model, method, cfg, config = checkpoint.load(key)

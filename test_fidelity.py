@@ -79,6 +79,22 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
     assert (excluded == n - ((x0 == int(x0[0, 5])) & ~prompt_mask & ~pad_mask).sum(1)).all()
 
 
+def test_setdiffusion_lean_forward_equals_the_full_layout():
+    """Leaving out the prompt's [MASK] copies and the padding's clean tokens changes no target's logits."""
+    model, L = tiny_model(14), 12
+    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(1))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[3], [5], [2]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[9], [L], [7]])
+    target, cfg = ~(prompt_mask | pad_mask), sd.SetDiffusionConfig(MASK, 4)
+    sigma = sd.order(x0, 4, prompt_mask, pad_mask, torch.Generator().manual_seed(2))
+    full = sd.denoise(model, x0, sigma, target, cfg, pad_mask)                          # (B, L, V)
+    lean = sd.denoise(model, x0, sigma, target, cfg, pad_mask, 2, 10)                   # ranks [2, 10)
+    torch.testing.assert_close(lean, full[:, 2:10], rtol=1e-5, atol=1e-5)
+    assert sd.attention_mask(6, first=2, end=5).shape == (8, 8)
+    keep = [0, 1, 2, 3, 4, 8, 9, 10]                                      # clean ranks < 5, [MASK] ranks 2..4
+    assert torch.equal(sd.attention_mask(6, first=2, end=5), sd.attention_mask(6)[keep][:, keep])
+
+
 def test_order_distribution_matches_the_schedule():
     """P(T_j <= t) is the schedule's masking probability 1 - (1 - x)^k, and P(j+1 revealed before j) is
     its closed form: int_0^{1-delta} k (1-u)^(k-1) (1-u-delta)^k du, delta = (loc_j - loc_j+1) / b."""
@@ -173,3 +189,25 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
     ar_stop = evaluate.stop_rule(tok, gsm8k, prompt_mask, eos=True)
     rows[1, P] = tok.eos_id
     assert ar_stop(rows, end).tolist() == [True, True]
+
+
+@pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm"])
+def test_trailing_padding_changes_no_loss(name):
+    """The losses cut trailing padding before the forward: the same numbers as with the padding in."""
+    import ar
+    mod = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm}[name]
+    cfg = {"ar": ar.ARConfig(MASK), "mdlm": mdlm.MDLMConfig(MASK), "bd3lm": bd3lm.BD3LMConfig(MASK, 4)}[name]
+    model, L, extra = tiny_model(15), 12, 6
+    x0 = torch.randint(0, MASK, (2, L), generator=torch.Generator().manual_seed(3))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[8], [10]])
+    wide = [torch.cat([x, x[:, -1:].expand(-1, extra)], 1) for x in (x0, prompt_mask, pad_mask)]
+    kw, kw_wide = {}, {}
+    if name != "ar":
+        xt, t = mod.noise(x0, cfg, ~(prompt_mask | pad_mask), torch.Generator().manual_seed(4))
+        kw, kw_wide = {"xt": xt, "t": t}, {"xt": torch.cat([xt, xt[:, -1:].expand(-1, extra)], 1),
+                                          "t": torch.cat([t, t[:, -1:].expand(-1, extra)], 1)}
+    torch.testing.assert_close(mod.loss(model, x0, cfg, prompt_mask, pad_mask, **kw)[0],
+                               mod.loss(model, wide[0], cfg, *wide[1:], **kw_wide)[0])
+    for a, b in zip(mod.nll(model, x0, cfg, prompt_mask, pad_mask, **kw), mod.nll(model, wide[0], cfg, *wide[1:], **kw_wide)):
+        torch.testing.assert_close(a, b)

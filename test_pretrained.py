@@ -155,12 +155,24 @@ TINY = ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, he
 X = torch.arange(12).view(1, 12) * 7 % (V - 1)           # fixed input ids for logits comparisons
 
 
+def hf_names(state: dict, cfg: ModelConfig) -> dict:
+    """Our state dict with each fused self_attn.qkv_proj.weight split into Hugging Face's q/k/v_proj.weight."""
+    out = {}
+    for k, v in state.items():
+        if k.endswith("qkv_proj.weight"):
+            sizes = [cfg.n_head * cfg.head_dim] + [cfg.n_kv_head * cfg.head_dim] * 2
+            out.update({k.replace("qkv_proj", s + "_proj"): w for s, w in zip("qkv", v.split(sizes))})
+        else:
+            out[k] = v
+    return out
+
+
 def released_weights(tie=True, ema=True, seed=0) -> tuple[dict, dict]:
     """(state dict in the official layout, the state in our names it must load as). With ema, the official
     dict also holds the raw weights under backbone.*, and the EMA copy (what must load) under ema.backbone.*."""
-    def official(model, prefix):
+    def official(model, prefix):                 # Hugging Face names: q, k, v projections apart
         return {(prefix + "lm_head.weight" if k == "lm_head.weight" else prefix + "model." + k): v
-                for k, v in checkpoint.weights(model).items()}
+                for k, v in hf_names(checkpoint.weights(model), TINY).items()}
     torch.manual_seed(seed)
     cfg = dataclasses.replace(TINY, tie_embeddings=tie)
     raw, avg = Transformer(cfg), Transformer(cfg)
