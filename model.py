@@ -42,7 +42,7 @@ class ModelConfig:
     rope_theta: float = 10000.0
     qk_norm: bool = True          # RMSNorm over each head of q and k (Qwen3)
     tie_embeddings: bool = True   # lm_head shares the token embedding
-    norm: str = "rms"             # "rms" (Qwen3) or "layer" (DiT: LayerNorm, weight only)
+    norm: str = "rms"             # "rms" (Qwen3) or "layer" (DiT: LayerNorm)
     mlp: str = "swiglu"           # "swiglu" (Qwen3) or "gelu" (DiT: GELU(tanh) MLP with biases)
     norm_eps: float = 1e-6
     norm_bias: bool = False       # LayerNorm with a bias (a released DiT's adaLN shift, folded in by from_dit)
@@ -323,4 +323,3 @@ def from_pretrained(name_or_path: str, dtype=torch.float32) -> Transformer:
         cfg = qwen3_config(json.load(f))
     state = {k.removeprefix("model."): v for k, v in read_safetensors(d).items()}
     return from_state(cfg, state, dtype)
-
