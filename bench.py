@@ -11,6 +11,8 @@ new, ...) `--rounds` times, and each number is the median over rounds. Shapes (C
 - train: loss + backward on the shipped task's shape (batch 16 x 128 tokens, prompt 40, 8 padding) and at
   GSM8K's shape (L = 1024, prompt 150, answer 250, batch 1) with a small Qwen3 block; tokens/s counts
   non-padding tokens.
+- forward: one forward (8 x 128 tokens) of the DiT-like block and the Qwen3 block at the same width, and the
+  Qwen3 block without QK-norm / with a SwiGLU of the DiT MLP's parameter count.
 """
 import argparse
 import json
@@ -25,6 +27,10 @@ DECODE = {"prompt": 16, "new": 96, "batches": [1, 8, 32]}
 TRAIN = {"arith": {"B": 16, "L": 128, "prompt": 40, "pad": 8, "steps": 4},
          "gsm8k": {"B": 1, "L": 1024, "prompt": 150, "pad": 1024 - 400, "steps": 2}}
 METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
+BLOCKS = {"DiT block (LayerNorm, GELU MLP 4D)": dict(norm="layer", mlp="gelu", qk_norm=False),
+          "Qwen3 block (RMSNorm, QK-norm, SwiGLU 4D)": dict(),
+          "Qwen3 block without QK-norm": dict(qk_norm=False),
+          "Qwen3 block, SwiGLU 8D/3 (DiT's MLP size)": dict(intermediate_size=683)}
 
 
 def worker(src: str, quick: bool, threads: int) -> dict:
@@ -68,6 +74,16 @@ def worker(src: str, quick: bool, threads: int) -> dict:
                 mods[m].loss(model, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()
             sec = time.perf_counter() - t0
             out[f"train {m} {shape}: tokens/s"] = s["steps"] * int((~pad_mask).sum()) / sec
+    x = torch.randint(0, 4096, (8, 128 // (4 if quick else 1)))
+    for name, kw in BLOCKS.items():                  # why the Qwen3 block is slower than the DiT's at one width
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, **kw)).eval()
+        with torch.no_grad():
+            model(x)
+            t0 = time.perf_counter()
+            for _ in range(5):
+                model(x)
+        out[f"forward {name}: ms"] = 1000 * (time.perf_counter() - t0) / 5
     return out
 
 
