@@ -13,6 +13,9 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
 (your own data, --data jsonl:PATH or hf:ORG/NAME, is an object with the same interface, built by
 data/custom.py: get_task(name, options)), and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding
 plus the special ids the methods need.
+data/owt.py and data/lm1b.py are likelihood corpora, not tasks: their load() returns token rows and
+data/corpus.py makes the batches (eval.py --task likelihood --data owt|lm1b); data/mcqa.py holds HellaSwag,
+PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). Their tokenizers (gpt2, bert-base-uncased) are in data/text.py.
 """
 import importlib
 from dataclasses import dataclass
@@ -58,7 +61,14 @@ def get_tokenizer(name: str) -> Tokenizer:
     if name.startswith("qwen3:"):
         from data.qwen import qwen3_tokenizer
         return qwen3_tokenizer(name.split(":", 1)[1])
-    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or 'qwen3:<repo id or directory>'")
+    if name == "gpt2":                          # OWT (data/text.py)
+        from data.text import gpt2_tokenizer
+        return gpt2_tokenizer()
+    if name == "bert-base-uncased" or name.startswith("bert:"):  # LM1B (data/text.py)
+        from data.text import BERT_REPO, bert_tokenizer
+        return bert_tokenizer(BERT_REPO if name == "bert-base-uncased" else name.split(":", 1)[1])
+    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes', 'qwen3:<repo id or directory>', 'gpt2', "
+                     f"'bert-base-uncased' or 'bert:<repo id or directory>'")
 
 
 def get_task(name: str, options: dict | None = None):
