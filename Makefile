@@ -5,7 +5,7 @@ TAUS ?= inf 0.99 0.9 0.8 0.7 0.6
 PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 
-.PHONY: help install install-test demo test pareto bench reproduce-gsm8k finetune-gsm8k
+.PHONY: help install install-test demo test pareto bench reproduce-gsm8k finetune-gsm8k example likelihood reproduce-likelihood reproduce-mcqa
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -15,11 +15,21 @@ install:  ## install the runtime dependencies (CPU torch)
 
 install-test: install  ## install the test dependencies too
 	$(PY) -m pip install -q -r requirements-test.txt
+	$(PY) -m pip install -q --no-deps openai-whisper==20250625   # its gpt2.tiktoken: GPT-2 ranks offline
 
 demo: install  ## train Set Diffusion on the shipped task (CPU, minutes), then sample and evaluate it
 	$(PY) train.py --model setdiffusion --out-dir out/setdiffusion
 	$(PY) sample.py --ckpt out/setdiffusion --threshold 0.8 --show-order
 	$(PY) eval.py --ckpt out/setdiffusion --threshold 0.8 --limit 200
+
+# Your own data (README "Your own data"): data/examples/dates.jsonl is written by data/examples/make_dates.py
+# (rewritten byte for byte here); one file, so train.py holds out a fixed tenth (50 lines) for evaluation.
+EXAMPLE = --data jsonl:data/examples/dates.jsonl
+example:  ## your own data: fine-tune Set Diffusion on a shipped JSONL file, evaluate, sample a prompt file (CPU, ~2 min)
+	$(PY) data/examples/make_dates.py
+	$(PY) train.py --model setdiffusion $(EXAMPLE) --max-iters 800 --threshold 0.9 --out-dir out/dates
+	$(PY) eval.py --ckpt out/dates --threshold 0.9
+	$(PY) sample.py --ckpt out/dates --threshold 0.9 --prompt-file data/examples/dates_prompts.txt --show-order
 
 test: install-test  ## run the tests (the same command CI runs)
 	$(PY) -m pytest -q
@@ -37,6 +47,14 @@ pareto:  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the 
 	  $(PY) eval.py --ckpt out/pareto/$$m --threshold $$t --task throughput --limit 55 \
 	    --json results/pareto/$$m-$$t-tput.json || exit 1; done; done
 	$(PY) eval.py --summarize results/pareto/*.json --out results/pareto.md --plot results/pareto.png
+
+PARETO_DIR ?= out/pareto
+
+likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoints on the shipped task's test split (CPU)
+	mkdir -p results/likelihood-arith
+	for m in ar mdlm bd3lm setdiffusion; do \
+	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task likelihood --json results/likelihood-arith/$$m.json || exit 1; done
+	$(PY) zeroshot.py --table results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
 REF ?= e2a4fee
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~10 min)
@@ -118,3 +136,30 @@ infill:  ## fill the masked middle reasoning step of the shipped task with each 
 	  $(PY) eval.py --ckpt out/pareto/$$m --task infill --limit 500 --warmup 5 \
 	    --json results/infill-arith/$$m.json || exit 1; done
 	$(PY) generation.py results/infill-arith.md results/infill-arith/*.json
+# ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official
+# eval scripts run them (OWT batch 16). A CUDA GPU and the Hub (weights; Skylion007/openwebtext,
+# billion-word-benchmark/lm1b, Rowan/hellaswag, ybisk/piqa, allenai/social_i_qa), or local copies: OWT_DIR (OWT's
+# train split, parquet/jsonl), LM1B_DIR (its test split), MCQA_DIR (hellaswag/, piqa/, siqa/ validation files).
+OWT_CKPTS ?= owt:ar owt:mdlm owt:bd3lm-s4 owt:bd3lm-s8 owt:bd3lm-s16 owt:setdlm-smax8 owt:setdlm-smax16 owt:setdlm-smax32
+LM1B_CKPTS ?= $(subst owt:,lm1b:,$(OWT_CKPTS))
+OWT_DIR ?=
+LM1B_DIR ?=
+MCQA_DIR ?=
+LIMIT ?= 0
+
+reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints -> results/likelihood.md (GPU + Hub)
+	@$(NEED_GPU)
+	mkdir -p results/likelihood
+	for c in $(OWT_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data owt --batch-size 16 --limit $(LIMIT) \
+	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json || exit 1; done
+	for c in $(LM1B_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
+	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json || exit 1; done
+	$(PY) zeroshot.py --table results/likelihood.md results/likelihood/*.json
+
+reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoints -> results/mcqa.md (GPU + Hub)
+	@$(NEED_GPU)
+	mkdir -p results/mcqa
+	for c in $(OWT_CKPTS); do for t in hellaswag piqa siqa; do \
+	  $(PY) eval.py --ckpt $$c --task $$t --batch-size 32 --limit $(LIMIT) $(if $(MCQA_DIR),--data-dir $(MCQA_DIR)/$$t) \
+	    --json results/mcqa/$${c#owt:}-$$t.json || exit 1; done; done
+	$(PY) zeroshot.py --table results/mcqa.md results/mcqa/*.json

@@ -10,10 +10,12 @@ leaves a complete checkpoint (out_dir, or out_dir.old when the kill fell between
 it). Weights load with safetensors and torch.load(weights_only=True) only.
 
 `load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (RELEASED, e.g.
-"gsm8k:setdlm-smax8"), whose format it converts (`load_released`).
+"gsm8k:setdlm-smax8", "owt:setdlm-smax16"), whose format it converts (`load_released`: Qwen3 backbones, and the
+DiT of the OWT/LM1B models through `from_dit`).
 """
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ import warnings
 from dataclasses import asdict
 
 import torch
+import torch.nn.functional as F
 
 import ar
 import bd3lm
@@ -100,20 +103,17 @@ def load(path: str, device="cpu"):
     """
     if ":" in path and not os.path.exists(path):
         if path not in RELEASED:
-            raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)} (the OWT and "
-                             f"LM1B releases are DiT models, which cannot be converted)")
+            raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)}")
         path = RELEASED[path]
     local = [d for d in (path, path.rstrip("/") + ".old") if os.path.isfile(os.path.join(d, "config.json"))]
     missing = FileNotFoundError(f"no checkpoint at {path}: expected a directory with config.json and model."
                                 f"safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub repo id")
     if not local and (os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") != 1):
         raise missing                                              # a local path, not an "org/name" repo id
-    if not local and path in ALSO_NAMED:                           # README and push code disagree: try both
-        try:
-            hub_dir(path, ["*.json"])
-        except FileNotFoundError:
-            path = ALSO_NAMED[path]
-    d = local[0] if local else hub_dir(path, ["*.json"])          # the configs first: refuse before a download
+    if local:
+        d = local[0]
+    else:                                                          # the configs first: refuse before a download
+        path, d = hub_first(path)
     try:
         with open(os.path.join(d, "config.json")) as f:
             config = json.load(f)
@@ -169,12 +169,40 @@ def released_keys() -> dict:
         for d in (4, 8, 16):
             repo = f"setdlm-gsm8k-smax{2 * d}" if task == "gsm8k" else f"{task}-setdlm-smax{2 * d}"
             keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = "kuleshov-group/" + repo
+    for task in ("owt", "lm1b"):                   # DiT models; the Set Diffusion ones may be named -setdlm-dN
+        for m in ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16"):
+            keys[f"{task}:{m}"] = f"kuleshov-group/{task}-{m}"
+        for d in (4, 8, 16):
+            keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = f"kuleshov-group/{task}-setdlm-smax{2 * d}"
+    for s in (4, 8, 16):                           # the BD3-LM paper's OWT releases (the same DiT names)
+        keys[f"owt:bd3lm-block_size{s}"] = f"kuleshov-group/bd3lm-owt-block_size{s}"
+    keys["owt:mdlm-owt"] = "kuleshov-group/mdlm-owt"
     return keys
 
 
 RELEASED = released_keys()
-# The official push code named the non-GSM8K Set Diffusion repos -setdlm-d{4,8,16}, its README -setdlm-smax{8,16,32}
-ALSO_NAMED = {f"kuleshov-group/cnndm-setdlm-smax{2 * d}": f"kuleshov-group/cnndm-setdlm-d{d}" for d in (4, 8, 16)}
+# a second Hub name to try when the first is missing: the push code named them -setdlm-dN, the README -smaxN
+ALSO_NAMED = {f"kuleshov-group/{t}-setdlm-smax{2 * d}": f"kuleshov-group/{t}-setdlm-d{d}"
+              for t in ("cnndm", "owt", "lm1b") for d in (4, 8, 16)}
+DIT_DATA = {50258: "owt", 30522: "lm1b"}         # vocabulary size -> corpus, when the name does not say
+DIT_DEFAULTS = {"owt": ("gpt2", 1024, 50257), "lm1b": ("bert-base-uncased", 128, 103)}   # tokenizer, L, [MASK]
+
+
+def hub_first(repo: str) -> tuple[str, str]:
+    """(repo id, snapshot dir of its configs) for repo, else its ALSO_NAMED alternative; the first error if both fail."""
+    try:
+        return repo, hub_dir(repo, ["*.json"])
+    except FileNotFoundError:
+        if repo not in ALSO_NAMED:
+            raise
+        try:
+            return ALSO_NAMED[repo], hub_dir(ALSO_NAMED[repo], ["*.json"])
+        except FileNotFoundError:
+            raise FileNotFoundError(f"neither {repo} nor {ALSO_NAMED[repo]} could be found locally or on the "
+                                    f"Hugging Face Hub: set HF_HUB_OFFLINE=0 and check the network, or pass a "
+                                    f"local directory") from None
+
+
 QWEN3_MASK_ID = 151660            # <|fim_middle|>, the official [MASK] for Qwen3
 BACKBONE_NAME = re.compile(r"(.*?)(model\.(?:layers\.\d+|embed_tokens|norm)\..+|lm_head\.weight)")
 
@@ -212,14 +240,19 @@ def released_method(config: dict, source: str) -> str:
                      f"SetDLM/BD3LM/MDLM/AR one: found architectures={archs}, model_type={kind!r}")
 
 
-def backbone_weights(d: str) -> dict:
-    """The Qwen3 backbone's tensors in our names, from any *.safetensors (else pytorch_model*.bin) in d.
-    Names are cut before model.layers/model.embed_tokens/model.norm/lm_head; of several copies under
-    different prefixes the one whose prefix contains "ema" wins."""
+def raw_weights(d: str) -> dict:
+    """All tensors of any *.safetensors (else pytorch_model*.bin, weights_only) in d, under their own names."""
     files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
-    raw = {k: v for f in files for k, v in load_safetensors(f).items()} if files else \
+    return {k: v for f in files for k, v in load_safetensors(f).items()} if files else \
         {k: v for f in sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
          for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
+
+
+def backbone_weights(d: str, raw: dict | None = None) -> dict:
+    """The Qwen3 backbone's tensors in our names, from raw (default: raw_weights(d)).
+    Names are cut before model.layers/model.embed_tokens/model.norm/lm_head; of several copies under
+    different prefixes the one whose prefix contains "ema" wins."""
+    raw = raw_weights(d) if raw is None else raw
     copies = {}
     for name, tensor in raw.items():
         if m := BACKBONE_NAME.fullmatch(name):
@@ -255,6 +288,81 @@ def name_number(name: str, pattern: str):
     return next((int(m[1]) for w in re.split(r"[^a-z0-9]+", name.lower()) if (m := re.fullmatch(pattern, w))), None)
 
 
+# ----------------------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
+
+DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
+                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|blocks\.\d+\."
+                      r"(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|mlp\.[02]\.(weight|bias)|"
+                      r"adaLN_modulation\.(weight|bias)))")
+DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
+
+
+def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
+    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f = max_period^(-k/(dim/2))."""
+    freqs = torch.exp(-math.log(max_period) * torch.arange(dim // 2, dtype=t.dtype) / (dim // 2))
+    args = t[:, None] * freqs[None]                                           # (N, dim/2)
+    return torch.cat([args.cos(), args.sin()], dim=-1)
+
+
+def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
+    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see DIT_NAME)
+    -> (ModelConfig, our state dict in fp32). Any other name is refused.
+
+    The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
+    1e4 (the same half-split layout) and an untied output Linear with a bias. Its fused qkv, rows laid out
+    (three h d), is our qkv_proj as it is. With adaLN on, the conditioning is a constant,
+    c = silu(sigma_map(0)), so every block's (shift, scale, gate) = adaLN_modulation(c) is a constant vector
+    and folds into the weights:
+    norm(x) * (1 + scale) + shift is a LayerNorm with weight w * (1 + scale) and bias shift, and
+    gate * (W y + b) is the output projection with its rows (and bias) scaled by gate.
+    """
+    if unknown := sorted(k for k in raw if not DIT_NAME.fullmatch(k) and k not in DIT_IGNORED):
+        raise ValueError(f"unknown tensor {unknown[0]!r} (and {len(unknown) - 1} more) in a DiT checkpoint: "
+                         f"refusing to load what this converter does not know")
+    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
+    try:
+        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blocks."))
+        V, D = emb.shape
+        c = None
+        if "blocks.0.adaLN_modulation.weight" in w:                            # c = silu(sigma_map(sigma = 0))
+            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64), w["sigma_map.mlp.0.weight"].shape[1])
+            h = F.silu(F.linear(t_freq, w["sigma_map.mlp.0.weight"], w["sigma_map.mlp.0.bias"]))
+            c = F.silu(F.linear(h, w["sigma_map.mlp.2.weight"], w["sigma_map.mlp.2.bias"]))   # (1, cond_dim)
+
+        def modulation(prefix: str, n: int):                                   # (shift, scale[, gate]) * blocks
+            if c is None:                                                      # adaLN off: 0, 0, 1
+                zero, one = torch.zeros(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
+                return [zero, zero, one] * 2 if n == 6 else [zero, zero]
+            return F.linear(c, w[prefix + "adaLN_modulation.weight"], w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
+
+        state = {"embed_tokens.weight": emb}
+        for i in range(n_layer):
+            p, o = f"blocks.{i}.", f"layers.{i}."
+            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation(p, 6)
+            state.update({
+                o + "input_layernorm.weight": w[p + "norm1.weight"] * (1 + scale_msa),
+                o + "input_layernorm.bias": shift_msa,
+                o + "self_attn.qkv_proj.weight": w[p + "attn_qkv.weight"],       # (three h d) rows = [q | k | v]
+                o + "self_attn.o_proj.weight": gate_msa[:, None] * w[p + "attn_out.weight"],
+                o + "post_attention_layernorm.weight": w[p + "norm2.weight"] * (1 + scale_mlp),
+                o + "post_attention_layernorm.bias": shift_mlp,
+                o + "mlp.up_proj.weight": w[p + "mlp.0.weight"], o + "mlp.up_proj.bias": w[p + "mlp.0.bias"],
+                o + "mlp.down_proj.weight": gate_mlp[:, None] * w[p + "mlp.2.weight"],
+                o + "mlp.down_proj.bias": gate_mlp * w[p + "mlp.2.bias"]})
+        shift, scale = modulation("output_layer.", 2)
+        state.update({"norm.weight": w["output_layer.norm_final.weight"] * (1 + scale), "norm.bias": shift,
+                      "lm_head.weight": w["output_layer.linear.weight"], "lm_head.bias": w["output_layer.linear.bias"]})
+        hidden = w["blocks.0.mlp.0.weight"].shape[0]
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"not a complete DiT checkpoint: missing {e}") from None
+    if D % n_head:
+        raise ValueError(f"DiT width {D} is not a multiple of n_heads={n_head}")
+    cfg = ModelConfig(vocab_size=V, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=D,
+                      intermediate_size=hidden, rope_theta=10000.0, qk_norm=False, tie_embeddings=False,
+                      norm="layer", mlp="gelu", norm_eps=1e-5, norm_bias=True, lm_head_bias=True)
+    return cfg, {k: v.float() for k, v in state.items()}
+
+
 def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
     """Convert a checkpoint of the official code (kuleshov-group/..., or a local copy) into ours.
 
@@ -269,15 +377,31 @@ def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
     - mask id: mask_token_id (e.g. in tokenization_config), else 151660 (<|fim_middle|>).
     - data: gsm8k or cnndm from the name, else null. seq_len: a "length" key in config.json, else 768 for
       cnndm and 1024 otherwise. Names are read from the repo id, or a local directory's own name.
+    - the OWT/LM1B DiT (backbone.vocab_embed.embedding among the names): from_dit, n_heads from config.json
+      (else 12); data owt or lm1b from the name, else the vocabulary size; tokenizer, L ("length" or
+      "model_length" else) and mask id (else) of that corpus: gpt2, 1024, 50257 / bert-base-uncased, 128, 103.
     """
-    state = backbone_weights(d)
-    model_cfg = infer_model_config(state, config)
+    raw = raw_weights(d)
+    dit = any(k.startswith("backbone.vocab_embed.") for k in raw)
+    if dit:
+        model_cfg, state = from_dit(raw, int(find_key(config, "n_heads") or 12))
+    else:
+        state = backbone_weights(d, raw)
+        model_cfg = infer_model_config(state, config)
+    del raw
     name = source_name(source).lower()
     data = "gsm8k" if "gsm8k" in name else "cnndm" if "cnn" in name else None
-    length = find_key(config, "length")
-    seq_len = length if isinstance(length, int) else 768 if data == "cnndm" else 1024
+    if dit:
+        data = "lm1b" if "lm1b" in name else "owt" if "owt" in name else DIT_DATA.get(model_cfg.vocab_size)
+        if data is None:
+            raise ValueError(f"{source}: a DiT with a vocabulary of {model_cfg.vocab_size}, neither OWT's 50258 nor "
+                             f"LM1B's 30522, and no owt/lm1b in its name")
+    tokenizer, default_len, default_mask = DIT_DEFAULTS[data] if dit else \
+        (None, 768 if data == "cnndm" else 1024, QWEN3_MASK_ID)
+    length = find_key(config, "length") or find_key(config, "model_length")
+    seq_len = length if isinstance(length, int) else default_len
     mask_id = find_key(config, "mask_token_id")
-    mask_id = int(QWEN3_MASK_ID if mask_id is None else mask_id)
+    mask_id = int(default_mask if mask_id is None else mask_id)
     if not 0 <= mask_id < model_cfg.vocab_size:
         raise ValueError(f"{source}: mask id {mask_id} outside the vocabulary of {model_cfg.vocab_size}")
 
@@ -290,12 +414,15 @@ def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
         settings["smax"] = pick_setting(source, "smax", from_name, from_config)
     elif method == "bd3lm":
         bs = find_key(config, "block_size")
-        settings["block_size"] = pick_setting(source, "block size", name_number(name, r"s(\d+)"),
+        settings["block_size"] = pick_setting(source, "block size", name_number(name, r"s(\d+)") or
+                                              name_number(name, r"size(\d+)"),
                                               bs if bs and (not seq_len or bs < seq_len) else None)
     has_tok = os.path.isfile(os.path.join(d, "tokenizer.json"))
+    if data == "lm1b" and (has_tok or os.path.isfile(os.path.join(d, "vocab.txt"))):
+        tokenizer = "bert:" + source                               # the release's own copy of the WordPiece
     out = {"model": asdict(model_cfg), "method": method,
            "method_config": method_config(method, mask_id, **settings),
-           "tokenizer": "qwen3:" + (source if has_tok else "Qwen/Qwen3-1.7B-Base"),
+           "tokenizer": tokenizer or "qwen3:" + (source if has_tok else "Qwen/Qwen3-1.7B-Base"),
            "data": data, "seq_len": seq_len, "source": source}
     model = from_state(model_cfg, state)
     return (model.to(device).eval(), *method_of(out), out)

@@ -5,8 +5,11 @@
     python eval.py --ckpt out/setdiffusion --task likelihood     # NLL / perplexity (a bound for diffusion)
     python eval.py --ckpt out/ar --task throughput               # tokens/s at batch 1 (paper) and batched
 
+    python eval.py --ckpt owt:setdlm-smax16 --task likelihood --data owt   # OWT/LM1B perplexity (zeroshot.py)
+    python eval.py --ckpt owt:setdlm-smax16 --task piqa             # zero-shot multiple choice (zeroshot.py)
+
 Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstories --sentences 1|3 and infill
-(fill a masked span: generation.py), likelihood, throughput.
+(fill a masked span: generation.py), likelihood, throughput, hellaswag, piqa, siqa.
 """
 import argparse
 import json
@@ -19,9 +22,10 @@ import torch
 
 import checkpoint
 import generation
+import zeroshot
 from data import encode, encode_prompts, get_task, get_tokenizer
 
-TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput"]
+TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", *zeroshot.MCQA]
 
 
 def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32, commit_order="l2r",
@@ -107,14 +111,15 @@ def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, t
 
 @torch.no_grad()
 def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0,
-                        exclusions="none"):
+                        exclusions="none", encode_fn=encode):
     """Per-token negative log-likelihood of the targets (exact for AR, an upper bound for the others).
     exclusions="official" (Set Diffusion only, as the official eval): pad-id targets (EOS when pad = EOS)
-    are not counted, nor position 0 (keep_clean_bos); "none" counts every target."""
+    are not counted, nor position 0 (keep_clean_bos); "none" counts every target.
+    encode_fn(tok, examples[i:j], seq_len) makes a batch (e.g. a corpus' token rows: data/corpus.batch)."""
     total, count = 0.0, 0
     g = torch.Generator(device=device).manual_seed(seed)
     for i in range(0, len(examples), batch_size):
-        batch = {k: v.to(device) for k, v in encode(tok, examples[i:i + batch_size], seq_len).items()}
+        batch = {k: v.to(device) for k, v in encode_fn(tok, examples[i:i + batch_size], seq_len).items()}
         x0, extra = batch["x0"], {}
         if exclusions == "official" and method.__name__ == "setdiffusion":
             extra["exclude"] = (x0 == tok.pad_id) | (torch.arange(x0.shape[1], device=device) == 0)
@@ -221,6 +226,8 @@ def get_args(argv=None):
     p.add_argument("--ckpt", help="checkpoint directory (written by train.py)")
     p.add_argument("--task", choices=TASKS, default=None, help="what to measure (default: the checkpoint's task)")
     p.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
+    p.add_argument("--data", default=None, help="likelihood on a corpus: owt or lm1b (zeroshot.py)")
+    p.add_argument("--samples", type=int, default=1, help="hellaswag/piqa/siqa: NELBO draws per option (1 = official)")
     p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
     p.add_argument("--batch-size", type=int, default=32, help="problems generated at once")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
@@ -260,7 +267,12 @@ def main(argv=None):
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         task_name = args.task or config["data"]
-        data = get_task(config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name)
+        corpus = config["data"] in zeroshot.CORPORA and task_name != "rocstories"    # ROCStories: OWT models too
+        if args.data or task_name in zeroshot.MCQA or corpus:
+            m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, evaluate_likelihood)
+            return report(args, config, task_name, m)
+        data_name = config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name
+        data = get_task(data_name, config.get("data_options") if data_name == config["data"] else None)
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
         sampler = config.get("sampler", {})
@@ -271,7 +283,7 @@ def main(argv=None):
     max_new = args.max_new_tokens or sampler.get("max_new_tokens", 64)
     examples = examples[:args.limit] if args.limit else examples
     kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
-              commit_order=args.commit_order, options=generation.options_for(data.NAME, tok, config["method"]))
+              commit_order=args.commit_order, options=generation.options_for(data_name, tok, config["method"]))
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
         try:
@@ -290,6 +302,11 @@ def main(argv=None):
         m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
                               max_new_tokens=max_new, seed=args.seed, stop_opts=stop_opts, **kw)
         m.pop("completions")
+    report(args, config, task_name, m, threshold, window)
+
+
+def report(args, config, task_name, m, threshold=math.inf, window=0):
+    """Print the metrics as a markdown row (and write them with --json)."""
     m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, "window": window,
          "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end, **m}
     keys = [k for k in m if k != "ckpt"]

@@ -17,7 +17,8 @@ positions and who may attend to whom, and reads the logits it needs.
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
 the Hugging Face Qwen3 layout without the leading "model.". `norm="layer"` and `mlp="gelu"` give the DiT-style
-variant (LayerNorm without bias, GELU MLP with biases) of the paper's OWT/LM1B models.
+variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; checkpoint.from_dit converts their
+released weights.
 """
 import json
 import math
@@ -41,9 +42,11 @@ class ModelConfig:
     rope_theta: float = 10000.0
     qk_norm: bool = True          # RMSNorm over each head of q and k (Qwen3)
     tie_embeddings: bool = True   # lm_head shares the token embedding
-    norm: str = "rms"             # "rms" (Qwen3) or "layer" (DiT: LayerNorm, weight only)
+    norm: str = "rms"             # "rms" (Qwen3) or "layer" (DiT: LayerNorm)
     mlp: str = "swiglu"           # "swiglu" (Qwen3) or "gelu" (DiT: GELU(tanh) MLP with biases)
     norm_eps: float = 1e-6
+    norm_bias: bool = False       # LayerNorm with a bias (a released DiT's adaLN shift, folded in by from_dit)
+    lm_head_bias: bool = False    # the DiT's output layer has a bias
 
     def __post_init__(self):
         self.head_dim = self.head_dim or self.n_embd // self.n_head
@@ -52,6 +55,8 @@ class ModelConfig:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
         if self.norm not in ("rms", "layer") or self.mlp not in ("swiglu", "gelu"):
             raise ValueError(f"norm must be 'rms' or 'layer' and mlp 'swiglu' or 'gelu', got {self.norm}, {self.mlp}")
+        if self.norm_bias and self.norm != "layer":
+            raise ValueError("norm_bias needs norm='layer' (RMSNorm has no bias)")
 
 
 # Named model shapes (train.py --preset). cnndm: the official from-scratch CNN/DM model, the Qwen3-0.6B-Base
@@ -106,7 +111,7 @@ class KVCache:
 def norm_layer(cfg: ModelConfig, dim: int) -> nn.Module:
     if cfg.norm == "rms":
         return nn.RMSNorm(dim, eps=cfg.norm_eps)
-    return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=False)
+    return nn.LayerNorm(dim, eps=cfg.norm_eps, bias=cfg.norm_bias)
 
 
 def rotary(pos: torch.Tensor, head_dim: int, theta: float):
@@ -189,7 +194,7 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.norm = norm_layer(cfg, cfg.n_embd)
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.apply(self._init_weights)

@@ -3,13 +3,20 @@
     python sample.py --ckpt out/setdiffusion                         # a held-out problem of its task
     python sample.py --ckpt out/setdiffusion --threshold 0.8 --show-order
     python sample.py --ckpt out/ar --prompt "Ann has 5 pens. She buys 3. How many?\n"
+    python sample.py --ckpt out/dates --prompt-file prompts.txt     # one prompt per line, in batches
+    python sample.py --ckpt out/dates --prompt "2021-03-09 = {mask:2} March 2021" --max-new-tokens 0
 
 --show-order marks every generated token with the step that decoded it: tokens of one step share a colour
 in a terminal (elsewhere a run of tokens decoded at step s is preceded by [s]), so you can see a Set Diffusion
 model decode several tokens per step, out of order inside its window.
+
+Infilling: [MASK] spans written in a prompt, as <|mask|> repeated or the shorthand {mask:N} (N masks), are
+filled in, and the prompt is shown with its gaps filled. Only Set Diffusion's sampler fills masks inside the
+prompt; AR, MDLM and BD3-LM generate after the prompt only, so they refuse such prompts.
 """
 import argparse
 import math
+import re
 import sys
 
 import torch
@@ -30,9 +37,9 @@ def show_order(tok, ids, steps, colour):
     for i, s in zip(ids, steps):
         piece = tok.decode([i])
         if colour:
-            out.append(f"\033[{COLOURS[s % len(COLOURS)]}m{piece}\033[0m")
+            out.append(f"\033[{COLOURS[s % len(COLOURS)]}m{piece}\033[0m" if s >= 0 else piece)
         else:
-            out.append(piece if s == prev else f"[{s}]{piece}")
+            out.append(piece if s == prev or s < 0 else f"[{s}]{piece}")   # s = -1: a prompt token
         prev = s
     return "".join(out)
 
@@ -48,6 +55,32 @@ def unconditional(args, model, method, cfg, config, tok, options, device):
         print(f"--- sample {i}\n{text}")
     print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
           f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
+def expand_masks(tok, prompt: str) -> str:
+    """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
+    mask = tok.enc.decode([tok.mask_id])
+    return re.sub(r"\{mask:(\d+)\}", lambda m: mask * int(m[1]), prompt.replace("<|mask|>", mask))
+
+
+def read_prompts(path: str) -> list[str]:
+    """One prompt per line of a text file; a literal \\n in a line stands for a newline."""
+    with open(path, encoding="utf-8") as f:
+        prompts = [line.rstrip("\r\n").replace("\\n", "\n") for line in f if line.strip()]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompt: write one prompt per line")
+    return prompts
+
+
+def shown(tok, prompt, stats, b, max_new, order):
+    """Row b as printed: the prompt (its [MASK]s filled in), then the reply up to EOS, steps marked with order."""
+    P = stats["tokens"].shape[1] - max_new
+    n = len(tok.encode(prompt))
+    ids, steps = [], []
+    for j, (i, s) in enumerate(zip(stats["tokens"][b, P - n:].tolist(), stats["step"][b, P - n:].tolist())):
+        if j >= n and (i == tok.eos_id or s < 0):
+            break
+        ids.append(i)
+        steps.append(s)
+    return show_order(tok, ids, steps, sys.stdout.isatty()) if order else tok.decode(ids)
 
 
 def main(argv=None):
@@ -55,7 +88,9 @@ def main(argv=None):
     p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
     p.add_argument("--prompt", default=None, help="prompt text (default: the first held-out problem)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate")
+    p.add_argument("--prompt-file", default=None, help="a text file of prompts, one per line, generated in batches")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate (0: only fill [MASK]s)")
     p.add_argument("--threshold", type=float, default=math.inf, help="confidence threshold tau (inf = 1/step)")
     p.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
     p.add_argument("--commit-order", choices=["l2r", "fht"], default="l2r",
@@ -83,34 +118,35 @@ def main(argv=None):
         sampling.check(options, 1.0 if args.unconditional else args.temperature)
         if args.unconditional:
             return unconditional(args, model, method, cfg, config, tok, options, device)
-        task = get_task(config["data"])
-        prompt = args.prompt.replace("\\n", "\n") if args.prompt is not None else task.load("test")[0]["prompt"]
+        task = get_task(config["data"], config.get("data_options"))
+        prompts = ([args.prompt.replace("\\n", "\n")] if args.prompt is not None else
+                   read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]])
         check_threshold(args.threshold)
         check_window(args.window, config["method"], cfg)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    n_prompt = len(tok.encode(prompt))
-    if n_prompt >= config["seq_len"]:
-        sys.exit(f"error: the prompt has {n_prompt} tokens, more than the model's context "
-                 f"(seq_len={config['seq_len']}); shorten it")
-    max_new = args.max_new_tokens or config.get("sampler", {}).get("max_new_tokens", 64)
+    prompts = [expand_masks(tok, p) for p in prompts]
+    for k, prompt in enumerate(prompts):
+        ids = tok.encode(prompt)
+        if len(ids) >= config["seq_len"]:
+            sys.exit(f"error: prompt {k + 1} has {len(ids)} tokens, more than the model's context "
+                     f"(seq_len={config['seq_len']}); shorten it")
+        if tok.mask_id in ids and config["method"] != "setdiffusion":
+            sys.exit(f"error: prompt {k + 1} has [MASK]s to fill, and only Set Diffusion's sampler fills masks "
+                     f"inside the prompt ({config['method']} generates after the prompt only)")
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else \
+        config.get("sampler", {}).get("max_new_tokens", 64)
     kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature, commit_order=args.commit_order,
                         options=options if options != SamplerOptions() else None)
-    texts, stats, seconds = generate(model, method, cfg, tok, task, [prompt], device, max_new, args.seed, **kw)
-    print(prompt, end="")
-    if args.show_order:
-        P = stats["step"].shape[1] - max_new
-        ids, steps = [], []
-        for i, s in zip(stats["tokens"][0, P:].tolist(), stats["step"][0, P:].tolist()):
-            if i == tok.eos_id or s < 0:
-                break
-            ids.append(i)
-            steps.append(s)
-        print(show_order(tok, ids, steps, sys.stdout.isatty()))
-    else:
-        print(texts[0])
-    n = int(stats["n_gen"].sum())
-    print(f"\n[{config['method']}] forward passes {stats['nfe']} | tokens/step {stats['tokens_per_step']:.2f} | "
+    nfe, n, seconds, tps = 0, 0, 0.0, 0.0
+    for i in range(0, len(prompts), args.batch_size):
+        chunk = prompts[i:i + args.batch_size]
+        _, stats, sec = generate(model, method, cfg, tok, task, chunk, device, max_new, args.seed + i, **kw)
+        for b, prompt in enumerate(chunk):
+            print(("\n" if i + b else "") + shown(tok, prompt, stats, b, max_new, args.show_order))
+        nfe, n, seconds = nfe + stats["nfe"], n + int(stats["n_gen"].sum()), seconds + sec
+        tps += stats["tokens_per_step"] * len(chunk)
+    print(f"\n[{config['method']}] forward passes {nfe} | tokens/step {tps / len(prompts):.2f} | "
           f"{n} tokens in {seconds:.2f}s = {n / seconds:.1f} tokens/s")
 
 

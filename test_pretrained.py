@@ -308,7 +308,8 @@ def test_released_keys():
     assert checkpoint.RELEASED["gsm8k:setdlm-d16"] == "kuleshov-group/setdlm-gsm8k-smax32"
     assert checkpoint.RELEASED["cnndm:setdlm-smax8"] == "kuleshov-group/cnndm-setdlm-smax8"
     assert checkpoint.RELEASED["cnndm:bd3lm-s16"] == "kuleshov-group/cnndm-bd3lm-s16"
-    assert checkpoint.RELEASED["gsm8k:ar"] == "kuleshov-group/gsm8k-ar" and len(checkpoint.RELEASED) == 22
+    assert checkpoint.RELEASED["gsm8k:ar"] == "kuleshov-group/gsm8k-ar" and \
+        sum(k.startswith(("gsm8k:", "cnndm:")) for k in checkpoint.RELEASED) == 22
 
 
 @pytest.mark.parametrize("dirname,noise,smax", [

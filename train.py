@@ -20,7 +20,7 @@ import torch
 
 import checkpoint
 import setdiffusion
-from data import TASKS, encode, get_task, get_tokenizer
+from data import TASKS, custom, encode, get_task, get_tokenizer
 from model import PRESETS, ModelConfig, Transformer, load_safetensors
 
 
@@ -41,13 +41,15 @@ def get_args(argv=None):
                         "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
     g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
     g = p.add_argument_group("data")
-    g.add_argument("--data", default="arith", choices=TASKS, help="training task")
+    g.add_argument("--data", default="arith", type=custom.check_spec,
+                   help=f"training task: {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME (your own data)")
     g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
     g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default)")
     g.add_argument("--predict-padding", action="store_true",
                    help="train on the padding too (attended, predicted), so a bidirectional model learns where "
                         "a reply ends; the official code's predict_padding")
     g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's)")
+    custom.add_args(p)
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-iters", type=int, default=1300, help="optimizer steps")
     g.add_argument("--batch-size", type=int, default=16, help="sequences per step per process")
@@ -89,7 +91,7 @@ def lr_at(step, args):
 
 def setup(args):
     """Tokenizer, task, data tensors, model, and the config.json dict describing them."""
-    task = get_task(args.data)
+    task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
     seq_len = args.seq_len or task.SEQ_LEN
     train = encode(tok, task.load("train", args.data_dir), seq_len)
@@ -112,6 +114,8 @@ def setup(args):
               "tokenizer": tok.name, "data": args.data, "seq_len": seq_len, "predict_padding": args.predict_padding,
               "sampler": {"threshold": args.threshold, "window": args.window,
                           "max_new_tokens": args.max_new_tokens}}
+    if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
+        config["data_options"] = task.OPTIONS
     return task, tok, train, model, config
 
 

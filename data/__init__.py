@@ -10,7 +10,12 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
     is_finished(completion) -> bool        the stopping rule: True once a (partial) reply is complete
     TOKENIZER                              the tokenizer name the task trains with by default
     SEQ_LEN                                the default context length L of the task
-and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding plus the special ids the methods need.
+(your own data, --data jsonl:PATH or hf:ORG/NAME, is an object with the same interface, built by
+data/custom.py: get_task(name, options)), and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding
+plus the special ids the methods need.
+data/owt.py and data/lm1b.py are likelihood corpora, not tasks: their load() returns token rows and
+data/corpus.py makes the batches (eval.py --task likelihood --data owt|lm1b); data/mcqa.py holds HellaSwag,
+PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). Their tokenizers (gpt2, bert-base-uncased) are in data/text.py.
 """
 import importlib
 from dataclasses import dataclass
@@ -56,15 +61,27 @@ def get_tokenizer(name: str) -> Tokenizer:
     if name.startswith("qwen3:"):
         from data.qwen import qwen3_tokenizer
         return qwen3_tokenizer(name.split(":", 1)[1])
-    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes' or 'qwen3:<repo id or directory>'")
+    if name == "gpt2":                          # OWT (data/text.py)
+        from data.text import gpt2_tokenizer
+        return gpt2_tokenizer()
+    if name == "bert-base-uncased" or name.startswith("bert:"):  # LM1B (data/text.py)
+        from data.text import BERT_REPO, bert_tokenizer
+        return bert_tokenizer(BERT_REPO if name == "bert-base-uncased" else name.split(":", 1)[1])
+    raise ValueError(f"unknown tokenizer {name!r}: use 'bytes', 'qwen3:<repo id or directory>', 'gpt2', "
+                     f"'bert-base-uncased' or 'bert:<repo id or directory>'")
 
 
 EVAL_TASKS = ("rocstories",)     # evaluation only (no train split)
 
 
-def get_task(name: str):
+def get_task(name: str, options: dict | None = None):
+    """A shipped task module, or for "jsonl:PATH" / "hf:ORG/NAME" the task data/custom.py builds from options
+    (train.py stores them in config.json as "data_options"; None = the defaults)."""
+    if name.startswith(("jsonl:", "hf:")):
+        from data.custom import make_task
+        return make_task(name, options)
     if name not in TASKS + EVAL_TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME")
     return importlib.import_module(f"data.{name}")
 
 

@@ -1,0 +1,58 @@
+"""lm1b: the One Billion Word benchmark, bert-base-uncased WordPiece rows of L = 128, for likelihood
+(eval.py --task likelihood --data lm1b).
+
+As the official files (`lm1b_{train,test}_bs128_wrapped.dat`, made by the BD3-LM/MDLM dataloader): the sentences
+go through its LM1B detokenizer (below), each is followed by [SEP], and the stream is cut, per 1000 sentences,
+into rows of [CLS] + 126 tokens + [SEP] (data/corpus.py; the builder's BOS is BERT's [CLS], its EOS [SEP]).
+Splits: "test" (the evaluation split) and "train". Source: the Hub's billion-word-benchmark/lm1b (its parquet
+conversion) or --data-dir with a local copy (<split>*.parquet / *.jsonl, or any such file, with a "text" column).
+
+Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N, L);
+batch() makes the methods' batch. No generation: no SCORES, is_correct or is_finished.
+"""
+import os
+import re
+
+from data import corpus
+
+NAME = "lm1b"
+SEQ_LEN = 128
+TOKENIZER = "bert-base-uncased"
+HUB = ("billion-word-benchmark/lm1b", "plain_text")
+
+
+def detokenize(x: str) -> str:
+    """The official lm1b_detokenizer: undo the corpus' spaces around punctuation."""
+    x = x.replace("http : / / ", "http://").replace("https : / / ", "https://")
+    x = re.sub(r" \'(\w+)", r"'\1", x)
+    x = re.sub(r" (\w+) \. ", r" \1. ", x)
+    x = re.sub(r" (\w+) \.$", r" \1.", x)
+    x = x.replace(" ? ", "? ")
+    x = re.sub(r" \?$", "?", x)
+    x = x.replace(" ! ", "! ")
+    x = re.sub(r" \!$", "!", x)
+    x = x.replace(" , ", ", ").replace(" : ", ": ").replace(" ; ", "; ").replace(" / ", "/")
+    x = re.sub(r"\" ([^\"]+) \"", r'"\1"', x)
+    x = re.sub(r"\' ([^\']+) \'", r"'\1'", x)
+    x = re.sub(r"\( ([^\(\)]+) \)", r"(\1)", x)
+    x = re.sub(r"\[ ([^\[\]]+) \]", r"[\1]", x)
+    return x.replace("$ ", "$").replace("£ ", "£")
+
+
+def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
+    """Token rows (N, SEQ_LEN) of "test" or "train", built and cached on first use
+    (tokenized with tok, default TOKENIZER; rows of L, default SEQ_LEN)."""
+    from data import get_tokenizer
+    if split not in ("train", "test"):
+        raise ValueError(f"lm1b has the splits train and test, not {split!r}")
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"--data-dir {data_dir}: no such folder")
+    tok = tok or get_tokenizer(TOKENIZER)
+    path = corpus.cache_path(NAME, split, L, data_dir)
+    if not os.path.isfile(path):
+        ds = corpus.read_texts(data_dir, (*HUB, split), split)
+        corpus.build(ds["text"], tok, L, path, bos=tok.enc.token_to_id("[CLS]"), detokenize=detokenize)
+    return corpus.rows(path, L, tok.vocab_size)
+
+
+batch = corpus.batch

@@ -1,0 +1,44 @@
+"""owt: OpenWebText, GPT-2 tokens wrapped into rows of L = 1024, for likelihood (eval.py --task likelihood --data owt).
+
+The split as the official code builds it: the OWT release has only a train split; "validation" is its last
+100,000 documents (`openwebtext-valid`, train[-100000:]), "train" the rest. The texts go in as they are (no
+detokenizer); every document is followed by <|endoftext|> and the stream is cut into rows of 1024 with no BOS
+inserted (the `_specialFalse` files), per 1000 documents (data/corpus.py). Source: the Hub's Skylion007/openwebtext
+(its parquet conversion), or --data-dir with a local copy (*.parquet / *.jsonl with a "text" column, all of
+OWT's train split). Token rows are cached once (data/corpus.py).
+
+Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N, L)
+instead of prompt/target examples; batch() turns rows into the methods' (x0, prompt_mask, pad_mask). There is no
+generation here, so no SCORES, is_correct or is_finished (train.py and generation accuracy do not apply).
+"""
+import os
+
+from data import corpus
+
+NAME = "owt"
+SEQ_LEN = 1024
+TOKENIZER = "gpt2"
+HUB = ("Skylion007/openwebtext", "plain_text", "train")
+VALID_DOCS = 100_000             # the last documents of the train split form the validation split
+
+
+def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
+    """Token rows (N, SEQ_LEN) of "validation" (also "test") or "train", built and cached on first use
+    (tokenized with tok, default TOKENIZER; rows of L, default SEQ_LEN)."""
+    from data import get_tokenizer
+    split = "validation" if split == "test" else split
+    if split not in ("train", "validation"):
+        raise ValueError(f"owt has the splits train and validation, not {split!r}")
+    tok = tok or get_tokenizer(TOKENIZER)
+    path = corpus.cache_path(NAME, split, L, data_dir)
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"--data-dir {data_dir}: no such folder")
+    if not os.path.isfile(path):
+        ds = corpus.read_texts(data_dir, HUB, "train")
+        n = len(ds)
+        keep = range(max(0, n - VALID_DOCS), n) if split == "validation" else range(0, max(0, n - VALID_DOCS))
+        corpus.build(ds.select(keep)["text"], tok, L, path)
+    return corpus.rows(path, L, tok.vocab_size)
+
+
+batch = corpus.batch

@@ -1,0 +1,152 @@
+"""Likelihood on the OWT/LM1B corpora and zero-shot multiple choice: the evaluations of the paper's OWT and LM1B
+models that eval.py runs (`--task likelihood --data owt|lm1b`, `--task hellaswag|piqa|siqa`).
+
+- Corpus likelihood: eval.evaluate_likelihood over the cached token rows (data/owt.py, data/lm1b.py), each method's
+  own estimate as its nll() defines it (AR exact; MDLM/BD3-LM the 1/t NELBO, t per block for BD3-LM; Set Diffusion
+  one sampled order), position 0 a clean BOS.
+- MCQA (data/mcqa.py), as the official scripts/eval/mcqa_eval.py scores it: for each option, x0 = prompt tokens
+  (no BOS, cut from the left to fit L) + the option's tokens (" " + option), then pad; the prompt is context
+  (prompt_mask) and the option's tokens the targets; score = the method's NLL/NELBO of the option (averaged over
+  `samples` draws of t or of the order; the official uses 1) / its number of tokens; the lowest score wins.
+  The diffusion methods see the row padded to the model's L (the order schedule and t blocks span L), AR to
+  the longest row of the batch. Accuracy is reported with its standard error sqrt(acc (1 - acc) / n).
+
+    python zeroshot.py --table results/mcqa.md results/mcqa/*.json     # merge eval.py --json files into a table
+"""
+import argparse
+import importlib
+import json
+import math
+import os
+
+import torch
+
+from data import get_tokenizer, mcqa
+
+CORPORA = {"owt": "validation", "lm1b": "test"}        # corpus -> the split the paper evaluates
+MCQA = mcqa.NAMES
+NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings: not used here
+
+
+def family(tokenizer: str) -> str:
+    return "bert" if tokenizer.startswith("bert") else tokenizer.split(":")[0]
+
+
+def checked_tokenizer(config: dict, model, want: str, what: str):
+    """The checkpoint's tokenizer when it is `want`'s family and matches the model's vocabulary, else a ValueError."""
+    if family(config["tokenizer"]) != family(want):
+        raise ValueError(f"{what} needs a model with the {want} tokenizer, but this checkpoint uses "
+                         f"{config['tokenizer']} (a model of another family: use an OWT model for owt and MCQA, "
+                         f"an LM1B model for lm1b)")
+    tok = get_tokenizer(config["tokenizer"])
+    if tok.vocab_size != model.cfg.vocab_size:
+        raise ValueError(f"the model's vocabulary has {model.cfg.vocab_size} tokens but the {config['tokenizer']} "
+                         f"tokenizer {tok.vocab_size}: wrong tokenizer for this checkpoint")
+    return tok
+
+
+def encode_options(tok, prompt: str, options: list[str], L: int) -> list[tuple[list, list]]:
+    """(prompt ids cut from the left to fit, option ids) per option."""
+    p, pairs = tok.encode(prompt), []
+    for o in options:
+        a = tok.encode(o if prompt.endswith((" ", "\n", "\t")) else " " + o)
+        if not 0 < len(a) < L:
+            raise ValueError(f"option {o[:40]!r} has {len(a)} tokens: it must have 1 to {L - 1}")
+        pairs.append((p[len(p) - (L - len(a)):] if len(p) + len(a) > L else p, a))
+    return pairs
+
+
+@torch.no_grad()
+def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: int, generator,
+                  exclusions="none") -> torch.Tensor:
+    """NLL of each option given its prompt, averaged over `samples` draws, / its number of tokens: (R,).
+    exclusions="official": Set Diffusion does not count pad-id (EOS) answer tokens, as the official eval."""
+    R = len(pairs)
+    x0 = torch.full((R, width), tok.pad_id, dtype=torch.long)                 # (R, width)
+    prompt_mask = torch.zeros(R, width, dtype=torch.bool)
+    pad_mask = torch.ones(R, width, dtype=torch.bool)
+    for r, (p, a) in enumerate(pairs):
+        x0[r, :len(p) + len(a)] = torch.tensor(p + a)
+        prompt_mask[r, :len(p)], pad_mask[r, :len(p) + len(a)] = True, False
+    x0, prompt_mask, pad_mask = x0.to(device), prompt_mask.to(device), pad_mask.to(device)
+    extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and method.__name__ == "setdiffusion" else {}
+    total = torch.zeros(R, device=device, dtype=torch.float64)
+    for _ in range(samples):
+        nll, _ = method.nll(model, x0, cfg, prompt_mask, pad_mask, generator=generator, **extra)
+        total += nll.double()
+    return total.cpu() / samples / torch.tensor([len(a) for _, a in pairs], dtype=torch.float64)
+
+
+def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_to_length=True, batch_size=32,
+                  samples=1, seed=0, exclusions="none") -> dict:
+    """Accuracy (argmin of the length-normalised option NLL) and its standard error over the examples."""
+    rows = [(i, pair) for i, ex in enumerate(examples)
+            for pair in encode_options(tok, ex["prompt"], ex["options"], seq_len)]
+    g = torch.Generator(device=device).manual_seed(seed)
+    scores = []
+    for s in range(0, len(rows), batch_size):
+        pairs = [pair for _, pair in rows[s:s + batch_size]]
+        width = seq_len if pad_to_length else max(len(p) + len(a) for p, a in pairs)
+        scores += option_scores(model, method, cfg, tok, pairs, width, device, samples, g, exclusions).tolist()
+    per_example = [[] for _ in examples]
+    for (i, _), score in zip(rows, scores):
+        per_example[i].append(score)
+    hits = [min(range(len(sc)), key=sc.__getitem__) == ex["label"] for sc, ex in zip(per_example, examples)]
+    n, acc = len(hits), sum(hits) / max(len(hits), 1)
+    return {"accuracy": acc, "stderr": math.sqrt(acc * (1 - acc) / max(n, 1)), "n": n, "samples": samples,
+            "options": len(rows), "batch_size": batch_size}
+
+
+def evaluate(args, task_name: str, model, method, cfg, config: dict, device, evaluate_likelihood) -> dict:
+    """eval.py's --data / --task hellaswag|piqa|siqa paths; evaluate_likelihood is eval.py's."""
+    dtype = next(model.parameters()).dtype
+    exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
+    if task_name in MCQA:
+        if args.samples < 1:
+            raise ValueError(f"--samples must be at least 1, got {args.samples}")
+        tok = checked_tokenizer(config, model, "gpt2", f"--task {task_name} (zero-shot, on the OWT models)")
+        examples = mcqa.load(task_name, args.data_dir)
+        examples = examples[:args.limit] if args.limit else examples
+        print(f"{task_name}: {len(examples)} questions, batch size {args.batch_size} options, {args.samples} "
+              f"sample(s) per option, dtype {dtype}")
+        return evaluate_mcqa(model, method, cfg, tok, examples, config["seq_len"], device,
+                             config["method"] != "ar", args.batch_size, args.samples, args.seed, exclusions)
+    name = args.data or config["data"]
+    if name not in CORPORA:
+        raise ValueError(f"unknown --data {name!r}: choose {' or '.join(CORPORA)} (the likelihood of a shipped task "
+                         f"is --task likelihood without --data)")
+    if task_name not in ("likelihood", name):
+        raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
+    corpus = importlib.import_module(f"data.{name}")
+    tok = checked_tokenizer(config, model, corpus.TOKENIZER, f"--data {name}")
+    rows = corpus.load(CORPORA[name], args.data_dir, tok, config["seq_len"])
+    rows = rows[:args.limit] if args.limit else rows
+    print(f"{name} {CORPORA[name]}: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
+          f"dtype {dtype}")
+    m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
+                            exclusions, encode_fn=corpus.batch)
+    return {**m, "data": name, "batch_size": args.batch_size}
+
+
+def table(paths: list[str], out_md: str) -> str:
+    """One markdown row per eval.py --json file, columns = the union of their keys."""
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs.append(json.load(f))
+    keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
+              + " |" for m in runs]
+    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
+    with open(out_md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description="merge eval.py --json files into one markdown table")
+    p.add_argument("--table", required=True, help="output markdown path")
+    p.add_argument("json", nargs="+")
+    a = p.parse_args()
+    print(table(a.json, a.table))
