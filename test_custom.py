@@ -179,7 +179,7 @@ def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
 def test_bad_data_spec(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         train.main(["--model", "ar", "--data", "csv:x"])
-    assert e.value.code == 2 and "invalid choice: 'csv:x' (choose arith, gsm8k, jsonl:PATH or hf:ORG/NAME)" \
+    assert e.value.code == 2 and "invalid choice: 'csv:x' (choose arith, gsm8k, cnndm, jsonl:PATH or hf:ORG/NAME)" \
         in capsys.readouterr().err
 
 
