@@ -131,9 +131,9 @@ def main(argv=None):
         if len(ids) >= config["seq_len"]:
             sys.exit(f"error: prompt {k + 1} has {len(ids)} tokens, more than the model's context "
                      f"(seq_len={config['seq_len']}); shorten it")
-        if tok.mask_id in ids and config["method"] != "setdiffusion":
-            sys.exit(f"error: prompt {k + 1} has [MASK]s to fill, and only Set Diffusion's sampler fills masks "
-                     f"inside the prompt ({config['method']} generates after the prompt only)")
+        if tok.mask_id in ids and config["method"] == "ar":
+            sys.exit(f"error: prompt {k + 1} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
+                     f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else \
         config.get("sampler", {}).get("max_new_tokens", 64)
     kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature, commit_order=args.commit_order,

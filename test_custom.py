@@ -221,8 +221,8 @@ def test_infill_refused_by_methods_that_cannot(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     train.main(["--model", "ar", "--data", f"jsonl:{data}", "--max-iters", "1", "--out-dir", ckpt, *TINY])
     err = error_of(sample.main, ["--ckpt", ckpt, "--prompt", "1 + {mask:1} = 2"])
-    assert err == ("error: prompt 1 has [MASK]s to fill, and only Set Diffusion's sampler fills masks inside the "
-                   "prompt (ar generates after the prompt only)")
+    assert err == ("error: prompt 1 has [MASK]s to fill, and AR cannot fill masks inside the prompt (it continues "
+                   "the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
     (tmp_path / "empty.txt").write_text("\n")
     assert "holds no prompt" in error_of(sample.main, ["--ckpt", ckpt, "--prompt-file", str(tmp_path / "empty.txt")])
     assert checkpoint.load(ckpt)[3]["data_options"]["prompt_field"] == "prompt"
