@@ -270,15 +270,21 @@ def test_sampler_equals_naive_recompute(name, threshold):
     assert name == "ar" or any(partial) == (threshold != math.inf)   # tau = 0.5 really selects inside a window
 
 
-@pytest.mark.parametrize("name", list(METHODS))
-def test_batched_equals_each_row_alone(name):
-    mod, cfg, kw = METHODS[name]
-    model, N, lens = Jitter(tiny_model(5), 1), 9, [2, 7, 5]
-    g = torch.Generator().manual_seed(1)
+def left_padded(lens, seed=1):
+    """Random prompts of the given lengths, and their left-padded batch (B, P) with its prompt_mask (B, P)."""
+    g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, MASK, (n,), generator=g) for n in lens]
     P = max(lens)
     batch = torch.stack([torch.cat([torch.zeros(P - len(p), dtype=torch.long), p]) for p in prompts])
-    prompt_mask = torch.arange(P)[None] >= torch.tensor([[P - n] for n in lens])
+    return prompts, batch, torch.arange(P)[None] >= torch.tensor([[P - n] for n in lens])
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_batched_equals_each_row_alone(name):
+    mod, cfg, kw = METHODS[name]
+    model, N = Jitter(tiny_model(5), 1), 9
+    prompts, batch, prompt_mask = left_padded([2, 7, 5])
+    P = batch.shape[1]
     extra = {} if name == "ar" else {"threshold": 0.5}
     tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, **extra, **kw)
     for b, p in enumerate(prompts):

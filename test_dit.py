@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 import checkpoint
 from checkpoint import from_dit, timestep_embedding
 from model import from_state
+from test_pretrained import fake_hub
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -147,16 +148,6 @@ def save_dit(d, w, config, bin_file=False):
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config, f)
     return str(d)
-
-
-def fake_hub(hf_home, repo_id) -> str:
-    rev = "0123456789abcdef0123456789abcdef01234567"
-    root = os.path.join(hf_home, "hub", "models--" + repo_id.replace("/", "--"))
-    os.makedirs(os.path.join(root, "snapshots", rev))
-    os.makedirs(os.path.join(root, "refs"))
-    with open(os.path.join(root, "refs", "main"), "w") as f:
-        f.write(rev)
-    return os.path.join(root, "snapshots", rev)
 
 
 def test_released_dit_from_fake_hub_both_names(tmp_path):

@@ -8,7 +8,7 @@ import torch
 import sampling
 import test_all
 from sampling import SamplerOptions
-from test_all import MASK, METHODS, naive_generate, tiny_model
+from test_all import MASK, METHODS, left_padded, naive_generate, tiny_model
 
 EOS = 0
 
@@ -135,14 +135,11 @@ def test_sampler_with_options_equals_naive_recompute(name, opt):
 @pytest.mark.parametrize("name", list(METHODS))
 def test_batched_equals_each_row_alone_with_options(name):
     mod, cfg, kw = METHODS[name]
-    model, N, lens = tiny_model(5), 9, [2, 7, 5]
+    model, N = tiny_model(5), 9
     opt = SamplerOptions(repetition_penalty=2.0, length_penalty=(2, 1.5), eos_id=EOS, stop_confidence=0.9,
                          stop_patience=2, stop_min_tokens=1)
-    g = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, MASK, (n,), generator=g) for n in lens]
-    P = max(lens)
-    batch = torch.stack([torch.cat([torch.zeros(P - len(p), dtype=torch.long), p]) for p in prompts])
-    prompt_mask = torch.arange(P)[None] >= torch.tensor([[P - n] for n in lens])
+    prompts, batch, prompt_mask = left_padded([2, 7, 5])
+    P = batch.shape[1]
     extra = {} if name == "ar" else {"threshold": 0.5}
     tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, options=opt, **extra, **kw)
     for b, p in enumerate(prompts):
