@@ -142,3 +142,10 @@ def test_more_bad_input_gets_one_clear_line(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as e:
         evaluate.main(["--ckpt", ckpt])
     assert "model.safetensors is damaged" in str(e.value.code) and "\n" not in str(e.value.code)
+
+
+def test_progress_bar_is_quiet_off_a_terminal(tmp_path, capsys):
+    """Captured (not a TTY), the training bar is refreshed at most every 10 s: a short run writes it only at the
+    start and the end, not once per step."""
+    run_train(tmp_path, "--model", "ar", "--max-iters", "30", "--eval-limit", "1")
+    assert capsys.readouterr().err.count("it/s") <= 2

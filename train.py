@@ -217,7 +217,7 @@ def main(argv=None):
             with torch.no_grad():
                 for pe, pm in zip(ema.parameters(), model.parameters()):
                     pe.lerp_(pm, 1 - args.ema)
-        bar.set_postfix(loss=f"{total:.4f}", lr=f"{lr_at(step, args):.2e}",
+        bar.set_postfix(loss=f"{total:.4f}", lr=f"{lr_at(step, args):.2e}", refresh=False,
                         tok_s=f"{tokens_seen / (time.time() - t0):.0f}")
         if args.wandb and master:
             wandb.log({"loss": total, "lr": lr_at(step, args)}, step=step)
