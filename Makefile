@@ -54,7 +54,7 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	mkdir -p results/likelihood-arith
 	for m in ar mdlm bd3lm setdiffusion; do \
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task likelihood --json results/likelihood-arith/$$m.json || exit 1; done
-	$(PY) zeroshot.py --table results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
+	$(PY) results.py results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
 REF ?= e2a4fee
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~10 min)
@@ -119,7 +119,7 @@ reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 5
 	    --json results/cnndm/$$n.json && \
 	  $(PY) eval.py --ckpt $$c --task throughput --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n-tput.json || exit 1; done
-	$(PY) generation.py results/cnndm.md results/cnndm/*.json
+	$(PY) results.py results/cnndm.md results/cnndm/*.json
 
 reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (SD W 32, MDLM one block), ROUGE + tokens/s (GPU)
 	@$(NEED_GPU)
@@ -128,14 +128,14 @@ reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
 	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --sentences $$s --data-dir $(ROCSTORIES_DIR) \
 	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json || exit 1; done; done
-	$(PY) generation.py results/infill.md results/infill/*.json
+	$(PY) results.py results/infill.md results/infill/*.json
 
 infill:  ## fill the masked middle reasoning step of the shipped task with each `make pareto` checkpoint (CPU)
 	mkdir -p results/infill-arith
 	for m in ar mdlm bd3lm setdiffusion; do \
 	  $(PY) eval.py --ckpt out/pareto/$$m --task infill --limit 500 --warmup 5 \
 	    --json results/infill-arith/$$m.json || exit 1; done
-	$(PY) generation.py results/infill-arith.md results/infill-arith/*.json
+	$(PY) results.py results/infill-arith.md results/infill-arith/*.json
 # ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official
 # eval scripts run them (OWT batch 16). A CUDA GPU and the Hub (weights; Skylion007/openwebtext,
 # billion-word-benchmark/lm1b, Rowan/hellaswag, ybisk/piqa, allenai/social_i_qa), or local copies: OWT_DIR (OWT's
@@ -154,7 +154,7 @@ reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints ->
 	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json || exit 1; done
 	for c in $(LM1B_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
 	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json || exit 1; done
-	$(PY) zeroshot.py --table results/likelihood.md results/likelihood/*.json
+	$(PY) results.py results/likelihood.md results/likelihood/*.json
 
 reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoints -> results/mcqa.md (GPU + Hub)
 	@$(NEED_GPU)
@@ -162,4 +162,4 @@ reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoi
 	for c in $(OWT_CKPTS); do for t in hellaswag piqa siqa; do \
 	  $(PY) eval.py --ckpt $$c --task $$t --batch-size 32 --limit $(LIMIT) $(if $(MCQA_DIR),--data-dir $(MCQA_DIR)/$$t) \
 	    --json results/mcqa/$${c#owt:}-$$t.json || exit 1; done; done
-	$(PY) zeroshot.py --table results/mcqa.md results/mcqa/*.json
+	$(PY) results.py results/mcqa.md results/mcqa/*.json

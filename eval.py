@@ -14,7 +14,6 @@ Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstori
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -22,6 +21,7 @@ import torch
 
 import checkpoint
 import generation
+import results
 import zeroshot
 from data import encode, encode_prompts, get_task, get_tokenizer
 
@@ -150,61 +150,6 @@ def evaluate_throughput(model, method, cfg, tok, task, examples, config, device,
             "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured[:batch_size])}
 
 
-def summarize(paths, out_md, out_png=None, paper=None):
-    """Merge accuracy and throughput JSONs (one per eval.py run) into one table (and plot) of accuracy vs
-    speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
-    numbers stand beside ours."""
-    rows = {}
-    for path in paths:
-        with open(path) as f:
-            m = json.load(f)
-        label = m["ckpt"] if ":" in m["ckpt"] else os.path.basename(m["ckpt"].rstrip("/"))
-        row = rows.setdefault((label, m["threshold"]), {"ckpt": label, "model": m["model"], "tau": m["threshold"]})
-        if m["task"] == "throughput":
-            row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"])
-        else:
-            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
-    order = ["ar", "mdlm", "bd3lm", "setdiffusion"]
-    rows = sorted(rows.values(), key=lambda r: (order.index(r["model"]), r["ckpt"], -r["tau"]))
-    ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
-    nan = float("nan")
-    head = "| checkpoint | tau | accuracy | tokens/step | tokens/s (batch 1) | speed vs AR |"
-    lines = [head + (" paper: accuracy | tokens/step | tokens/s |" if paper else ""),
-             "|---" * (6 + 3 * bool(paper)) + "|"]
-    for r in rows:
-        speed = r.get("tokens_per_s", nan)
-        line = (f"| {r['ckpt']} | {r['tau']:g} | {r.get('accuracy', nan):.3f} | {r.get('tokens_per_step', nan):.2f} "
-                f"| {speed:.1f} ± {r.get('std', nan):.1f} | {speed / ar_speed if ar_speed else nan:.2f}x |")
-        if paper:
-            x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
-            line += f" {acc / 100:.3f} | {x:.2f} | {tput:.1f} |"
-        lines.append(line)
-    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
-    with open(out_md, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    if out_png:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is not installed: no plot")
-            return
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label in dict.fromkeys(r["ckpt"] for r in rows):
-            pts = sorted((r["tokens_per_s"], r["accuracy"]) for r in rows
-                         if r["ckpt"] == label and "accuracy" in r and "tokens_per_s" in r)
-            if pts:
-                ax.plot(*zip(*pts), "o-", label=label)
-        ax.set_xlabel("tokens/s (batch 1)")
-        ax.set_ylabel("accuracy")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out_png, dpi=120)
-
-
 def check_threshold(tau: float) -> float:
     """A confidence threshold must be in (0, 1] or inf (one token per step)."""
     if not (0 < tau <= 1 or tau == math.inf):
@@ -262,7 +207,7 @@ def main(argv=None):
     args = get_args(argv)
     if args.summarize:
         paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
-        return summarize(args.summarize, args.out, args.plot, paper)
+        return results.summarize(args.summarize, args.out, args.plot, paper)
     device = checkpoint.pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)

@@ -151,25 +151,3 @@ def eos_stop(eos_id: int, start: int = 1):
     """A sampler stop hook for a 1-token (BOS) prompt: a row stops at an EOS in column >= start, i.e. after the
     first start - 1 new tokens (the official EntropyEosStoppingCriteria: ignore_prompt_eos, confidence_min_tokens)."""
     return lambda tokens, end: torch.stack([(row[start:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
-
-
-def table(paths: list[str], out_md: str, keys=("rouge1", "rouge2", "rougeL", "step_exact", "answer_right",
-                                               "tokens_per_step", "tokens_per_s", "tokens_per_s_std", "n")):
-    """One markdown row per eval.py --json file (checkpoint, task, tau, then the metrics it has)."""
-    import json
-    import os
-    rows = [json.load(open(p)) for p in paths]
-    keys = [k for k in keys if any(k in r for r in rows)]
-    lines = ["| checkpoint | task | tau | " + " | ".join(keys) + " |", "|---" * (3 + len(keys)) + "|"]
-    for r in rows:
-        cells = [f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "")) for k in keys]
-        lines.append(f"| {r['ckpt']} | {r['task']} | {r['threshold']:g} | " + " | ".join(cells) + " |")
-    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
-    with open(out_md, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-if __name__ == "__main__":     # python generation.py OUT.md A.json B.json ...: the table of eval.py --json files
-    import sys
-    table(sys.argv[2:], sys.argv[1])

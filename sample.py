@@ -19,7 +19,6 @@ import math
 import re
 import sys
 
-import torch
 
 import checkpoint
 import generation

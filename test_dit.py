@@ -481,8 +481,8 @@ def test_eval_lm1b_likelihood_with_the_release_vocab(tmp_path):
 
 
 def test_results_table(tmp_path):
-    """zeroshot.py --table: one row per --json file in the given order, sampler settings left out."""
-    from zeroshot import table
+    """results.py: one row per --json file in the given order, sampler settings left out."""
+    from results import table
     paths = []
     for name, nll in (("ar", 0.5), ("mdlm", 0.75)):
         paths.append(str(tmp_path / f"{name}.json"))

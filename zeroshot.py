@@ -13,11 +13,8 @@ models that eval.py runs (`--task likelihood --data owt|lm1b`, `--task hellaswag
 
     python zeroshot.py --table results/mcqa.md results/mcqa/*.json     # merge eval.py --json files into a table
 """
-import argparse
 import importlib
-import json
 import math
-import os
 
 import torch
 
@@ -25,9 +22,6 @@ from data import get_tokenizer, mcqa
 
 CORPORA = {"owt": "validation", "lm1b": "test"}        # corpus -> the split the paper evaluates
 MCQA = mcqa.NAMES
-NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings: not used here
-
-
 def family(tokenizer: str) -> str:
     return "bert" if tokenizer.startswith("bert") else tokenizer.split(":")[0]
 
@@ -126,27 +120,3 @@ def evaluate(args, task_name: str, model, method, cfg, config: dict, device, eva
     m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
                             exclusions, encode_fn=corpus.batch)
     return {**m, "data": name, "batch_size": args.batch_size}
-
-
-def table(paths: list[str], out_md: str) -> str:
-    """One markdown row per eval.py --json file, columns = the union of their keys."""
-    runs = []
-    for p in paths:
-        with open(p) as f:
-            runs.append(json.load(f))
-    keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
-              + " |" for m in runs]
-    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
-    with open(out_md, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description="merge eval.py --json files into one markdown table")
-    p.add_argument("--table", required=True, help="output markdown path")
-    p.add_argument("json", nargs="+")
-    a = p.parse_args()
-    print(table(a.json, a.table))

@@ -1,0 +1,91 @@
+"""Tables (and a plot) of eval.py --json files: what the Makefile's experiments write to results/.
+
+    python results.py results/likelihood-arith.md results/likelihood-arith/*.json    # one row per file
+    python eval.py --summarize results/pareto/*.json --out results/pareto.md --plot results/pareto.png
+
+`table` lists each file's metrics, one row per file (sampler settings left out); `summarize` merges the
+accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours.
+"""
+import json
+import os
+import sys
+
+NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings
+
+
+def write(lines: list[str], out_md: str) -> str:
+    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
+    with open(out_md, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def table(paths: list[str], out_md: str) -> str:
+    """One markdown row per eval.py --json file, in the given order; columns = the union of their keys."""
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs.append(json.load(f))
+    keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
+              + " |" for m in runs]
+    return write(lines, out_md)
+
+
+def summarize(paths, out_md, out_png=None, paper=None):
+    """Merge accuracy and throughput JSONs (one per eval.py run) into one table (and plot) of accuracy vs
+    speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
+    numbers stand beside ours."""
+    rows = {}
+    for path in paths:
+        with open(path) as f:
+            m = json.load(f)
+        label = m["ckpt"] if ":" in m["ckpt"] else os.path.basename(m["ckpt"].rstrip("/"))
+        row = rows.setdefault((label, m["threshold"]), {"ckpt": label, "model": m["model"], "tau": m["threshold"]})
+        if m["task"] == "throughput":
+            row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"])
+        else:
+            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
+    order = ["ar", "mdlm", "bd3lm", "setdiffusion"]
+    rows = sorted(rows.values(), key=lambda r: (order.index(r["model"]), r["ckpt"], -r["tau"]))
+    ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
+    nan = float("nan")
+    head = "| checkpoint | tau | accuracy | tokens/step | tokens/s (batch 1) | speed vs AR |"
+    lines = [head + (" paper: accuracy | tokens/step | tokens/s |" if paper else ""),
+             "|---" * (6 + 3 * bool(paper)) + "|"]
+    for r in rows:
+        speed = r.get("tokens_per_s", nan)
+        line = (f"| {r['ckpt']} | {r['tau']:g} | {r.get('accuracy', nan):.3f} | {r.get('tokens_per_step', nan):.2f} "
+                f"| {speed:.1f} ± {r.get('std', nan):.1f} | {speed / ar_speed if ar_speed else nan:.2f}x |")
+        if paper:
+            x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
+            line += f" {acc / 100:.3f} | {x:.2f} | {tput:.1f} |"
+        lines.append(line)
+    print(write(lines, out_md))
+    if out_png:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no plot")
+            return
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label in dict.fromkeys(r["ckpt"] for r in rows):
+            pts = sorted((r["tokens_per_s"], r["accuracy"]) for r in rows
+                         if r["ckpt"] == label and "accuracy" in r and "tokens_per_s" in r)
+            if pts:
+                ax.plot(*zip(*pts), "o-", label=label)
+        ax.set_xlabel("tokens/s (batch 1)")
+        ax.set_ylabel("accuracy")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out_png, dpi=120)
+
+
+if __name__ == "__main__":     # python results.py OUT.md A.json B.json ...
+    if len(sys.argv) < 3:
+        sys.exit("usage: python results.py OUT.md RUN.json [RUN.json ...]")
+    print(table(sys.argv[2:], sys.argv[1]))
