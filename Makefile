@@ -25,7 +25,7 @@ demo: install  ## train Set Diffusion on the shipped task (CPU, minutes), then s
 # Your own data (README "Your own data"): data/examples/dates.jsonl is written by data/examples/make_dates.py
 # (rewritten byte for byte here); one file, so train.py holds out a fixed tenth (50 lines) for evaluation.
 EXAMPLE = --data jsonl:data/examples/dates.jsonl
-example:  ## your own data: fine-tune Set Diffusion on a shipped JSONL file, evaluate, sample a prompt file (CPU, ~2 min)
+example:  ## your own data: fine-tune Set Diffusion on a shipped JSONL file, evaluate, sample a prompt file (CPU, ~1 min)
 	$(PY) data/examples/make_dates.py
 	$(PY) train.py --model setdiffusion $(EXAMPLE) --max-iters 800 --threshold 0.9 --out-dir out/dates
 	$(PY) eval.py --ckpt out/dates --threshold 0.9
@@ -57,7 +57,7 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	$(PY) results.py results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
 REF ?= e2a4fee
-bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~10 min)
+bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~4 min)
 	$(PY) bench.py --ref $(REF) --json results/bench.json
 
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
