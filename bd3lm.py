@@ -155,7 +155,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
             nfe += 1
         if stop is not None:
             end = P + (e - new[:, 0]).clamp(0, N)                                           # (B,)
-            done |= stop(torch.cat([prompt, tokens.gather(1, new)], 1), end)
+            done |= stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
         if done.all():
             break
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)

@@ -11,14 +11,13 @@ in a terminal (elsewhere a run of tokens decoded at step s is preceded by [s]), 
 model decode several tokens per step, out of order inside its window.
 
 Infilling: [MASK] spans written in a prompt, as <|mask|> repeated or the shorthand {mask:N} (N masks), are
-filled in, and the prompt is shown with its gaps filled. Only Set Diffusion's sampler fills masks inside the
-prompt; AR, MDLM and BD3-LM generate after the prompt only, so they refuse such prompts.
+filled in, and the prompt is shown with its gaps filled. Set Diffusion, MDLM and BD3-LM fill masks inside the
+prompt; AR continues the left context only, so it refuses such prompts.
 """
 import argparse
 import math
 import re
 import sys
-
 
 import checkpoint
 import generation
@@ -54,6 +53,8 @@ def unconditional(args, model, method, cfg, config, tok, options, device):
         print(f"--- sample {i}\n{text}")
     print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
           f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
+
+
 def expand_masks(tok, prompt: str) -> str:
     """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
     mask = tok.enc.decode([tok.mask_id])
@@ -135,8 +136,8 @@ def main(argv=None):
                      f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else \
         config.get("sampler", {}).get("max_new_tokens", 64)
-    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature, commit_order=args.commit_order,
-                        options=options if options != SamplerOptions() else None)
+    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,
+                        commit_order=args.commit_order, options=options if options != SamplerOptions() else None)
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0
     for i in range(0, len(prompts), args.batch_size):
         chunk = prompts[i:i + args.batch_size]
