@@ -12,12 +12,13 @@ Differences from the official code: none in the loss; generation is this file's 
 GSM8K runs call Hugging Face `generate`), batched with left-padded prompts.
 
 Sampler interface shared by all four method files:
-    generate(model, prompt, cfg, prompt_mask, max_new_tokens, ..., temperature, generator, stop)
+    generate(model, prompt, cfg, prompt_mask, max_new_tokens, ..., temperature, generator, stop, options)
     -> tokens (B, P + N): the prompt then the new tokens; positions never generated hold cfg.mask_id
        stats: nfe (forward passes that predict), tokens_per_step (mean over rows), step (B, P + N) the step
        at which each token was decoded (-1 for the prompt), n_gen (B,) tokens generated per row.
 `prompt` is left-padded; prompt_mask (B, P) marks its real tokens. `stop(tokens, end) -> (B,) bool` is an
-optional stopping rule that sees the canvas up to index end (B,).
+optional stopping rule that sees the canvas up to index end (B,); options an optional
+sampling.SamplerOptions (penalties, top-p, the low-confidence stop).
 """
 from dataclasses import dataclass
 

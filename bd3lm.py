@@ -13,8 +13,8 @@ Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at
 Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
-Differences from the official code: batched generation aligns each row's
-blocks to its own positions by left-padding it to a multiple of S (the official sampler runs batch size 1).
+Differences from the official code: batched generation aligns each row's blocks to its own positions by
+left-padding it to a multiple of S (the official sampler runs batch size 1).
 """
 import math
 from dataclasses import dataclass
