@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 import sampling
-from model import KVCache
 
 
 @dataclass
@@ -118,7 +117,7 @@ def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, 
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
     done = torch.zeros(B, dtype=torch.bool, device=dev)
-    cache = KVCache(len(model.layers), B, P + N)
+    cache = model.new_cache(B, P + N, slots=1)                                    # a step feeds 1 token
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     mask = with_padding(attention_mask(P, dev), ~prompt_mask)                      # (B, 1, P, P)
     logits = model(prompt, pos[:, :P], mask, cache, last=1)[:, -1]                 # (B, V)

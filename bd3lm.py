@@ -24,7 +24,6 @@ import torch
 import sampling
 from ar import defaults, finish, trim, with_padding
 from mdlm import block_canvas, decode, masked_nll, objective, standard
-from model import KVCache
 
 
 @dataclass
@@ -128,7 +127,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
         m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
         return m | (cols[lo:e, None] == cols[None, :e])                                   # (B, 1, e-lo, e)
 
-    cache = KVCache(len(model.layers), B, C)                     # cache slot j holds canvas column j
+    cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     if F > 0:                                                    # prompt blocks before the first new token
         model(tokens[:, :F], pos[:, :F], block_mask(0, F), cache, last=1)

@@ -24,6 +24,7 @@ import generation
 import results
 import zeroshot
 from data import encode, encode_prompts, get_task, get_tokenizer
+from model import static_decoding
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", *zeroshot.MCQA]
 
@@ -166,6 +167,22 @@ def check_window(window: int, method_name: str, cfg) -> int:
     return window
 
 
+def speed_args(p):
+    """--compile and --dtype, shared by eval.py and sample.py."""
+    p.add_argument("--compile", action="store_true", help="static-shape decoding compiled with torch.compile "
+                   "(CUDA graphs on CUDA); the first calls pay the compile time")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="weights and activations (the official evaluation runs float32)")
+
+
+def prepare(model, args, device):
+    """The loaded model in --dtype, with --compile's static-shape decoding."""
+    model = model.to(getattr(torch, args.dtype))
+    if args.compile:
+        static_decoding(model, compile=True, mode="reduce-overhead" if device.startswith("cuda") else None)
+    return model
+
+
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", help="checkpoint directory (written by train.py)")
@@ -191,6 +208,7 @@ def get_args(argv=None):
     p.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
     p.add_argument("--warmup", type=int, default=5, help="throughput: warm-up examples before timing")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
+    speed_args(p)
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file")
     p.add_argument("--summarize", nargs="+", default=None, metavar="JSON",
                    help="instead of evaluating: merge these --json files into a Pareto table (--out, --plot)")
@@ -211,6 +229,7 @@ def main(argv=None):
     device = checkpoint.pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
+        model = prepare(model, args, device)
         task_name = args.task or config["data"]
         corpus = config["data"] in zeroshot.CORPORA and task_name != "rocstories"    # ROCStories: OWT models too
         if args.data or task_name in zeroshot.MCQA or corpus:

@@ -73,16 +73,28 @@ class KVCache:
     A forward writes its T new entries at [length, length + T) and attends to [0, length + T); the entries
     stay uncommitted (the next forward overwrites them) until commit(n) keeps the first n of them. Storage is
     allocated on first write, with the dtype and device of the keys, so the cache has no dtype policy.
+
+    Static shapes (slots > 0; Transformer.new_cache makes such a cache when static_decoding is on): a forward
+    of T <= slots tokens is padded to exactly `slots` (pad()), writes its keys/values at the rows in
+    self.write and attends to the whole storage under a validity mask, as gpt-fast does. Every step then has
+    one shape, so torch.compile builds one graph (one CUDA graph with mode="reduce-overhead").
     """
 
-    def __init__(self, n_layer: int, batch_size: int, max_len: int):
-        self.max_len, self.batch_size = max_len, batch_size
-        self.k: list = [None] * n_layer           # each (B, n_kv_head, max_len, head_dim)
+    def __init__(self, n_layer: int, batch_size: int, max_len: int, slots: int = 0, storage=None):
+        self.max_len, self.batch_size, self.slots = max_len, batch_size, slots
+        self.k: list = [None] * n_layer           # each (B, n_kv_head, max_len (+ slots if static), head_dim)
         self.v: list = [None] * n_layer
+        if storage is not None:
+            self.k, self.v = storage
         self.length = 0                            # committed entries
         self.written = 0                           # entries written by the last forward (uncommitted)
+        self.write = None                          # static step: (slots,) storage rows of its tokens
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        if self.write is not None:                 # static step: fixed rows in, the whole storage out
+            self.k[layer].index_copy_(2, self.write, k)
+            self.v[layer].index_copy_(2, self.write, v)
+            return self.k[layer], self.v[layer]
         B, H, T, D = k.shape
         if self.length + T > self.max_len:
             raise ValueError(f"KV cache overflow: {self.length} cached + {T} new > max_len={self.max_len}; "
@@ -95,6 +107,23 @@ class KVCache:
         self.written = T
         end = self.length + T
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+
+    def pad(self, idx, pos, mask):
+        """A step of T <= slots tokens as exactly `slots`: idx, pos (B, slots) with the T real tokens last,
+        mask (B, 1, slots, max_len + slots) over the whole storage. The real tokens go to rows
+        [length, length + T) as in a dynamic step; pad slot r to scratch row max_len + r, seen by itself only."""
+        B, T = idx.shape
+        n, end = self.slots - T, self.length + T
+        if end > self.max_len:
+            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new > max_len={self.max_len}; "
+                             f"use a shorter prompt or fewer new tokens")
+        scratch = torch.arange(self.max_len, self.max_len + n, device=idx.device)
+        self.write = torch.cat([scratch, torch.arange(self.length, end, device=idx.device)])   # (slots,)
+        full = torch.zeros(B, 1, self.slots, self.max_len + self.slots, dtype=torch.bool, device=idx.device)
+        full[:, :, n:, :end] = mask
+        full[:, :, torch.arange(n), scratch] = True
+        self.written = T
+        return F.pad(idx, (n, 0)), F.pad(pos, (n, 0)), full
 
     def commit(self, n: int):
         """Keep the first n entries written by the last forward."""
@@ -197,6 +226,8 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.step = None      # static_decoding(): the function that runs static-shape steps (maybe compiled)
+        self.storage = None   # its KV storage, reused across calls of the same shape
         self.apply(self._init_weights)
         for name, p in self.named_parameters():   # scaled init of the residual projections (GPT-2)
             if name.endswith(("o_proj.weight", "down_proj.weight")):
@@ -215,18 +246,54 @@ class Transformer(nn.Module):
         start = cache.length if cache is not None else 0
         if pos is None:
             pos = torch.arange(start, start + T, device=idx.device).expand(B, T)
-        if mask is None and start > 0 and T > 1:     # causal with a prefix: SDPA's is_causal is top-left aligned
+        static = cache is not None and cache.slots and T <= cache.slots   # a static-shape step
+        if mask is None and (static or start > 0 and T > 1):   # causal after a prefix (is_causal is top-left)
             mask = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(start)
+        if static:
+            x = self.step(*cache.pad(idx, pos, mask), cache)[:, cache.slots - T:]
+            cache.write = None
+        elif cache is None and self.step is not None:  # static decoding, no cache (MDLM): compiled too
+            x = self.step(idx, pos, mask, None)
+        else:
+            x = self.hidden(idx, pos, mask, cache)
+        if last is not None:
+            x = x[:, -last:]
+        return self.lm_head(x)                       # (B, T or last, V)
+
+    def hidden(self, idx, pos, mask, cache):
+        """The final-normed hidden states (B, T, C): everything but the output head."""
         cos, sin = rotary(pos, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed_tokens(idx)                   # (B, T, C)
         for block in self.layers:
             x = block(x, cos, sin, mask, cache)
-        if last is not None:
-            x = x[:, -last:]
-        return self.lm_head(self.norm(x))            # (B, T or last, V)
+        return self.norm(x)
+
+    def new_cache(self, batch_size: int, max_len: int, slots: int) -> KVCache:
+        """A KVCache for a sampler whose steps feed at most `slots` tokens (prefill aside). With static decoding
+        on, its storage is fixed (max_len rounded up to a multiple of 256, plus `slots` scratch rows) and
+        reused by the next cache of the same size, so one compiled graph serves every step of every call."""
+        if self.step is None:
+            return KVCache(len(self.layers), batch_size, max_len)
+        size = -(-max_len // 256) * 256
+        w = self.embed_tokens.weight
+        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+        shape = (batch_size, self.cfg.n_kv_head, size + slots, self.cfg.head_dim)
+        if self.storage is None or self.storage[0][0].shape != shape or self.storage[0][0].dtype != dtype:
+            self.storage = tuple([w.new_zeros(shape, dtype=dtype) for _ in self.layers] for _ in "kv")
+            for t in self.storage[0] + self.storage[1]:
+                torch._dynamo.mark_static_address(t)  # CUDA graphs: the cache is not copied in every step
+        return KVCache(len(self.layers), batch_size, size, slots, self.storage)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def static_decoding(model: Transformer, compile: bool = False, mode: str | None = None) -> Transformer:
+    """Static-shape decoding for every sampler: each cached step runs at a fixed shape (KVCache.pad), and
+    cache-less forwards (MDLM) through the same function. compile=True compiles it with torch.compile
+    (mode="reduce-overhead" adds CUDA graphs); compile=False runs the same padded steps eagerly."""
+    model.step = torch.compile(model.hidden, mode=mode, fullgraph=True, dynamic=False) if compile else model.hidden
+    return model
 
 
 # ----------------------------------------------------------------------------- Hugging Face Qwen3 weights

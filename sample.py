@@ -23,7 +23,7 @@ import checkpoint
 import generation
 import sampling
 from data import get_task, get_tokenizer
-from eval import check_threshold, check_window, generate, sampler_kwargs
+from eval import check_threshold, check_window, generate, prepare, sampler_kwargs, speed_args
 from sampling import SamplerOptions
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
@@ -106,10 +106,12 @@ def main(argv=None):
                    "--unconditional, which samples at 1; default: 1, or the official 0.95 / AR 0.90 there)")
     p.add_argument("--repetition-penalty", type=float, default=None,
                    help="HF repetition penalty (default: 1, or the official 1.05 / AR 1.0 with --unconditional)")
+    speed_args(p)
     args = p.parse_args(argv)
     device = checkpoint.pick_device(args.device)
     try:
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
+        model = prepare(model, args, device)
         tok = get_tokenizer(config["tokenizer"])
         options = generation.options_for("owt", tok, config["method"]) if args.unconditional else SamplerOptions()
         options.top_p = options.top_p if args.top_p is None else args.top_p

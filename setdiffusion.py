@@ -35,7 +35,6 @@ import torch.nn.functional as F
 import sampling
 from ar import canvas, defaults, finish, with_padding
 from mdlm import decode
-from model import KVCache
 
 
 @dataclass
@@ -162,13 +161,11 @@ def step_mask(cache_ok, new_ok, W: int):
     New clean tokens: the valid cache, causally each other. Queries: the valid cache, every new clean token,
     themselves. Dead slots (padding of a short row) are attended by nobody but see themselves.
     """
-    n = new_ok.shape[1]
-    i = torch.arange(n + W, device=new_ok.device)[:, None]                       # (n+W, 1) query slot
-    j = torch.arange(n, device=new_ok.device)[None]                              # (1, n) new clean slot
-    new_cols = ((i >= j) & new_ok[:, None, :]) | (i == j)                        # (B, n+W, n)
-    query_cols = (i == n + torch.arange(W, device=new_ok.device)).expand(new_ok.shape[0], -1, -1)
-    cache_cols = cache_ok[:, None, :].expand(-1, n + W, -1)                      # (B, n+W, cache)
-    return torch.cat([cache_cols, new_cols, query_cols], -1)[:, None]
+    B, n = new_ok.shape
+    i, j = torch.arange(n + W, device=new_ok.device)[:, None], torch.arange(n + W, device=new_ok.device)
+    ok = torch.cat([cache_ok, new_ok, new_ok.new_zeros(B, W)], 1)[:, None, None]   # (B, 1, 1, cache + n + W)
+    own = (i >= j) & (j < n) & ok[..., cache_ok.shape[1]:] | (i == j)              # (B, 1, n + W, n + W)
+    return torch.cat([ok[..., :cache_ok.shape[1]].expand(-1, -1, n + W, -1), own], -1)
 
 
 def commit_key(masked, W: int, d: float, commit_order: str, generator=None):
@@ -189,7 +186,7 @@ def commit_key(masked, W: int, d: float, commit_order: str, generator=None):
 
 
 def gather_slots(chosen, key):
-    """Columns of the True entries of chosen (B, C), sorted by key (B, C), left-aligned: (idx, ok) (B, n)."""
+    """Indices of the True entries of chosen (B, K), sorted by key (B, K), left-aligned: (idx, ok) (B, n)."""
     n = int(chosen.sum(1).max())
     idx = torch.argsort(key.masked_fill(~chosen, math.inf), dim=1, stable=True)[:, :n]   # (B, n)
     return idx, torch.arange(n, device=chosen.device) < chosen.sum(1, keepdim=True)
@@ -215,31 +212,25 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     B, P = prompt.shape
     tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)     # (B, C)
     C, dev = tokens.shape[1], prompt.device
-    cols = torch.arange(C, device=dev).expand(B, C)
-    masked = (tokens == cfg.mask_id) & real                                         # (B, C) still to decode
-    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
-    key = commit_key(masked, W, cfg.smax / 2, commit_order, generator)              # (B, C) commit order
+    tokens, real, pos = F.pad(tokens, (0, W), value=cfg.mask_id), F.pad(real, (0, W)), F.pad(pos, (0, W))
+    masked = (tokens == cfg.mask_id) & real                     # (B, C + W) still to decode; W dead columns
+    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)   # after C: the window never ends
+    key = commit_key(masked, W, cfg.smax / 2, commit_order, generator)              # (B, C + W) commit order
     n_masked = int(masked.sum(1).max())
-    cache = KVCache(len(model.layers), B, C + min(B, W) * n_masked + W)            # room for dead slots
+    fed = W + (1 if threshold == math.inf else W)                                   # last step's tokens + W
+    cache = model.new_cache(B, C + min(B, W) * n_masked + W, slots=fed)             # room for dead slots
+    cache_ok = prefill(model, tokens, pos, real & ~masked, cache)                   # (B, cached) valid entries
 
-    # Prefill: every visible token, in position order, causally.
-    idx, cache_ok = gather_slots(real & ~masked, cols.double())                     # (B, K)
-    if idx.shape[1] > 0:
-        causal = torch.ones(idx.shape[1], idx.shape[1], dtype=torch.bool, device=dev).tril()
-        model(tokens.gather(1, idx), pos.gather(1, idx), with_padding(causal, ~cache_ok), cache, last=1)
-        cache.commit(idx.shape[1])
-
-    new = torch.zeros(B, C, dtype=torch.bool, device=dev)                          # decoded last step
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = ~masked.any(1)
-    nfe = 0
+    win, dec = tokens.new_zeros(B, 0), masked.new_zeros(B, 0)                       # last step's window
+    nfe, shift = 0, torch.arange(W, device=dev)
     while not done.all():
-        left = torch.where(masked.any(1), masked.float().argmax(1), C)              # (B,) leftmost [MASK]
-        in_win = left[:, None] + torch.arange(W, device=dev)                        # (B, W) window columns
-        win = in_win.clamp(max=C - 1)
-        cand = masked.gather(1, win) & (in_win < C) & ~done[:, None]               # (B, W) to predict
-        idx, ok = gather_slots(new, key)                                           # (B, n) to commit now
+        order, ok = gather_slots(dec, key.gather(1, win))                           # (B, n) to commit now
+        idx = win.gather(1, order)                                                  # their canvas columns
+        win = masked.float().argmax(1, keepdim=True) + shift                        # (B, W) from leftmost [MASK]
+        cand = masked.gather(1, win) & ~done[:, None]                               # (B, W) to predict
         inp = torch.cat([tokens.gather(1, idx), torch.full_like(win, cfg.mask_id)], 1)   # (B, n + W)
         p = torch.cat([pos.gather(1, idx), pos.gather(1, win)], 1)
         logits = model(inp, p, step_mask(cache_ok, ok, W), cache, last=W)          # (B, W, V)
@@ -248,14 +239,24 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
         sampling.at(track, tokens, win)
         y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)  # (B, W)
         done = sampling.stopped(track, done)
-        new = torch.zeros_like(tokens).scatter_add_(1, win, dec.long()).bool()     # (B, C)
-        tokens = torch.where(new, torch.zeros_like(tokens).scatter_add_(1, win, y * dec), tokens)
-        step = torch.where(new, steps[:, None], step)                              # the row's own step
-        masked &= ~new
+        tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
+        step.scatter_(1, win, torch.where(dec, steps[:, None], step.gather(1, win)))   # the row's own step
+        masked.scatter_(1, win, masked.gather(1, win) & ~dec)
         steps += cand.any(1)
         nfe += 1
         done |= ~masked.any(1)
         if stop is not None and nfe > 1 and (nfe - 1) % W == 0:                    # every W steps, as official
             left = torch.where(masked.any(1), masked.float().argmax(1), C)
-            done |= stop(tokens, (left + W).clamp(max=C))
-    return finish(tokens, step, steps, nfe)
+            done |= stop(tokens[:, :C], (left + W).clamp(max=C))
+    return finish(tokens[:, :C], step[:, :C], steps, nfe)
+
+
+def prefill(model, tokens, pos, visible, cache):
+    """Cache every visible token (B, C) in position order, causally. Returns which cache entries are valid (B, K)."""
+    cols = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+    idx, ok = gather_slots(visible, cols.double())                                  # (B, K)
+    if idx.shape[1] > 0:
+        causal = torch.ones(idx.shape[1], idx.shape[1], dtype=torch.bool, device=tokens.device).tril()
+        model(tokens.gather(1, idx), pos.gather(1, idx), with_padding(causal, ~ok), cache, last=1)
+        cache.commit(idx.shape[1])
+    return ok

@@ -31,7 +31,7 @@ class Jitter(torch.nn.Module):
 
     def __init__(self, model, seed=0):
         super().__init__()
-        self.model, self.layers = model, model.layers
+        self.model, self.new_cache = model, model.new_cache
         self.offset = torch.randn(64, V, generator=torch.Generator().manual_seed(seed)) * 3    # (positions, V)
 
     def forward(self, idx, pos=None, mask=None, cache=None, last=None):

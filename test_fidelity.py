@@ -134,7 +134,7 @@ class Spy(torch.nn.Module):
 
     def __init__(self, model, W):
         super().__init__()
-        self.model, self.W, self.layers, self.commits = model, W, model.layers, []
+        self.model, self.W, self.new_cache, self.commits = model, W, model.new_cache, []
 
     def forward(self, idx, pos=None, mask=None, cache=None, last=None):
         if last == self.W:

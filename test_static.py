@@ -1,0 +1,80 @@
+"""Static-shape decoding (model.static_decoding): the padded steps give the same tokens as the dynamic ones,
+and the compiled steps the same as eager, with one graph for every step. python -m pytest -q test_static.py
+"""
+import pytest
+import torch
+
+import ar
+import bd3lm
+import mdlm
+import setdiffusion as sd
+from model import static_decoding
+from test_all import MASK, METHODS, Jitter, left_padded, tiny_model
+
+
+def run(name, model, batch, prompt_mask, N=9):
+    mod, cfg, kw = METHODS[name]
+    extra = {} if name == "ar" else {"threshold": 0.5}
+    return mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, **extra, **kw)
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_static_steps_equal_dynamic_steps(name):
+    """Batched, left-padded, several tokens per step: the same tokens at the same steps, and the storage of
+    one call reused by the next (its stale rows are masked out)."""
+    inner = tiny_model(5)
+    model = Jitter(inner, 1)
+    _, batch, prompt_mask = left_padded([2, 7, 5])
+    tokens, stats = run(name, model, batch, prompt_mask)
+    static_decoding(inner)
+    try:
+        for _ in range(2):                                            # the second call reuses the storage
+            st_tokens, st_stats = run(name, model, batch, prompt_mask)
+            assert torch.equal(st_tokens, tokens) and torch.equal(st_stats["step"], stats["step"])
+            assert st_stats["nfe"] == stats["nfe"]
+        assert name == "mdlm" or inner.storage is not None
+    finally:
+        inner.step = None
+
+
+def test_static_step_logits_equal_dynamic_logits():
+    """One Set Diffusion-shaped step (3 new clean tokens + 2 queries after a cached prefix) padded to 8 slots:
+    the same logits as the unpadded step, and the same committed cache."""
+    model = tiny_model(2)
+    x = torch.randint(0, MASK, (2, 9))
+    mask = torch.ones(2, 1, 5, 9, dtype=torch.bool)
+    mask[:, :, :3, 4:] = torch.ones(3, 5, dtype=torch.bool).tril()
+    out = []
+    for static in (False, True):
+        model.step = model.hidden if static else None
+        cache = model.new_cache(2, 16, slots=8)
+        with torch.no_grad():
+            model(x[:, :4], cache=cache)
+            cache.commit(4)
+            out.append(model(x[:, 4:], mask=mask, cache=cache, last=2))
+            cache.commit(3)
+            out.append(model(x[:, 7:8], cache=cache))                # reads the committed rows
+    model.step = None
+    torch.testing.assert_close(out[2], out[0])
+    torch.testing.assert_close(out[3], out[1])
+
+
+def test_compiled_equals_eager_one_graph():
+    """torch.compile of the static steps: token for token the eager result, and one graph serves every step
+    of a Set Diffusion call (and of a second call) plus one for AR. Small on purpose: compiling costs time."""
+    from torch._dynamo.utils import counters
+    inner = tiny_model(5)
+    model = Jitter(inner, 1)
+    _, batch, prompt_mask = left_padded([2, 5])
+    want = {name: run(name, model, batch, prompt_mask) for name in ("setdiffusion", "ar")}
+    torch._dynamo.reset()
+    counters.clear()
+    static_decoding(inner, compile=True)
+    try:
+        for name in ("setdiffusion", "setdiffusion", "ar"):
+            tokens, stats = run(name, model, batch, prompt_mask)
+            assert torch.equal(tokens, want[name][0]) and torch.equal(stats["step"], want[name][1]["step"])
+        assert counters["stats"]["unique_graphs"] == 2
+    finally:
+        inner.step = None
+        torch._dynamo.reset()
