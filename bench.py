@@ -33,63 +33,121 @@ BLOCKS = {"DiT block (LayerNorm, GELU MLP 4D)": dict(norm="layer", mlp="gelu", q
           "Qwen3 block, SwiGLU 8D/3 (DiT's MLP size)": dict(intermediate_size=683)}
 
 
-def worker(src: str, quick: bool, threads: int) -> dict:
+def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     """Time everything with the modules of source tree `src`; returns {item: value}."""
     sys.path.insert(0, src)
     import importlib
     import torch
     torch.set_num_threads(threads)
-    from model import ModelConfig, Transformer
+    import model
     mods = {m: importlib.import_module(m) for m in METHODS}
     cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
             "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4), "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
     torch.manual_seed(0)
-    dit = Transformer(ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, norm="layer",
-                                  mlp="gelu", qk_norm=False, tie_embeddings=False)).eval()
+    dit = model.Transformer(model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097,
+                                              norm="layer", mlp="gelu", qk_norm=False, tie_embeddings=False)).eval()
+    out = decode(dit, mods, cfgs, DECODE["batches"][:2 if quick else 3], quick, "")
+    if hasattr(model, "static_decoding"):               # static shapes + torch.compile (commits that have it)
+        model.static_decoding(dit, compile=True)
+        out |= decode(dit, mods, cfgs, DECODE["batches"][:2], quick, " compiled")
+        dit.step = None
+    for kind in ("", " compiled"):
+        if f"decode ar batch 1{kind}: ms/forward" in out:
+            out[f"ratio Set Diffusion / AR ms/forward, batch 1{kind}"] = \
+                out[f"decode setdiffusion batch 1{kind}: ms/forward"] / out[f"decode ar batch 1{kind}: ms/forward"]
+            out[f"ratio Set Diffusion tokens/s, batch 8 / batch 1{kind}"] = \
+                out[f"decode setdiffusion batch 8{kind}: tokens/s"] / out[f"decode setdiffusion batch 1{kind}: tokens/s"]
+    out |= train(model, mods, cfgs, quick)
+    out |= blocks(model, quick)
+    if pareto and hasattr(model, "static_decoding") and os.path.isdir(os.path.join(pareto, "setdiffusion")):
+        out |= shipped(model, pareto, quick)
+    return out
+
+
+def decode(dit, mods, cfgs, batches, quick, kind):
+    """Decode tokens/s and ms/forward per method and batch size (tau = inf: one token per step)."""
+    import torch
     out, new = {}, DECODE["new"] // (4 if quick else 1)
     for m in METHODS:
         kw = {} if m == "ar" else {"threshold": float("inf")}
-        for B in DECODE["batches"][:2 if quick else 3]:
+        for B in batches:
             prompt = torch.randint(0, 4096, (B, DECODE["prompt"]))
-            mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=8, **kw)          # warm-up
+            mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=new, **kw)          # warm-up (compiles)
             t0 = time.perf_counter()
             _, stats = mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=new, **kw)
             sec = time.perf_counter() - t0
-            out[f"decode {m} batch {B}: tokens/s"] = B * new / sec
-            out[f"decode {m} batch {B}: ms/forward"] = 1000 * sec / stats["nfe"]
+            out[f"decode {m} batch {B}{kind}: tokens/s"] = B * new / sec
+            out[f"decode {m} batch {B}{kind}: ms/forward"] = 1000 * sec / stats["nfe"]
+    return out
+
+
+def train(model, mods, cfgs, quick):
+    """Training tokens/s (loss + backward, non-padding tokens) per method at the shipped and GSM8K shapes."""
+    import torch
+    out = {}
     for shape, s in TRAIN.items():
         L = s["L"] // (4 if quick else 1)
-        cfg = (ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097) if shape == "arith" else
-               ModelConfig(n_layer=2, n_embd=256, n_head=4, n_kv_head=2, head_dim=64, vocab_size=4097))
+        cfg = (model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097) if shape == "arith"
+               else model.ModelConfig(n_layer=2, n_embd=256, n_head=4, n_kv_head=2, head_dim=64, vocab_size=4097))
         torch.manual_seed(0)
-        model = Transformer(cfg).train()
+        net = model.Transformer(cfg).train()
         x0 = torch.randint(0, 4096, (s["B"], L))
         cols = torch.arange(L).expand(s["B"], L)
         prompt_mask, pad_mask = cols < s["prompt"] // (4 if quick else 1), cols >= L - s["pad"] // (4 if quick else 1)
         for m in METHODS:
             g = torch.Generator().manual_seed(0)
-            mods[m].loss(model, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()   # warm-up
+            mods[m].loss(net, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()   # warm-up
             t0 = time.perf_counter()
             for _ in range(s["steps"]):
-                mods[m].loss(model, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()
+                mods[m].loss(net, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()
             sec = time.perf_counter() - t0
             out[f"train {m} {shape}: tokens/s"] = s["steps"] * int((~pad_mask).sum()) / sec
-    x = torch.randint(0, 4096, (8, 128 // (4 if quick else 1)))
-    for name, kw in BLOCKS.items():                  # why the Qwen3 block is slower than the DiT's at one width
+    return out
+
+
+def blocks(model, quick):
+    """One forward of 8 x 128 tokens per block variant: why the Qwen3 block is slower than the DiT's."""
+    import torch
+    out, x = {}, torch.randint(0, 4096, (8, 128 // (4 if quick else 1)))
+    for name, kw in BLOCKS.items():
         torch.manual_seed(0)
-        model = Transformer(ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, **kw)).eval()
+        net = model.Transformer(model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097,
+                                                  **kw)).eval()
         with torch.no_grad():
-            model(x)
+            net(x)
             t0 = time.perf_counter()
             for _ in range(5):
-                model(x)
+                net(x)
         out[f"forward {name}: ms"] = 1000 * (time.perf_counter() - t0) / 5
     return out
 
 
-def run_worker(src: str, quick: bool, threads: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", src, "--threads", str(threads)] + \
-        (["--quick"] if quick else [])
+def shipped(model, pareto, quick):
+    """The shipped task with the `make pareto` checkpoints, batch 1 as eval.py --task throughput: Set Diffusion
+    at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
+    import checkpoint
+    import eval as ev
+    from data import get_task, get_tokenizer
+    out, n = {}, 8 if quick else 40
+    for kind in ("", " compiled"):
+        rate = {}
+        for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
+            net, method, cfg, config = checkpoint.load(os.path.join(pareto, m))
+            if kind:
+                model.static_decoding(net, compile=True)
+            task, tok = get_task(config["data"]), get_tokenizer(config["tokenizer"])
+            r = ev.evaluate_throughput(net, method, cfg, tok, task, task.load("test")[:n + 5], config, "cpu",
+                                       warmup=5, batch_size=1, max_new_tokens=64, threshold=tau)
+            rate[m] = r["tokens_per_s"]
+            out[f"shipped task {m} tau {tau}{kind}: tokens/s"] = r["tokens_per_s"]
+            out[f"shipped task {m} tau {tau}{kind}: tokens/step"] = r["tokens_per_step"]
+        out[f"ratio shipped task Set Diffusion (tau 0.9) / AR tokens/s{kind}"] = rate["setdiffusion"] / rate["ar"]
+    return out
+
+
+def run_worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", src, "--threads", str(threads),
+           "--pareto", pareto] + (["--quick"] if quick else [])
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=src)
     if r.returncode != 0:
         sys.exit(f"error: the benchmark worker for {src} failed: {r.stderr.strip().splitlines()[-1:]}")
@@ -112,10 +170,12 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2, help="torch threads per worker")
     p.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     p.add_argument("--json", default=None, help="also write every round's numbers here")
+    p.add_argument("--pareto", default="out/pareto", help="the `make pareto` checkpoints for the shipped-task "
+                   "rows (this tree only; skipped when absent)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.quick, args.threads)))
+        print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto)))
         return
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +183,7 @@ def main(argv=None):
         runs = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, src in reversed(trees.items()):              # ref first, then this tree
-                runs[name].append(run_worker(src, args.quick, args.threads))
+                runs[name].append(run_worker(src, args.quick, args.threads, os.path.abspath(args.pareto)))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     names = list(trees)[::-1]
     head = "| item | " + " | ".join(names) + (" | new / ref |" if args.ref else " |")

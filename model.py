@@ -123,7 +123,8 @@ class KVCache:
         full[:, :, n:, :end] = mask
         full[:, :, torch.arange(n), scratch] = True
         self.written = T
-        return F.pad(idx, (n, 0)), F.pad(pos, (n, 0)), full
+        pad = idx.new_zeros(B, n)                  # fresh tensors: a view's strides would recompile the graph
+        return torch.cat([pad, idx], 1), torch.cat([pad, pos], 1), full
 
     def commit(self, n: int):
         """Keep the first n entries written by the last forward."""
@@ -292,6 +293,8 @@ def static_decoding(model: Transformer, compile: bool = False, mode: str | None 
     """Static-shape decoding for every sampler: each cached step runs at a fixed shape (KVCache.pad), and
     cache-less forwards (MDLM) through the same function. compile=True compiles it with torch.compile
     (mode="reduce-overhead" adds CUDA graphs); compile=False runs the same padded steps eagerly."""
+    if compile:      # one graph per shape: (batch, slots) per sampler, plus MDLM's canvas widths
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     model.step = torch.compile(model.hidden, mode=mode, fullgraph=True, dynamic=False) if compile else model.hidden
     return model
 

@@ -217,8 +217,9 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)   # after C: the window never ends
     key = commit_key(masked, W, cfg.smax / 2, commit_order, generator)              # (B, C + W) commit order
     n_masked = int(masked.sum(1).max())
-    fed = W + (1 if threshold == math.inf else W)                                   # last step's tokens + W
-    cache = model.new_cache(B, C + min(B, W) * n_masked + W, slots=fed)             # room for dead slots
+    new_max = 1 if threshold == math.inf else W                                     # tokens decoded per step
+    room = C + min(B, new_max) * n_masked + W                                       # + dead slots of short rows
+    cache = model.new_cache(B, room, slots=new_max + W)                             # a step: last step's + W
     cache_ok = prefill(model, tokens, pos, real & ~masked, cache)                   # (B, cached) valid entries
 
     step = torch.full_like(tokens, -1)
