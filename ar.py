@@ -84,6 +84,8 @@ def loss(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=No
 def sample(logits, temperature: float, generator=None, track=None):
     """Greedy (temperature 0) or temperature sampling from logits (B, V) -> (B,); a sampling.Track adds its
     options (penalties, top-p, the low-confidence stop)."""
+    if track is None and temperature == 0:
+        return logits.argmax(-1)                                  # greedy needs no softmax
     y, conf = sampling.choose(sampling.process(logits[:, None], track), temperature, generator, track)   # (B, 1)
     sampling.early_stop(track, conf, torch.ones_like(conf, dtype=torch.bool))
     return y[:, 0]

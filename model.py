@@ -12,7 +12,12 @@ positions and who may attend to whom, and reads the logits it needs.
 - cache a KVCache: keys/values of a committed prefix. The forward attends to [prefix + the new tokens] and
        writes the new keys/values after the prefix, but only `cache.commit(n)` (keep the first n new tokens)
        or `cache.crop(n)` changes what is committed. So a diffusion step can run its masked queries against a
-       fixed clean prefix and keep only the tokens it decided.
+       fixed clean prefix and keep only the tokens it decided. Samplers get theirs from model.new_cache.
+
+Static-shape decoding (static_decoding(model, compile=True), eval.py/sample.py --compile): every cached step
+is padded to the sampler's fixed number of slots and attends to the whole preallocated cache under a validity
+mask, so one torch.compile graph (one CUDA graph with mode="reduce-overhead") serves every step; the method
+files do not change. Eager and static steps give the same tokens (test_static.py).
 
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
@@ -293,9 +298,9 @@ def static_decoding(model: Transformer, compile: bool = False, mode: str | None 
     """Static-shape decoding for every sampler: each cached step runs at a fixed shape (KVCache.pad), and
     cache-less forwards (MDLM) through the same function. compile=True compiles it with torch.compile
     (mode="reduce-overhead" adds CUDA graphs); compile=False runs the same padded steps eagerly."""
-    if compile:      # one graph per shape: (batch, slots) per sampler, plus MDLM's canvas widths
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    model.step = torch.compile(model.hidden, mode=mode, fullgraph=True, dynamic=False) if compile else model.hidden
+    if compile:      # one graph per shape: (batch, slots) per sampler, MDLM's canvas widths, eval batches;
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # then eager
+    model.step = torch.compile(model.hidden, mode=mode, dynamic=False) if compile else model.hidden
     return model
 
 

@@ -61,20 +61,21 @@ def test_static_step_logits_equal_dynamic_logits():
 
 def test_compiled_equals_eager_one_graph():
     """torch.compile of the static steps: token for token the eager result, and one graph serves every step
-    of a Set Diffusion call (and of a second call) plus one for AR. Small on purpose: compiling costs time."""
+    of a Set Diffusion call (and of a second call), one every AR, BD3-LM and MDLM step. Small on purpose:
+    compiling costs time."""
     from torch._dynamo.utils import counters
     inner = tiny_model(5)
     model = Jitter(inner, 1)
     _, batch, prompt_mask = left_padded([2, 5])
-    want = {name: run(name, model, batch, prompt_mask) for name in ("setdiffusion", "ar")}
+    want = {name: run(name, model, batch, prompt_mask) for name in METHODS}
     torch._dynamo.reset()
     counters.clear()
     static_decoding(inner, compile=True)
     try:
-        for name in ("setdiffusion", "setdiffusion", "ar"):
+        for name in ("setdiffusion", "setdiffusion", "ar", "bd3lm", "mdlm"):
             tokens, stats = run(name, model, batch, prompt_mask)
             assert torch.equal(tokens, want[name][0]) and torch.equal(stats["step"], want[name][1]["step"])
-        assert counters["stats"]["unique_graphs"] == 2
+        assert counters["stats"]["unique_graphs"] == 4                 # one per method
     finally:
         inner.step = None
         torch._dynamo.reset()
