@@ -94,8 +94,9 @@ def sd_over_ar(rows: list) -> dict:
 
 
 def table(out: dict) -> str:
-    lines = ["| method | mode | ms/step | steps/s | tokens/step (paper) | implied tokens/s | paper tokens/s | ours/paper |",
-             "|---|---|---|---|---|---|---|---|"]
+    head = ["method", "mode", "ms/step", "steps/s", "tokens/step (paper)", "implied tokens/s", "paper tokens/s",
+            "ours/paper"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in out["rows"]:
         lines.append(f"| {r['method']} | {r['mode']} | {r['ms_per_step']:.2f} | {r['steps_per_s']:.1f} | "
                      f"{r['tokens_per_step']:.2f} | {r['implied_tokens_per_s']:.1f} | {r['paper_tokens_per_s']:.2f} | "

@@ -9,7 +9,7 @@ import torch
 import bench_gpu
 from model import ModelConfig, Transformer
 
-SMOKE = ["--device", "cpu", "--tiny", "--new-tokens", "6", "--prompt", "10", "--repeats", "1", "--dtype", "float32"]
+SMOKE = ["--device", "cpu", "--tiny", "--new-tokens", "3", "--prompt", "4", "--repeats", "1", "--dtype", "float32"]
 
 
 def test_smoke_run_rows_are_consistent(tmp_path, capsys):
@@ -22,7 +22,7 @@ def test_smoke_run_rows_are_consistent(tmp_path, capsys):
         ("eager", "ar"), ("eager", "setdiffusion"), ("static", "ar"), ("static", "setdiffusion")]
     for r in out["rows"]:
         p = bench_gpu.PAPER[r["method"]]
-        assert r["nfe"] == 6
+        assert r["nfe"] == 3
         assert r["ms_per_step"] == 1000 * r["seconds"] / r["nfe"] > 0
         assert r["implied_tokens_per_s"] == p["tokens_per_step"] * 1000 / r["ms_per_step"]
         assert r["steps_per_s"] == 1000 / r["ms_per_step"]
@@ -45,7 +45,8 @@ def test_a_failing_mode_is_one_line_and_the_run_goes_on(monkeypatch, capsys):
     monkeypatch.setattr(bench_gpu, "decode", broken)
     out = bench_gpu.main(SMOKE + ["--modes", "eager"])
     assert [(r["mode"], r["method"]) for r in out["rows"]] == [("eager", "ar")]
-    assert [(f["mode"], f["method"], f["error"]) for f in out["failures"]] == [("eager", "setdiffusion", "RuntimeError: boom")]
+    failures = [(f["mode"], f["method"], f["error"]) for f in out["failures"]]
+    assert failures == [("eager", "setdiffusion", "RuntimeError: boom")]
     assert "eager setdiffusion: FAILED (RuntimeError: boom)\n" in capsys.readouterr().out
     assert out["sd_over_ar"] == {}
 
