@@ -1,6 +1,6 @@
 """GPU decode timings at Qwen3-1.7B-Base's shape: AR and Set Diffusion steps, eager vs compiled vs CUDA graphs.
 
-    python bench_gpu.py --json results/bench_gpu.json                # make bench-gpu (a CUDA GPU, ~5 min)
+    python bench_gpu.py --json results/bench_gpu.json                # make bench-gpu (a CUDA GPU)
     python bench_gpu.py --device cpu --tiny --modes eager,static     # smoke run on CPU (seconds)
 
 Random weights (nothing is downloaded: the speed of a step does not depend on the values), built on the device
@@ -16,9 +16,9 @@ Modes, one after the other (torch._dynamo.reset() between them):
 - cudagraphs: static_decoding(model, compile=True, mode="reduce-overhead") - the same graph as a CUDA graph.
 Each (mode, method) runs one warm-up call (it compiles), then --repeats timed calls (median).
 ms/step = seconds / stats["nfe"]; seconds include the prompt's prefill, as the paper's tokens/s do.
-Implied tokens/s = the paper's tokens/step * 1000 / ms/step, beside the paper's measured tokens/s
-(shared/reference/paper_notes.md 5.1: GSM8K, batch 1; AR 55.52, Set Diffusion smax 8 at tau 0.9: 87.47 at
-1.95 tokens/step; the official throughput wrappers target one H100 80GB without compilation).
+Implied tokens/s = the paper's tokens/step * 1000 / ms/step, beside the paper's measured tokens/s (its GSM8K
+Pareto data, batch 1: AR 55.52; Set Diffusion smax 8 at tau 0.9: 87.47 at 1.95 tokens/step; the official
+throughput runs target one H100 80GB, without compilation).
 A (mode, method) that fails prints one line and the run goes on; --json is rewritten after every result.
 """
 import argparse
