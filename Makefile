@@ -60,6 +60,10 @@ REF ?= e2a4fee
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~4 min)
 	$(PY) bench.py --ref $(REF) --json results/bench.json
 
+.PHONY: bench-gpu
+bench-gpu:  ## decode ms/step of AR and Set Diffusion at Qwen3-1.7B's shape, eager / compiled / CUDA graphs, implied tokens/s beside the paper's (CUDA GPU)
+	$(PY) bench_gpu.py --json results/bench_gpu.json
+
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
 # the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl).
 GSM8K_DIR ?=
