@@ -217,6 +217,7 @@ def layout_mask(mask_mod, B: int, Q: int, KV: int, device=None, flex: bool | Non
 
 @functools.cache
 def compiled_flex():
+    """flex_attention compiled once (lazily: importing model.py compiles nothing)."""
     return torch.compile(flex_attention)
 
 

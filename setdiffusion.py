@@ -119,9 +119,8 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     x0_s = x0.gather(1, sigma)                                                   # (B, L) clean, sigma order
     xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)[:, first:end] # (B, n) targets -> [MASK]
     pos = torch.cat([sigma[:, :end], sigma[:, first:end]], 1)                    # (B, 2 end - first) positions
-    pad_s = pad_mask.gather(1, sigma)
-    pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                 # (B, 2 end - first)
-    n = pad_2.shape[1]
+    pad_s, n = pad_mask.gather(1, sigma), 2 * end - first
+    pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                 # (B, n) padding of each slot
     mask = layout_mask(padded(mask_mod(first, end), pad_2), B, n, n, x0.device)
     return model(torch.cat([x0_s[:, :end], xt_s], 1), pos, mask, last=end - first)   # (B, end - first, V)
 
