@@ -61,6 +61,13 @@ def with_padding(mask, pad_mask):
     return (mask & ~pad_mask[:, None, None, :]) | eye
 
 
+def padded(mask_mod, pad_mask):
+    """with_padding for a mask_mod (model.layout_mask): pad_mask (B, Tk), the same rule."""
+    def mod(b, h, q, k):
+        return mask_mod(b, h, q, k) & ~pad_mask[b, k] | (q == k)
+    return mod
+
+
 # ----------------------------------------------------------------------------- loss
 
 def nll(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=None):

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import torch
 
 import sampling
-from ar import defaults, finish, trim, with_padding
+from ar import defaults, finish, padded, trim
 from mdlm import block_canvas, decode, masked_nll, objective, standard
+from model import layout_mask
 
 
 @dataclass
@@ -65,13 +66,19 @@ def noise(x0, cfg: BD3LMConfig, target, generator=None, train=True):
 def attention_mask(seq_len: int, block_size: int, device=None) -> torch.Tensor:
     """(2L, 2L) bool over [x0 | xt]: rows/cols 0..L-1 the clean copy, L..2L-1 the noisy copy."""
     idx = torch.arange(2 * seq_len, device=device)
-    xt = idx >= seq_len                                                  # (2L,) noisy half
-    blk = (idx % seq_len) // block_size                                  # (2L,) block of each token
-    q, k = (slice(None), None), (None, slice(None))
-    block_diagonal = (blk[q] == blk[k]) & (xt[q] == xt[k])               # M_BD: own block, same half
-    offset_block_causal = xt[q] & ~xt[k] & (blk[q] > blk[k])             # M_OBC: noisy -> earlier clean
-    block_causal = ~xt[q] & ~xt[k] & (blk[q] >= blk[k])                  # M_BC: clean -> clean
-    return block_diagonal | offset_block_causal | block_causal
+    return mask_mod(seq_len, block_size)(0, 0, idx[:, None], idx[None, :])
+
+
+def mask_mod(seq_len: int, block_size: int):
+    """attention_mask as a FlexAttention mask_mod: (b, h, q_idx, kv_idx) -> may q attend to kv."""
+    def mod(b, h, q, k):
+        xt_q, xt_k = q >= seq_len, k >= seq_len                          # noisy half
+        blk_q, blk_k = (q % seq_len) // block_size, (k % seq_len) // block_size   # block of each token
+        block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
+        offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
+        block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean
+        return block_diagonal | offset_block_causal | block_causal
+    return mod
 
 
 # ----------------------------------------------------------------------------- loss
@@ -80,7 +87,7 @@ def denoise(model, x0, xt, cfg: BD3LMConfig, pad_mask):
     """The model call of the 2L layout [x0 | xt]: logits (B, L, V) of the noisy half."""
     B, L = x0.shape
     pos = torch.arange(L, device=x0.device).repeat(2).expand(B, 2 * L)          # (B, 2L) = [0..L-1 | 0..L-1]
-    mask = with_padding(attention_mask(L, cfg.block_size, x0.device), pad_mask.repeat(1, 2))
+    mask = layout_mask(padded(mask_mod(L, cfg.block_size), pad_mask.repeat(1, 2)), B, 2 * L, 2 * L, x0.device)
     return model(torch.cat([x0, xt], 1), pos, mask, last=L)                     # (B, L, V)
 
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import torch
 
 import sampling
-from ar import defaults, finish, trim, with_padding
+from ar import defaults, finish, padded, trim, with_padding
+from model import layout_mask
 
 
 @dataclass
@@ -56,6 +57,11 @@ def attention_mask(seq_len: int, device=None) -> torch.Tensor:
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
 
 
+def mask_mod(b, h, q, k):
+    """attention_mask as a FlexAttention mask_mod: every query attends to every key."""
+    return (q >= 0) & (k >= 0)
+
+
 # ----------------------------------------------------------------------------- loss
 
 def subs(logits, xt, mask_id: int):
@@ -70,7 +76,8 @@ def subs(logits, xt, mask_id: int):
 
 def denoise(model, x0, xt, cfg: MDLMConfig, pad_mask):
     """The model call: logits (B, L, V) of every position of xt, attending bidirectionally."""
-    return model(xt, mask=with_padding(attention_mask(xt.shape[1], xt.device), pad_mask))
+    B, L = xt.shape
+    return model(xt, mask=layout_mask(padded(mask_mod, pad_mask), B, L, L, xt.device))
 
 
 def masked_nll(logits, x0, xt, target, mask_id: int):

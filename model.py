@@ -8,7 +8,9 @@ positions and who may attend to whom, and reads the logits it needs.
        repeated positions (the [x0 | xt] layout of BD3-LM) and permuted positions (Set Diffusion lays tokens
        out in generation order) need nothing special. Default: 0..T-1 after the cache.
 - mask boolean, broadcastable to (B, 1, T, cache.length + T), True = may attend. None = causal, which takes
-       SDPA's is_causal fast path (flash attention on GPU).
+       SDPA's is_causal fast path (flash attention on GPU). Or, with no cache, a FlexAttention BlockMask:
+       what layout_mask builds from a method's mask_mod when use_flex(True) is on (train.py on CUDA), so the
+       2L training layouts never hold a dense (2L, 2L) mask.
 - cache a KVCache: keys/values of a committed prefix. The forward attends to [prefix + the new tokens] and
        writes the new keys/values after the prefix, but only `cache.commit(n)` (keep the first n new tokens)
        or `cache.crop(n)` changes what is committed. So a diffusion step can run its masked queries against a
@@ -25,6 +27,7 @@ the Hugging Face Qwen3 layout without the leading "model.". `norm="layer"` and `
 variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; checkpoint.from_dit converts their
 released weights.
 """
+import functools
 import json
 import math
 import os
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 
 @dataclass
@@ -188,10 +192,46 @@ class Attention(nn.Module):
         v = v.transpose(1, 2)                                            # (B, Hkv, T, D)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)                        # (B, Hkv, length + T, D)
+        if isinstance(mask, BlockMask):                                  # FlexAttention, no cache
+            y = flex_attend(q, k, v, mask, Hkv != H)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
         is_causal = mask is None and T > 1                               # mask=None means causal
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                            enable_gqa=Hkv != H)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+FLEX = False   # layout_mask builds FlexAttention BlockMasks; set with use_flex (train.py --attention)
+
+
+def use_flex(on: bool):
+    """Training layouts as FlexAttention block masks (on) or dense boolean masks for SDPA (off, the default).
+    A systems switch for the scripts (train.py turns it on for CUDA); the method files never read it."""
+    global FLEX
+    FLEX = on
+
+
+def layout_mask(mask_mod, B: int, Q: int, KV: int, device=None, flex: bool | None = None):
+    """The attention mask of a layout given as a FlexAttention mask_mod(b, h, q_idx, kv_idx) -> bool, which
+    may index tensors it closes over (padding, streams, blocks). flex (default FLEX): a BlockMask from
+    create_block_mask; else the dense bool (B, 1, Q, KV): the mask_mod on the broadcast index grid."""
+    if FLEX if flex is None else flex:
+        return create_block_mask(mask_mod, B, None, Q, KV, device=device)
+    b, q, kv = (torch.arange(n, device=device) for n in (B, Q, KV))
+    return mask_mod(b[:, None, None, None], b.new_zeros(()), q[:, None], kv).expand(B, 1, Q, KV)
+
+
+@functools.cache
+def compiled_flex():
+    """flex_attention compiled once (lazily: importing model.py compiles nothing)."""
+    return torch.compile(flex_attention)
+
+
+def flex_attend(q, k, v, block_mask: BlockMask, enable_gqa: bool):
+    """FlexAttention: compiled on CUDA (its fused kernel, no score matrix in memory); eager elsewhere, which
+    materialises the scores and has no backward on CPU (tests compare its forward with SDPA's)."""
+    fn = compiled_flex() if q.is_cuda else flex_attention
+    return fn(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
 
 
 class MLP(nn.Module):

@@ -33,8 +33,9 @@ import torch
 import torch.nn.functional as F
 
 import sampling
-from ar import canvas, defaults, finish, with_padding
+from ar import canvas, defaults, finish, padded, with_padding
 from mdlm import decode
+from model import layout_mask
 
 
 @dataclass
@@ -91,13 +92,21 @@ def attention_mask(seq_len: int, device=None, first: int = 0, end: int | None = 
     With first/end: only clean ranks < end and [MASK] ranks in [first, end), the rows a loss needs (the
     others are prompt or padding, and nobody else attends to them): (2 end - first) x (2 end - first)."""
     end = seq_len if end is None else end
-    rank = torch.cat([torch.arange(end, device=device), torch.arange(first, end, device=device)])
-    xt = torch.arange(len(rank), device=device) >= end               # (n,) stream of each slot
-    q, k = (slice(None), None), (None, slice(None))
-    causal = ~xt[q] & ~xt[k] & (rank[q] >= rank[k])                  # clean -> clean, earlier or same rank
-    offset_causal = xt[q] & ~xt[k] & (rank[q] > rank[k])             # [MASK] query -> strictly earlier clean
-    diagonal = (rank[q] == rank[k]) & (xt[q] == xt[k])               # each slot sees itself
-    return causal | offset_causal | diagonal
+    slot = torch.arange(2 * end - first, device=device)
+    return mask_mod(first, end)(0, 0, slot[:, None], slot[None, :])
+
+
+def mask_mod(first: int, end: int):
+    """attention_mask as a FlexAttention mask_mod over slots: (b, h, q_idx, kv_idx) -> may q attend to kv.
+    Slots 0..end-1 are clean ranks 0..end-1, slots end.. the [MASK] ranks first..end-1."""
+    def mod(b, h, q, k):
+        xt_q, xt_k = q >= end, k >= end                                  # stream of each slot
+        rank_q, rank_k = torch.where(xt_q, q - end + first, q), torch.where(xt_k, k - end + first, k)
+        causal = ~xt_q & ~xt_k & (rank_q >= rank_k)                      # clean -> clean, earlier or same rank
+        offset_causal = xt_q & ~xt_k & (rank_q > rank_k)                 # [MASK] query -> strictly earlier clean
+        diagonal = (rank_q == rank_k) & (xt_q == xt_k)                   # each slot sees itself
+        return causal | offset_causal | diagonal
+    return mod
 
 
 # ----------------------------------------------------------------------------- loss
@@ -110,8 +119,9 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     x0_s = x0.gather(1, sigma)                                                   # (B, L) clean, sigma order
     xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)[:, first:end] # (B, n) targets -> [MASK]
     pos = torch.cat([sigma[:, :end], sigma[:, first:end]], 1)                    # (B, 2 end - first) positions
-    pad_s = pad_mask.gather(1, sigma)
-    mask = with_padding(attention_mask(L, x0.device, first, end), torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1))
+    pad_s, n = pad_mask.gather(1, sigma), 2 * end - first
+    pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                 # (B, n) padding of each slot
+    mask = layout_mask(padded(mask_mod(first, end), pad_2), B, n, n, x0.device)
     return model(torch.cat([x0_s[:, :end], xt_s], 1), pos, mask, last=end - first)   # (B, end - first, V)
 
 

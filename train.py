@@ -21,7 +21,7 @@ import torch
 import checkpoint
 import setdiffusion
 from data import TASKS, custom, encode, get_task, get_tokenizer
-from model import PRESETS, ModelConfig, Transformer, load_safetensors
+from model import PRESETS, ModelConfig, Transformer, load_safetensors, use_flex
 
 
 def get_args(argv=None):
@@ -65,6 +65,8 @@ def get_args(argv=None):
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                    help="autocast dtype (auto: bfloat16 on CUDA, float32 elsewhere)")
     g.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
+    g.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex"],
+                   help="training masks: dense for SDPA, or FlexAttention block masks (auto: flex on CUDA)")
     g.add_argument("--seed", type=int, default=1, help="seed of weights, data order and noise")
     g.add_argument("--wandb", default="", help="log to this Weights & Biases project (key from WANDB_API_KEY)")
     g = p.add_argument_group("checkpoints and evaluation")
@@ -117,6 +119,14 @@ def setup(args):
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
         config["data_options"] = task.OPTIONS
     return task, tok, train, model, config
+
+
+def flex_on(attention: str, device: str) -> bool:
+    """--attention -> whether the methods' training masks are FlexAttention BlockMasks (model.use_flex)."""
+    if attention == "flex" and not device.startswith("cuda"):
+        raise ValueError(f"--attention flex needs a CUDA device, not {device} (FlexAttention has no backward on "
+                         f"CPU): use --attention sdpa or auto")
+    return attention == "flex" or attention == "auto" and device.startswith("cuda")
 
 
 def init_distributed(args):
@@ -172,6 +182,7 @@ def main(argv=None):
     ddp, rank, world, device = init_distributed(args)
     master = rank == 0
     try:
+        use_flex(flex_on(args.attention, device))
         task, tok, train, model, config = setup(args)
         state = checkpoint.load_train_state(args.out_dir) if args.resume else None
     except (FileNotFoundError, ValueError) as e:

@@ -1,0 +1,167 @@
+"""The FlexAttention path (model.layout_mask, use_flex): each method's mask_mod is its dense training mask,
+padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs eagerly
+and has no backward, so the checks are no-grad forwards. python -m pytest -q test_flex.py
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+import ar
+import bd3lm
+import mdlm
+import model as transformer
+import setdiffusion as sd
+import train
+from model import layout_mask, use_flex
+from test_all import MASK, V, tiny_model
+
+pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+
+
+# The dense masks as they were written before the mask_mods (commit 9559a9f), the reference.
+
+def dense_bd3lm(seq_len, block_size):
+    idx = torch.arange(2 * seq_len)
+    xt = idx >= seq_len
+    blk = (idx % seq_len) // block_size
+    q, k = (slice(None), None), (None, slice(None))
+    return ((blk[q] == blk[k]) & (xt[q] == xt[k])) | (xt[q] & ~xt[k] & (blk[q] > blk[k])) \
+        | (~xt[q] & ~xt[k] & (blk[q] >= blk[k]))
+
+
+def dense_sd(seq_len, first, end):
+    rank = torch.cat([torch.arange(end), torch.arange(first, end)])
+    xt = torch.arange(len(rank)) >= end
+    q, k = (slice(None), None), (None, slice(None))
+    return (~xt[q] & ~xt[k] & (rank[q] >= rank[k])) | (xt[q] & ~xt[k] & (rank[q] > rank[k])) \
+        | ((rank[q] == rank[k]) & (xt[q] == xt[k]))
+
+
+def pad_both_sides(B, L, seed):
+    """(B, L) padding: a random number of columns on the left and on the right of each row, row 0 none."""
+    g = torch.Generator().manual_seed(seed)
+    left, right = torch.randint(0, L // 3 + 1, (2, B, 1), generator=g)
+    left[0], right[0] = 0, 0
+    col = torch.arange(L)
+    return (col < left) | (col >= L - right)
+
+
+def grid(mask_mod, pad, n):
+    return layout_mask(ar.padded(mask_mod, pad), pad.shape[0], n, n, flex=False)
+
+
+@pytest.mark.parametrize("L, S", [(1, 1), (5, 2), (8, 4), (7, 3), (6, 6), (9, 1)])
+def test_bd3lm_mask_mod_is_the_dense_mask(L, S):
+    assert torch.equal(bd3lm.attention_mask(L, S), dense_bd3lm(L, S))
+    pad = pad_both_sides(3, L, L).repeat(1, 2)                                  # (B, 2L), as denoise
+    assert torch.equal(grid(bd3lm.mask_mod(L, S), pad, 2 * L), ar.with_padding(dense_bd3lm(L, S), pad))
+
+
+@pytest.mark.parametrize("L, first, end", [(6, 0, 6), (6, 2, 5), (9, 3, 9), (5, 0, 1), (7, 6, 7), (8, 4, 5)])
+def test_setdiffusion_mask_mod_is_the_dense_mask(L, first, end):
+    """The lean layout (clean ranks < end, [MASK] ranks [first, end)) with padding gathered in sigma order."""
+    assert torch.equal(sd.attention_mask(L, first=first, end=end), dense_sd(L, first, end))
+    B = 3
+    pad = pad_both_sides(B, L, L + first)
+    prompt = (torch.arange(L) < 2) & ~pad                                       # (B, L)
+    sigma = sd.order(torch.zeros(B, L, dtype=torch.long), 4, prompt, pad, torch.Generator().manual_seed(0))
+    pad_s = pad.gather(1, sigma)
+    pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                # as denoise
+    n = 2 * end - first
+    assert torch.equal(grid(sd.mask_mod(first, end), pad_2, n), ar.with_padding(dense_sd(L, first, end), pad_2))
+
+
+def test_mdlm_mask_mod_is_the_dense_mask():
+    pad = pad_both_sides(4, 10, 0)
+    assert torch.equal(grid(mdlm.mask_mod, pad, 10), ar.with_padding(mdlm.attention_mask(10), pad))
+
+
+@pytest.mark.parametrize("layout", ["bd3lm", "setdiffusion"])
+def test_block_mask_attention_equals_dense_sdpa(layout):
+    """flex_attention under the BlockMask of a mask_mod == SDPA under its dense grid, over more than one
+    128-block (partial blocks) and with grouped-query heads."""
+    L, B = 70, 2
+    if layout == "bd3lm":
+        n, pad = 2 * L, pad_both_sides(B, L, 1).repeat(1, 2)
+        mod = ar.padded(bd3lm.mask_mod(L, 4), pad)
+    else:
+        first, end = 10, 65
+        n, pad = 2 * end - first, pad_both_sides(B, 2 * end - first, 2)
+        mod = ar.padded(sd.mask_mod(first, end), pad)
+    block = layout_mask(mod, B, n, n, flex=True)
+    assert isinstance(block, BlockMask)
+    g = torch.Generator().manual_seed(0)
+    q, (k, v) = torch.randn(B, 4, n, 8, generator=g), torch.randn(2, B, 2, n, 8, generator=g)
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=layout_mask(mod, B, n, n, flex=False), enable_gqa=True)
+    torch.testing.assert_close(flex_attention(q, k, v, block_mask=block, enable_gqa=True), dense)
+
+
+@pytest.fixture
+def flex_calls(monkeypatch):
+    """Counts the model's FlexAttention calls; use_flex is switched back off after the test."""
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return flex_attend(*args)
+    flex_attend = transformer.flex_attend
+    monkeypatch.setattr(transformer, "flex_attend", counted)
+    yield calls
+    use_flex(False)
+
+
+CASES = {"bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)), "mdlm": (mdlm, mdlm.MDLMConfig(MASK)),
+         "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_flex_loss_equals_dense_loss(name, flex_calls):
+    """No-grad loss and nll with flex on == with flex off (SDPA, dense mask), for the same draw; prompts of
+    different lengths and right padding of different lengths, so the masks differ from row to row."""
+    mod, cfg = CASES[name]
+    model, L = tiny_model(2), 23
+    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3))
+    prompt_mask = torch.arange(L) < torch.tensor([[4], [7], [2]])
+    pad_mask = torch.arange(L) >= torch.tensor([[L], [15], [19]])
+    out = {}
+    for flex in (False, True):
+        use_flex(flex)
+        with torch.no_grad():
+            out[flex] = (mod.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(4))[0],
+                         *mod.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5)))
+        assert len(flex_calls) == (2 * model.cfg.n_layer if flex else 0)   # every layer of both forwards
+    torch.testing.assert_close(out[True], out[False])
+
+
+def test_attention_switch():
+    assert [train.flex_on(a, "cuda") for a in ("auto", "sdpa", "flex")] == [True, False, True]
+    assert [train.flex_on(a, "cpu") for a in ("auto", "sdpa")] == [False, False]
+    assert not transformer.FLEX                                  # off unless a script turns it on
+
+
+def test_attention_flex_on_cpu_is_one_clear_line(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", "bd3lm", "--device", "cpu", "--attention", "flex", "--out-dir", str(tmp_path)])
+    assert str(e.value.code).startswith("error: --attention flex needs a CUDA device")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the FlexAttention backward needs CUDA")
+@pytest.mark.parametrize("name", list(CASES))
+def test_flex_gradients_equal_dense_gradients_on_cuda(name, flex_calls):
+    """On a GPU: loss and every gradient with flex on (compiled FlexAttention) == dense SDPA, float32, over
+    layouts of several 128-blocks with padding. Not run here (no GPU); run it where one is lent."""
+    mod, cfg = CASES[name]
+    model, L, dev = tiny_model(2).cuda().train(), 300, "cuda"
+    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3)).to(dev)
+    prompt_mask = (torch.arange(L) < torch.tensor([[40], [70], [20]])).to(dev)
+    pad_mask = (torch.arange(L) >= torch.tensor([[L], [200], [260]])).to(dev)
+    out = {}
+    for flex in (False, True):
+        use_flex(flex)
+        model.zero_grad()
+        loss = mod.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator(dev).manual_seed(4))[0]
+        loss.backward()
+        out[flex] = [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+    assert len(flex_calls) == model.cfg.n_layer
+    torch.testing.assert_close(out[True], out[False], rtol=1e-4, atol=1e-5)
