@@ -215,8 +215,8 @@ def layout_mask(mask_mod, B: int, Q: int, KV: int, device=None, flex: bool | Non
     """The attention mask of a layout given as a FlexAttention mask_mod(b, h, q_idx, kv_idx) -> bool, which
     may index tensors it closes over (padding, streams, blocks). flex (default FLEX): a BlockMask from
     create_block_mask; else the dense bool (B, 1, Q, KV): the mask_mod on the broadcast index grid."""
-    if FLEX if flex is None else flex:
-        return create_block_mask(mask_mod, B, None, Q, KV, device=device)
+    if FLEX if flex is None else flex:      # compiled on CUDA: the block mask without a dense (Q, KV) grid
+        return create_block_mask(mask_mod, B, None, Q, KV, device=device, _compile=str(device).startswith("cuda"))
     b, q, kv = (torch.arange(n, device=device) for n in (B, Q, KV))
     return mask_mod(b[:, None, None, None], b.new_zeros(()), q[:, None], kv).expand(B, 1, Q, KV)
 
