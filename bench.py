@@ -11,6 +11,9 @@ new, ...) `--rounds` times, and each number is the median over rounds. Shapes (C
 - train: loss + backward on the shipped task's shape (batch 16 x 128 tokens, prompt 40, 8 padding) and at
   GSM8K's shape (L = 1024, prompt 150, answer 250, batch 1) with a small Qwen3 block; tokens/s counts
   non-padding tokens.
+- compiled decode (this tree): the same at batch 1 and 8 with model.static_decoding(compile=True).
+- shipped task: the `make pareto` checkpoints (--pareto), eval.py's throughput protocol at batch 1: Set
+  Diffusion at tau = 0.9 against AR, eager and compiled.
 - forward: one forward (8 x 128 tokens) of the DiT-like block and the Qwen3 block at the same width, and the
   Qwen3 block without QK-norm / with a SwiGLU of the DiT MLP's parameter count.
 """
@@ -191,7 +194,7 @@ def main(argv=None):
     for k in med["new"]:
         vals = [med[n].get(k, float("nan")) for n in names]
         ratio = med["new"][k] / med[args.ref][k] if args.ref and k in med[args.ref] else None
-        lines.append(f"| {k} | " + " | ".join(f"{v:.1f}" for v in vals) + (f" | {ratio:.2f}x |" if ratio else " |"))
+        lines.append(f"| {k} | " + " | ".join(f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" for v in vals) + (f" | {ratio:.2f}x |" if ratio else " |"))
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:
