@@ -57,7 +57,7 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	$(PY) results.py results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
 REF ?= e2a4fee
-bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~4 min)
+bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~7 min)
 	$(PY) bench.py --ref $(REF) --json results/bench.json
 
 .PHONY: bench-gpu
