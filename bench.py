@@ -131,20 +131,22 @@ def shipped(model, pareto, quick):
     import checkpoint
     import eval as ev
     from data import get_task, get_tokenizer
-    out, n = {}, 8 if quick else 40
-    for kind in ("", " compiled"):
-        rate = {}
-        for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
-            net, method, cfg, config = checkpoint.load(os.path.join(pareto, m))
+    out, n, rate = {}, 8 if quick else 40, {}
+    for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
+        net, method, cfg, config = checkpoint.load(os.path.join(pareto, m))
+        task, tok = get_task(config["data"]), get_tokenizer(config["tokenizer"])
+        examples = task.load("test")[:n + 5]
+        for kind in ("", " compiled"):
             if kind:
                 model.static_decoding(net, compile=True)
-            task, tok = get_task(config["data"]), get_tokenizer(config["tokenizer"])
-            r = ev.evaluate_throughput(net, method, cfg, tok, task, task.load("test")[:n + 5], config, "cpu",
+            r = ev.evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",
                                        warmup=5, batch_size=1, max_new_tokens=64, threshold=tau)
-            rate[m] = r["tokens_per_s"]
+            rate[m, kind] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/s"] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/step"] = r["tokens_per_step"]
-        out[f"ratio shipped task Set Diffusion (tau 0.9) / AR tokens/s{kind}"] = rate["setdiffusion"] / rate["ar"]
+    for kind in ("", " compiled"):
+        out[f"ratio shipped task Set Diffusion (tau 0.9) / AR tokens/s{kind}"] = \
+            rate["setdiffusion", kind] / rate["ar", kind]
     return out
 
 

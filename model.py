@@ -105,9 +105,7 @@ class KVCache:
             self.v[layer].index_copy_(2, self.write, v)
             return self.k[layer], self.v[layer]
         B, H, T, D = k.shape
-        if self.length + T > self.max_len:
-            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new > max_len={self.max_len}; "
-                             f"use a shorter prompt or fewer new tokens")
+        self.check_room(T)
         if self.k[layer] is None:
             self.k[layer] = k.new_zeros(B, H, self.max_len, D)
             self.v[layer] = v.new_zeros(B, H, self.max_len, D)
@@ -123,9 +121,7 @@ class KVCache:
         [length, length + T) as in a dynamic step; pad slot r to scratch row max_len + r, seen by itself only."""
         B, T = idx.shape
         n, end = self.slots - T, self.length + T
-        if end > self.max_len:
-            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new > max_len={self.max_len}; "
-                             f"use a shorter prompt or fewer new tokens")
+        self.check_room(T)
         scratch = torch.arange(self.max_len, self.max_len + n, device=idx.device)
         self.write = torch.cat([scratch, torch.arange(self.length, end, device=idx.device)])   # (slots,)
         full = torch.zeros(B, 1, self.slots, self.max_len + self.slots, dtype=torch.bool, device=idx.device)
@@ -134,6 +130,11 @@ class KVCache:
         self.written = T
         pad = idx.new_zeros(B, n)                  # fresh tensors: a view's strides would recompile the graph
         return torch.cat([pad, idx], 1), torch.cat([pad, pos], 1), full
+
+    def check_room(self, T: int):
+        if self.length + T > self.max_len:
+            raise ValueError(f"KV cache overflow: {self.length} cached + {T} new > max_len={self.max_len}; "
+                             f"use a shorter prompt or fewer new tokens")
 
     def commit(self, n: int):
         """Keep the first n entries written by the last forward."""
