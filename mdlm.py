@@ -120,9 +120,11 @@ def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0
     """The confidence rule of the diffusion samplers.
 
     logits (B, K, V) at K slots, candidates (B, K) the still-masked slots that may be decoded now.
-    Predict a token at every slot (greedy, or sampled at `temperature`); its confidence is its probability.
+    Predict a token at every slot (greedy, or sampled at `temperature`); its confidence is its probability,
+    exp(logits - logsumexp) in float32 with the [MASK] logit suppressed (sampling.choose), as the official.
     Decode the most confident candidate of each row plus every candidate with confidence >= threshold, so
-    threshold = inf decodes exactly one token per row and step. Returns tokens (B, K), decoded (B, K) bool.
+    threshold = inf decodes exactly one token per row and step. Among tied top candidates the rightmost is
+    decoded: the official keeps the last of `conf.argsort()`. Returns tokens (B, K), decoded (B, K) bool.
     A sampling.Track adds its options (penalties, top-p, the low-confidence stop).
     """
     logits = logits.float()
@@ -130,7 +132,8 @@ def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0
     y, conf = sampling.choose(sampling.process(logits, track), temperature, generator, track)   # (B, K)
     conf = conf.masked_fill(~candidates, -1.0)
     decoded = (conf >= threshold) & candidates
-    top = conf.argmax(-1, keepdim=True)                                     # (B, 1)
+    K = conf.shape[1]
+    top = K - 1 - conf.flip(-1).argmax(-1, keepdim=True)                    # (B, 1) rightmost maximum
     decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
     sampling.early_stop(track, conf, decoded)
     return y, decoded

@@ -18,7 +18,8 @@ BD3-LM, Set Diffusion); both call `process` and `choose` below, so each option e
                              stop_min_tokens, were decoded with probability < stop_confidence.
 
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), as in
-the official `_generate_unconditional`; the diffusion samplers' threshold rule uses the same number.
+the official `_generate_unconditional`, computed as it does: exp(logits - logsumexp) in float32. The diffusion
+samplers' threshold rule and their top-1 pick use the same number.
 max_new_tokens stays the samplers' own argument.
 """
 from dataclasses import dataclass
@@ -124,15 +125,18 @@ def nucleus(probs, top_p: float):
 
 
 def choose(logits, temperature=0.0, generator=None, track=None):
-    """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p."""
+    """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p.
+    Probabilities are exp(logits - logsumexp(logits)) in float32, the official `_forward` arithmetic: near
+    p = 1 it rounds differently from softmax, and the diffusion samplers' confidence ties follow its rounding."""
     logits = logits.float()
-    probs = torch.softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    scaled = logits / temperature if temperature > 0 else logits                   # (..., V)
+    probs = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
     if track is not None and track.opt.top_p < 1:
         probs = nucleus(probs, track.opt.top_p)
     if temperature > 0:
         y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(probs.shape[:-1])
     else:
-        y = logits.argmax(-1)
+        y = probs.argmax(-1)                                                      # as the official
     return y, probs.gather(-1, y[..., None]).squeeze(-1)
 
 

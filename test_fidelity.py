@@ -129,6 +129,28 @@ def test_decode_rule_on_literal_logits():
     assert dec[0].int().tolist() == [0, 1, 0, 0]                             # the top candidate, not the top slot
 
 
+
+def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic():
+    """Confidence = exp(logits - logsumexp) in float32 (the official `_forward`), the top-1 tie broken to the
+    rightmost candidate (the official keeps the last of conf.argsort()). Slots 1 and 2 below are identical;
+    slots 0 and 3 differ in their runner-up logit, which softmax resolves (0.99999261 > 0.99999201) but the
+    official arithmetic rounds to the same 0.99999237: a tie, so slot 3 is decoded, not slot 0."""
+    logits = torch.full((1, 4, V), -1e4)
+    logits[0, :, :3] = torch.tensor([[50.0, 38.17695617675781, 0.0], [3.0, 2.0, 1.0],
+                                     [3.0, 2.0, 1.0], [50.0, 38.264060974121094, 0.0]])
+    logits[..., MASK] = 60.0                                                 # suppressed
+    row = logits[0, :, :3]
+    conf = (row - row.logsumexp(-1, keepdim=True)).exp()[:, 0]
+    assert conf[0] == conf[3] and torch.softmax(row, -1)[0, 0] > torch.softmax(row, -1)[3, 0]
+    y, dec = mdlm.decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, math.inf)
+    assert y[0].tolist() == [0, 0, 0, 0] and dec[0].int().tolist() == [0, 0, 0, 1]
+    y, dec = mdlm.decode(logits.clone(), torch.tensor([[True, True, True, False]]), MASK, math.inf)
+    assert dec[0].int().tolist() == [1, 0, 0, 0]                             # no tie left: the top one
+    y, dec = mdlm.decode(logits.clone(), torch.tensor([[False, True, True, False]]), MASK, math.inf)
+    assert dec[0].int().tolist() == [0, 0, 1, 0]                             # identical logits: the rightmost
+    y, dec = mdlm.decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, float(conf[0]))
+    assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
+
 class Spy(torch.nn.Module):
     """Records the positions of the clean tokens each sampler step commits (the inputs before the W queries)."""
 
