@@ -27,8 +27,23 @@ import torch
 TASKS = ("arith", "gsm8k", "cnndm")
 
 
+class PlainText(str):
+    """Text read from a user's data file (data/custom.py): always encoded as ordinary text, so "<|endoftext|>"
+    or "<|mask|>" written in it stays those characters. Special tokens come only from the code: the EOS that
+    data.encode appends, the [MASK]s the methods place, the templates a task module writes (plain str)."""
+    __slots__ = ()
+
+
 @dataclass
 class Tokenizer:
+    """Three ways to encode, by who wrote the text:
+        encode(text)         text the code built (a task's template, e.g. GSM8K's chat turns): the text of a
+                             special token ("<|endoftext|>", "<|im_end|>", ...) becomes that token; a PlainText
+                             is encoded as encode_text does
+        encode_text(text)    data text: ordinary text only, no special token ever
+        encode_prompt(text)  a prompt a person typed (sample.py): the [MASK] text (mask_text) becomes mask_id,
+                             everything else is ordinary text
+    """
     enc: tiktoken.Encoding
     name: str          # how to rebuild it: "bytes" or "qwen3:<repo id or local dir>"
     mask_id: int       # the absorbing [MASK] token of the diffusion methods
@@ -39,8 +54,40 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.enc.n_vocab
 
+    @property
+    def mask_text(self) -> str:
+        """The text of the [MASK] token ("<|mask|>" for bytes, "<|fim_middle|>" for Qwen3 and GPT-2)."""
+        return self.enc.decode([self.mask_id])
+
+    def normalize(self, text: str) -> str:
+        """What every encode applies first (Qwen3: Unicode NFC)."""
+        return text
+
     def encode(self, text: str) -> list[int]:
-        return self.enc.encode(text, allowed_special="all")
+        if isinstance(text, PlainText):
+            return self.encode_text(text)
+        return self.enc.encode(self.normalize(text), allowed_special="all")
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.enc.encode_ordinary(self.normalize(text))
+
+    def encode_prompt(self, text: str) -> list[int]:
+        ids = []
+        for k, piece in enumerate(text.split(self.mask_text)):
+            ids += ([self.mask_id] if k else []) + self.encode_text(piece)
+        return ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """[encode(t) for t in texts], batched (tiktoken's threads)."""
+        plain = [i for i, t in enumerate(texts) if isinstance(t, PlainText)]
+        built = [i for i, t in enumerate(texts) if not isinstance(t, PlainText)]
+        out = [None] * len(texts)
+        for i, ids in zip(plain, self.enc.encode_ordinary_batch([self.normalize(texts[i]) for i in plain])):
+            out[i] = ids
+        for i, ids in zip(built, self.enc.encode_batch([self.normalize(texts[i]) for i in built],
+                                                       allowed_special="all")):
+            out[i] = ids
+        return out
 
     def decode(self, ids) -> str:
         ids = [int(i) for i in ids if int(i) not in (self.mask_id, self.pad_id)]
@@ -93,9 +140,8 @@ def encode(tok: Tokenizer, examples: list[dict], seq_len: int, with_target: bool
     (left-padded instead, the layout the samplers take) and prompt_mask marks the real tokens.
     """
     B = len(examples)
-    prompts = tok.enc.encode_batch([ex["prompt"] for ex in examples], allowed_special="all")
-    targets = (tok.enc.encode_batch([ex["target"] for ex in examples], allowed_special="all")
-               if with_target else [[]] * B)
+    prompts = tok.encode_batch([ex["prompt"] for ex in examples])
+    targets = tok.encode_batch([ex["target"] for ex in examples]) if with_target else [[]] * B
     x0 = np.full((B, seq_len), tok.pad_id, dtype=np.int64)                 # (B, L)
     prompt_mask = np.zeros((B, seq_len), dtype=bool)                        # (B, L)
     pad_mask = np.ones((B, seq_len), dtype=bool)                            # (B, L)

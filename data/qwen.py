@@ -11,7 +11,8 @@ Vocabulary size. For Qwen3 the tokenizer knows 151643 BPE tokens + 26 added toke
 151936 rows (the padding rows carry no text). Size the model from the model config, not from
 vocab_size. Ids the tokenizer does not know (151669..151935) decode to nothing instead of raising.
 
-Like the Hugging Face tokenizer, encode() first applies Unicode NFC normalisation (Qwen's "normalizer").
+Like the Hugging Face tokenizer, every encode (encode, encode_text, encode_prompt, data.encode) first applies
+Unicode NFC normalisation (Qwen's "normalizer").
 """
 import json
 import os
@@ -49,8 +50,8 @@ def gpt2_byte_alphabet() -> dict[str, int]:
 class QwenTokenizer(Tokenizer):
     """A data.Tokenizer that NFC-normalises before encoding and skips unknown ids when decoding."""
 
-    def encode(self, text: str) -> list[int]:
-        return super().encode(unicodedata.normalize("NFC", text))
+    def normalize(self, text: str) -> str:
+        return unicodedata.normalize("NFC", text)
 
     def decode(self, ids) -> str:
         return super().decode([i for i in ids if int(i) < self.enc.n_vocab])

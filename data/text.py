@@ -8,16 +8,16 @@
   and greedy longest-match-first subwords, which that maintained library implements exactly as BERT does; it reads
   the repo's tokenizer.json, else its vocab.txt.
 
-`WordPieceTokenizer` is the project's Tokenizer with encode/decode/vocab_size over a `tokenizers.Tokenizer`
-instead of a tiktoken.Encoding; code that calls `tok.enc` directly (data.encode, eval.py's stop rule) is
-tiktoken-only, and the LM1B paths (data/lm1b.py, zeroshot.py) use encode/decode only.
+`WordPieceTokenizer` is the project's Tokenizer with encode/encode_text/encode_prompt/encode_batch/decode/vocab_size
+over a `tokenizers.Tokenizer` instead of a tiktoken.Encoding; code that calls `tok.enc` directly (eval.py's stop
+rule) is tiktoken-only, and the LM1B paths (data/lm1b.py, zeroshot.py) use encode/decode only.
 """
 import os
 from dataclasses import dataclass
 
 import tiktoken
 
-from data import Tokenizer
+from data import PlainText, Tokenizer
 
 GPT2_MASK = "<|fim_middle|>"                     # the official name of the added [MASK]
 BERT_REPO = "google-bert/bert-base-uncased"
@@ -46,8 +46,25 @@ class WordPieceTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return self.enc.get_vocab_size(with_added_tokens=True)
 
+    @property
+    def mask_text(self) -> str:
+        return self.enc.id_to_token(self.mask_id)
+
     def encode(self, text: str) -> list[int]:
+        if isinstance(text, PlainText):
+            return self.encode_text(text)
         return self.enc.encode(text, add_special_tokens=False).ids
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ordinary text: the text "[MASK]" is not the [MASK] token (tokenizers' encode_special_tokens)."""
+        self.enc.encode_special_tokens = True
+        try:
+            return self.enc.encode(text, add_special_tokens=False).ids
+        finally:
+            self.enc.encode_special_tokens = False
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
 
     def decode(self, ids) -> str:
         return self.enc.decode([int(i) for i in ids if int(i) not in (self.mask_id, self.pad_id)])
