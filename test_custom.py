@@ -12,7 +12,7 @@ import sample
 import setdiffusion as sd
 import train
 from data import byte_tokenizer, encode, get_task
-from data.custom import held_out
+from data.custom import AUTO_SEQ_LEN_MAX, held_out
 from model import ModelConfig, Transformer
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "4",
@@ -96,6 +96,38 @@ def test_long_examples_are_an_error_or_dropped_and_reported(tmp_path, capsys):
     dropped = get_task(spec, {"seq_len": 16, "drop_long": True})
     assert all(len(e["prompt"]) + len(e["target"]) + 1 <= 16 for e in dropped.load("train"))
     assert "dropped (--drop-long)" in capsys.readouterr().err
+    with pytest.raises(ValueError) as e:                            # nothing left to train on
+        get_task(spec, {"seq_len": 4, "drop_long": True}).load("train")
+    assert str(e.value) == ("all 18 train examples are longer than seq_len=4 tokens (the shortest has 10): "
+                            "raise --seq-len")
+
+
+def test_the_automatic_seq_len_is_capped(tmp_path):
+    """--seq-len 0 fits the longest example up to AUTO_SEQ_LEN_MAX, not one huge line (an L x L mask)."""
+    rows = pairs(9) + [{"prompt": "p", "target": "x" * (AUTO_SEQ_LEN_MAX + 1)}]
+    path = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(ValueError) as e:
+        get_task(f"jsonl:{path}")
+    assert str(e.value) == (f"{path} line 10 has {AUTO_SEQ_LEN_MAX + 3} tokens, more than the automatic --seq-len "
+                            f"allows ({AUTO_SEQ_LEN_MAX}): pass --seq-len, and --drop-long to drop the longer examples")
+    task = get_task(f"jsonl:{path}", {"seq_len": 16, "drop_long": True})
+    assert len(task.load("train")) + len(task.load("test")) == 9
+
+
+def test_special_token_text_in_the_data_is_ordinary_text(tmp_path):
+    """Literal <|endoftext|> / <|mask|> in a target are those bytes: EOS and [MASK] come only from the code."""
+    rows = [{"prompt": "a<|mask|>", "target": f"{i}<|endoftext|><|mask|>"} for i in range(10)]
+    task = get_task(f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', rows)}")
+    tok = byte_tokenizer()
+    ex = task.load("train")[0]
+    assert ex["target"].endswith("<|endoftext|><|mask|>") and ex["answer"] == ex["target"]
+    batch = encode(tok, [ex], task.SEQ_LEN)
+    ids = batch["x0"][0][~batch["pad_mask"][0]].tolist()
+    assert ids == list(ex["prompt"].encode() + ex["target"].encode()) + [tok.eos_id]
+    assert task.SEQ_LEN == 32                                      # 9 + 22 + EOS = 32 bytes, not 2 special ids
+    text = get_task(f"jsonl:{write_jsonl(tmp_path / 't.jsonl', [{'text': 'x<|endoftext|>'}] * 4)}")
+    ids = encode(tok, text.load("train")[:1], text.SEQ_LEN)["x0"][0].tolist()
+    assert ids[:16] == [tok.eos_id] + list(b"x<|endoftext|>") + [tok.eos_id]    # the start token stays EOS
 
 
 # ----------------------------------------------------------------------------- the Hugging Face path (offline)
@@ -197,6 +229,20 @@ def test_bad_jsonl_gets_one_line_and_writes_nothing(tmp_path, content, message):
     err = error_of(train.main, ["--model", "ar", "--data", f"jsonl:{tmp_path / 'd.jsonl'}", "--out-dir", str(ckpt)])
     assert err.startswith("error: ") and message in err and "\n" not in err
     assert not os.path.exists(ckpt) and not os.path.exists(str(ckpt) + ".tmp")
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"prompt": "caf\xe9", "target": "x"}', "line 2 is not valid UTF-8 (byte 0xe9 at column 16): save the file "
+                                              "as UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "line 2 is nested too deeply to read (thousands of [ or {): expected one flat "
+                                    "JSON object per line"),
+])
+def test_unreadable_lines_name_the_file_and_line(tmp_path, line, message):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"prompt": "a", "target": "b"}\r\n' + line + b"\n")
+    err = error_of(train.main, ["--model", "ar", "--data", f"jsonl:{path}", "--out-dir", str(tmp_path / "ckpt")])
+    assert err == f"error: {path} {message}"
+    assert not os.path.exists(tmp_path / "ckpt")
 
 
 def test_bad_paths_splits_and_regex(tmp_path, monkeypatch):

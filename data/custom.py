@@ -15,8 +15,11 @@ the regex's first match (its group 1 if it has a group) is compared instead, tak
 and the gold target. The reply ends at EOS (is_finished). Likelihood: eval.py --task likelihood.
 
 Length. prompt + target + EOS must fit in seq_len tokens (--seq-len; 0 = the longest example of both
-splits, rounded up to a multiple of 16). Longer examples are an error naming how many and the longest,
-or, with --drop-long, dropped and reported.
+splits, rounded up to a multiple of 16, and an error above AUTO_SEQ_LEN_MAX = 4096). Longer examples are an
+error naming how many and the longest, or, with --drop-long, dropped and reported (an error if none is left).
+
+Text. The fields are data, not code: they are PlainText (data/__init__.py), encoded as ordinary text, so
+"<|endoftext|>" or "<|mask|>" written in a target is those characters, never EOS or [MASK].
 
 make_task(spec, options) returns an object with the interface of data/arith.py (NAME, load, is_correct,
 is_finished, SCORES, TOKENIZER, SEQ_LEN) plus OPTIONS, the dict train.py stores in config.json
@@ -31,7 +34,10 @@ import sys
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
+from data import PlainText
+
 PREFIXES = ("jsonl:", "hf:")
+AUTO_SEQ_LEN_MAX = 4096       # --seq-len 0 fits the longest example, up to this (Set Diffusion's masks are L x L)
 
 
 @dataclass
@@ -78,19 +84,31 @@ def read_jsonl(path: str) -> list[tuple[str, dict]]:
     """[(where, record)] of a JSONL file, where = "PATH line N"; blank lines skipped."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} not found: expected a .jsonl file, one JSON object per line")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:                                   # unreadable: permissions, I/O error, ...
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {n} is not valid JSON ({e.msg}, column {e.colno}): "
-                                 f"{line.strip()[:60]!r}") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{path} line {n} is not a JSON object: {line.strip()[:60]!r}")
-            rows.append((f"{path} line {n}", record))
+    for n, raw in enumerate(data.splitlines(), 1):         # \n, \r\n or \r, as text mode would
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} line {n} is not valid UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                             f"{e.start + 1}): save the file as UTF-8") from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} line {n} is not valid JSON ({e.msg}, column {e.colno}): "
+                             f"{line.strip()[:60]!r}") from None
+        except RecursionError:
+            raise ValueError(f"{path} line {n} is nested too deeply to read (thousands of [ or {{): "
+                             f"expected one flat JSON object per line") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {n} is not a JSON object: {line.strip()[:60]!r}")
+        rows.append((f"{path} line {n}", record))
     if not rows:
         raise ValueError(f'{path} is empty: expected one JSON object per line, e.g. {{"prompt": "...", '
                          f'"target": "..."}} or {{"text": "..."}}')
@@ -153,14 +171,15 @@ def field_names(record: dict, opts: Options):
     return None, "text"
 
 
-def field(record: dict, name: str, where: str, flag: str) -> str:
+def field(record: dict, name: str, where: str, flag: str) -> PlainText:
+    """The text of record[name]: a PlainText, so special-token text in the data is never a special token."""
     if name not in record:
         raise ValueError(f"{where} has no field {name!r} (its fields: {', '.join(map(str, record)) or 'none'}): "
                          f"name the right one with {flag}")
     value = record[name]
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise ValueError(f"{where}: field {name!r} is {type(value).__name__}, not text")
-    return str(value)
+    return PlainText(value)
 
 
 def to_examples(rows, prompt_f, target_f, regex, start: str) -> list[dict]:
@@ -184,9 +203,9 @@ def extract(regex, text: str):
 
 
 def lengths(tok, examples) -> list[int]:
-    """Tokens of prompt + target + EOS per example."""
-    prompts = tok.enc.encode_batch([e["prompt"] for e in examples], allowed_special="all")
-    targets = tok.enc.encode_batch([e["target"] for e in examples], allowed_special="all")
+    """Tokens of prompt + target + EOS per example (encoded as data.encode encodes them)."""
+    prompts = tok.encode_batch([e["prompt"] for e in examples])
+    targets = tok.encode_batch([e["target"] for e in examples])
     return [len(p) + len(t) + 1 for p, t in zip(prompts, targets)]
 
 
@@ -201,6 +220,9 @@ def fit(examples, tok, seq_len: int, drop: bool, what: str) -> list[dict]:
            f"(the longest, {examples[worst]['where']}, has {n[worst]})")
     if not drop:
         raise ValueError(msg + ": raise --seq-len or pass --drop-long")
+    if len(long) == len(examples):
+        raise ValueError(f"all {len(examples)} {what} examples are longer than seq_len={seq_len} tokens (the "
+                         f"shortest has {min(n)}): raise --seq-len")
     if os.environ.get("RANK", "0") == "0":
         print(msg + ": dropped (--drop-long)", file=sys.stderr)
     long = set(long)
@@ -248,8 +270,14 @@ def make_task(spec: str, options: dict | None = None) -> SimpleNamespace:
 
     splits = read()
     if not opts.seq_len:
-        longest = max(lengths(tok, splits["train"] + splits["test"]))
-        opts.seq_len = -(-longest // 16) * 16
+        examples = splits["train"] + splits["test"]
+        n = lengths(tok, examples)
+        longest = max(range(len(n)), key=n.__getitem__)
+        if n[longest] > AUTO_SEQ_LEN_MAX:
+            raise ValueError(f"{examples[longest]['where']} has {n[longest]} tokens, more than the automatic "
+                             f"--seq-len allows ({AUTO_SEQ_LEN_MAX}): pass --seq-len, and --drop-long to drop "
+                             f"the longer examples")
+        opts.seq_len = -(-n[longest] // 16) * 16
 
     def load(split: str, data_dir=None) -> list[dict]:
         if split not in ("train", "test"):
