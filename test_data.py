@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from data import arith, byte_tokenizer, encode, gsm8k
+from data import PlainText, arith, byte_tokenizer, encode, gsm8k
 
 
 # ============================================================================= the arithmetic task (data/arith.py)
@@ -156,6 +156,15 @@ def test_gsm8k_load_from_folder(tmp_path):
         gsm8k.load("test", str(tmp_path / "missing"))
 
 
+def test_gsm8k_folder_with_a_bad_line_names_the_file_and_line(tmp_path):
+    good = json.dumps({"question": QUESTION, "answer": SOLUTION})
+    (tmp_path / "test.jsonl").write_text(good + '\n{"question": 1}\n')
+    with pytest.raises(ValueError) as e:
+        gsm8k.load("test", str(tmp_path))
+    assert str(e.value) == (f'{tmp_path / "test.jsonl"} line 2: expected {{"question": "...", "answer": "..."}} '
+                            f"(GSM8K's own format)")
+
+
 def test_gsm8k_load_from_hub_with_fake_datasets(monkeypatch):
     fake = types.ModuleType("datasets")
     fake.load_dataset = lambda name, config, split: [{"question": QUESTION, "answer": SOLUTION}]
@@ -246,3 +255,38 @@ def test_gsm8k_repeating_tokens():
     assert gsm8k.repeating_tokens([5] * 8 + [M, M], mask_id=M)                 # trailing masks dropped
     assert not gsm8k.repeating_tokens([5] * 4 + [M] + [5] * 4, mask_id=M)      # a mask breaks the run
     assert gsm8k.repeating_tokens(torch.tensor([3] * 10)) and gsm8k.repeating_tokens([3, 3], n=2)
+
+
+# ============================================================================= the Tokenizer's three encodes
+def qwen_format_tokenizer(tmp_path):
+    """A Qwen3-format tokenizer.json: 256 byte tokens (id = byte), <|endoftext|>, <|fim_middle|>, <|im_end|>."""
+    from data.qwen import gpt2_byte_alphabet, qwen3_tokenizer
+    added = [{"id": 256, "content": "<|endoftext|>"}, {"id": 257, "content": "<|fim_middle|>"},
+             {"id": 258, "content": "<|im_end|>"}]
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": gpt2_byte_alphabet()},
+                                                         "added_tokens": added}))
+    return qwen3_tokenizer(str(tmp_path))
+
+
+def test_code_text_data_text_and_typed_prompts_encode_differently(tmp_path):
+    """encode: the code's templates (special-token text -> the token); encode_text and PlainText: ordinary text;
+    encode_prompt: only the [MASK] text is a special token."""
+    for tok in (byte_tokenizer(), qwen_format_tokenizer(tmp_path)):
+        eos, mask, m = tok.eos_id, tok.mask_id, tok.mask_text
+        special = f"a<|endoftext|>b{m}"
+        assert tok.encode(special) == [ord("a"), eos, ord("b"), mask]                   # as before
+        assert tok.encode_text(special) == list(special.encode())
+        assert tok.encode(PlainText(special)) == tok.encode_text(special)
+        assert tok.encode_prompt(special + m) == list(b"a<|endoftext|>b") + [mask, mask]
+        assert tok.encode_batch([special, PlainText(special)]) == [tok.encode(special), tok.encode_text(special)]
+        for f in (tok.encode, tok.encode_text, tok.encode_prompt):                      # normal text: unchanged
+            assert f("Hello, world 12") == list(b"Hello, world 12")
+        batch = encode(tok, [{"prompt": PlainText(m), "target": PlainText("<|endoftext|>")},
+                             {"prompt": m, "target": "<|endoftext|>"}], 32)
+        assert batch["x0"][0, :len(m) + 14].tolist() == list((m + "<|endoftext|>").encode()) + [eos]
+        assert batch["x0"][1, :3].tolist() == [mask, eos, eos]
+    qwen = qwen_format_tokenizer(tmp_path)
+    assert qwen.mask_text == "<|fim_middle|>" and qwen.encode("done<|im_end|>") == list(b"done") + [258]
+    assert qwen.encode_text("cafe\u0301") == qwen.encode("caf\u00e9") == list("café".encode())   # NFC first
+    assert encode(qwen, [{"prompt": PlainText("cafe\u0301"), "target": ""}], 8)["x0"][0, :6].tolist() == \
+        list("café".encode()) + [qwen.eos_id]

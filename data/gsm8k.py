@@ -9,7 +9,6 @@ Scoring: `is_correct` compares the first \\boxed{...} with the gold number (nume
 numbers). `strict_match` / `flexible_match` reproduce the lm-eval-harness gsm8k filters the official
 eval reports, applied (as there) to `harness_rewrite(completion)`.
 """
-import json
 import os
 import re
 from fractions import Fraction
@@ -52,8 +51,12 @@ def load(split: str, data_dir: str | None = None) -> list[dict]:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path} not found: the GSM8K folder needs {split}.jsonl "
                                     f'(one {{"question": ..., "answer": ...}} per line)')
-        with open(path, encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        from data.custom import read_jsonl                 # names the file and line of a bad line
+        rows = []
+        for where, r in read_jsonl(path):
+            if not isinstance(r.get("question"), str) or not isinstance(r.get("answer"), str):
+                raise ValueError(f'{where}: expected {{"question": "...", "answer": "..."}} (GSM8K\'s own format)')
+            rows.append(r)
     else:
         try:
             import datasets
