@@ -63,12 +63,16 @@ def schedule(seq_len: int, smax: int, d: float | None = None):
     return loc, b, k
 
 
-def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None, d=None):
+def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None, d=None,
+                        last: int | None = None):
     """T_j = loc_j + b (1 - exp(-E_j / k)): the time position j is masked, going forward. (B, L) float64.
-    P(T_j <= t) = 1 - (1 - clip((t - loc_j) / b, 0, 1))^k, the schedule's masking probability move_j(t)."""
+    P(T_j <= t) = 1 - (1 - clip((t - loc_j) / b, 0, 1))^k, the schedule's masking probability move_j(t).
+    last: only the last `last` positions of the L-long schedule, (B, last), E drawn for those alone (the
+    official compute_first_hitting_times)."""
     loc, b, k = schedule(seq_len, smax, d)
-    E = torch.empty(batch_size, seq_len, dtype=torch.float64, device=device).exponential_(generator=generator)
-    return loc.to(E.device) + b * (-torch.expm1(-E / k))
+    n = seq_len if last is None else last
+    E = torch.empty(batch_size, n, dtype=torch.float64, device=device).exponential_(generator=generator)
+    return loc[seq_len - n:].to(E.device) + b * (-torch.expm1(-E / k))          # (B, n)
 
 
 def sample_order(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
@@ -178,19 +182,22 @@ def step_mask(cache_ok, new_ok, W: int):
     return torch.cat([ok[..., :cache_ok.shape[1]].expand(-1, -1, n + W, -1), own], -1)
 
 
-def commit_key(masked, W: int, d: float, commit_order: str, generator=None):
+def commit_key(masked, W: int, d: float, commit_order: str, generator=None, seq_len: int | None = None):
     """Sort key (B, C) of the canvas columns: a step commits its decoded tokens by increasing key.
 
     "l2r": the column itself. "fht": minus the first-hitting times of the N masked (target) slots, drawn
-    once per generation from the staggered schedule with max 2W over N slots and the model's own d, as the
-    official accuracy runs do (setdlm_fht_cache_order), so tokens are committed by decreasing T."""
+    once per generation as the official accuracy runs do (setdlm_fht_cache_order): the last N entries of the
+    staggered schedule over the model's L = seq_len positions (A = d / 2L), with max 2W and the model's d, so
+    tokens are committed by decreasing T. The schedule spans max(L, N) positions (the official needs N <= L);
+    seq_len None: L = N, a schedule over the target slots alone."""
     B, C = masked.shape
     key = torch.arange(C, device=masked.device, dtype=torch.float64).expand(B, C)
     N = int(masked.sum(1).max())
     if commit_order == "l2r" or N < 2:
         return key
-    smax = min(2 * W, N)
-    T = first_hitting_times(B, N, smax, generator, masked.device, d=min(d, smax))   # (B, N)
+    L = max(seq_len or N, N)
+    smax = min(2 * W, L)
+    T = first_hitting_times(B, L, smax, generator, masked.device, d=min(d, smax), last=N)   # (B, N)
     slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
     return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
 
@@ -204,14 +211,16 @@ def gather_slots(chosen, key):
 
 @torch.no_grad()
 def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, window=None, commit_order="l2r", options=None):
+             temperature=0.0, generator=None, stop=None, window=None, commit_order="l2r", options=None,
+             seq_len=None):
     """Sliding-window set decoding with a KV commit every step.
 
     The prompt may hold [MASK] anywhere (infilling): every visible token, left and right of the gaps, is
     cached first (causally, in position order), then the gaps and the N new tokens are filled by the window.
     Each step is one forward over [tokens decoded last step (clean) | masked positions of the window]; the
     clean ones are committed to the cache, the queries' entries dropped. commit_order "l2r" commits a step's
-    tokens left to right, "fht" by decreasing first-hitting time (the training order distribution).
+    tokens left to right, "fht" by decreasing first-hitting time (the training order distribution), T the
+    last N entries of the schedule over the model's context length seq_len (commit_key; None: over N).
     `stop` is checked every W steps on the canvas up to the window's end. options: a sampling.SamplerOptions.
     """
     W = window or cfg.smax // 2
@@ -225,7 +234,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     tokens, real, pos = F.pad(tokens, (0, W), value=cfg.mask_id), F.pad(real, (0, W)), F.pad(pos, (0, W))
     masked = (tokens == cfg.mask_id) & real                     # (B, C + W) still to decode; W dead columns
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)   # after C: the window never ends
-    key = commit_key(masked, W, cfg.smax / 2, commit_order, generator)              # (B, C + W) commit order
+    key = commit_key(masked, W, cfg.smax / 2, commit_order, generator, seq_len)     # (B, C + W) commit order
     n_masked = int(masked.sum(1).max())
     new_max = 1 if threshold == math.inf else W                                     # tokens decoded per step
     room = C + min(B, new_max) * n_masked + W                                       # + dead slots of short rows

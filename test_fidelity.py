@@ -164,16 +164,44 @@ class Spy(torch.nn.Module):
         return self.model(idx, pos, mask, cache, last)
 
 
+def official_fht(N, L, W, d, seed):
+    """The official FHT commit times, from the formulas: the last N entries of the L-long staggered schedule
+    with max 2W and the model's d (b = 2W / (L + 2W - 1), A = d / 2L, k = A / (b - A)), E (1, N) ~ Exp(1)."""
+    smax, A = 2 * W, d / (2 * L)
+    b = smax / (L + smax - 1)
+    k = A / (b - A)
+    loc = (1 - b) * (1 - torch.arange(L - N, L, dtype=torch.float64) / (L - 1))            # (N,)
+    E = torch.empty(1, N, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(seed))
+    return loc + b * (1 - torch.exp(-E / k)), k                                           # (1, N), k
+
+
+def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
+    """commit_key("fht") with the model's seq_len L: T of the N target slots = the last N entries of the
+    L-long schedule (the official compute_first_hitting_times), not a schedule over the N slots."""
+    W, d, P, N, L = 3, 3.0, 4, 24, 40
+    masked = torch.arange(P + N)[None] >= P                                              # (1, P + N)
+    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=L)
+    T, k = official_fht(N, L, W, d, 7)
+    torch.testing.assert_close(-key[:, P:], T, rtol=0, atol=1e-12)
+    assert torch.equal(key[0, :P], torch.arange(P, dtype=torch.float64))                 # the prompt: l2r
+    T_n, k_n = official_fht(N, N, W, d, 7)                                                # the old N-slot schedule
+    assert abs(k - k_n) > 0.01 and not torch.allclose(T, T_n)
+    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7))          # no seq_len: L = N
+    torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
+    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=10)   # N > L: over N
+    torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("commit_order", ["fht", "l2r"])
 def test_commit_order(commit_order):
-    """fht: a step's tokens enter the cache by decreasing first-hitting time, T drawn once from the schedule
-    with max 2W over the N target slots and the model's d; l2r: by position."""
-    cfg, W, P, N = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24
+    """fht: a step's tokens enter the cache by decreasing first-hitting time, T drawn once: the last N entries
+    of the schedule over the model's L positions, with max 2W and the model's d; l2r: by position."""
+    cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24, 40
     spy = Spy(tiny_model(12), W)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
     sd.generate(spy, prompt, cfg, max_new_tokens=N, threshold=0.05, generator=torch.Generator().manual_seed(7),
-                commit_order=commit_order)
-    T = sd.first_hitting_times(1, N, 2 * W, torch.Generator().manual_seed(7), d=cfg.smax / 2)[0]   # (N,)
+                commit_order=commit_order, seq_len=L)
+    T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0]                                     # (N,)
     key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
     multi = [c for c in spy.commits if len(c) > 1]
     assert multi and all(c == sorted(c, key=key) for c in spy.commits)
