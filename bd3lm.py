@@ -14,7 +14,9 @@ Limits: S = 1 gives AR's attention pattern (each query sees the strict clean pre
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
 Differences from the official code: batched generation aligns each row's blocks to its own positions by
-left-padding it to a multiple of S (the official sampler runs batch size 1).
+left-padding it to a multiple of S (the official sampler runs batch size 1). The sampler generates
+max_new_tokens new tokens; the official (align_inputs_to_blocks) counts them from the start of the block
+holding the prompt's end, p mod S fewer: generate(official_blocks=True) does the same.
 """
 import math
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ import torch
 
 import sampling
 from ar import defaults, finish, padded, trim
-from mdlm import block_canvas, decode, masked_nll, objective, standard
+from mdlm import block_canvas, decode, masked_nll, objective, official_count, standard
 from model import layout_mask
 
 
@@ -117,16 +119,21 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
 
 @torch.no_grad()
 def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, options=None):
+             temperature=0.0, generator=None, stop=None, options=None, official_blocks=False):
     """Block by block: inside a block, steps of the confidence rule with the block's queries attending to
     the cache and to their own block; a finished block is committed to the KV cache by the next block's
     first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
     prompt are infilled block by block too (a block sees only the blocks to its left). options: a
-    sampling.SamplerOptions."""
+    sampling.SamplerOptions.
+
+    official_blocks=True: the official align_inputs_to_blocks count for released checkpoints: max_new_tokens
+    counts from the start of the block holding the prompt's end (mdlm.official_count), so p mod S fewer new
+    tokens; the rest of the output stays [MASK]. Off (default): N new tokens."""
     B, P = prompt.shape
     S, N, dev = cfg.block_size, max_new_tokens, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)      # (B, C)
-    C = tokens.shape[1]
+    gen = official_count(real, new, S) if official_blocks else real                       # (B, C) to decode
+    C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
     blk = torch.arange(C, device=dev) // S                                                # block of a column
     cols = torch.arange(C, device=dev)
 
@@ -135,7 +142,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
         return m | (cols[lo:e, None] == cols[None, :e])                                   # (B, 1, e-lo, e)
 
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
-    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
+    track = sampling.start(options, tokens, gen, cfg.mask_id, temperature)
     if F > 0:                                                    # prompt blocks before the first new token
         model(tokens[:, :F], pos[:, :F], block_mask(0, F), cache, last=1)
         cache.commit(F)
@@ -143,10 +150,10 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
-    for s in range(F, C, S):
+    for s in range(F, E, S):
         e = s + S
         while True:
-            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]         # (B, S)
+            cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]          # (B, S)
             if not cand.any():
                 break
             lo = cache.length                                    # < s: earlier blocks still to commit

@@ -16,8 +16,11 @@ position the reveal order is uniformly random, which is MDLM (paper §3, "unifor
 order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
 Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
 a full bidirectional forward per step, no KV cache.
-Differences from the official code: none intended. The sampler's canvas ends with the block holding the
-last of max_new_tokens (the official pads it to the context length with [MASK]).
+Differences from the official code: the sampler generates max_new_tokens new tokens and its canvas ends with
+the block holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the
+block holding the prompt's end (p mod block fewer) and pads the canvas to the context length with [MASK],
+which its bidirectional forward attends to: generate(official_blocks=True, seq_len=L) does the same. With
+p + N > L the official slides an L-wide window; ours attends to the whole canvas.
 
 The confidence decoding rule (`decode`), the SUBS helpers and the block-aligned canvas (`block_canvas`)
 defined here are shared by bd3lm.py and setdiffusion.py.
@@ -165,6 +168,15 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     return tokens, real, rel.clamp(min=0), F, new
 
 
+def official_count(real, new, S: int):
+    """real (B, C) cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S) blocks from the
+    start of the block holding each row's first new token, so a prompt of length p gets N - (p mod S) new
+    tokens when S divides N (min(S floor(p/S) + S ceil(N/S), p + N) - p in general)."""
+    N = new.shape[1]
+    end = torch.minimum(new[:, :1] // S * S + math.ceil(N / S) * S, new[:, :1] + N)     # (B, 1) first column after
+    return real & (torch.arange(real.shape[1], device=real.device) < end)
+
+
 def standard(prompt, tokens, step, new, real):
     """Back from block_canvas to the layout every sampler returns: [left-padded prompt | N new] (B, P + N);
     the prompt's part is read from the canvas too, so [MASK]s infilled inside the prompt come back filled."""
@@ -176,29 +188,56 @@ def standard(prompt, tokens, step, new, real):
             torch.cat([torch.where(vis, step.gather(1, src), -1), step.gather(1, new)], 1))
 
 
+def official_canvas(tokens, real, seq_len: int, mask_id: int):
+    """The official MDLM canvas: each row's [prompt | N new] padded with [MASK] to seq_len columns, all of
+    them attended to. Returns tokens, pos, seen (B, C'), the columns every query attends to."""
+    B, C = tokens.shape
+    off = real.float().argmax(1, keepdim=True)                                  # (B, 1) first real column
+    width = real.sum(1, keepdim=True).clamp(min=seq_len)                        # (B, 1) max(p + N, L)
+    C2 = max(C, int((off + width).max()))
+    rel = torch.arange(C2, device=tokens.device) - off                          # (B, C') position of a column
+    tokens = torch.nn.functional.pad(tokens, (0, C2 - C), value=mask_id)
+    return tokens, rel.clamp(min=0), (rel >= 0) & (rel < width)
+
+
 @torch.no_grad()
 def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, block=32, options=None):
+             temperature=0.0, generator=None, stop=None, block=32, options=None, official_blocks=False,
+             seq_len=None):
     """Semi-autoregressive: decode blocks of `block` positions left to right, aligned to multiples of `block`
     (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a block,
     one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
     [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
-    the visible tokens right of them count). options: a sampling.SamplerOptions."""
+    the visible tokens right of them count). options: a sampling.SamplerOptions.
+
+    official_blocks=True: the official layout for released checkpoints. max_new_tokens counts from the start
+    of the block holding the prompt's end (official_count: p mod block fewer new tokens, the rest of the
+    output stays [MASK]), and the canvas is padded with [MASK] to the context length seq_len (required),
+    every column attended to. Off (default): N new tokens, the canvas ends with the block holding the last."""
     B, P = prompt.shape
     N, dev = max_new_tokens, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
-    C = int(real.any(0).nonzero().max()) + 1                   # no cache here: drop columns no row uses
-    tokens, real, pos = tokens[:, :C], real[:, :C], pos[:, :C]
-    mask = with_padding(attention_mask(C, dev), ~real)                             # (B, 1, C, C)
-    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
+    if official_blocks:
+        if seq_len is None:
+            raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the context length")
+        tokens, pos, seen = official_canvas(tokens, real, seq_len, cfg.mask_id)   # (B, C')
+        real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
+        gen = official_count(real, new, block)                 # (B, C') the columns decoded: fewer new tokens
+    else:
+        C = int(real.any(0).nonzero().max()) + 1               # no cache here: drop columns no row uses
+        tokens, real, pos = tokens[:, :C], real[:, :C], pos[:, :C]
+        seen = gen = real
+    C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
+    mask = with_padding(attention_mask(C, dev), ~seen)                             # (B, 1, C, C)
+    track = sampling.start(options, tokens, gen, cfg.mask_id, temperature)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
-    for s in range(F, C, block):
-        e = min(s + block, C)
+    for s in range(F, E, block):
+        e = min(s + block, E)
         while True:
-            cand = (tokens[:, s:e] == cfg.mask_id) & real[:, s:e] & ~done[:, None]    # (B, e-s)
+            cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
             if not cand.any():
                 break
             logits = model(tokens, pos, mask, last=C - s)[:, :e - s]                 # (B, e-s, V)

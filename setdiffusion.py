@@ -24,7 +24,9 @@ one schedule (no stagger), all orders would be equally likely: MDLM's order-agno
 sets whose members attend to each other: BD3-LM.
 Differences from the official code: the sampler runs a batch (each row its own window; the official asserts
 batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left crop).
-With commit_order="fht" a batch draws T over the longest row's N target slots.
+With commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
+schedule over the model's seq_len positions as the official (over N positions when N > L, where the official
+has no schedule, or when no seq_len is given).
 """
 import math
 from dataclasses import dataclass

@@ -12,7 +12,7 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from test_all import MASK, V, causal, tiny_model
+from test_all import MASK, V, Jitter, causal, tiny_model
 
 
 class PositionOnly(torch.nn.Module):
@@ -261,3 +261,62 @@ def test_trailing_padding_changes_no_loss(name):
                                mod.loss(model, wide[0], cfg, *wide[1:], **kw_wide)[0])
     for a, b in zip(mod.nll(model, x0, cfg, prompt_mask, pad_mask, **kw), mod.nll(model, wide[0], cfg, *wide[1:], **kw_wide)):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
+def test_official_blocks_count_new_tokens_from_the_prompt_end_block(name):
+    """official_blocks (align_inputs_to_blocks): N counted from the start of the block holding the prompt's
+    end, so a prompt of length p gets N - (p mod S) new tokens, the rest of [p | N] left [MASK]; with p a
+    multiple of S (and, for MDLM, p + N = L: no padding) both settings give the same tokens and steps."""
+    mod = {"mdlm": mdlm, "bd3lm": bd3lm}[name]
+    cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
+    S, N, model = 4, 8, Jitter(tiny_model(16))
+    kw = {"block": S} if name == "mdlm" else {}
+    official = {"official_blocks": True, **({"seq_len": 24} if name == "mdlm" else {})}
+    g = torch.Generator().manual_seed(2)
+    lens = [6, 8, 5]
+    batch = torch.randint(0, MASK, (3, 8), generator=g)
+    prompt_mask = torch.arange(8)[None] >= torch.tensor([[8 - p] for p in lens])          # left-padded
+    tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, threshold=0.5, **kw, **official)
+    assert tokens.shape == (3, 8 + N) and stats["n_gen"].tolist() == [N - p % S for p in lens] == [6, 8, 7]
+    for row, n in zip(tokens, stats["n_gen"].tolist()):
+        assert not (row[8:8 + n] == MASK).any() and (row[8 + n:] == MASK).all()
+    ours = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, threshold=0.5, **kw)[1]
+    assert ours["n_gen"].tolist() == [N] * 3
+    prompt = batch[1:2]                                                                    # p = 8 = 2 S
+    if name == "mdlm":
+        official["seq_len"] = 8 + N
+    a, sa = mod.generate(model, prompt, cfg, max_new_tokens=N, threshold=0.5, **kw, **official)
+    b, sb = mod.generate(model, prompt, cfg, max_new_tokens=N, threshold=0.5, **kw)
+    assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
+
+
+def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
+    """official_blocks MDLM = a naive loop on the official canvas: [prompt | [MASK] * (L - p)], every column
+    attended to, blocks of S from S floor(p/S), ceil(N/S) of them, cut at p + N."""
+    S, N, L, P = 4, 8, 20, 6
+    model, cfg = Jitter(tiny_model(17), 3), mdlm.MDLMConfig(MASK)
+    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
+    seen = []
+
+    def spy(idx, pos=None, mask=None, cache=None, last=None):                              # the canvas each step
+        seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
+        return model(idx, pos, mask, cache, last)
+    tokens, stats = mdlm.generate(spy, prompt, cfg, max_new_tokens=N, threshold=0.5, block=S,
+                                  official_blocks=True, seq_len=L)
+    assert seen and all(s == (L, True, list(range(L))) for s in seen)                       # padded and attended
+    x = torch.cat([prompt, torch.full((1, L - P), MASK)], 1)                               # (1, L)
+    F = P // S * S
+    end = min(F + math.ceil(N / S) * S, P + N)
+    nfe = 0
+    for s in range(F, end, S):
+        e = min(s + S, end)
+        while (x[:, s:e] == MASK).any():
+            logits = model(x, torch.arange(L)[None], torch.ones(L, L, dtype=torch.bool))[:, s:e]
+            y, dec = mdlm.decode(logits, x[:, s:e] == MASK, MASK, 0.5)
+            x[:, s:e] = torch.where(dec, y, x[:, s:e])
+            nfe += 1
+    assert end - P == N - P % S == 6 and stats["n_gen"].item() == 6 and stats["nfe"] == nfe
+    assert torch.equal(tokens, x[:, :P + N])
+    with pytest.raises(ValueError, match="seq_len"):
+        mdlm.generate(model, prompt, cfg, max_new_tokens=N, block=S, official_blocks=True)
