@@ -219,7 +219,8 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
     if official_blocks:
         if seq_len is None:
-            raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the context length")
+            raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the "
+                             "context length")
         tokens, pos, seen = official_canvas(tokens, real, seq_len, cfg.mask_id)   # (B, C')
         real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
         gen = official_count(real, new, block)                 # (B, C') the columns decoded: fewer new tokens

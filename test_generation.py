@@ -3,6 +3,7 @@ tiny checkpoints and tiny data files in the real formats (offline): python -m py
 import csv
 import dataclasses
 import json
+import math
 import os
 
 import pytest
@@ -80,6 +81,34 @@ def test_cnndm_stop_rule_and_rouge():
     with pytest.raises(FileNotFoundError, match="parquet"):
         cnndm.load("test", "/nonexistent", TOK)
 
+
+
+@needs_rouge
+def test_cnndm_corpus_scores_on_literal_strings():
+    """corpus_scores = the official seq2seq_eval metrics, by hand. ROUGE (bootstrap mid F over 2 examples =
+    their mean): "the cat sat" vs "the cat sat on the mat": P 1, R 1/2 -> F 2/3 (ROUGE-1, L, Lsum); bigrams
+    P 1, R 2/5 -> F 4/7; the other pair shares nothing. Lsum splits sentences at newlines: "a b\nc d" vs
+    "c d\na b" has LCS 2 of 4 (L: F 1/2) but every sentence matched (Lsum: F 1). BLEU is corpus-level: all
+    n-gram precisions 1, brevity penalty exp(1 - 11/10) over both pairs (the per-pair mean would be higher);
+    the first corpus has no 4-gram in its predictions, so BLEU 0 (no effective order, as evaluate's default)."""
+    preds = ["Summary: the cat sat<|endoftext|>junk", "x y"]
+    refs = ["the cat sat on the mat", "a b c"]
+    got = cnndm.corpus_scores(preds, refs)
+    want = {"rouge1": (2 / 3) / 2, "rouge2": (4 / 7) / 2, "rougeL": (2 / 3) / 2, "rougeLsum": (2 / 3) / 2}
+    assert {k: got[k] for k in want} == pytest.approx(want)
+    lsum = cnndm.corpus_scores(["c d\na b"], ["a b\nc d"])
+    assert (lsum["rougeL"], lsum["rougeLsum"]) == pytest.approx((0.5, 1.0))
+    assert cnndm.SCORES["rougeLsum"]("c d\na b", "a b\nc d") == pytest.approx(1.0)       # per example too
+    bleu = cnndm.corpus_scores(["the cat sat on the mat", "x y z w"], ["the cat sat on the mat today", "x y z w"])
+    try:
+        import sacrebleu  # noqa: F401
+    except ImportError:
+        assert "bleu" not in bleu and "bleu" not in got                                    # optional package
+        return
+    assert bleu["bleu"] == pytest.approx(100 * math.exp(1 - 11 / 10))
+    one = cnndm.corpus_scores(["the cat sat on the mat"], ["the cat sat on the mat today"])["bleu"]
+    assert one == pytest.approx(100 * math.exp(1 - 7 / 6)) and got["bleu"] == pytest.approx(0.0)
+    assert cnndm.corpus_scores([], []) == {}
 
 def test_cnndm_official_options_are_threaded_to_the_sampler():
     opt = generation.options_for("cnndm", TOK, "setdiffusion")

@@ -10,12 +10,16 @@ tokens and the cut text decoded back, so re-encoding the cut word may move a bou
 cnndm_generate_target_prompt = false path) and a generated "Summary:" is stripped before scoring, as
 `strip_generated_target_prompt` does.
 
-Scores: ROUGE-1/2/L F-measures (the `rouge-score` package, the one Hugging Face `evaluate`'s "rouge" wraps,
-no stemming as its default), averaged over examples by eval.py. Stop rule: the official regex stop uses the
-YAML value `r'<|endoftext|>'`, a plain scalar, so the pattern is the string r'<|endoftext|>' itself: the
-alternation of `r'<`, `endoftext` and `>'`; with num_matches 3 over prompt + reply and the prompt's BOS and
-EOS giving two "endoftext" matches, it fires at the first generated <|endoftext|> (or at a literal `r'<` or
-`>'` in the reply). `is_finished` counts the same matches in the reply.
+Scores: ROUGE-1/2/L/Lsum F-measures per example (SCORES: the `rouge-score` package, the one Hugging Face
+`evaluate`'s "rouge" wraps, no stemming as its default), averaged over examples by eval.py. The official
+seq2seq_eval reports corpus-level numbers, which `corpus_scores` computes over all completions: ROUGE as
+`evaluate`'s "rouge" (rouge_score's BootstrapAggregator, mid F-measure: the median of 1000 bootstrap means,
+close to the per-example mean), BLEU as its "sacrebleu" (sacrebleu.corpus_bleu, 13a tokens, exp smoothing,
+0-100; an optional package). The official METEOR (nltk with its WordNet data, a download) is not computed.
+Stop rule: the official regex stop uses the YAML value `r'<|endoftext|>'`, a plain scalar, so the pattern is
+the string r'<|endoftext|>' itself: the alternation of `r'<`, `endoftext` and `>'`; with num_matches 3 over
+prompt + reply and the prompt's BOS and EOS giving two "endoftext" matches, it fires at the first generated
+<|endoftext|> (or at a literal `r'<` or `>'` in the reply). `is_finished` counts the same matches in the reply.
 """
 import glob
 import os
@@ -97,7 +101,7 @@ def require_rouge():
 
 
 def rouge(kind: str):
-    """A scorer completion, reference -> ROUGE F-measure of `kind` (rouge1, rouge2, rougeL)."""
+    """A scorer completion, reference -> ROUGE F-measure of `kind` (rouge1, rouge2, rougeL, rougeLsum)."""
     def score(completion: str, answer: str) -> float:
         require_rouge()
         from rouge_score import rouge_scorer
@@ -122,4 +126,34 @@ def is_finished(completion: str) -> bool:
     return len(re.findall(STOP_PATTERN, completion)) >= 1
 
 
-SCORES = {"rouge1": rouge("rouge1"), "rouge2": rouge("rouge2"), "rougeL": rouge("rougeL")}
+SCORES = {"rouge1": rouge("rouge1"), "rouge2": rouge("rouge2"), "rougeL": rouge("rougeL"),
+          "rougeLsum": rouge("rougeLsum")}
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+def corpus_scores(completions: list[str], answers: list[str], seed: int = 0) -> dict:
+    """The official seq2seq_eval metrics over a whole test set (completions as generated, answers the
+    references): {"rouge1", "rouge2", "rougeL", "rougeLsum"} as Hugging Face evaluate's "rouge" (no stemmer,
+    rouge_score's BootstrapAggregator, mid F-measure; its numpy resampling seeded with `seed` here, unseeded in
+    the official), and "bleu" as its "sacrebleu" (corpus BLEU, 0-100), left out without the sacrebleu package.
+    Summaries are cut as SCORES cuts them (strip_target_prompt). METEOR is not computed."""
+    if not completions:
+        return {}
+    require_rouge()
+    import numpy as np
+    from rouge_score import rouge_scorer, scoring
+    predictions = [strip_target_prompt(c) for c in completions]
+    scorer, aggregator = rouge_scorer.RougeScorer(list(ROUGE_TYPES)), scoring.BootstrapAggregator()
+    for pred, ref in zip(predictions, answers):
+        aggregator.add_scores(scorer.score(ref, pred))
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        result = {k: float(v.mid.fmeasure) for k, v in aggregator.aggregate().items()}
+    finally:
+        np.random.set_state(state)
+    try:
+        import sacrebleu
+    except ImportError:
+        return result
+    return {**result, "bleu": float(sacrebleu.corpus_bleu(predictions, [list(answers)], smooth_method="exp").score)}
