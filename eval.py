@@ -14,6 +14,7 @@ Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstori
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -74,9 +75,22 @@ def stop_rule(tok, task, prompt_mask, eos=False, **opts):
     return stop
 
 
+def pad_prompts(tok, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt batch of token id lists, as data.encode_prompts makes of strings."""
+    P = max(len(i) for i in ids)
+    prompt = torch.full((len(ids), P), tok.pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros(len(ids), P, dtype=torch.bool)
+    for b, row in enumerate(ids):
+        if row:
+            prompt[b, P - len(row):], prompt_mask[b, P - len(row):] = torch.tensor(row), True
+    return prompt, prompt_mask
+
+
 def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, stop_opts=None, **kw):
-    """Generate replies to a list of prompt strings. Returns completions, stats and seconds."""
-    prompt, prompt_mask = (t.to(device) for t in encode_prompts(tok, prompts))
+    """Generate replies to a list of prompts: strings (special-token text encoded as the token), or token id
+    lists (sample.py's, encoded as it chose). Returns completions, stats and seconds."""
+    batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else encode_prompts(tok, prompts)
+    prompt, prompt_mask = (t.to(device) for t in batch)
     stop = stop_rule(tok, task, prompt_mask, eos=method.__name__ == "ar", **(stop_opts or {}))
     g = torch.Generator(device=device).manual_seed(seed)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
@@ -132,40 +146,92 @@ def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batc
 
 def evaluate_throughput(model, method, cfg, tok, task, examples, config, device, warmup=5, batch_size=16,
                         max_new_tokens=64, stop_opts=None, **kw):
-    """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), then at batch_size."""
+    """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), then at batch_size.
+    A progress bar on stderr when it is a terminal (the run takes a minute or so)."""
+    from tqdm import tqdm
     kw = {**sampler_kwargs(config["method"], **kw), "stop_opts": stop_opts}
     prompts = [e["prompt"] for e in examples]
-    for p in prompts[:warmup]:
-        generate(model, method, cfg, tok, task, [p], device, max_new_tokens, **kw)
+    if len(prompts) <= warmup:
+        raise ValueError(no_examples_left(warmup, len(prompts)))
     rates, steps, nfe = [], [], 0
-    for j, p in enumerate(prompts[warmup:]):
-        _, stats, sec = generate(model, method, cfg, tok, task, [p], device, max_new_tokens, seed=j, **kw)
-        rates.append(int(stats["n_gen"].sum()) / sec)
-        steps.append(stats["tokens_per_step"])
-        nfe += stats["nfe"]
     measured = prompts[warmup:]
-    for _ in range(2):                          # the first batched call warms up (and compiles) that shape
-        _, stats, sec = generate(model, method, cfg, tok, task, measured[:batch_size], device, max_new_tokens, **kw)
+    with tqdm(total=len(prompts) + 2, desc="throughput", unit="run", file=sys.stderr, disable=None,
+              dynamic_ncols=True) as bar:
+        for p in prompts[:warmup]:
+            generate(model, method, cfg, tok, task, [p], device, max_new_tokens, **kw)
+            bar.update()
+        for j, p in enumerate(measured):
+            _, stats, sec = generate(model, method, cfg, tok, task, [p], device, max_new_tokens, seed=j, **kw)
+            rates.append(int(stats["n_gen"].sum()) / sec)
+            steps.append(stats["tokens_per_step"])
+            nfe += stats["nfe"]
+            bar.update()
+        for _ in range(2):                      # the first batched call warms up (and compiles) that shape
+            _, stats, sec = generate(model, method, cfg, tok, task, measured[:batch_size], device, max_new_tokens,
+                                     **kw)
+            bar.update()
     mean = sum(rates) / len(rates)
     return {"tokens_per_s": mean, "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / len(rates)) ** 0.5,
             "tokens_per_step": sum(steps) / len(steps), "nfe": nfe, "n": len(rates),
             "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured[:batch_size])}
 
 
-def check_threshold(tau: float) -> float:
-    """A confidence threshold must be in (0, 1] or inf (one token per step)."""
+# ----------------------------------------------------------------------------- range checks of shared flags
+# One place for the checks of the sampler and batch flags that eval.py, sample.py and train.py share. Each
+# raises ValueError with one line that names the flag (the scripts print it as `error: ...`, exit code 1).
+
+def check_threshold(tau: float, name: str = "--threshold") -> float:
+    """A confidence threshold must be in (0, 1] or inf (one token per step). name: where the value came from."""
     if not (0 < tau <= 1 or tau == math.inf):
-        raise ValueError(f"--threshold {tau}: a confidence threshold must be in (0, 1], or inf for one token per step")
+        raise ValueError(f"{name} {tau}: a confidence threshold must be in (0, 1], or inf for one token per step")
     return tau
 
 
-def check_window(window: int, method_name: str, cfg) -> int:
+def check_window(window: int, method_name: str, cfg, name: str = "--window") -> int:
     """Set Diffusion's window must be in [1, smax] (0 = the default smax / 2); other methods have none."""
     if window and method_name != "setdiffusion":
-        raise ValueError(f"--window {window}: only Set Diffusion has a window")
+        raise ValueError(f"{name} {window}: only Set Diffusion has a window")
     if window and not 1 <= window <= cfg.smax:
-        raise ValueError(f"--window {window}: the window must be in [1, smax={cfg.smax}]")
+        raise ValueError(f"{name} {window}: the window must be in [1, smax={cfg.smax}]")
     return window
+
+
+def check_positive(name: str, value: int) -> int:
+    """A count that must be at least 1: --batch-size, -n, --mdlm-block, --max-new-tokens of an evaluation, ..."""
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def check_nonnegative(name: str, value: int, zero: str = "") -> int:
+    """A count that may be 0 (zero: what 0 means, shown in the message, e.g. "0 = all")."""
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more{f' ({zero})' if zero else ''}, got {value}")
+    return value
+
+
+def check_temperature(t: float, name: str = "--temperature") -> float:
+    """A sampling temperature: a finite number >= 0 (0 = greedy)."""
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"{name} {t}: the temperature must be a finite number >= 0 (0 = greedy)")
+    return t
+
+
+def check_output_file(path: str, flag: str = "--json") -> str:
+    """An output file that will be written at the end: its folder must exist and be writable now."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path} is a folder: give a file name in it")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: the folder {folder} is not writable")
+    return path
+
+
+def no_examples_left(warmup: int, n: int) -> str:
+    return (f"--warmup {warmup} leaves no example to measure: only {n} example(s) are evaluated; "
+            f"raise --limit above --warmup (or lower --warmup)")
 
 
 def speed_args(p):
@@ -222,13 +288,32 @@ def get_args(argv=None):
     return args
 
 
+def check_args(args):
+    """The range checks of eval.py's flags, before anything is loaded (ValueError: one line)."""
+    check_positive("--batch-size", args.batch_size)
+    check_positive("--mdlm-block", args.mdlm_block)
+    check_nonnegative("--limit", args.limit, "0 = all")
+    check_nonnegative("--warmup", args.warmup)
+    check_temperature(args.temperature)
+    if args.max_new_tokens is not None:
+        check_positive("--max-new-tokens", args.max_new_tokens)
+    if args.threshold is not None:
+        check_threshold(args.threshold)
+    if args.json:
+        check_output_file(args.json)
+
+
 def main(argv=None):
     args = get_args(argv)
     if args.summarize:
-        paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
-        return results.summarize(args.summarize, args.out, args.plot, paper)
-    device = checkpoint.pick_device(args.device)
+        try:
+            paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
+            return results.summarize(args.summarize, args.out, args.plot, paper)
+        except (OSError, ValueError) as e:
+            sys.exit(f"error: {e}")
     try:
+        check_args(args)
+        device = checkpoint.pick_device(args.device)   # ValueError: a device not here
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         model = prepare(model, args, device)
         task_name = args.task or config["data"]
@@ -241,12 +326,19 @@ def main(argv=None):
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
         sampler = config.get("sampler", {})
-        threshold = check_threshold(args.threshold if args.threshold is not None else sampler.get("threshold", math.inf))
-        window = check_window(args.window if args.window is not None else sampler.get("window", 0), config["method"], cfg)
+        threshold = check_threshold(args.threshold if args.threshold is not None else
+                                    sampler.get("threshold", math.inf),
+                                    "--threshold" if args.threshold is not None else
+                                    "config.json's sampler.threshold")
+        window = check_window(args.window if args.window is not None else sampler.get("window", 0), config["method"],
+                              cfg, "--window" if args.window is not None else
+                              "config.json's sampler.window")
+        max_new = args.max_new_tokens if args.max_new_tokens is not None else sampler.get("max_new_tokens", 64)
+        examples = examples[:args.limit] if args.limit else examples
+        if task_name == "throughput" and len(examples) <= args.warmup:
+            raise ValueError(no_examples_left(args.warmup, len(examples)))
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    max_new = args.max_new_tokens or sampler.get("max_new_tokens", 64)
-    examples = examples[:args.limit] if args.limit else examples
     kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
               commit_order=args.commit_order, options=generation.options_for(data_name, tok, config["method"]))
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
@@ -267,19 +359,30 @@ def main(argv=None):
         m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
                               max_new_tokens=max_new, seed=args.seed, stop_opts=stop_opts, **kw)
         m.pop("completions")
-    report(args, config, task_name, m, threshold, window)
+    window = window or (cfg.smax // 2 if config["method"] == "setdiffusion" else 0)     # the one it ran with
+    report(args, config, task_name, m, threshold, window, sampled=task_name != "likelihood",
+           im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
 
 
-def report(args, config, task_name, m, threshold=math.inf, window=0):
-    """Print the metrics as a markdown row (and write them with --json)."""
+def report(args, config, task_name, m, threshold=math.inf, window=0, sampled=False, im_end=False):
+    """Print the metrics as a markdown row (and write them with --json). The row shows only the sampler settings
+    that apply: none without sampling (sampled=False: likelihood, zero-shot), the threshold for the diffusion
+    methods, window and commit order for Set Diffusion, stop_on_im_end where the task stops on it (im_end).
+    The JSON holds every setting, as before."""
     m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, "window": window,
          "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end, **m}
-    keys = [k for k in m if k != "ckpt"]
+    method = config["method"]
+    applies = {"threshold": sampled and method != "ar", "window": sampled and method == "setdiffusion",
+               "commit_order": sampled and method == "setdiffusion", "stop_on_im_end": sampled and im_end}
+    keys = [k for k in m if k != "ckpt" and applies.get(k, True)]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     print("| " + " | ".join(f"{m[k]:.4g}" if isinstance(m[k], float) else str(m[k]) for k in keys) + " |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(m, f, indent=2)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(m, f, indent=2)
+        except OSError as e:
+            sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); the row above holds the same metrics")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ def evaluate_infill(model, method, cfg, tok, items, config, device, scores, warm
         if len(ex["left"]) + len(ex["span"]) + len(ex["right"]) > config["seq_len"]:
             raise ValueError(f"an example has {len(ex['left']) + len(ex['span']) + len(ex['right'])} tokens with "
                              f"its span, more than the model's context (seq_len={config['seq_len']}): drop it")
+    if len(items) <= warmup:
+        raise ValueError(f"--warmup {warmup} leaves no example to score: only {len(items)} example(s) are "
+                         f"evaluated; raise --limit above --warmup (or lower --warmup)")
     for ex in items[:warmup]:
         infill(model, method, cfg, tok, name, ex, device, options, **kw)
     totals, rates, steps = dict.fromkeys(scores, 0.0), [], []

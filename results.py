@@ -7,6 +7,7 @@
 accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours.
 """
 import json
+import math
 import os
 import sys
 
@@ -20,12 +21,38 @@ def write(lines: list[str], out_md: str) -> str:
     return "\n".join(lines)
 
 
+def read_run(path: str, needs=()) -> dict:
+    """One eval.py --json file as a dict; a ValueError naming the file (one line) when it cannot be read, is not
+    JSON, not a JSON object, or lacks one of the keys `needs`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): pass the files eval.py --json "
+                         f"wrote") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno}): pass the files "
+                         f"eval.py --json wrote") from None
+    except RecursionError:
+        raise ValueError(f"{path} is not an eval.py --json file (nested too deeply)") from None
+    if not isinstance(m, dict):
+        raise ValueError(f"{path} holds a JSON {type(m).__name__}, not the object eval.py --json writes")
+    return check_keys(path, m, needs)
+
+
+def check_keys(path: str, m: dict, keys) -> dict:
+    missing = [k for k in keys if k not in m]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}: not the eval.py --json file of "
+                         f"{'a throughput' if m.get('task') == 'throughput' else 'an accuracy'} run")
+    return m
+
+
 def table(paths: list[str], out_md: str) -> str:
     """One markdown row per eval.py --json file, in the given order; columns = the union of their keys."""
-    runs = []
-    for p in paths:
-        with open(p) as f:
-            runs.append(json.load(f))
+    runs = [read_run(p) for p in paths]
     keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
@@ -38,16 +65,21 @@ def summarize(paths, out_md, out_png=None, paper=None):
     speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
     numbers stand beside ours."""
     rows = {}
+    order = ["ar", "mdlm", "bd3lm", "setdiffusion"]
     for path in paths:
-        with open(path) as f:
-            m = json.load(f)
+        m = read_run(path, ("task", "model", "ckpt"))
+        check_keys(path, m, ("tokens_per_s", "tokens_per_s_std") if m["task"] == "throughput"
+                   else ("accuracy", "tokens_per_step"))
+        tau = m.get("threshold", math.inf)
+        if m["model"] not in order or not isinstance(m["ckpt"], str) or not isinstance(tau, (int, float)):
+            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, threshold {tau!r}: not an eval.py "
+                             f"--json file of an accuracy or throughput run")
         label = m["ckpt"] if ":" in m["ckpt"] else os.path.basename(m["ckpt"].rstrip("/"))
-        row = rows.setdefault((label, m["threshold"]), {"ckpt": label, "model": m["model"], "tau": m["threshold"]})
+        row = rows.setdefault((label, tau), {"ckpt": label, "model": m["model"], "tau": tau})
         if m["task"] == "throughput":
             row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"])
         else:
             row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
-    order = ["ar", "mdlm", "bd3lm", "setdiffusion"]
     rows = sorted(rows.values(), key=lambda r: (order.index(r["model"]), r["ckpt"], -r["tau"]))
     ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
     nan = float("nan")
@@ -82,10 +114,14 @@ def summarize(paths, out_md, out_png=None, paper=None):
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()
+        os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
         fig.savefig(out_png, dpi=120)
 
 
 if __name__ == "__main__":     # python results.py OUT.md A.json B.json ...
     if len(sys.argv) < 3:
         sys.exit("usage: python results.py OUT.md RUN.json [RUN.json ...]")
-    print(table(sys.argv[2:], sys.argv[1]))
+    try:
+        print(table(sys.argv[2:], sys.argv[1]))
+    except (OSError, ValueError) as e:
+        sys.exit(f"error: {e}")

@@ -1,0 +1,172 @@
+"""Bad input to sample.py and eval.py (and eval.py --summarize) gets one clear line, `error: ...` with exit code 1,
+before any work is done; one test per class of failure (docs: /work/shared/reference/bad_inputs.md rows F, Q, PF,
+E). python -m pytest -q test_inputs_cli.py
+"""
+import json
+import shutil
+
+import pytest
+import torch
+
+import eval as evaluate
+import sample
+import train
+
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
+        "--max-new-tokens", "8", "--warmup", "1", "--max-iters", "1"]
+SEQ_LEN = 128                                                     # the arith task's context
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpts")
+    for name in ("setdiffusion", "ar"):
+        train.main(["--model", name, "--out-dir", str(root / name), *TINY])
+    return root
+
+
+def error_of(main, argv) -> str:
+    """The one line main(argv) exits with (asserted: exit code 1 via `error: ...`, one line)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("sample", ["--max-new-tokens", "-5"], "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got -5"),
+    ("sample", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    ("sample", ["--batch-size", "-1"], "--batch-size must be at least 1, got -1"),
+    ("sample", ["--unconditional", "-n", "0"], "-n must be at least 1, got 0"),
+    ("sample", ["--unconditional", "-n", "-3"], "-n must be at least 1, got -3"),
+    ("eval", ["--limit", "-1"], "--limit must be 0 or more (0 = all), got -1"),
+    ("eval", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    ("eval", ["--mdlm-block", "0"], "--mdlm-block must be at least 1, got 0"),
+    ("eval", ["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
+    ("eval", ["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+])
+def test_counts_out_of_range(ckpts, capsys, script, flags, message):
+    """Rows F7-F9, E15, E16, E1-E3, E6: a count out of range is refused before the checkpoint is loaded."""
+    main = sample.main if script == "sample" else evaluate.main
+    assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
+    assert capsys.readouterr().out == ""                                          # nothing ran
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("sample", ["--temperature", "nan"], "--temperature nan: the temperature must be a finite number >= 0 (0 = greedy)"),
+    ("eval", ["--temperature", "inf"], "--temperature inf: the temperature must be a finite number >= 0 (0 = greedy)"),
+    ("eval", ["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one "
+                                     "token per step"),
+])
+def test_non_finite_sampler_floats(ckpts, script, flags, message):
+    """Row F11: NaN passed `t >= 0`-style checks and was taken as greedy."""
+    main = sample.main if script == "sample" else evaluate.main
+    assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
+
+
+def test_threshold_from_config_is_blamed_on_config(ckpts, tmp_path):
+    """Row T1's second half: a bad sampler.threshold stored in config.json is not blamed on a --threshold never
+    passed."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(ckpts / "setdiffusion", ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["sampler"]["threshold"] = 0.0
+    (ckpt / "config.json").write_text(json.dumps(config))
+    assert error_of(evaluate.main, ["--ckpt", str(ckpt), "--limit", "1"]) == (
+        "error: config.json's sampler.threshold 0.0: a confidence threshold must be in (0, 1], or inf for one token "
+        "per step")
+
+
+def test_prompt_and_reply_must_fit_the_context(ckpts):
+    """Rows F18, F19, Q8: prompt + --max-new-tokens past seq_len, and {mask:N} checked before the masks are made."""
+    ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", "abc"]
+    for n in ("1000000000", "500"):
+        assert error_of(sample.main, [*ckpt, "--max-new-tokens", n]) == (
+            f"error: prompt 1 has 3 tokens, and with --max-new-tokens {n} that is {int(n) + 3}, more than the model's "
+            f"context (seq_len={SEQ_LEN}): at most {SEQ_LEN - 3} new tokens fit; pass --max-new-tokens {SEQ_LEN - 3} "
+            f"or less, or shorten the prompt")
+    for n in ("99999999999999", "9" * 5000):                 # MemoryError / int()'s digit limit before
+        assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", f"x {{mask:{n}}} y"]) == (
+            f"error: prompt 1 has more than {SEQ_LEN} tokens with its {{mask:{n}}}: more than the model's context "
+            f"(seq_len={SEQ_LEN}); shorten it")
+
+
+def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
+    """Rows PF4, PF5, PF7 (and PF1): each named, one line; /dev/zero is not read forever."""
+    binary = tmp_path / "binary.bin"
+    binary.write_bytes(b"ok\n\xa1\xff\x00")
+    cases = [(binary, f"--prompt-file {binary} is not UTF-8 text (invalid start byte at byte 3): give a text file "
+                      f"of prompts, one per line"),
+             (tmp_path, f"cannot read --prompt-file {tmp_path}: Is a directory"),
+             (tmp_path / "nope.txt", f"cannot read --prompt-file {tmp_path / 'nope.txt'}: No such file or directory"),
+             ("/dev/zero", "--prompt-file /dev/zero is larger than 4 MB: give a text file of prompts, one per line")]
+    for path, message in cases:
+        assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt-file", str(path)]) == \
+            "error: " + message
+
+
+def test_prompt_text_is_plain_text_except_masks(ckpts, monkeypatch, capsys):
+    """Rows Q4, Q10: literal <|endoftext|> stays text; raw bytes from argv (surrogate escapes) reach the byte
+    tokenizer as those bytes, not U+FFFD; <|mask|> and {mask:N} still become [MASK]s."""
+    seen = []
+    real = sample.generate
+    monkeypatch.setattr(sample, "generate", lambda *a, **k: (seen.append(a[5]), real(*a, **k))[1])
+    for prompt, ids in [("A<|endoftext|>B", list(b"A<|endoftext|>B")),
+                        ("\udcff\udcfe x", [0xFF, 0xFE, ord(" "), ord("x")]),     # argv's b"\xff\xfe x"
+                        ("x<|mask|>{mask:2}y", [ord("x"), 257, 257, 257, ord("y")])]:
+        sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", prompt, "--max-new-tokens", "2"])
+        assert seen.pop() == [ids]
+    assert capsys.readouterr().out.startswith("A<|endoftext|>B")                  # echoed as typed
+
+
+@pytest.mark.parametrize("device", ["foo", *([] if torch.cuda.is_available() else ["cuda"])])
+def test_device_not_here(ckpts, device):
+    """Row E11 (and T25's --device foo): one line naming the flag."""
+    for main in (sample.main, evaluate.main):
+        assert error_of(main, ["--ckpt", str(ckpts / "ar"), "--device", device]).startswith(f"error: --device {device}: ")
+
+
+def test_eval_outputs_and_warmup_checked_before_the_evaluation(ckpts, tmp_path, capsys):
+    """Rows E4, E5: --json into a missing folder, or a warm-up that leaves nothing to measure, before any work."""
+    ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--limit", "2"]
+    missing = tmp_path / "no" / "such" / "x.json"
+    cases = [(["--json", str(missing)], f"--json {missing}: the folder {missing.parent} does not exist; create it "
+                                        f"first"),
+             (["--json", str(tmp_path)], f"--json {tmp_path} is a folder: give a file name in it"),
+             (["--task", "throughput", "--warmup", "5"], "--warmup 5 leaves no example to measure: only 2 example(s) "
+                                                         "are evaluated; raise --limit above --warmup (or lower "
+                                                         "--warmup)"),
+             (["--task", "infill", "--warmup", "2"], "--warmup 2 leaves no example to score: only 2 example(s) are "
+                                                     "evaluated; raise --limit above --warmup (or lower --warmup)")]
+    for flags, message in cases:
+        assert error_of(evaluate.main, [*ckpt, *flags]) == "error: " + message
+        assert "|" not in capsys.readouterr().out                                 # no result row: nothing ran
+
+
+def test_summarize_of_a_bad_json_names_the_file(tmp_path):
+    """Rows E7-E9: garbage, a partial run, not an object, a missing file."""
+    files = {"bad.json": "garbage{", "partial.json": '{"task": "arith"}', "list.json": "[1, 2]"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    out = ["--out", str(tmp_path / "p.md")]
+    for name, message in [("bad.json", "is not valid JSON (Expecting value, line 1 column 1): pass the files eval.py "
+                                       "--json wrote"),
+                          ("partial.json", "lacks 'model', 'ckpt': not the eval.py --json file of an accuracy run"),
+                          ("list.json", "holds a JSON list, not the object eval.py --json writes")]:
+        path = tmp_path / name
+        assert error_of(evaluate.main, ["--summarize", str(path), *out]) == f"error: {path} {message}"
+    assert error_of(evaluate.main, ["--summarize", str(tmp_path / "nope.json"), *out]) == \
+        f"error: cannot read {tmp_path / 'nope.json'}: No such file or directory"
+    assert not (tmp_path / "p.md").exists()
+
+
+def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
+    """The issue's friction: no window for AR, no threshold on likelihood, stop_on_im_end only for GSM8K."""
+    heads = {}
+    for name, task in [("ar", "arith"), ("setdiffusion", "arith"), ("setdiffusion", "likelihood")]:
+        evaluate.main(["--ckpt", str(ckpts / name), "--task", task, "--limit", "1", "--max-new-tokens", "4"])
+        heads[name, task] = capsys.readouterr().out.splitlines()[0]
+    assert heads["ar", "arith"].startswith("| task | model | accuracy |")
+    assert heads["setdiffusion", "arith"].startswith("| task | model | threshold | window | commit_order | accuracy |")
+    assert heads["setdiffusion", "likelihood"].startswith("| task | model | nll |")
