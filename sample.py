@@ -16,6 +16,7 @@ prompt; AR continues the left context only, so it refuses such prompts.
 """
 import argparse
 import math
+import os
 import re
 import sys
 
@@ -23,7 +24,8 @@ import checkpoint
 import generation
 import sampling
 from data import get_task, get_tokenizer
-from eval import check_threshold, check_window, generate, prepare, sampler_kwargs, speed_args
+from eval import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window,
+                  generate, prepare, sampler_kwargs, speed_args)
 from sampling import SamplerOptions
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
@@ -42,17 +44,66 @@ def show_order(tok, ids, steps, colour):
     return "".join(out)
 
 
+MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
+
+
 def unconditional(args, model, method, cfg, config, tok, options, device):
     """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
     kw = sampler_kwargs(config["method"], args.threshold, args.window)
     kw.pop("temperature")
-    max_new = args.max_new_tokens or config["seq_len"] - 1
+    max_new = args.max_new_tokens if args.max_new_tokens is not None else config["seq_len"] - 1
+    if max_new < 1:
+        sys.exit(f"error: --unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
+                 f"--max-new-tokens 1 or more (default: seq_len - 1 = {config['seq_len'] - 1})")
+    if 1 + max_new > config["seq_len"]:
+        sys.exit(f"error: --max-new-tokens {max_new} and the BOS token are more than the model's context "
+                 f"(seq_len={config['seq_len']}): at most {config['seq_len'] - 1} new tokens fit")
     texts, rates = generation.unconditional(model, method, cfg, tok, config["method"], args.n, max_new, device,
                                             args.seed, options, **kw)
     for i, text in enumerate(texts):
         print(f"--- sample {i}\n{text}")
     print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
           f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
+
+
+MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")
+
+
+def plain_ids(tok, text: str, raw: bool) -> list[int]:
+    """Token ids of text with no special tokens: special-token text such as <|endoftext|> stays plain text.
+    raw: text came from the command line, where bytes that are not UTF-8 arrive as surrogate escapes; a
+    byte-level tokenizer gets those bytes back (os.fsencode), another tokenizer refuses them."""
+    if tok.name == "bytes":
+        return list(os.fsencode(text) if raw else text.encode("utf-8"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = os.fsencode(text[e.start:e.end])
+        raise ValueError(f"--prompt holds bytes that are not UTF-8 text ({bad.hex(' ')}): the {tok.name} tokenizer "
+                         f"reads text; pass UTF-8") from None
+    if hasattr(tok, "encode_text"):     # data.Tokenizer's ordinary-text encoding (Qwen3: NFC first)
+        return tok.encode_text(text)
+    if hasattr(tok.enc, "encode_ordinary"):
+        return tok.enc.encode_ordinary(text)
+    return tok.encode(text)             # a WordPiece tokenizer: its own rules for special-token text
+
+
+def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> list[int]:
+    """Token ids of prompt k: <|mask|>, the tokenizer's own [MASK] text and {mask:N} become N [MASK] tokens
+    (N checked against the context before any is made); all other text is plain text."""
+    own = getattr(tok, "mask_text", None) or (tok.enc.decode([tok.mask_id]) if hasattr(tok.enc, "encode_ordinary")
+                                              else "")
+    pattern = re.compile(MASKS.pattern + (f"|{re.escape(own)}" if own and own != "<|mask|>" else ""))
+    ids, at = [], 0
+    for m in pattern.finditer(prompt):
+        ids += plain_ids(tok, prompt[at:m.start()], raw)
+        at = m.end()
+        n = 1 if m[1] is None else int(m[1]) if len(m[1]) <= 12 else seq_len + 1
+        if len(ids) + n > seq_len:
+            raise ValueError(f"prompt {k} has more than {seq_len} tokens with its {m[0]}: more than the model's "
+                             f"context (seq_len={seq_len}); shorten it")
+        ids += [tok.mask_id] * n
+    return ids + plain_ids(tok, prompt[at:], raw)
 
 
 def expand_masks(tok, prompt: str) -> str:
@@ -62,18 +113,32 @@ def expand_masks(tok, prompt: str) -> str:
 
 
 def read_prompts(path: str) -> list[str]:
-    """One prompt per line of a text file; a literal \\n in a line stands for a newline."""
-    with open(path, encoding="utf-8") as f:
-        prompts = [line.rstrip("\r\n").replace("\\n", "\n") for line in f if line.strip()]
+    """One prompt per line of a UTF-8 text file of at most MAX_PROMPT_FILE bytes; a literal \\n in a line
+    stands for a newline. Every problem is a ValueError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_FILE + 1)
+    except OSError as e:
+        raise ValueError(f"cannot read --prompt-file {path}: {e.strerror or e}") from None
+    if len(data) > MAX_PROMPT_FILE:
+        raise ValueError(f"--prompt-file {path} is larger than {MAX_PROMPT_FILE >> 20} MB: give a text file of "
+                         f"prompts, one per line")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a text "
+                         f"file of prompts, one per line") from None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
     if not prompts:
         raise ValueError(f"{path} holds no prompt: write one prompt per line")
     return prompts
 
 
-def shown(tok, prompt, stats, b, max_new, order):
-    """Row b as printed: the prompt (its [MASK]s filled in), then the reply up to EOS, steps marked with order."""
+def shown(tok, n, stats, b, max_new, order):
+    """Row b as printed: the prompt of n tokens (its [MASK]s filled in), then the reply up to EOS, steps marked
+    with order."""
     P = stats["tokens"].shape[1] - max_new
-    n = len(tok.encode(prompt))
     ids, steps = [], []
     for j, (i, s) in enumerate(zip(stats["tokens"][b, P - n:].tolist(), stats["step"][b, P - n:].tolist())):
         if j >= n and (i == tok.eos_id or s < 0):
@@ -81,6 +146,29 @@ def shown(tok, prompt, stats, b, max_new, order):
         ids.append(i)
         steps.append(s)
     return show_order(tok, ids, steps, sys.stdout.isatty()) if order else tok.decode(ids)
+
+
+def check_flags(args):
+    """The range checks of sample.py's own flags, before the checkpoint is loaded (ValueError: one line)."""
+    check_positive("--batch-size", args.batch_size)
+    check_positive("-n", args.n)
+    if args.max_new_tokens is not None:
+        check_nonnegative("--max-new-tokens", args.max_new_tokens, "0 = only fill [MASK]s")
+    check_temperature(args.temperature)
+    check_threshold(args.threshold)
+    if args.prompt is not None and args.prompt_file:
+        raise ValueError("give --prompt or --prompt-file, not both")
+
+
+def fit(k: int, n: int, max_new: int, seq_len: int, default: bool):
+    """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
+    if n > seq_len:
+        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
+    if n + max_new > seq_len:
+        flag = (f"--max-new-tokens {max_new}" + (" (the checkpoint's default)" if default else ""))
+        raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
+                         f"model's context (seq_len={seq_len}): at most {seq_len - n} new tokens fit; pass "
+                         f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
 
 
 def main(argv=None):
@@ -108,8 +196,9 @@ def main(argv=None):
                    help="HF repetition penalty (default: 1, or the official 1.05 / AR 1.0 with --unconditional)")
     speed_args(p)
     args = p.parse_args(argv)
-    device = checkpoint.pick_device(args.device)
     try:
+        check_flags(args)
+        device = checkpoint.pick_device(args.device)   # ValueError: a device not here
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         model = prepare(model, args, device)
         tok = get_tokenizer(config["tokenizer"])
@@ -118,38 +207,39 @@ def main(argv=None):
         options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
                                       else args.repetition_penalty)
         sampling.check(options, 1.0 if args.unconditional else args.temperature)
+        check_window(args.window, config["method"], cfg)
         if args.unconditional:
             return unconditional(args, model, method, cfg, config, tok, options, device)
         task = get_task(config["data"], config.get("data_options"))
-        prompts = ([args.prompt.replace("\\n", "\n")] if args.prompt is not None else
-                   read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]])
-        check_threshold(args.threshold)
-        check_window(args.window, config["method"], cfg)
+        seq_len = config["seq_len"]
+        if args.prompt is not None:
+            prompts, raw = [args.prompt.replace("\\n", "\n")], True
+        else:
+            prompts = read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]]
+            raw = False
+        max_new = args.max_new_tokens if args.max_new_tokens is not None else \
+            config.get("sampler", {}).get("max_new_tokens", 64)
+        ids = []
+        for k, prompt in enumerate(prompts, 1):
+            ids.append(prompt_ids(tok, prompt, seq_len, k, raw))
+            fit(k, len(ids[-1]), max_new, seq_len, args.max_new_tokens is None)
+            if tok.mask_id in ids[-1] and config["method"] == "ar":
+                raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
+                                 f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    prompts = [expand_masks(tok, p) for p in prompts]
-    for k, prompt in enumerate(prompts):
-        ids = tok.encode(prompt)
-        if len(ids) >= config["seq_len"]:
-            sys.exit(f"error: prompt {k + 1} has {len(ids)} tokens, more than the model's context "
-                     f"(seq_len={config['seq_len']}); shorten it")
-        if tok.mask_id in ids and config["method"] == "ar":
-            sys.exit(f"error: prompt {k + 1} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
-                     f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else \
-        config.get("sampler", {}).get("max_new_tokens", 64)
     kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,
                         commit_order=args.commit_order, options=options if options != SamplerOptions() else None)
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0
-    for i in range(0, len(prompts), args.batch_size):
-        chunk = prompts[i:i + args.batch_size]
+    for i in range(0, len(ids), args.batch_size):
+        chunk = ids[i:i + args.batch_size]
         _, stats, sec = generate(model, method, cfg, tok, task, chunk, device, max_new, args.seed + i, **kw)
-        for b, prompt in enumerate(chunk):
-            print(("\n" if i + b else "") + shown(tok, prompt, stats, b, max_new, args.show_order))
+        for b, row in enumerate(chunk):
+            print(("\n" if i + b else "") + shown(tok, len(row), stats, b, max_new, args.show_order))
         nfe, n, seconds = nfe + stats["nfe"], n + int(stats["n_gen"].sum()), seconds + sec
         tps += stats["tokens_per_step"] * len(chunk)
-    print(f"\n[{config['method']}] forward passes {nfe} | tokens/step {tps / len(prompts):.2f} | "
-          f"{n} tokens in {seconds:.2f}s = {n / seconds:.1f} tokens/s")
+    print(f"\n[{config['method']}] forward passes {nfe} | tokens/step {tps / len(ids):.2f} | "
+          f"{n} tokens in {seconds:.2f}s = {n / seconds if seconds else 0.0:.1f} tokens/s")
 
 
 if __name__ == "__main__":
