@@ -12,7 +12,9 @@ model decode several tokens per step, out of order inside its window.
 
 Infilling: [MASK] spans written in a prompt, as <|mask|> repeated or the shorthand {mask:N} (N masks), are
 filled in, and the prompt is shown with its gaps filled. Set Diffusion, MDLM and BD3-LM fill masks inside the
-prompt; AR continues the left context only, so it refuses such prompts.
+prompt; AR continues the left context only, so it refuses such prompts. Everything else in a prompt is plain
+text: "<|endoftext|>" typed in a prompt stays those characters. With the byte tokenizer, bytes in --prompt that
+are not UTF-8 reach the model as those bytes. A prompt and --max-new-tokens must fit the model's context (seq_len).
 """
 import argparse
 import math
