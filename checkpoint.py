@@ -6,17 +6,21 @@
     out_dir/train_state.pt      what --resume needs besides: raw weights, optimizer, step (tensors only)
 
 A checkpoint is written whole into out_dir.tmp, then swapped in with two renames, so a kill at any moment
-leaves a complete checkpoint (out_dir, or out_dir.old when the kill fell between the renames; `resolve` finds
-it). Weights load with safetensors and torch.load(weights_only=True) only.
+leaves a complete checkpoint (out_dir, out_dir.tmp or out_dir.old; `resolve` finds the newest), and nothing
+train.py did not write is ever deleted (`claim` refuses such an --out-dir before training). config.json is
+validated before any weight is read (`check_config`). Weights load with safetensors and
+torch.load(weights_only=True) only.
 
 `load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (RELEASED, e.g.
 "gsm8k:setdlm-smax8", "owt:setdlm-smax16"), whose format it converts (`load_released`: Qwen3 backbones, and the
 DiT of the OWT/LM1B models through `from_dit`).
 """
+import dataclasses
 import glob
 import json
 import math
 import os
+import pickle
 import re
 import shutil
 import warnings
@@ -37,12 +41,22 @@ METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3
 
 
 def pick_device(name: str) -> str:
-    """"auto" -> cuda if available, else mps, else cpu; any other name as it is."""
-    if name != "auto":
-        return name
-    if torch.cuda.is_available():
-        return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "cpu"
+    """"auto" -> cuda if available, else mps, else cpu; any other name as it is, once checked (one clear line for
+    a device this machine does not have)."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name}: not a device name; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"--device {name}: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a CPU-only "
+                         f"build or no driver?): use --device cpu or auto")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: MPS is not available here: use --device cpu or auto")
+    return name
 
 
 def weights(model) -> dict:
@@ -61,31 +75,146 @@ def load_weights(model, state: dict):
                          f"unexpected {sorted(unexpected)[:5]}")
 
 
-def save(out_dir: str, model, config: dict, train_state: dict | None = None, eval_model=None):
-    """Write a complete checkpoint atomically. eval_model (e.g. the EMA copy) goes to model.safetensors."""
-    from safetensors.torch import save_file
-    tmp, old = out_dir.rstrip("/") + ".tmp", out_dir.rstrip("/") + ".old"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    save_file(weights(eval_model or model), os.path.join(tmp, "model.safetensors"))
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    if train_state is not None:
-        torch.save({"model": weights(model), **train_state}, os.path.join(tmp, "train_state.pt"))
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(out_dir):
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
+# ----------------------------------------------------------------------------- the checkpoint directory
+# A save writes out_dir.tmp whole (config.json last, so a .tmp holding config.json is complete), marks the
+# current out_dir as train.py's own (SWAP_MARK), renames it to out_dir.old, renames out_dir.tmp to out_dir
+# and deletes the .old. A kill at any moment leaves a complete checkpoint in out_dir, out_dir.tmp or
+# out_dir.old: `newest` finds it, and the next save (or `claim`) finishes the interrupted swap first.
+# Nothing train.py did not write is ever removed: an .old without the mark is a user's.
+FILES = ("config.json", "model.safetensors", "train_state.pt")    # what a checkpoint directory holds
+SWAP_MARK = ".swapping"                                          # "this .old was left by train.py"
+
+
+def siblings(out_dir: str) -> tuple[str, str, str]:
+    out_dir = out_dir.rstrip("/") or "/"
+    return out_dir, out_dir + ".tmp", out_dir + ".old"
+
+
+def complete(d: str) -> bool:
+    return os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "model.safetensors"))
+
+
+def step_of(d: str) -> int:
+    try:
+        with open(os.path.join(d, "config.json")) as f:
+            step = json.load(f).get("step", 0)
+        return step if isinstance(step, int) else 0
+    except (OSError, ValueError, AttributeError):
+        return -1
+
+
+def newest(out_dir: str) -> str | None:
+    """The newest complete checkpoint of out_dir: out_dir itself, or out_dir.tmp (a save killed before its
+    swap, newer), or out_dir.old (a save killed between its two renames); None if there is none."""
+    d, tmp, old = siblings(out_dir)
+    found = [x for x in (d, tmp) if complete(x)] or [x for x in (old,) if complete(x)]
+    return max(found, key=step_of) if found else None       # max keeps out_dir on a tie
 
 
 def resolve(out_dir: str) -> str:
-    """The directory holding the last complete checkpoint written to out_dir, or a clear error."""
-    for d in (out_dir, out_dir.rstrip("/") + ".old"):
-        if os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "model.safetensors")):
-            return d
-    raise FileNotFoundError(f"no checkpoint at {out_dir}: expected a directory with config.json and "
-                            f"model.safetensors (written by train.py --out-dir)")
+    """The directory holding the newest complete checkpoint written to out_dir, or a clear error."""
+    d = newest(out_dir)
+    if d is None:
+        raise FileNotFoundError(f"no checkpoint at {out_dir}: expected a directory with config.json and "
+                                f"model.safetensors (written by train.py --out-dir)")
+    return d
+
+
+def ours(d: str) -> bool:
+    """Whether directory d holds only what train.py writes (an empty directory counts)."""
+    return all(name in FILES or name in (SWAP_MARK, "config.json.part") for name in os.listdir(d))
+
+
+def remove(d: str):
+    """Delete a directory train.py wrote, by renaming it out of the way first (a kill mid-delete leaves only
+    that *.deleting folder, which the next removal clears)."""
+    trash = d + ".deleting"
+    shutil.rmtree(trash, ignore_errors=True)
+    if os.path.isdir(d):
+        os.replace(d, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def swap_in(out_dir: str):
+    """Make out_dir.tmp (complete) the checkpoint: out_dir -> out_dir.old -> deleted."""
+    d, tmp, old = siblings(out_dir)
+    if os.path.isdir(old) and not os.path.exists(os.path.join(old, SWAP_MARK)):
+        raise ValueError(f"{old} exists and was not left by train.py: move it away, or choose another --out-dir")
+    remove(old)
+    if os.path.isdir(d):
+        open(os.path.join(d, SWAP_MARK), "w").close()
+        os.replace(d, old)
+    os.replace(tmp, d)
+    remove(old)
+
+
+def finish_swap(out_dir: str):
+    """Bring out_dir to a clean state after a kill: the newest complete checkpoint in out_dir itself, no .tmp,
+    no .old of ours."""
+    d, tmp, old = siblings(out_dir)
+    if complete(tmp) and (not complete(d) or step_of(tmp) > step_of(d)):
+        swap_in(out_dir)
+    elif os.path.isdir(tmp):
+        remove(tmp)                                      # a save killed half-way
+    if os.path.exists(os.path.join(old, SWAP_MARK)):
+        if not os.path.isdir(d):
+            os.replace(old, d)                           # killed between the renames, with no newer .tmp
+            os.remove(os.path.join(d, SWAP_MARK))
+        else:
+            remove(old)
+    if os.path.isfile(os.path.join(d, SWAP_MARK)):
+        os.remove(os.path.join(d, SWAP_MARK))            # killed after marking, before the rename
+
+
+def claim(out_dir: str, resume: bool):
+    """Before training: check that out_dir can hold our checkpoints, lock it against a second train.py, and
+    finish a swap a kill interrupted. Refuses (ValueError, one line) a file, a directory holding anything
+    train.py did not write, or a user's own out_dir.old / .tmp; an unwritable place fails here, not at the
+    first save. Returns the open lock file: keep it open while training."""
+    d, tmp, old = siblings(out_dir)
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise ValueError(f"--out-dir {d} is a file, not a checkpoint directory: choose another --out-dir")
+    for x, what in ((d, "is not a checkpoint directory written by train.py"), (tmp, "was not written by train.py")):
+        if os.path.isdir(x) and not ours(x):
+            names = sorted(n for n in os.listdir(x) if n not in FILES)
+            raise ValueError(f"{x} {what} (it holds {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}), "
+                             f"and train.py replaces that directory at every save: choose another --out-dir")
+    if os.path.exists(old) and not os.path.exists(os.path.join(old, SWAP_MARK)):
+        raise ValueError(f"{old} exists and was not left by train.py (which uses that name while it swaps in a "
+                         f"checkpoint): move it away, or choose another --out-dir")
+    if resume and newest(d) is None:
+        resolve(d)                                       # the "no checkpoint at" error
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(d)), exist_ok=True)
+        lock = open(d + ".lock", "a")
+    except OSError as e:
+        raise ValueError(f"cannot write checkpoints to --out-dir {d}: {e.strerror or e}") from None
+    try:
+        import fcntl
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:                                  # no fcntl (Windows): no lock
+        pass
+    except OSError:
+        lock.close()
+        raise ValueError(f"another train.py is writing {d} (it holds {d}.lock): wait for it to finish, or "
+                         f"choose another --out-dir") from None
+    finish_swap(d)
+    return lock
+
+
+def save(out_dir: str, model, config: dict, train_state: dict | None = None, eval_model=None):
+    """Write a complete checkpoint atomically. eval_model (e.g. the EMA copy) goes to model.safetensors."""
+    from safetensors.torch import save_file
+    d, tmp, _ = siblings(out_dir)
+    finish_swap(d)
+    os.makedirs(tmp)
+    save_file(weights(eval_model or model), os.path.join(tmp, "model.safetensors"))
+    if train_state is not None:
+        torch.save({"model": weights(model), **train_state}, os.path.join(tmp, "train_state.pt"))
+    with open(os.path.join(tmp, "config.json.part"), "w") as f:
+        json.dump(config, f, indent=2)
+    os.replace(os.path.join(tmp, "config.json.part"), os.path.join(tmp, "config.json"))   # last: complete
+    swap_in(d)
 
 
 def method_of(config: dict):
@@ -105,7 +234,7 @@ def load(path: str, device="cpu"):
         if path not in RELEASED:
             raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)}")
         path = RELEASED[path]
-    local = [d for d in (path, path.rstrip("/") + ".old") if os.path.isfile(os.path.join(d, "config.json"))]
+    local = [d for d in (path, newest(path)) if d and os.path.isfile(os.path.join(d, "config.json"))]
     missing = FileNotFoundError(f"no checkpoint at {path}: expected a directory with config.json and model."
                                 f"safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub repo id")
     if not local and (os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") != 1):
@@ -131,24 +260,100 @@ def load(path: str, device="cpu"):
     return load_released(d, path, config, method, device)
 
 
+def check_fields(cls, values, where: str):
+    """values (a config.json section) must name only fields of the dataclass cls, each of its type: an int
+    (not a bool) for int, a finite number for float, ... A wrong file is one line, not a traceback."""
+    if not isinstance(values, dict):
+        raise ValueError(f"{where} must be an object, got {values!r:.40}")
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    for k, v in values.items():
+        t = types.get(k)
+        if t is None:
+            raise ValueError(f"{where} has an unknown setting {k!r} (known: {', '.join(types)})")
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        ok = {bool: isinstance(v, bool), int: number and isinstance(v, int), str: isinstance(v, str),
+              float: number and math.isfinite(v)}.get(t, True)
+        if not ok:
+            raise ValueError(f"{where}.{k} must be {'a finite number' if t is float else t.__name__}, got {v!r:.40}")
+
+
+def check_config(config, where: str) -> dict:
+    """A config.json of ours, checked before anything is built from it (types, sizes, ranges)."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{where} holds {type(config).__name__}, not an object: it was not written by train.py")
+    for key, kind in (("model", dict), ("method", str), ("method_config", dict), ("tokenizer", str), ("data", str),
+                      ("seq_len", int)):
+        if key not in config:
+            raise ValueError(f"{where} has no {key!r}: it was not written by train.py, or was edited")
+        if not isinstance(config[key], kind) or isinstance(config[key], bool):
+            raise ValueError(f"{where}: {key} must be {'an object' if kind is dict else kind.__name__}, "
+                             f"got {config[key]!r:.40}")
+    if config["method"] not in METHODS:
+        raise ValueError(f"{where}: unknown method {config['method']!r} (one of {', '.join(METHODS)})")
+    model, mc = config["model"], config["method_config"]
+    check_fields(ModelConfig, model, f"{where}: model")
+    check_fields(METHOD_CONFIGS[config["method"]], mc, f"{where}: method_config")
+    vocab = model.get("vocab_size", ModelConfig.vocab_size)
+    lowest = {"seq_len": (config["seq_len"], 1), "method_config.smax": (mc.get("smax", 2), 2),
+              "method_config.block_size": (mc.get("block_size", 1), 1),
+              **{f"model.{k}": (model.get(k, 1), 1) for k in ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd")}}
+    for name, (value, low) in lowest.items():
+        if value < low:
+            raise ValueError(f"{where}: {name} must be >= {low}, got {value}")
+    for k in ("rope_theta", "norm_eps"):
+        if model.get(k, 1.0) <= 0:
+            raise ValueError(f"{where}: model.{k} must be > 0, got {model[k]}")
+    if not isinstance(mc.get("mask_id"), int) or not 0 <= mc["mask_id"] < vocab:
+        raise ValueError(f"{where}: method_config.mask_id must be a token id in [0, {vocab}), got {mc.get('mask_id')!r}")
+    sampler = config.get("sampler", {})
+    if not isinstance(sampler, dict) or any(
+            not isinstance(sampler.get(k, 0), int) or isinstance(sampler.get(k), bool) or sampler.get(k, 0) < 0
+            for k in ("window", "max_new_tokens")) or not isinstance(sampler.get("threshold", 1.0), (int, float)):
+        raise ValueError(f"{where}: sampler must be an object with a threshold number and window / max_new_tokens "
+                         f"integers >= 0, got {sampler!r:.80}")
+    return config
+
+
 def load_ours(d: str, device="cpu"):
     """Load a directory in our format (see the module docstring)."""
     try:
         with open(os.path.join(d, "config.json")) as f:
-            config = json.load(f)
+            config = check_config(json.load(f), os.path.join(d, "config.json"))
         model = from_state(ModelConfig(**config["model"]), load_safetensors(os.path.join(d, "model.safetensors")))
         method, cfg = method_of(config)
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:       # json.JSONDecodeError is a ValueError
         raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
     return model.to(device).eval(), method, cfg, config
 
 
+def load_pt(f: str):
+    """torch.load(f, weights_only=True): a file holding anything but tensors and numbers (code) or a damaged one
+    is a ValueError naming it, never torch's advice to turn weights_only off."""
+    try:
+        return torch.load(f, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise ValueError(f"{f} holds objects other than tensors and numbers, so it was not loaded (only plain "
+                         f"weights are read from .pt/.bin files)") from None
+    except (EOFError, RuntimeError, OSError) as e:
+        raise ValueError(f"{f} is damaged ({(str(e).splitlines() or [type(e).__name__])[0][:60]})") from None
+
+
 def load_train_state(path: str) -> dict:
+    """train_state.pt of the newest complete checkpoint in path, for --resume: a damaged or foreign file is one
+    line (it is read with weights_only=True, so nothing in it runs)."""
     d = resolve(path)
     f = os.path.join(d, "train_state.pt")
     if not os.path.isfile(f):
         raise FileNotFoundError(f"{d} holds no train_state.pt, so training cannot resume from it")
-    return torch.load(f, map_location="cpu", weights_only=True)
+    try:
+        state = load_pt(f)
+    except ValueError as e:
+        raise ValueError(f"{e}; start again without --resume") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "step"} <= set(state) or \
+            not isinstance(state["step"], int):
+        raise ValueError(f"{f} is not a train state written by train.py (it needs model, optimizer and step): "
+                         f"start again without --resume")
+    return state
 
 
 def method_config(name: str, mask_id: int, **settings) -> dict:
@@ -245,7 +450,7 @@ def raw_weights(d: str) -> dict:
     files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
     return {k: v for f in files for k, v in load_safetensors(f).items()} if files else \
         {k: v for f in sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
-         for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
+         for k, v in load_pt(f).items()}
 
 
 def backbone_weights(d: str, raw: dict | None = None) -> dict:

@@ -424,6 +424,13 @@ def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transforme
     """A Transformer holding exactly `state` (our names, or separate q/k/v projections as Hugging Face names
     them; lm_head.weight optional when tied), cast to dtype. Built on the meta device, so no time goes into
     a random init that would be overwritten."""
+    layers = {int(k.split(".")[1]) for k in state if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    if len(layers) != cfg.n_layer:               # before building: n_layer = 1e9 must not build 1e9 blocks
+        raise ValueError(f"weights do not fit the model: the weights hold {len(layers)} layers, the config "
+                         f"n_layer={cfg.n_layer}")
+    odd = next((k for k, v in state.items() if not v.is_floating_point()), None)
+    if odd is not None:
+        raise ValueError(f"weights do not fit the model: {odd} is stored as {state[odd].dtype}, not floating point")
     with torch.device("meta"):
         model = Transformer(cfg)
     state = {k: v.to(dtype) for k, v in fuse_qkv(state).items() if not (cfg.tie_embeddings and k == "lm_head.weight")}

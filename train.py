@@ -11,8 +11,10 @@ Each step's randomness (which examples, which noise or order) comes from a gener
 import argparse
 import contextlib
 import copy
+import json
 import math
 import os
+import signal
 import sys
 import time
 
@@ -24,8 +26,12 @@ from data import TASKS, custom, encode, get_task, get_tokenizer
 from model import PRESETS, ModelConfig, Transformer, load_safetensors, use_flex
 
 
+class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help keeps the docstring's layout and shows every default."""
+
+
 def get_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormat)
     g = p.add_argument_group("method")
     g.add_argument("--model", required=True, choices=list(checkpoint.METHODS), help="which objective to train")
     g.add_argument("--smax", type=int, default=8, help="Set Diffusion: max set size / reorder reach (= 2d)")
@@ -69,6 +75,8 @@ def get_args(argv=None):
                    help="training masks: dense for SDPA, or FlexAttention block masks (auto: flex on CUDA)")
     g.add_argument("--seed", type=int, default=1, help="seed of weights, data order and noise")
     g.add_argument("--wandb", default="", help="log to this Weights & Biases project (key from WANDB_API_KEY)")
+    g.add_argument("--dist-timeout", type=float, default=60,
+                   help="processes started by hand with WORLD_SIZE > 1 (not torchrun): seconds to wait for the others")
     g = p.add_argument_group("checkpoints and evaluation")
     g.add_argument("--out-dir", default="", help="checkpoint directory (default out/<model>)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
@@ -83,6 +91,34 @@ def get_args(argv=None):
     return args
 
 
+def check_args(args):
+    """Every flag in its range, before any work (ValueError, one line)."""
+    lowest = {"--max-iters": (args.max_iters, 1), "--batch-size": (args.batch_size, 1),
+              "--grad-accum": (args.grad_accum, 1), "--save-every": (args.save_every, 1),
+              "--eval-limit": (args.eval_limit, 1), "--max-new-tokens": (args.max_new_tokens, 1),
+              "--n-layer": (args.n_layer, 1), "--n-embd": (args.n_embd, 1), "--n-head": (args.n_head, 1),
+              "--block-size": (args.block_size, 1), "--smax": (args.smax, 2), "--n-kv-head": (args.n_kv_head, 0),
+              "--warmup": (args.warmup, 0), "--eval-every": (args.eval_every, 0), "--seq-len": (args.seq_len, 0),
+              "--window": (args.window, 0)}
+    for flag, (value, low) in lowest.items():
+        if value < low:
+            raise ValueError(f"{flag} must be >= {low}, got {value}")
+    for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"), ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
+                                  ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
+                                  ("--grad-clip", args.grad_clip, args.grad_clip >= 0, ">= 0 (0 = off)"),
+                                  ("--ema", args.ema, 0 <= args.ema < 1, "in [0, 1) (0 = off)"),
+                                  ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
+        if not (math.isfinite(value) and ok):
+            raise ValueError(f"{flag} must be a finite number {rule}, got {value}")
+    if not (0 < args.threshold <= 1 or args.threshold == math.inf):
+        raise ValueError(f"--threshold {args.threshold}: a confidence threshold must be in (0, 1], or inf for one "
+                         f"token per step")
+    if args.window and args.model != "setdiffusion":
+        raise ValueError(f"--window {args.window}: only Set Diffusion has a window")
+    if args.window > args.smax:
+        raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
+
+
 def lr_at(step, args):
     """Linear warm-up, then cosine decay from lr to final_lr * lr."""
     if step < args.warmup:
@@ -91,7 +127,7 @@ def lr_at(step, args):
     return args.lr * (args.final_lr + (1 - args.final_lr) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def setup(args):
+def setup(args, device):
     """Tokenizer, task, data tensors, model, and the config.json dict describing them."""
     task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
@@ -105,13 +141,16 @@ def setup(args):
         shape = PRESETS[args.preset] if args.preset else dict(
             vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
             n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
+        check_fits(ModelConfig(**shape), device)
         model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
                                    nelbo=args.nelbo)
     if args.model == "setdiffusion":
         setdiffusion.schedule(seq_len, args.smax)          # raises a clear ValueError for a bad smax
-        if args.window > args.smax:
-            raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
+    if args.model == "bd3lm" and args.block_size > seq_len:
+        raise ValueError(f"--block-size {args.block_size} is larger than the sequence length {seq_len}")
+    if args.max_new_tokens > seq_len:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens} is more than the sequence length {seq_len}")
     config = {"model": vars(model.cfg).copy(), "method": args.model, "method_config": cfg,
               "tokenizer": tok.name, "data": args.data, "seq_len": seq_len, "predict_padding": args.predict_padding,
               "sampler": {"threshold": args.threshold, "window": args.window,
@@ -119,6 +158,21 @@ def setup(args):
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
         config["data_options"] = task.OPTIONS
     return task, tok, train, model, config
+
+
+def check_fits(cfg: ModelConfig, device: str):
+    """Refuse, before building it, a model whose weights, gradients and AdamW state (16 bytes a parameter)
+    exceed this machine's memory (the GPU's on CUDA)."""
+    D, H = cfg.n_embd, cfg.head_dim * (cfg.n_head + cfg.n_kv_head)
+    params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * (D * H + cfg.head_dim *
+                                                                                    cfg.n_head * D + 3 * D * cfg.intermediate_size)
+    if device.startswith("cuda"):
+        memory = torch.cuda.get_device_properties(torch.device(device)).total_memory
+    else:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else math.inf
+    if 16 * params > memory:
+        raise ValueError(f"a model of {params / 1e9:.1f}B parameters needs about {16 * params / 2**30:.0f} GiB to "
+                         f"train, more than the {memory / 2**30:.0f} GiB here: make it smaller")
 
 
 def flex_on(attention: str, device: str) -> bool:
@@ -130,16 +184,44 @@ def flex_on(attention: str, device: str) -> bool:
 
 
 def init_distributed(args):
-    """(ddp, rank, world size, device): torchrun's environment (one process per device), or one process."""
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    """(ddp, rank, world size, device): torchrun's environment (one process per device), or one process.
+    Processes started by hand with WORLD_SIZE wait at most --dist-timeout seconds for each other."""
+    try:
+        world, rank, local = (int(os.environ.get(k, d)) for k, d in (("WORLD_SIZE", "1"), ("RANK", "0"),
+                                                                     ("LOCAL_RANK", "0")))
+    except ValueError:
+        raise ValueError("WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"WORLD_SIZE={world}, RANK={rank}: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
+                         f"(torchrun --nproc_per_node=N train.py ... sets them)")
     device = checkpoint.pick_device(args.device)
     if world > 1:
-        local = int(os.environ.get("LOCAL_RANK", "0"))
         device = f"cuda:{local}" if device == "cuda" else device
-        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                                             **rendezvous(world, rank, args.dist_timeout))
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
     return world > 1, rank, world, device
+
+
+def rendezvous(world: int, rank: int, seconds: float) -> dict:
+    """init_process_group's store: torchrun's own (it starts every process), or, for processes started by
+    hand, a TCPStore that waits at most `seconds` for all `world` of them instead of hanging."""
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        return {}
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+    if missing:
+        raise ValueError(f"WORLD_SIZE={world} needs {' and '.join(missing)}: start the processes with torchrun "
+                         f"--nproc_per_node={world} train.py ..., which sets them")
+    from datetime import timedelta
+    try:
+        store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                                           rank == 0, timedelta(seconds=seconds), wait_for_workers=True)
+    except (RuntimeError, ValueError) as e:                   # DistStoreError / DistNetworkError are RuntimeErrors
+        raise ValueError(f"WORLD_SIZE={world}: the other processes did not join within {seconds:g} s "
+                         f"({str(e).splitlines()[0][:80]}): start all of them, e.g. with torchrun "
+                         f"--nproc_per_node={world}, or unset WORLD_SIZE") from None
+    return {"store": store, "rank": rank, "world_size": world}
 
 
 def make_optimizer(model, args):
@@ -152,11 +234,34 @@ def make_optimizer(model, args):
 
 def restore(state, model, opt, ema, out_dir) -> int:
     """Load a train_state (and the EMA weights of model.safetensors) for --resume; returns the step."""
-    checkpoint.load_weights(model, state["model"])
-    opt.load_state_dict(state["optimizer"])
-    if ema is not None:
-        checkpoint.load_weights(ema, load_safetensors(os.path.join(checkpoint.resolve(out_dir), "model.safetensors")))
-    return int(state["step"])
+    try:
+        checkpoint.load_weights(model, state["model"])
+        opt.load_state_dict(state["optimizer"])
+        if ema is not None:
+            checkpoint.load_weights(ema, load_safetensors(os.path.join(checkpoint.resolve(out_dir), "model.safetensors")))
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise ValueError(f"cannot resume from {checkpoint.resolve(out_dir)}: its train state does not fit "
+                         f"({str(e).splitlines()[0][:100]}); start again without --resume") from None
+    return state["step"]
+
+
+def check_resume(out_dir: str, config: dict):
+    """--resume continues the same run: the method, its settings, the model shape and the data of the flags
+    must be those of the checkpoint (its config.json), or it is one line naming what differs."""
+    d = checkpoint.resolve(out_dir)
+    with open(os.path.join(d, "config.json")) as f:
+        saved = checkpoint.check_config(json.load(f), os.path.join(d, "config.json"))
+
+    def flat(c):
+        return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
+                if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len", "predict_padding")
+                for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
+    old, new = flat(saved), flat(config)
+    diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if diff:
+        raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that wrote it "
+                         f"(see its config.json), or choose another --out-dir")
 
 
 def step_loss(model, method, cfg, train, step, args, device, autocast, rank, world):
@@ -179,46 +284,112 @@ def step_loss(model, method, cfg, train, step, args, device, autocast, rank, wor
 
 def main(argv=None):
     args = get_args(argv)
-    ddp, rank, world, device = init_distributed(args)
-    master = rank == 0
+    with contextlib.ExitStack() as held:                  # the --out-dir lock, released however main ends
+        try:
+            check_args(args)
+            ddp, rank, world, device = init_distributed(args)
+            master = rank == 0
+            if master:
+                held.enter_context(checkpoint.claim(args.out_dir, args.resume))
+            use_flex(flex_on(args.attention, device))
+            task, tok, train, model, config = setup(args, device)
+            state = checkpoint.load_train_state(args.out_dir) if args.resume else None
+            if state is not None:
+                check_resume(args.out_dir, config)
+            elif master and checkpoint.newest(args.out_dir):
+                print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces it "
+                      f"(--resume would continue it)", file=sys.stderr)
+            wandb = start_wandb(args, master)
+            method, cfg = checkpoint.method_of(config)
+            opt = make_optimizer(model.to(device), args)
+            ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
+            start = restore(state, model, opt, ema, args.out_dir) if state is not None else 0
+        except (FileNotFoundError, ValueError) as e:
+            sys.exit(f"error: {e}")
+        if state is not None and master:
+            print(f"resuming from step {start} of {args.out_dir}")
+        run = dict(args=args, method=method, cfg=cfg, train=train, device=device, rank=rank, world=world, ddp=ddp,
+                   master=master, config=config, wandb=wandb, tok=tok, task=task)
+        with interrupts() as stop:
+            losses = loop(model, opt, ema, start, stop, run)
+        try:
+            if master:
+                report(ema or model, method, cfg, tok, task, args, device, config, show=True)
+        except KeyboardInterrupt:
+            sys.exit(f"interrupted during the final evaluation; the checkpoint in {args.out_dir} is complete")
+        if ddp:
+            torch.distributed.destroy_process_group()
+    return losses
+
+
+def start_wandb(args, master):
+    """The wandb module when --wandb is given (optional; the key comes from WANDB_API_KEY), checked up front."""
+    if not (args.wandb and master):
+        return None
     try:
-        use_flex(flex_on(args.attention, device))
-        task, tok, train, model, config = setup(args)
-        state = checkpoint.load_train_state(args.out_dir) if args.resume else None
-    except (FileNotFoundError, ValueError) as e:
-        sys.exit(f"error: {e}")
-    method, cfg = checkpoint.method_of(config)
+        import wandb
+    except ImportError:
+        raise ValueError("--wandb needs the wandb package: pip install wandb (or drop --wandb)") from None
+    wandb.init(project=args.wandb, config=vars(args))
+    return wandb
+
+
+@contextlib.contextmanager
+def interrupts():
+    """Ctrl-C (SIGINT) or SIGTERM end the run after the current step, which is saved: yields a dict whose
+    "signal" is set then. A second Ctrl-C stops at once (the last save stays complete)."""
+    stop = {"signal": None}
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+        signal.signal(signum, signal.SIG_DFL)
+    try:
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:                                   # not the main thread: keep the default handlers
+        previous = {}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def stop_run(what: str, out_dir: str):
+    """A NaN/inf stops the run: say where the last complete (finite) checkpoint is, if there is one."""
+    d = checkpoint.newest(out_dir)
+    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else "no checkpoint was saved"
+    print(f"\n{what}: stopping; {where}", file=sys.stderr)
+    sys.exit(1)
+
+
+def finite(*models) -> bool:
+    return all(bool(torch.isfinite(p).all()) for m in models if m is not None for p in m.parameters())
+
+
+def loop(model, opt, ema, start, stop, run):
+    """The optimizer steps from `start`; saves every --save-every steps and at the end (never non-finite
+    weights); returns the losses."""
+    args, device, master = run["args"], run["device"], run["master"]
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     autocast = torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
-    opt = make_optimizer(model.to(device), args)
-    ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
-    start = restore(state, model, opt, ema, args.out_dir) if state is not None else 0
-    if state is not None and master:
-        print(f"resuming from step {start} of {args.out_dir}")
     train_model = torch.compile(model) if args.compile else model
-    if ddp:
+    if run["ddp"]:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
-    if args.wandb and master:
-        import wandb                                   # optional; reads WANDB_API_KEY from the environment
-        wandb.init(project=args.wandb, config=vars(args))
-    from tqdm import tqdm                              # not on a terminal (a log file): a line every 10 s at most
-    bar = tqdm(range(start, args.max_iters), initial=start, total=args.max_iters, disable=not master,
-               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 10)
-    t0, tokens_seen, losses = time.time(), 0, []
-    for step in bar:
+    progress = Progress(start, args.max_iters, master)
+    losses = []
+    for step in range(start, args.max_iters):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
-        total, tokens = step_loss(train_model, method, cfg, train, step, args, device, autocast, rank, world)
-        tokens_seen += tokens
-        if ddp:                                        # every rank sees the same loss, and stops together
-            t = torch.tensor(total, device=device)
+        total, tokens = step_loss(train_model, run["method"], run["cfg"], run["train"], step, args, device, autocast,
+                                  run["rank"], run["world"])
+        signalled = stop["signal"] is not None
+        if run["ddp"]:                                 # every rank sees the same loss and signal, and stops together
+            t = torch.tensor([total, float(signalled)], device=device)
             torch.distributed.all_reduce(t)
-            total = t.item() / world
+            total, signalled = t[0].item() / run["world"], t[1].item() > 0
         if not math.isfinite(total):
-            print(f"\nloss is {total} at step {step}: stopping. The last good checkpoint is in {args.out_dir}",
-                  file=sys.stderr)
-            sys.exit(1)
+            stop_run(f"loss is {total} at step {step}", args.out_dir)
         losses.append(total)
         if args.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -228,21 +399,51 @@ def main(argv=None):
             with torch.no_grad():
                 for pe, pm in zip(ema.parameters(), model.parameters()):
                     pe.lerp_(pm, 1 - args.ema)
-        bar.set_postfix(loss=f"{total:.4f}", lr=f"{lr_at(step, args):.2e}", refresh=False,
-                        tok_s=f"{tokens_seen / (time.time() - t0):.0f}")
-        if args.wandb and master:
-            wandb.log({"loss": total, "lr": lr_at(step, args)}, step=step)
+        progress.update(step, total, lr_at(step, args), tokens)
+        if run["wandb"] is not None:
+            run["wandb"].log({"loss": total, "lr": lr_at(step, args)}, step=step)
         done = step + 1
-        if master and (done % args.save_every == 0 or done == args.max_iters):
-            checkpoint.save(args.out_dir, model, {**config, "step": done},
+        if master and (done % args.save_every == 0 or done == args.max_iters or signalled):
+            if not finite(model, ema):
+                stop_run(f"the weights are not finite after step {step}", args.out_dir)
+            checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
                             {"optimizer": opt.state_dict(), "step": done}, eval_model=ema)
+        if signalled:
+            progress.close()
+            sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
         if master and args.eval_every and done % args.eval_every == 0 and done != args.max_iters:
-            report(ema or model, method, cfg, tok, task, args, device, config, show=False)
-    if master:
-        report(ema or model, method, cfg, tok, task, args, device, config, show=True)
-    if ddp:
-        torch.distributed.destroy_process_group()
+            report(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
+                   show=False)
+    progress.close()
     return losses
+
+
+class Progress:
+    """A tqdm bar on a terminal; elsewhere (a log file) one plain line every 10 s and one at the end."""
+
+    def __init__(self, start: int, total: int, master: bool):
+        from tqdm import tqdm
+        self.tty, self.master, self.total = sys.stderr.isatty(), master, total
+        self.bar = tqdm(range(start, total), initial=start, total=total, disable=not (master and self.tty),
+                        dynamic_ncols=True)
+        self.t0 = self.last = time.time()
+        self.tokens, self.line = 0, ""
+
+    def update(self, step, loss, lr, tokens):
+        self.tokens += tokens
+        rate = self.tokens / max(time.time() - self.t0, 1e-9)
+        self.bar.update(1)
+        self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}", refresh=False)
+        self.line = f"step {step + 1}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | {rate:.0f} tok/s"
+        if self.master and not self.tty and time.time() - self.last >= 10:
+            print(self.line, file=sys.stderr)
+            self.last = time.time()
+
+    def close(self):
+        self.bar.close()
+        if self.master and not self.tty and self.line:
+            print(self.line + f" | {time.time() - self.t0:.0f} s", file=sys.stderr)
+            self.line = ""
 
 
 def report(model, method, cfg, tok, task, args, device, config, show):
