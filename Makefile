@@ -50,7 +50,11 @@ pareto:  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the 
 
 PARETO_DIR ?= out/pareto
 
+NEED_PARETO = for m in ar mdlm bd3lm setdiffusion; do [ -f $(PARETO_DIR)/$$m/config.json ] || { \
+	  echo "error: make $@ evaluates the make pareto checkpoints, and $(PARETO_DIR)/$$m holds none: run make pareto first (or PARETO_DIR=folder)" >&2; exit 1; }; done
+
 likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoints on the shipped task's test split (CPU)
+	@$(NEED_PARETO)
 	mkdir -p results/likelihood-arith
 	for m in ar mdlm bd3lm setdiffusion; do \
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task likelihood --json results/likelihood-arith/$$m.json || exit 1; done
@@ -78,9 +82,9 @@ reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoin
 	mkdir -p results/gsm8k
 	for c in $(GSM8K_CKPTS); do n=$${c#gsm8k:}; for t in $(GSM8K_TAUS); do \
 	  if [ $$n = ar ] && [ $$t != inf ]; then continue; fi; \
-	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --batch-size 16 --max-new-tokens 1024 \
+	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official-blocks --batch-size 16 --max-new-tokens 1024 \
 	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json && \
-	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --warmup 50 --limit 250 \
+	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official-blocks --warmup 50 --limit 250 \
 	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json || exit 1; done; done
 	$(PY) eval.py --summarize results/gsm8k/*.json --paper gsm8k --out results/gsm8k.md --plot results/gsm8k.png
 
@@ -119,9 +123,9 @@ reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 5
 	@$(NEED_GPU)
 	mkdir -p results/cnndm
 	for c in $(CNNDM_CKPTS); do n=$${c#cnndm:}; \
-	  $(PY) eval.py --ckpt $$c --task cnndm --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
+	  $(PY) eval.py --ckpt $$c --task cnndm --official-blocks --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n.json && \
-	  $(PY) eval.py --ckpt $$c --task throughput --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
+	  $(PY) eval.py --ckpt $$c --task throughput --official-blocks --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n-tput.json || exit 1; done
 	$(PY) results.py results/cnndm.md results/cnndm/*.json
 
@@ -130,14 +134,15 @@ reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (
 	mkdir -p results/infill
 	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
-	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --sentences $$s --data-dir $(ROCSTORIES_DIR) \
+	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --official-blocks --sentences $$s --data-dir $(ROCSTORIES_DIR) \
 	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json || exit 1; done; done
 	$(PY) results.py results/infill.md results/infill/*.json
 
 infill:  ## fill the masked middle reasoning step of the shipped task with each `make pareto` checkpoint (CPU)
+	@$(NEED_PARETO)
 	mkdir -p results/infill-arith
 	for m in ar mdlm bd3lm setdiffusion; do \
-	  $(PY) eval.py --ckpt out/pareto/$$m --task infill --limit 500 --warmup 5 \
+	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task infill --limit 500 --warmup 5 \
 	    --json results/infill-arith/$$m.json || exit 1; done
 	$(PY) results.py results/infill-arith.md results/infill-arith/*.json
 # ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official

@@ -31,17 +31,21 @@ TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throu
 
 
 def sampler_kwargs(method_name, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32, commit_order="l2r",
-                   options=None):
-    """The generate() keyword arguments each method takes."""
+                   options=None, seq_len=None, official_blocks=False):
+    """The generate() keyword arguments each method takes. seq_len: the model's context L (Set Diffusion's FHT
+    commit order uses the L-long schedule; MDLM's official canvas is L wide); official_blocks: MDLM and BD3-LM
+    count the N new tokens from the start of the prompt's last block, as the official align_inputs_to_blocks."""
     kw = {"temperature": temperature, **({"options": options} if options else {})}
     if method_name != "ar":
         kw["threshold"] = threshold
     if method_name == "setdiffusion":
-        kw["commit_order"] = commit_order
+        kw.update(commit_order=commit_order, seq_len=seq_len)
         if window:
             kw["window"] = window
     if method_name == "mdlm":
-        kw["block"] = mdlm_block
+        kw.update(block=mdlm_block, official_blocks=official_blocks, seq_len=seq_len)
+    if method_name == "bd3lm":
+        kw["official_blocks"] = official_blocks
     return kw
 
 
@@ -106,9 +110,10 @@ def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, see
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,
                       max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32, commit_order="l2r",
-                      stop_opts=None, options=None):
+                      stop_opts=None, options=None, official_blocks=False):
     """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
-    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block, commit_order, options)
+    kw = sampler_kwargs(config["method"], threshold, window, temperature, mdlm_block, commit_order, options,
+                        config["seq_len"], official_blocks)
     completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
@@ -149,7 +154,7 @@ def evaluate_throughput(model, method, cfg, tok, task, examples, config, device,
     """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), then at batch_size.
     A progress bar on stderr when it is a terminal (the run takes a minute or so)."""
     from tqdm import tqdm
-    kw = {**sampler_kwargs(config["method"], **kw), "stop_opts": stop_opts}
+    kw = {**sampler_kwargs(config["method"], seq_len=config["seq_len"], **kw), "stop_opts": stop_opts}
     prompts = [e["prompt"] for e in examples]
     if len(prompts) <= warmup:
         raise ValueError(no_examples_left(warmup, len(prompts)))
@@ -270,6 +275,9 @@ def get_args(argv=None):
                    help="likelihood: 'official' drops pad-id (EOS) targets and position 0 from Set Diffusion's "
                         "NLL as the official eval does (default for released checkpoints), 'none' counts all")
     p.add_argument("--mdlm-block", type=int, default=32, help="MDLM sampler block length")
+    p.add_argument("--official-blocks", action="store_true",
+                   help="MDLM/BD3-LM: count the new tokens from the start of the prompt's last block and (MDLM) pad "
+                        "the canvas to seq_len with [MASK], as the official align_inputs_to_blocks (released models)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate per problem")
     p.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
@@ -340,12 +348,14 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
-              commit_order=args.commit_order, options=generation.options_for(data_name, tok, config["method"]))
+              commit_order=args.commit_order, options=generation.options_for(data_name, tok, config["method"]),
+              official_blocks=args.official_blocks)
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
         try:
             m = generation.evaluate_task(task_name, data, examples, model, method, cfg, tok, config, device,
-                                         args.sentences, args.warmup, **sampler_kwargs(config["method"], **kw))
+                                         args.sentences, args.warmup,
+                                         **sampler_kwargs(config["method"], seq_len=config["seq_len"], **kw))
         except ValueError as e:
             sys.exit(f"error: {e}")
     elif task_name == "likelihood":
@@ -358,7 +368,11 @@ def main(argv=None):
     else:
         m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
                               max_new_tokens=max_new, seed=args.seed, stop_opts=stop_opts, **kw)
-        m.pop("completions")
+        completions = m.pop("completions")
+        if data_name == "cnndm":            # the official corpus-level ROUGE (bootstrap) and sacreBLEU, beside ours
+            from data.cnndm import corpus_scores
+            scores = corpus_scores(completions, [e["answer"] for e in examples], seed=args.seed)
+            m.update({f"corpus_{k}": v for k, v in scores.items()})
     window = window or (cfg.smax // 2 if config["method"] == "setdiffusion" else 0)     # the one it ran with
     report(args, config, task_name, m, threshold, window, sampled=task_name != "likelihood",
            im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
@@ -370,10 +384,12 @@ def report(args, config, task_name, m, threshold=math.inf, window=0, sampled=Fal
     methods, window and commit order for Set Diffusion, stop_on_im_end where the task stops on it (im_end).
     The JSON holds every setting, as before."""
     m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, "window": window,
-         "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end, **m}
+         "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end,
+         "official_blocks": args.official_blocks, **m}
     method = config["method"]
     applies = {"threshold": sampled and method != "ar", "window": sampled and method == "setdiffusion",
-               "commit_order": sampled and method == "setdiffusion", "stop_on_im_end": sampled and im_end}
+               "commit_order": sampled and method == "setdiffusion", "stop_on_im_end": sampled and im_end,
+               "official_blocks": sampled and method in ("mdlm", "bd3lm")}
     keys = [k for k in m if k != "ckpt" and applies.get(k, True)]
     print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys))
     print("| " + " | ".join(f"{m[k]:.4g}" if isinstance(m[k], float) else str(m[k]) for k in keys) + " |")

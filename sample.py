@@ -51,7 +51,7 @@ MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a la
 
 def unconditional(args, model, method, cfg, config, tok, options, device):
     """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
-    kw = sampler_kwargs(config["method"], args.threshold, args.window)
+    kw = sampler_kwargs(config["method"], args.threshold, args.window, seq_len=config["seq_len"])
     kw.pop("temperature")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else config["seq_len"] - 1
     if max_new < 1:
@@ -231,7 +231,8 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,
-                        commit_order=args.commit_order, options=options if options != SamplerOptions() else None)
+                        commit_order=args.commit_order, options=options if options != SamplerOptions() else None,
+                        seq_len=config["seq_len"])
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0
     for i in range(0, len(ids), args.batch_size):
         chunk = ids[i:i + args.batch_size]

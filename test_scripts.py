@@ -149,3 +149,22 @@ def test_progress_bar_is_quiet_off_a_terminal(tmp_path, capsys):
     start and the end, not once per step."""
     run_train(tmp_path, "--model", "ar", "--max-iters", "30", "--eval-limit", "1")
     assert capsys.readouterr().err.count("it/s") <= 2
+
+
+def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, monkeypatch, capsys):
+    """eval.py gives Set Diffusion the model's seq_len (its FHT commit order is the tail of the L-long schedule)
+    and, with --official-blocks, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official block count."""
+    seen = {}
+    for m in ("setdiffusion", "mdlm", "bd3lm"):
+        run_train(tmp_path / m, "--model", m, "--max-iters", "1")
+
+        def spy(*a, _real=checkpoint.METHODS[m].generate, _m=m, **k):
+            seen[_m] = k
+            return _real(*a, **k)
+        monkeypatch.setattr(checkpoint.METHODS[m], "generate", spy)
+        evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official-blocks",
+                       "--commit-order", "fht"])
+    assert seen["setdiffusion"]["seq_len"] == 128 and seen["setdiffusion"]["commit_order"] == "fht"
+    assert seen["mdlm"]["official_blocks"] and seen["mdlm"]["seq_len"] == 128
+    assert seen["bd3lm"]["official_blocks"]
+    assert "official_blocks" in capsys.readouterr().out                    # the row names the setting
