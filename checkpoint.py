@@ -250,6 +250,8 @@ def load(path: str, device="cpu"):
         raise missing from None
     except json.JSONDecodeError as e:
         raise ValueError(f"cannot read the checkpoint at {d}: config.json: {e}") from e
+    if not isinstance(config, dict):                               # a list or null: check_config's one line
+        return load_ours(d, device)
     method = config.get("method") or released_method(config, path)
     if not local:                                                  # now the weights (the cache when offline)
         d = hub_dir(path, ["*.safetensors"])

@@ -1,0 +1,575 @@
+"""Nothing lost (issue 15, commit c823de6): train.py never replaces what it did not write, a kill or a fault
+during a save always leaves a usable checkpoint, a second run is locked out, non-finite weights never reach a
+checkpoint, Ctrl-C/SIGTERM save and resume exactly, and bad flags, train states, config.json files and
+distributed environments are one line (`error: ...` or a ValueError) before any work. One test per class of
+failure (the row ids are those of the adversarial report: O, K, P, C, S8, N1, T, D, H5).
+python -m pytest -q test_safety.py
+"""
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import checkpoint
+import setdiffusion as sd
+import train
+
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
+        "--max-new-tokens", "8", "--warmup", "2"]
+SD = ["--model", "setdiffusion", *TINY]          # the flags of the shared checkpoint
+SEQ_LEN = 128                                    # the arith task's context
+
+
+@pytest.fixture(scope="module", autouse=True)
+def encoded_once():
+    """train.py encodes the 40k training examples on every run (seconds on 2 cores): encode them once here."""
+    cache, real = {}, train.encode
+
+    def encode(tok, examples, seq_len, *a, **k):
+        key = (tok.name, seq_len, len(examples), repr(examples[:1]), repr(examples[-1:]), a, tuple(k.items()))
+        if key not in cache:
+            cache[key] = real(tok, examples, seq_len, *a, **k)
+        return dict(cache[key])
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(train, "encode", encode)
+        yield
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A tiny Set Diffusion checkpoint (step 2), written by train.py; tests copy it, never change it."""
+    d = tmp_path_factory.mktemp("base") / "sd"
+    train.main([*SD, "--max-iters", "2", "--out-dir", str(d)])
+    return d
+
+
+@pytest.fixture(scope="module")
+def parts(base):
+    """(model, config, optimizer state) of the shared checkpoint, to write checkpoints of any step with
+    checkpoint.save."""
+    model, _, _, config = checkpoint.load(str(base))
+    return model, config, checkpoint.load_train_state(str(base))["optimizer"]
+
+
+def save_at(path, step, parts):
+    """A complete checkpoint of the shared run at `path`, labelled `step`, written by checkpoint.save."""
+    model, config, opt = parts
+    checkpoint.save(str(path), model, {**config, "step": step}, {"optimizer": opt, "step": step})
+
+
+def snapshot(root) -> dict:
+    """Every file under root -> its bytes (to show that nothing was changed, moved or deleted)."""
+    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+            for d, _, files in os.walk(root) for f in files}
+
+
+def error_of(main, argv) -> str:
+    """The one line main(argv) exits with (asserted: `error: ...`, one line, no unsafe advice)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert "weights_only" not in message, message
+    return message
+
+
+def no_training(monkeypatch):
+    """Any refusal that is due before training must come before the model sees a batch."""
+    def boom(*a, **k):
+        raise AssertionError("training started")
+    monkeypatch.setattr(train, "loop", boom)
+
+
+def clean(path) -> bool:
+    """out_dir holds one checkpoint, of train.py's files only, and no sibling .tmp / .old / .deleting."""
+    parent, name = os.path.split(str(path))
+    leftovers = [n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock"]
+    return not leftovers and sorted(os.listdir(path)) == sorted(checkpoint.FILES)
+
+
+def all_finite(d) -> bool:
+    state = torch.load(os.path.join(d, "train_state.pt"), weights_only=True)["model"]
+    return all(bool(torch.isfinite(t).all()) for w in (load_file(os.path.join(d, "model.safetensors")), state)
+               for t in w.values())
+
+
+# ----------------------------------------------------------------------------- 1. --out-dir train.py did not write
+
+def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_path, monkeypatch):
+    """O1-O7: a folder with a user's file, a regular file, a user's .tmp or .old next to a checkpoint are refused
+    before training and are still there, byte for byte; an unwritable place fails at start-up; an empty folder
+    is accepted."""
+    mydata = tmp_path / "mydata"
+    (mydata / "sub").mkdir(parents=True)
+    (mydata / "important.txt").write_text("precious")
+    (tmp_path / "afile.txt").write_text("my notes")
+    for name in ("bk", "bk.old", "tm", "tm.tmp"):                    # cp -r of a checkpoint: no .swapping mark
+        shutil.copytree(base, tmp_path / name)
+    (tmp_path / "tm.tmp" / "notes.md").write_text("mine")
+    before = snapshot(tmp_path)
+    no_training(monkeypatch)
+    for out, resume, message in [
+        (mydata, [], f"{mydata} is not a checkpoint directory written by train.py (it holds important.txt, sub), "
+                     f"and train.py replaces that directory at every save: choose another --out-dir"),
+        (tmp_path / "afile.txt", [], f"--out-dir {tmp_path}/afile.txt is a file, not a checkpoint directory: "
+                                     f"choose another --out-dir"),
+        (tmp_path / "bk", [], f"{tmp_path}/bk.old exists and was not left by train.py (which uses that name while "
+                              f"it swaps in a checkpoint): move it away, or choose another --out-dir"),
+        (tmp_path / "bk", ["--resume"], f"{tmp_path}/bk.old exists and was not left by train.py (which uses that "
+                                        f"name while it swaps in a checkpoint): move it away, or choose another "
+                                        f"--out-dir"),
+        (tmp_path / "tm", ["--resume"], f"{tmp_path}/tm.tmp was not written by train.py (it holds notes.md), and "
+                                        f"train.py replaces that directory at every save: choose another --out-dir"),
+        (tmp_path / "afile.txt" / "ck", [], f"cannot write checkpoints to --out-dir {tmp_path}/afile.txt/ck: "
+                                            f"File exists"),
+    ]:
+        assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", str(out), *resume]) == "error: " + message
+        assert snapshot(tmp_path) == before                           # nothing moved, renamed or deleted
+        assert sorted(os.listdir(tmp_path)) == sorted(["mydata", "afile.txt", "bk", "bk.old", "tm", "tm.tmp"])
+    monkeypatch.undo()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    train.main([*SD, "--max-iters", "1", "--out-dir", str(empty)])
+    assert checkpoint.load_train_state(str(empty))["step"] == 1 and clean(empty)
+    assert snapshot(tmp_path / "mydata") == {k[len("mydata/"):]: v for k, v in before.items()
+                                             if k.startswith("mydata/")}
+
+
+# ----------------------------------------------------------------------------- 2. kills and faults during a save
+
+def kill_state(out, kind, parts):
+    """out as a kill during a save leaves it; returns the step of the newest complete checkpoint there."""
+    scratch = out.parent / "scratch"
+    if kind == "old+tmp":               # killed between the renames: out -> out.old done, out.tmp -> out not
+        save_at(out, 2, parts)
+        save_at(scratch, 4, parts)
+        os.rename(scratch, str(out) + ".tmp")
+        open(out / checkpoint.SWAP_MARK, "w").close()
+        os.rename(out, str(out) + ".old")
+        return 4
+    if kind == "partial tmp":           # killed while writing out.tmp: no config.json yet
+        save_at(out, 2, parts)
+        tmp = out.parent / (out.name + ".tmp")
+        tmp.mkdir()
+        (tmp / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:1000])
+        (tmp / "config.json.part").write_text('{"model": {')
+        return 2
+    if kind == "marked old":            # killed after out.tmp -> out, before the .old was deleted
+        save_at(scratch, 2, parts)
+        open(scratch / checkpoint.SWAP_MARK, "w").close()
+        os.rename(scratch, str(out) + ".old")
+        save_at(out, 4, parts)
+        return 4
+    if kind == "only tmp":              # K4: killed after the .old was deleted, before out.tmp -> out
+        save_at(scratch, 4, parts)
+        os.rename(scratch, str(out) + ".tmp")
+        return 4
+    if kind == "complete tmp":          # killed after writing out.tmp, before (or after) marking out
+        save_at(out, 2, parts)
+        save_at(scratch, 4, parts)
+        os.rename(scratch, str(out) + ".tmp")
+        open(out / checkpoint.SWAP_MARK, "w").close()
+        return 4
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["old+tmp", "only tmp", "partial tmp", "marked old", "complete tmp"])
+def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path, capsys, kind):
+    """K3, K4: every state a kill mid-save leaves holds a complete checkpoint; newest/resolve/load pick the
+    newest complete one, and --resume continues from it and leaves a clean out_dir."""
+    out = tmp_path / "kb"
+    step = kill_state(out, kind, parts)
+    d = checkpoint.resolve(str(out))
+    assert d == checkpoint.newest(str(out)) and checkpoint.step_of(d) == step
+    assert d == (str(out) + ".tmp" if kind in ("old+tmp", "only tmp", "complete tmp") else str(out))
+    model, method, cfg, config = checkpoint.load(str(out))
+    assert config["step"] == step and method is sd and checkpoint.load_train_state(str(out))["step"] == step
+    capsys.readouterr()
+    train.main([*SD, "--max-iters", str(step + 1), "--out-dir", str(out), "--resume"])
+    assert f"resuming from step {step} of {out}" in capsys.readouterr().out
+    assert checkpoint.load_train_state(str(out))["step"] == step + 1 and checkpoint.step_of(str(out)) == step + 1
+    assert clean(out) and all_finite(out)
+
+
+@pytest.mark.parametrize("fault", ["config.json rename", "out -> out.old", "out.tmp -> out", "disk full"])
+def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, monkeypatch, fault):
+    """O8 and the renames of a save: an OSError at any of them leaves the previous checkpoint complete and
+    loadable, the newest complete one is what load reads, and the next save cleans up."""
+    out = tmp_path / "ck"
+    save_at(out, 2, parts)
+    previous = snapshot(out)
+    real_replace, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append((src, dst))
+        if len(calls) == {"config.json rename": 1, "out -> out.old": 2, "out.tmp -> out": 3}[fault]:
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    if fault == "disk full":
+        monkeypatch.setattr(checkpoint.torch, "save", full)           # train_state.pt cannot be written
+    else:
+        monkeypatch.setattr(checkpoint.os, "replace", replace)
+    with pytest.raises(OSError, match="No space left"):
+        save_at(out, 4, parts)
+    monkeypatch.undo()
+    if fault == "out -> out.old":
+        assert calls[-1] == (str(out), str(out) + ".old")
+    if fault == "out.tmp -> out":
+        assert calls[-1] == (str(out) + ".tmp", str(out))
+    kept = [d for d in (out, out.parent / "ck.old") if os.path.isdir(d)]   # the previous one, whole
+    assert len(kept) == 1 and {k: v for k, v in snapshot(kept[0]).items() if k != checkpoint.SWAP_MARK} == previous
+    assert checkpoint.load_ours(str(kept[0]))[3]["step"] == 2 and all_finite(kept[0])
+    newer = fault in ("out -> out.old", "out.tmp -> out")              # the new one was complete in ck.tmp
+    assert checkpoint.load(str(out))[3]["step"] == (4 if newer else 2)
+    assert checkpoint.load_train_state(str(out))["step"] == (4 if newer else 2)
+    save_at(out, 6, parts)
+    assert checkpoint.step_of(str(out)) == 6 and clean(out)
+
+
+# ----------------------------------------------------------------------------- 3. one train.py per --out-dir
+
+def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch):
+    """K5, K6: while a run holds the lock a second claim (or train.py) is refused in one line; the lock is held
+    during training and released however train.main ends, an error included."""
+    out = str(tmp_path / "cc")
+    busy = (f"another train.py is writing {out} (it holds {out}.lock): wait for it to finish, or choose "
+            f"another --out-dir")
+    lock = checkpoint.claim(out, resume=False)
+    with pytest.raises(ValueError) as e:
+        checkpoint.claim(out, resume=False)
+    assert str(e.value) == busy
+    assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out]) == "error: " + busy
+    lock.close()
+    assert error_of(train.main, [*SD, "--max-iters", "1", "--max-new-tokens", "999", "--out-dir", out]) == \
+        f"error: --max-new-tokens 999 is more than the sequence length {SEQ_LEN}"     # after the claim
+    checkpoint.claim(out, resume=False).close()                       # released by the failed run
+    refused, real_loss = [], sd.loss
+
+    def loss(*a, **k):                                                # a second run during training
+        try:
+            checkpoint.claim(out, resume=False).close()
+        except ValueError as e:
+            refused.append(str(e))
+        return real_loss(*a, **k)
+    monkeypatch.setattr(sd, "loss", loss)
+    train.main([*SD, "--max-iters", "2", "--out-dir", out])
+    assert refused == [busy, busy]
+    checkpoint.claim(out, resume=False).close()
+    assert checkpoint.step_of(out) == 2 and clean(out)
+
+
+# ----------------------------------------------------------------------------- 4. non-finite weights
+
+@pytest.mark.parametrize("save_every, stops_at", [
+    ("1", "the weights are not finite after step 2"),                 # caught before the step-3 save
+    ("2", r"loss is (nan|inf) at step 3"),                            # N1: caught by the next loss
+])
+def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, capsys, save_every, stops_at):
+    """N1, T27: the optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1 with one
+    line naming the last good checkpoint and its step, whose weights (EMA and raw) are all finite."""
+    out = str(tmp_path / "nan")
+    real = train.make_optimizer
+
+    def poisoned(model, args):
+        opt, steps = real(model, args), []
+        step = opt.step
+
+        def poisoned_step(*a, **k):
+            result = step(*a, **k)
+            steps.append(1)
+            if len(steps) == 3:
+                with torch.no_grad():
+                    next(model.parameters()).fill_(math.inf)
+            return result
+        opt.step = poisoned_step
+        return opt
+    monkeypatch.setattr(train, "make_optimizer", poisoned)
+    losses = []
+    real_loss = sd.loss
+    monkeypatch.setattr(sd, "loss", lambda *a, **k: losses.append(real_loss(*a, **k)) or losses[-1])
+    with pytest.raises(SystemExit) as e:
+        train.main([*SD, "--max-iters", "6", "--warmup", "0", "--save-every", save_every, "--ema", "0.5",
+                    "--out-dir", out])
+    assert e.value.code == 1
+    assert all(math.isfinite(loss.item()) for loss, _ in losses[:3])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "stopping" in line]
+    assert len(lines) == 1 and re.fullmatch(
+        rf"{stops_at}: stopping; the last good checkpoint \(step 2\) is in {re.escape(out)}", lines[0]), lines
+    assert checkpoint.resolve(out) == out and checkpoint.load_train_state(out)["step"] == 2
+    assert checkpoint.step_of(out) == 2 and all_finite(out) and clean(out)
+
+
+# ----------------------------------------------------------------------------- 5. SIGINT / SIGTERM
+
+RESUMABLE = [*SD, "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    return train.main([*RESUMABLE, "--out-dir", str(tmp_path_factory.mktemp("full") / "ckpt")])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_path, monkeypatch, signum):
+    """K1, K2: Ctrl-C or SIGTERM during step 4 ends the run after it with one line; the checkpoint holds step 4
+    and --resume gives the uninterrupted run's losses exactly."""
+    out = str(tmp_path / "kint")
+    calls, real_loss = [], sd.loss
+
+    def loss(*a, **k):
+        calls.append(1)
+        if len(calls) == 4:
+            os.kill(os.getpid(), signum)
+        return real_loss(*a, **k)
+    monkeypatch.setattr(sd, "loss", loss)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as e:
+        train.main([*RESUMABLE, "--out-dir", out])
+    assert e.value.code == f"interrupted after step 4: saved it to {out}; --resume continues from there"
+    monkeypatch.undo()
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers     # put back
+    assert checkpoint.load_train_state(out)["step"] == 4 and checkpoint.step_of(out) == 4 and clean(out)
+    assert train.main([*RESUMABLE, "--out-dir", out, "--resume"]) == uninterrupted[4:]
+
+
+# ----------------------------------------------------------------------------- 6. train.py flags
+
+@pytest.mark.parametrize("flags, message", [
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),                                      # T12
+    (["--save-every", "0"], "--save-every must be >= 1, got 0"),                                      # T14
+    (["--max-iters", "0"], "--max-iters must be >= 1, got 0"),                                        # T16
+    (["--max-iters", "-1"], "--max-iters must be >= 1, got -1"),                                      # T17
+    (["--grad-accum", "0"], "--grad-accum must be >= 1, got 0"),                                      # T18
+    (["--eval-limit", "0"], "--eval-limit must be >= 1, got 0"),                                      # T15
+    (["--max-new-tokens", "-5"], "--max-new-tokens must be >= 1, got -5"),                            # T11
+    (["--seq-len", "-1"], "--seq-len must be >= 0, got -1"),                                          # T21
+    (["--smax", "1"], "--smax must be >= 2, got 1"),                                                  # T4
+    (["--window", "-1"], "--window must be >= 0, got -1"),                                            # T3
+    (["--model", "ar", "--window", "9"], "--window 9: only Set Diffusion has a window"),
+    (["--window", "9"], "--window 9 is larger than --smax 8"),
+    (["--model", "bd3lm", "--block-size", "0"], "--block-size must be >= 1, got 0"),                  # T7
+    (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be >= 1, got -2"),                # T8
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),                                   # T13
+    (["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+    (["--final-lr", "nan"], "--final-lr must be a finite number >= 0, got nan"),                      # T27
+    (["--ema", "1.5"], "--ema must be a finite number in [0, 1) (0 = off), got 1.5"),                 # T19
+    (["--grad-clip", "inf"], "--grad-clip must be a finite number >= 0 (0 = off), got inf"),
+    (["--dist-timeout", "0"], "--dist-timeout must be a finite number > 0, got 0.0"),
+    (["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one token "
+                             "per step"),                                                              # T2
+    (["--threshold", "0"], "--threshold 0.0: a confidence threshold must be in (0, 1], or inf for one token "
+                           "per step"),                                                                # T1
+    (["--device", "foo"], "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),     # T25
+    (["--device", "cuda:99"], f"--device cuda:99: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
+                              f"CPU-only build or no driver?): use --device cpu or auto"),             # T24
+    # checked once the task is known (after the --out-dir claim, still before any training)
+    (["--model", "bd3lm", "--block-size", "999"], f"--block-size 999 is larger than the sequence length {SEQ_LEN}"),
+    (["--max-new-tokens", "999"], f"--max-new-tokens 999 is more than the sequence length {SEQ_LEN}"),
+    (["--n-layer", "1000000000"], None),                                                              # too big
+    (["--wandb", "x"], "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),       # H5
+])
+def test_a_train_flag_out_of_range_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, flags, message):
+    """T1-T27, H5: one `error: ...` line, before training, and no checkpoint directory."""
+    monkeypatch.setitem(sys.modules, "wandb", None)                  # as if not installed
+    no_training(monkeypatch)
+    out = tmp_path / "ck"
+    got = error_of(train.main, [*SD, "--max-iters", "3", "--device", "cpu", *flags, "--out-dir", str(out)])
+    if message is None:
+        assert re.fullmatch(r"error: a model of [\d.]+B parameters needs about \d+ GiB to train, more than the "
+                            r"\d+ GiB here: make it smaller", got), got
+    else:
+        assert got == "error: " + message
+    assert capsys.readouterr().out == ""
+    assert not any(os.path.exists(str(out) + s) for s in ("", ".tmp", ".old"))
+
+
+# ----------------------------------------------------------------------------- 7. --resume failures
+
+class Evil:
+    """A pickle that runs a shell command when it is loaded without weights_only."""
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path, capsys):
+    """P1-P8: an empty, truncated, code-carrying or key-less train_state.pt, and another run's checkpoint
+    (method, settings or shape), are one line that never suggests weights_only=False; no code runs and the
+    checkpoint is left as it was."""
+    marker = tmp_path / "PWNED"
+    good = (base / "train_state.pt").read_bytes()
+    state = torch.load(base / "train_state.pt", weights_only=True)
+    wide = torch.nn.Linear(3, 5).state_dict()
+    cases = {
+        "empty": (b"", r"{f} is damaged \(.+\); start again without --resume"),
+        "truncated": (good[:len(good) // 2], r"{f} is damaged \(.+\); start again without --resume"),
+        "code": ({"model": Evil(marker), "optimizer": {}, "step": 2},
+                 r"{f} holds objects other than tensors and numbers, so it was not loaded \(only plain weights are "
+                 r"read from \.pt/\.bin files\); start again without --resume"),
+        "no optimizer": ({"model": state["model"], "step": 2},
+                         r"{f} is not a train state written by train.py \(it needs model, optimizer and step\): "
+                         r"start again without --resume"),
+        "a list": ([1, 2], r"{f} is not a train state written by train.py \(it needs model, optimizer and step\): "
+                           r"start again without --resume"),
+        "other weights": ({**state, "model": wide},
+                          r"cannot resume from {d}: its train state does not fit \(weights do not fit the model: "
+                          r"missing .+\); start again without --resume"),
+        "missing": (None, r"{d} holds no train_state.pt, so training cannot resume from it"),
+    }
+    for name, (content, pattern) in cases.items():
+        d = tmp_path / name.replace(" ", "_")
+        shutil.copytree(base, d)
+        f = d / "train_state.pt"
+        if content is None:
+            f.unlink()
+        elif isinstance(content, bytes):
+            f.write_bytes(content)
+        else:
+            torch.save(content, f)
+        before = snapshot(d)
+        got = error_of(train.main, [*SD, "--max-iters", "4", "--out-dir", str(d), "--resume"])
+        assert re.fullmatch("error: " + pattern.format(f=re.escape(str(f)), d=re.escape(str(d))), got), (name, got)
+        assert snapshot(d) == before, name
+    assert not marker.exists()                                       # the pickle's code did not run
+    theirs = f"--resume: {tmp_path}/other holds another run ({{}}): pass the flags that wrote it (see its " \
+             f"config.json), or choose another --out-dir"
+    shutil.copytree(base, tmp_path / "other")
+    before = snapshot(tmp_path / "other")
+    for flags, diff in [
+        (["--model", "ar", *TINY], "method: 'setdiffusion' in the checkpoint, 'ar' from the flags; "
+                                   "method_config.smax: 8 in the checkpoint, None from the flags"),        # P7
+        ([*SD, "--smax", "4"], "method_config.smax: 8 in the checkpoint, 4 from the flags"),
+        ([*SD, "--n-embd", "64"], "model.head_dim: 16 in the checkpoint, 32 from the flags; "
+                                  "model.intermediate_size: 128 in the checkpoint, 256 from the flags; "
+                                  "model.n_embd: 32 in the checkpoint, 64 from the flags"),                 # P8
+    ]:
+        got = error_of(train.main, [*flags, "--max-iters", "4", "--out-dir", str(tmp_path / "other"), "--resume"])
+        assert got == "error: " + theirs.format(diff)
+        assert snapshot(tmp_path / "other") == before
+    assert "resuming" not in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 8. config.json of the wrong shape
+
+def edit(config, path, value):
+    """Set the dotted path of config to value (KeyError: delete it)."""
+    *outer, last = path.split(".")
+    for k in outer:
+        config = config.setdefault(k, {})
+    if value is KeyError:
+        del config[last]
+    else:
+        config[last] = value
+
+
+WHERE = "{d}/config.json"
+
+
+class TooSlow(BaseException):
+    """Not an OSError/ValueError, so checkpoint.load cannot turn it into its one line."""
+
+
+@pytest.mark.parametrize("change, message", [
+    ([1, 2], WHERE + " holds list, not an object: it was not written by train.py"),                   # C4
+    (None, WHERE + " holds NoneType, not an object: it was not written by train.py"),                 # C5
+    ({"data": KeyError}, WHERE + " has no 'data': it was not written by train.py, or was edited"),    # C12
+    ({"tokenizer": KeyError}, WHERE + " has no 'tokenizer': it was not written by train.py, or was edited"),
+    ({"method_config.mask_id": 100000}, WHERE + ": method_config.mask_id must be a token id in [0, 258), "
+                                                "got 100000"),                                         # C16
+    ({"method_config.mask_id": -1}, WHERE + ": method_config.mask_id must be a token id in [0, 258), got -1"),
+    ({"method_config.smax": "8"}, WHERE + ": method_config.smax must be int, got '8'"),                # C18
+    ({"method_config.smax": 0}, WHERE + ": method_config.smax must be >= 2, got 0"),                   # C19
+    ({"seq_len": "128"}, WHERE + ": seq_len must be int, got '128'"),                                  # C20
+    ({"sampler.max_new_tokens": "16"}, WHERE + ": sampler must be an object with a threshold number and window / "
+                                               "max_new_tokens integers >= 0, got {{'threshold': inf, "
+                                               "'window': 0, 'max_new_tokens': '16'}}"),               # C23
+    ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),   # C26
+    ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),                          # C9
+    ({"model.n_layer": 1000000000}, "weights do not fit the model: the weights hold 1 layers, the config "
+                                    "n_layer=1000000000"),                                             # C11
+    ("int64", "weights do not fit the model: embed_tokens.weight is stored as torch.int64, not floating point"),
+])
+def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, message):
+    """C4-C26, S8: checkpoint.load refuses a config.json of the wrong type, shape or range, or integer weights,
+    with one ValueError line, quickly (n_layer 1e9 builds nothing), and changes no file."""
+    d = tmp_path / "bad"
+    shutil.copytree(base, d)
+    config = json.loads((d / "config.json").read_text())
+    if change == "int64":                                            # S8: 2-D weights stored as integers
+        w = load_file(d / "model.safetensors")
+        w["embed_tokens.weight"] = (w["embed_tokens.weight"] * 100).long()
+        save_file(w, d / "model.safetensors")
+    elif isinstance(change, dict):
+        for path, value in change.items():
+            edit(config, path, value)
+    else:
+        config = change
+    if change != "int64":
+        (d / "config.json").write_text(json.dumps(config, allow_nan=True))
+    before = snapshot(d)
+
+    def too_slow(*a):
+        raise TooSlow("checkpoint.load took more than 10 s")
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)                                                 # C11 hung: fail instead of hanging
+    try:
+        with pytest.raises(ValueError) as e:
+            checkpoint.load(str(d))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert str(e.value) == f"cannot read the checkpoint at {d}: " + message.format(d=d)
+    assert snapshot(d) == before
+
+
+# ----------------------------------------------------------------------------- 9. distributed environment
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)"),   # D1
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0, RANK=0: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE (torchrun "
+                          "--nproc_per_node=N train.py ... sets them)"),                                   # D4
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2, RANK=2: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
+                                       "(torchrun --nproc_per_node=N train.py ... sets them)"),
+    ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT: start the processes with "
+                                       "torchrun --nproc_per_node=2 train.py ..., which sets them"),        # D2
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "free"}, None),           # D3
+])
+def test_a_distributed_environment_without_peers_is_one_line(tmp_path, monkeypatch, env, message):
+    """D1-D4: a bad WORLD_SIZE/RANK, a missing MASTER_ADDR, or peers that never come (within --dist-timeout)
+    are one line, within seconds, before the --out-dir is touched."""
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(free_port()) if v == "free" else v)
+    no_training(monkeypatch)
+    out = tmp_path / "ck"
+    t0 = time.time()
+    got = error_of(train.main, [*SD, "--max-iters", "2", "--device", "cpu", "--dist-timeout", "2",
+                                "--out-dir", str(out)])
+    assert time.time() - t0 < 15
+    if message is None:
+        assert re.fullmatch(r"error: WORLD_SIZE=2: the other processes did not join within 2 s \(.+\): start all "
+                            r"of them, e.g. with torchrun --nproc_per_node=2, or unset WORLD_SIZE", got), got
+    else:
+        assert got == "error: " + message
+    assert os.listdir(tmp_path) == []
