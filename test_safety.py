@@ -347,20 +347,20 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
 # ----------------------------------------------------------------------------- 6. train.py flags
 
 @pytest.mark.parametrize("flags, message", [
-    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),                                      # T12
-    (["--save-every", "0"], "--save-every must be >= 1, got 0"),                                      # T14
-    (["--max-iters", "0"], "--max-iters must be >= 1, got 0"),                                        # T16
-    (["--max-iters", "-1"], "--max-iters must be >= 1, got -1"),                                      # T17
-    (["--grad-accum", "0"], "--grad-accum must be >= 1, got 0"),                                      # T18
-    (["--eval-limit", "0"], "--eval-limit must be >= 1, got 0"),                                      # T15
-    (["--max-new-tokens", "-5"], "--max-new-tokens must be >= 1, got -5"),                            # T11
-    (["--seq-len", "-1"], "--seq-len must be >= 0, got -1"),                                          # T21
-    (["--smax", "1"], "--smax must be >= 2, got 1"),                                                  # T4
-    (["--window", "-1"], "--window must be >= 0, got -1"),                                            # T3
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),                                      # T12
+    (["--save-every", "0"], "--save-every must be at least 1, got 0"),                                      # T14
+    (["--max-iters", "0"], "--max-iters must be at least 1, got 0"),                                        # T16
+    (["--max-iters", "-1"], "--max-iters must be at least 1, got -1"),                                      # T17
+    (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),                                      # T18
+    (["--eval-limit", "0"], "--eval-limit must be at least 1, got 0"),                                      # T15
+    (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1, got -5"),                            # T11
+    (["--seq-len", "-1"], "--seq-len must be 0 or more (0 = the task's), got -1"),                                          # T21
+    (["--smax", "1"], "--smax must be at least 2, got 1"),                                                  # T4
+    (["--window", "-1"], "--window must be 0 or more (0 = smax / 2), got -1"),                                            # T3
     (["--model", "ar", "--window", "9"], "--window 9: only Set Diffusion has a window"),
     (["--window", "9"], "--window 9 is larger than --smax 8"),
-    (["--model", "bd3lm", "--block-size", "0"], "--block-size must be >= 1, got 0"),                  # T7
-    (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be >= 1, got -2"),                # T8
+    (["--model", "bd3lm", "--block-size", "0"], "--block-size must be at least 1, got 0"),                  # T7
+    (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be at least 1, got -2"),                # T8
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),                                   # T13
     (["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
     (["--final-lr", "nan"], "--final-lr must be a finite number >= 0, got nan"),                      # T27

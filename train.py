@@ -92,27 +92,26 @@ def get_args(argv=None):
 
 
 def check_args(args):
-    """Every flag in its range, before any work (ValueError, one line)."""
-    lowest = {"--max-iters": (args.max_iters, 1), "--batch-size": (args.batch_size, 1),
-              "--grad-accum": (args.grad_accum, 1), "--save-every": (args.save_every, 1),
-              "--eval-limit": (args.eval_limit, 1), "--max-new-tokens": (args.max_new_tokens, 1),
-              "--n-layer": (args.n_layer, 1), "--n-embd": (args.n_embd, 1), "--n-head": (args.n_head, 1),
-              "--block-size": (args.block_size, 1), "--smax": (args.smax, 2), "--n-kv-head": (args.n_kv_head, 0),
-              "--warmup": (args.warmup, 0), "--eval-every": (args.eval_every, 0), "--seq-len": (args.seq_len, 0),
-              "--window": (args.window, 0)}
-    for flag, (value, low) in lowest.items():
-        if value < low:
-            raise ValueError(f"{flag} must be >= {low}, got {value}")
-    for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"), ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
+    """Every flag in its range, before any work (ValueError, one line); counts and the threshold with the
+    checks eval.py and sample.py use."""
+    from eval import check_nonnegative, check_positive, check_threshold
+    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "max_new_tokens", "n_layer",
+                 "n_embd", "n_head", "block_size"):
+        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+    for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
+                       ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
+        check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
+    if args.smax < 2:
+        raise ValueError(f"--smax must be at least 2, got {args.smax}")
+    for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
+                                  ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
                                   ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
                                   ("--grad-clip", args.grad_clip, args.grad_clip >= 0, ">= 0 (0 = off)"),
                                   ("--ema", args.ema, 0 <= args.ema < 1, "in [0, 1) (0 = off)"),
                                   ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
         if not (math.isfinite(value) and ok):
             raise ValueError(f"{flag} must be a finite number {rule}, got {value}")
-    if not (0 < args.threshold <= 1 or args.threshold == math.inf):
-        raise ValueError(f"--threshold {args.threshold}: a confidence threshold must be in (0, 1], or inf for one "
-                         f"token per step")
+    check_threshold(args.threshold)
     if args.window and args.model != "setdiffusion":
         raise ValueError(f"--window {args.window}: only Set Diffusion has a window")
     if args.window > args.smax:
@@ -462,4 +461,7 @@ def report(model, method, cfg, tok, task, args, device, config, show):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:                         # before the training loop (which saves, then exits)
+        sys.exit("interrupted before training started: nothing was saved")
