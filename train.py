@@ -57,7 +57,7 @@ def get_args(argv=None):
     g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's)")
     custom.add_args(p)
     g = p.add_argument_group("optimisation")
-    g.add_argument("--max-iters", type=int, default=1300, help="optimizer steps")
+    g.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     g.add_argument("--batch-size", type=int, default=16, help="sequences per step per process")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
     g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
@@ -65,7 +65,7 @@ def get_args(argv=None):
     g.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
     g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
     g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
-    g.add_argument("--ema", type=float, default=0.0, help="EMA decay of the weights, used at eval (0 = off)")
+    g.add_argument("--ema", type=float, default=0.995, help="EMA decay of the weights, used at eval (0 = off)")
     g = p.add_argument_group("system")
     g.add_argument("--device", default="auto", help="cuda, mps, cpu or auto (cuda > mps > cpu)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
