@@ -10,7 +10,7 @@ PARETO_EVAL = --limit 500 --max-new-tokens 64
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-install:  ## install the runtime dependencies (CPU torch)
+install:  ## install the runtime dependencies (torch 2.13.0: README says how to get its CPU wheel)
 	$(PY) -m pip install -q -r requirements.txt
 
 install-test: install  ## install the test dependencies too
