@@ -57,7 +57,7 @@ def get_args(argv=None):
     g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's)")
     custom.add_args(p)
     g = p.add_argument_group("optimisation")
-    g.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
+    g.add_argument("--max-iters", type=int, default=3000, help="optimizer steps")
     g.add_argument("--batch-size", type=int, default=16, help="sequences per step per process")
     g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
     g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
