@@ -150,6 +150,11 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
+    # The fused block commit. The cache holds the columns < lo = cache.length. Each forward = [columns lo..s-1,
+    # the blocks finished since the last forward (clean) -> committed to the cache | this block s..e-1 (its
+    # [MASK]s and the tokens decoded so far) -> dropped]. So a block's first forward commits the previous block
+    # (lo < s; nothing for the first block), its later ones commit nothing (lo == s): a finished block costs no
+    # forward of its own (the official fused_block_cache).
     for s in range(F, E, S):
         e = s + S
         while True:
@@ -158,7 +163,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
                 break
             lo = cache.length                                    # < s: earlier blocks still to commit
             logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(lo, e), cache, last=S)   # (B, S, V)
-            cache.commit(s - lo)
+            cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
             sampling.at(track, tokens, torch.arange(s, e, device=dev).expand(B, -1))
             y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)
             done = sampling.stopped(track, done)

@@ -12,7 +12,9 @@ In training this is an any-order autoregressive model over orders drawn from tha
 computed in one forward over a 2L two-stream layout [x0 in sigma order | [MASK] in sigma order], positions
 [sigma | sigma], where the [MASK] copy of rank j sees the clean tokens of rank < j and itself only.
 Sampling: a window of W positions from the leftmost still-masked one; every step predicts all masked
-positions in the window at once, decodes the confident ones (the MDLM rule) and commits them.
+positions in the window at once, decodes the confident ones (the MDLM rule) and commits them. Read
+generate_reference first: that loop in ~20 lines (batch 1, no cache, one full forward per step); generate is
+the same sampler batched, with a KV cache and the commit fused into the next step's forward (tested equal).
 
 Schedule (paper §3; smax = max set size = 2d, where d/2 is the expected number of [MASK]s in the active window):
     b = smax / (L + smax - 1),  A = d / (2L),  k = A / (b - A)   (k = 1, b = 2A when d in {1, smax})
@@ -171,6 +173,64 @@ def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, ge
 
 # ----------------------------------------------------------------------------- generate
 
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: SetDiffusionConfig, max_new_tokens=64, threshold=math.inf,
+                       window=None):
+    """The sampler as the paper states it, to read first: batch size 1, greedy, no KV cache, commit order l2r.
+
+    The canvas is [prompt | N [MASK]]; [MASK]s inside the prompt are infilled too. Each step recomputes one
+    forward over [the clean tokens in commit order | one [MASK] query per masked column of the window]: the
+    clean stream is causal in commit order (the visible prompt first, in position order), each query sees
+    every clean token and itself. The window is the W columns from the leftmost [MASK]. The confidence rule
+    (mdlm.decode) picks the tokens to decode, and they are committed left to right. `generate` is this loop
+    with a KV cache, a batch and options; test_all.py checks them equal token for token and step for step.
+    """
+    W, m = window or cfg.smax // 2, cfg.mask_id
+    x = torch.cat([prompt, prompt.new_full((1, max_new_tokens), m)], 1)       # (1, C) the canvas
+    C, dev = x.shape[1], x.device
+    clean = [c for c in range(C) if x[0, c] != m]                           # committed columns, in commit order
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == m).any():
+        left = int((x[0] == m).nonzero()[0])                                # the window: W columns from here
+        queries = [c for c in range(left, min(left + W, C)) if x[0, c] == m]
+        n, k = len(clean), len(queries)
+        mask = torch.zeros(n + k, n + k, dtype=torch.bool, device=dev)
+        mask[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()   # clean: causal in commit order
+        mask[n:, :n] = True                                                  # a query sees every clean token
+        mask[n:, n:] = torch.eye(k, dtype=torch.bool, device=dev)            # and itself
+        inp = torch.cat([x[:, clean], x.new_full((1, k), m)], 1)            # (1, n + k)
+        pos = torch.tensor([clean + queries], device=dev)                   # each slot at its own column
+        logits = model(inp, pos, mask)[:, n:]                               # (1, k, V) the queries' logits
+        y, dec = decode(logits, torch.ones(1, k, dtype=torch.bool, device=dev), m, threshold)   # (1, k)
+        for j, c in enumerate(queries):                                     # commit left to right
+            if dec[0, j]:
+                x[0, c], step[0, c] = y[0, j], nfe
+                clean.append(c)
+        nfe += 1
+    return finish(x, step, torch.tensor([nfe], device=dev), nfe)
+
+
+def window_canvas(prompt, prompt_mask, max_new_tokens: int, mask_id: int, W: int):
+    """ar.canvas (B, C) plus W dead columns ([MASK], not real, never decoded), so that a window starting at
+    any column stays inside the tensors. Returns tokens, real, pos (B, C + W) and C."""
+    tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, mask_id)
+    C = tokens.shape[1]
+    tokens = F.pad(tokens, (0, W), value=mask_id)
+    real = F.pad(real, (0, W))
+    pos = F.pad(pos, (0, W))
+    return tokens, real, pos, C
+
+
+def step_cache(model, B: int, C: int, n_masked: int, W: int, threshold):
+    """A KV cache the sampler never overflows. A step commits up to new_max tokens a row (1 at threshold inf,
+    else up to W), left-aligned and padded to the batch's most with dead slots. Over a generation of at most
+    n_masked steps that is at most min(B, new_max) * n_masked slots. Room: the prefill (< C) + those commits
+    + the W queries a step writes and drops. Each step feeds at most new_max + W tokens (static decoding)."""
+    new_max = 1 if threshold == math.inf else W
+    room = C + min(B, new_max) * n_masked + W
+    return model.new_cache(B, room, slots=new_max + W)
+
+
 def step_mask(cache_ok, new_ok, W: int):
     """Mask (B, 1, n + W, cache + n + W) of one sampler step over [cache | n new clean | W queries].
 
@@ -215,7 +275,7 @@ def gather_slots(chosen, key):
 def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
              temperature=0.0, generator=None, stop=None, window=None, commit_order="l2r", options=None,
              seq_len=None):
-    """Sliding-window set decoding with a KV commit every step.
+    """Sliding-window set decoding with a KV commit every step: generate_reference, batched and cached.
 
     The prompt may hold [MASK] anywhere (infilling): every visible token, left and right of the gaps, is
     cached first (causally, in position order), then the gaps and the N new tokens are filled by the window.
@@ -230,34 +290,34 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
         raise ValueError(f"window must be in [1, smax={cfg.smax}], got {W}")
     if commit_order not in ("l2r", "fht"):
         raise ValueError(f"commit_order must be 'l2r' or 'fht', got {commit_order!r}")
-    B, P = prompt.shape
-    tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)     # (B, C)
-    C, dev = tokens.shape[1], prompt.device
-    tokens, real, pos = F.pad(tokens, (0, W), value=cfg.mask_id), F.pad(real, (0, W)), F.pad(pos, (0, W))
-    masked = (tokens == cfg.mask_id) & real                     # (B, C + W) still to decode; W dead columns
-    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)   # after C: the window never ends
+    B, dev = prompt.shape[0], prompt.device
+    tokens, real, pos, C = window_canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id, W)   # (B, C + W)
+    masked = (tokens == cfg.mask_id) & real                                         # (B, C + W) still to decode
+    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     key = commit_key(masked, W, cfg.smax / 2, commit_order, generator, seq_len)     # (B, C + W) commit order
-    n_masked = int(masked.sum(1).max())
-    new_max = 1 if threshold == math.inf else W                                     # tokens decoded per step
-    room = C + min(B, new_max) * n_masked + W                                       # + dead slots of short rows
-    cache = model.new_cache(B, room, slots=new_max + W)                             # a step: last step's + W
+    cache = step_cache(model, B, C, int(masked.sum(1).max()), W, threshold)
     cache_ok = prefill(model, tokens, pos, real & ~masked, cache)                   # (B, cached) valid entries
 
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = ~masked.any(1)
-    win, dec = tokens.new_zeros(B, 0), masked.new_zeros(B, 0)                       # last step's window
+    # The fused commit. Each forward = [the tokens decoded last step -> committed to the cache | this step's
+    # W [MASK] queries -> dropped], so committing costs no forward of its own. At the top of the loop `win`
+    # and `dec` (B, W) still hold LAST step's window and what it decoded: the commit set is gathered from
+    # them before `win` moves to this step's window. The cache plus these commits is generate_reference's
+    # clean stream; the last step's decoded tokens are never fed (nothing follows them).
+    win, dec = tokens.new_zeros(B, 0), masked.new_zeros(B, 0)                       # no last step yet
     nfe, shift = 0, torch.arange(W, device=dev)
     while not done.all():
-        order, ok = gather_slots(dec, key.gather(1, win))                           # (B, n) to commit now
-        idx = win.gather(1, order)                                                  # their canvas columns
-        win = masked.float().argmax(1, keepdim=True) + shift                        # (B, W) from leftmost [MASK]
-        cand = masked.gather(1, win) & ~done[:, None]                               # (B, W) to predict
-        inp = torch.cat([tokens.gather(1, idx), torch.full_like(win, cfg.mask_id)], 1)   # (B, n + W)
-        p = torch.cat([pos.gather(1, idx), pos.gather(1, win)], 1)
-        logits = model(inp, p, step_mask(cache_ok, ok, W), cache, last=W)          # (B, W, V)
-        cache.commit(idx.shape[1])                                                 # keep the clean, drop queries
-        cache_ok = torch.cat([cache_ok, ok], 1)
+        commit_idx, commit_ok = gather_slots(dec, key.gather(1, win))       # (B, n) in last window, commit order
+        commit_cols = win.gather(1, commit_idx)                             # (B, n) their canvas columns
+        win = masked.float().argmax(1, keepdim=True) + shift                # (B, W) from the leftmost [MASK]
+        cand = masked.gather(1, win) & ~done[:, None]                       # (B, W) to predict
+        inp = torch.cat([tokens.gather(1, commit_cols), torch.full_like(win, cfg.mask_id)], 1)   # (B, n + W)
+        inp_pos = torch.cat([pos.gather(1, commit_cols), pos.gather(1, win)], 1)
+        logits = model(inp, inp_pos, step_mask(cache_ok, commit_ok, W), cache, last=W)    # (B, W, V)
+        cache.commit(commit_cols.shape[1])                                  # keep the clean, drop the queries
+        cache_ok = torch.cat([cache_ok, commit_ok], 1)
         sampling.at(track, tokens, win)
         y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)  # (B, W)
         done = sampling.stopped(track, done)
@@ -274,7 +334,8 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
 
 
 def prefill(model, tokens, pos, visible, cache):
-    """Cache every visible token (B, C) in position order, causally. Returns which cache entries are valid (B, K)."""
+    """Cache every visible token (B, C) in position order, causally. Returns which cache entries are valid
+    (B, K)."""
     cols = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
     idx, ok = gather_slots(visible, cols.double())                                  # (B, K)
     if idx.shape[1] > 0:

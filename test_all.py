@@ -204,8 +204,25 @@ METHODS = {
 }
 
 
+def window_partial(step, W):
+    """Per step of a batch-1 sliding-window run: did tau decode more than one but not all of the window's
+    [MASK]s? The columns still masked at step k are those with step >= k; the window starts at the first."""
+    s = step[0]
+    out = []
+    for k in range(int(s.max()) + 1):
+        left = int((s >= k).nonzero()[0])
+        out.append(1 < int((s == k).sum()) < int((s[left:left + W] >= k).sum()))
+    return out
+
+
 def naive_generate(name, model, prompt, N, threshold):
-    """Batch size 1, no KV cache: every step recomputes the whole forward from the clean tokens."""
+    """Batch size 1, no KV cache: every step recomputes the whole forward from the clean tokens.
+    Set Diffusion's is setdiffusion.generate_reference, the loop a reader learns the sampler from."""
+    if name == "setdiffusion":                # clean tokens in commit order, then the window's [MASK] queries
+        cfg = METHODS[name][1]
+        x, stats = sd.generate_reference(model, prompt, cfg, max_new_tokens=N, threshold=threshold)
+        partial.extend(window_partial(stats["step"], cfg.smax // 2))      # tau picked some, not all
+        return x, stats["step"]
     x = torch.cat([prompt, torch.full((1, N), MASK)], 1)
     step, nfe = torch.full_like(x, -1), 0
     while (x == MASK).any():
@@ -220,31 +237,16 @@ def naive_generate(name, model, prompt, N, threshold):
                 blk = torch.arange(s + S) // S
                 e = min(s + S, x.shape[1])
                 logits = model(x[:, :e], mask=(blk[:e, None] >= blk[None, :e]))[:, s:e]
-            elif name == "mdlm":              # full bidirectional forward, blocks at multiples of 4
+            else:                             # mdlm: full bidirectional forward, blocks at multiples of 4
                 s = int(m.nonzero()[0]) // 4 * 4
                 e = min(s + 4, x.shape[1])
                 logits = model(x, mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool))[:, s:e]
-            else:                             # clean tokens in commit order, then the window's [MASK] queries
-                left = int(m.nonzero()[0])
-                s, e = left, min(left + 3, x.shape[1])
-                clean = [int(c) for c in order]
-                q = [c for c in range(s, e) if m[c]]
-                n = len(clean)
-                mk = torch.zeros(n + len(q), n + len(q), dtype=torch.bool)
-                mk[:n, :n] = causal(n)
-                mk[n:, :n] = True
-                mk[n:, n:] = torch.eye(len(q), dtype=torch.bool)
-                inp = torch.tensor([[int(x[0, c]) for c in clean] + [MASK] * len(q)])
-                full = model(inp, torch.tensor([clean + q]), mk)[:, n:]
-                logits = torch.zeros(1, e - s, V).index_copy_(1, torch.tensor(q) - s, full)
             y, dec = mdlm.decode(logits, (x[:, s:e] == MASK), MASK, threshold)
             cols = list(range(s, e))
             partial.append(1 < int(dec.sum()) < int((x[:, s:e] == MASK).sum()))   # tau picked some, not all
         for c, yy, d in zip(cols, y[0], dec[0]):
             if d:
                 x[0, c], step[0, c] = yy, nfe
-                if name == "setdiffusion":
-                    order.append(c)
         nfe += 1
     return x, step
 
@@ -252,12 +254,13 @@ def naive_generate(name, model, prompt, N, threshold):
 @pytest.mark.parametrize("name", list(METHODS))
 @pytest.mark.parametrize("threshold", [math.inf, 0.5])
 def test_sampler_equals_naive_recompute(name, threshold):
-    global order, partial
+    """Each cached sampler against a naive recompute (Set Diffusion's: setdiffusion.generate_reference), token
+    for token and step for step, at threshold inf (one token a step) and 0.5 (tau picks inside a window)."""
+    global partial
     mod, cfg, kw = METHODS[name]
     model, N, partial = Jitter(tiny_model(4)), 11, []
     for P in (3, 6):
         prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
-        order = list(range(P))
         if name == "ar" and threshold != math.inf:
             continue
         extra = {} if name == "ar" else {"threshold": threshold}
@@ -294,16 +297,58 @@ def test_batched_equals_each_row_alone(name):
 
 
 def test_setdiffusion_infills_between_visible_tokens():
-    """[MASK] inside the prompt: both sides are cached first; naive recompute agrees; the sides are kept."""
-    global order, partial
-    partial = []
-    model = tiny_model(6)
-    prompt = torch.tensor([[1, 2, 3, MASK, MASK, MASK, MASK, 7, 8]])
-    order = [0, 1, 2, 7, 8]                              # visible tokens first, in position order
-    tokens, stats = sd.generate(model, prompt, METHODS["setdiffusion"][1], max_new_tokens=2, threshold=0.5)
-    x, step = naive_generate("setdiffusion", model, prompt, 2, 0.5)
-    assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
+    """[MASK] inside the prompt: both sides are cached first; the reference sampler agrees; the sides are kept."""
+    model, cfg = tiny_model(6), METHODS["setdiffusion"][1]
+    prompt = torch.tensor([[1, 2, 3, MASK, MASK, MASK, MASK, 7, 8]])   # the reference commits 0, 1, 2, 7, 8 first
+    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=2, threshold=0.5)
+    x, ref = sd.generate_reference(model, prompt, cfg, max_new_tokens=2, threshold=0.5)
+    assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
     assert tokens[0, [0, 1, 2, 7, 8]].tolist() == [1, 2, 3, 7, 8] and not (tokens == MASK).any()
+
+
+@pytest.mark.parametrize("window", [1, 2, 6])
+def test_setdiffusion_reference_equals_generate_at_other_windows(window):
+    """The window W is the reference's argument too: any W in [1, smax] gives the same run as generate."""
+    model, cfg = Jitter(tiny_model(4)), METHODS["setdiffusion"][1]
+    prompt = torch.randint(0, MASK, (1, 5), generator=torch.Generator().manual_seed(5))
+    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=11, threshold=0.5, window=window)
+    x, ref = sd.generate_reference(model, prompt, cfg, max_new_tokens=11, threshold=0.5, window=window)
+    assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
+
+
+class QueryLogits(torch.nn.Module):
+    """A model that records, for every forward holding [MASK] queries, the logits of each query by position."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.new_cache, self.steps = model, model.new_cache, []
+
+    def forward(self, idx, pos, mask=None, cache=None, last=None):
+        out = self.model(idx, pos, mask, cache)                                  # (1, T, V)
+        if (idx == MASK).any():
+            self.steps.append({int(p): o for i, p, o in zip(idx[0], pos[0], out[0]) if i == MASK})
+        return out if last is None else out[:, -last:]
+
+
+def test_setdiffusion_reference_logits_equal_generate():
+    """Stronger than equal tokens: at every step each query of the reference has the logits of the same query
+    in generate (to 1e-5; float noise is ~2e-7), so the cache + fused commits hold exactly the reference's clean
+    stream in commit order (committing a step's tokens right to left instead moves them by ~3e-3). An unscaled
+    model, whose logits depend on the context more than tiny_model's, at tau = 0.2: 1 to 3 tokens a step."""
+    cfg = METHODS["setdiffusion"][1]
+    prompt = torch.randint(0, MASK, (1, 4), generator=torch.Generator().manual_seed(4))
+    runs = []
+    for sampler in (sd.generate, sd.generate_reference):
+        torch.manual_seed(4)
+        model = QueryLogits(Jitter(Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2,
+                                                           n_embd=32)).eval()))
+        runs.append((*sampler(model, prompt, cfg, max_new_tokens=12, threshold=0.2), model.steps))
+    (tokens, stats, fast), (x, ref_stats, ref) = runs
+    assert torch.equal(tokens, x) and torch.equal(stats["step"], ref_stats["step"])
+    assert len(fast) == len(ref) == stats["nfe"] and 1 < stats["tokens_per_step"] < 3
+    for f, r in zip(fast, ref):
+        for p, logits in r.items():
+            torch.testing.assert_close(f[p], logits, rtol=0, atol=1e-5)
 
 
 def test_setdiffusion_commit_orders_and_stop_rule():
