@@ -11,29 +11,27 @@ train.py did not write is ever deleted (`claim` refuses such an --out-dir before
 validated before any weight is read (`check_config`). Weights load with safetensors and
 torch.load(weights_only=True) only.
 
-`load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (RELEASED, e.g.
-"gsm8k:setdlm-smax8", "owt:setdlm-smax16"), whose format it converts (`load_released`: Qwen3 backbones, and the
-DiT of the OWT/LM1B models through `from_dit`).
+`load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (e.g.
+"gsm8k:setdlm-smax8", "owt:setdlm-smax16"): it hands them to pretrained.py, which fetches them and converts the
+official format (Qwen3 backbones, and the DiT of the OWT/LM1B models). `METHODS` is the registry of the four
+method files; `pick_device` the scripts' --device.
 """
 import dataclasses
-import glob
 import json
 import math
 import os
-import pickle
-import re
 import shutil
-import warnings
 from dataclasses import asdict
 
 import torch
-import torch.nn.functional as F
 
 import ar
 import bd3lm
 import mdlm
+import pretrained
 import setdiffusion
-from model import ModelConfig, from_state, fuse_qkv, hub_dir, load_safetensors
+from model import ModelConfig, from_state
+from pretrained import load_pt, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -65,14 +63,6 @@ def weights(model) -> dict:
     if model.cfg.tie_embeddings:
         sd.pop("lm_head.weight", None)
     return {k: v.detach().contiguous() for k, v in sd.items()}
-
-
-def load_weights(model, state: dict):
-    missing, unexpected = model.load_state_dict(fuse_qkv(state), strict=False)
-    allowed = {"lm_head.weight"} if model.cfg.tie_embeddings else set()
-    if set(missing) - allowed or unexpected:
-        raise ValueError(f"weights do not fit the model: missing {sorted(set(missing) - allowed)[:5]}, "
-                         f"unexpected {sorted(unexpected)[:5]}")
 
 
 # ----------------------------------------------------------------------------- the checkpoint directory
@@ -226,40 +216,21 @@ def load(path: str, device="cpu"):
     """A checkpoint -> (model in eval mode, method module, method config, config dict).
 
     path: a checkpoint directory written by train.py; a short key of the paper's released checkpoints
-    (RELEASED, e.g. "gsm8k:setdlm-smax8"); a Hugging Face repo id; or a local copy of such a repo. The
-    directory's config.json decides: ours (it has "method"), the released format (converted, see
-    `load_released`), or an error (a plain Qwen3 base model is a backbone, not a trained checkpoint).
+    (pretrained.RELEASED, e.g. "gsm8k:setdlm-smax8"); a Hugging Face repo id; or a local copy of such a repo.
+    pretrained.fetch finds it and reads its config.json, which decides: ours (it has "method"), the released
+    format (converted by pretrained.load_released), or an error (a plain Qwen3 base model is a backbone, not
+    a trained checkpoint).
     """
-    if ":" in path and not os.path.exists(path):
-        if path not in RELEASED:
-            raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)}")
-        path = RELEASED[path]
-    local = [d for d in (path, newest(path)) if d and os.path.isfile(os.path.join(d, "config.json"))]
-    missing = FileNotFoundError(f"no checkpoint at {path}: expected a directory with config.json and model."
-                                f"safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub repo id")
-    if not local and (os.path.exists(path) or path.startswith(("/", ".", "~")) or path.count("/") != 1):
-        raise missing                                              # a local path, not an "org/name" repo id
-    if local:
-        d = local[0]
-    else:                                                          # the configs first: refuse before a download
-        path, d = hub_first(path)
-    try:
-        with open(os.path.join(d, "config.json")) as f:
-            config = json.load(f)
-    except OSError:
-        raise missing from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"cannot read the checkpoint at {d}: config.json: {e}") from e
-    if not isinstance(config, dict):                               # a list or null: check_config's one line
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        path = newest(path) or path                   # a save killed mid-swap left out_dir.tmp or out_dir.old
+    source, d, config = pretrained.fetch(path)
+    if not isinstance(config, dict):                  # a list or null: check_config's one line
         return load_ours(d, device)
-    method = config.get("method") or released_method(config, path)
-    if not local:                                                  # now the weights (the cache when offline)
-        d = hub_dir(path, ["*.safetensors"])
-        if not glob.glob(os.path.join(d, "*.safetensors")):
-            d = hub_dir(path, ["pytorch_model*.bin"])
     if "method" in config:
         return load_ours(resolve(d), device)
-    return load_released(d, path, config, method, device)
+    model, config = pretrained.load_released(d, source, config, device)
+    config["method_config"] = method_config(config["method"], **config["method_config"])
+    return (model, *method_of(config), config)
 
 
 def check_fields(cls, values, where: str):
@@ -328,18 +299,6 @@ def load_ours(d: str, device="cpu"):
     return model.to(device).eval(), method, cfg, config
 
 
-def load_pt(f: str):
-    """torch.load(f, weights_only=True): a file holding anything but tensors and numbers (code) or a damaged one
-    is a ValueError naming it, never torch's advice to turn weights_only off."""
-    try:
-        return torch.load(f, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise ValueError(f"{f} holds objects other than tensors and numbers, so it was not loaded (only plain "
-                         f"weights are read from .pt/.bin files)") from None
-    except (EOFError, RuntimeError, OSError) as e:
-        raise ValueError(f"{f} is damaged ({(str(e).splitlines() or [type(e).__name__])[0][:60]})") from None
-
-
 def load_train_state(path: str) -> dict:
     """train_state.pt of the newest complete checkpoint in path, for --resume: a damaged or foreign file is one
     line (it is read with weights_only=True, so nothing in it runs)."""
@@ -363,281 +322,3 @@ def method_config(name: str, mask_id: int, **settings) -> dict:
     cls = METHOD_CONFIGS[name]
     fields = cls.__dataclass_fields__
     return asdict(cls(mask_id=mask_id, **{k: v for k, v in settings.items() if k in fields}))
-
-
-# ----------------------------------------------------------------------------- the paper's released checkpoints
-
-def released_keys() -> dict:
-    """Short keys of the official eval scripts -> Hub ids (spec §6). setdlm-dN is setdlm-smax(2N)."""
-    keys = {}
-    for task in ("gsm8k", "cnndm"):
-        for m in ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16"):
-            keys[f"{task}:{m}"] = f"kuleshov-group/{task}-{m}"
-        for d in (4, 8, 16):
-            repo = f"setdlm-gsm8k-smax{2 * d}" if task == "gsm8k" else f"{task}-setdlm-smax{2 * d}"
-            keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = "kuleshov-group/" + repo
-    for task in ("owt", "lm1b"):                   # DiT models; the Set Diffusion ones may be named -setdlm-dN
-        for m in ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16"):
-            keys[f"{task}:{m}"] = f"kuleshov-group/{task}-{m}"
-        for d in (4, 8, 16):
-            keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = f"kuleshov-group/{task}-setdlm-smax{2 * d}"
-    for s in (4, 8, 16):                           # the BD3-LM paper's OWT releases (the same DiT names)
-        keys[f"owt:bd3lm-block_size{s}"] = f"kuleshov-group/bd3lm-owt-block_size{s}"
-    keys["owt:mdlm-owt"] = "kuleshov-group/mdlm-owt"
-    return keys
-
-
-RELEASED = released_keys()
-# a second Hub name to try when the first is missing: the push code named them -setdlm-dN, the README -smaxN
-ALSO_NAMED = {f"kuleshov-group/{t}-setdlm-smax{2 * d}": f"kuleshov-group/{t}-setdlm-d{d}"
-              for t in ("cnndm", "owt", "lm1b") for d in (4, 8, 16)}
-DIT_DATA = {50258: "owt", 30522: "lm1b"}         # vocabulary size -> corpus, when the name does not say
-DIT_DEFAULTS = {"owt": ("gpt2", 1024, 50257), "lm1b": ("bert-base-uncased", 128, 103)}   # tokenizer, L, [MASK]
-
-
-def hub_first(repo: str) -> tuple[str, str]:
-    """(repo id, snapshot dir of its configs) for repo, else its ALSO_NAMED alternative; the first error if both fail."""
-    try:
-        return repo, hub_dir(repo, ["*.json"])
-    except FileNotFoundError:
-        if repo not in ALSO_NAMED:
-            raise
-        try:
-            return ALSO_NAMED[repo], hub_dir(ALSO_NAMED[repo], ["*.json"])
-        except FileNotFoundError:
-            raise FileNotFoundError(f"neither {repo} nor {ALSO_NAMED[repo]} could be found locally or on the "
-                                    f"Hugging Face Hub: set HF_HUB_OFFLINE=0 and check the network, or pass a "
-                                    f"local directory") from None
-
-
-QWEN3_MASK_ID = 151660            # <|fim_middle|>, the official [MASK] for Qwen3
-BACKBONE_NAME = re.compile(r"(.*?)(model\.(?:layers\.\d+|embed_tokens|norm)\..+|lm_head\.weight)")
-
-
-def source_name(source: str) -> str:
-    """What the method and its settings are read from: the repo id, or a local directory's own name."""
-    return os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
-
-
-def find_key(obj, key):
-    """The first non-null value of `key` anywhere in nested dicts (depth first), else None."""
-    if isinstance(obj, dict):
-        if obj.get(key) is not None:
-            return obj[key]
-        for v in obj.values():
-            if (found := find_key(v, key)) is not None:
-                return found
-    return None
-
-
-def released_method(config: dict, source: str) -> str:
-    """Our method name for a released checkpoint, from config.json's architectures/model_type and the repo name;
-    a ValueError for anything else (a plain Qwen3 base model, another architecture)."""
-    archs, kind = [str(a) for a in config.get("architectures") or []], str(config.get("model_type", ""))
-    text = " ".join(archs + [kind, source_name(source)]).lower()
-    for word, method in (("setdlm", "setdiffusion"), ("bd3lm", "bd3lm"), ("mdlm", "mdlm")):
-        if word in text:
-            return method
-    if "ar" in re.split(r"[^a-z0-9]+", text) or any(re.match(r"AR([A-Z_]|$)", a) for a in archs):
-        return "ar"
-    if kind == "qwen3" or "Qwen3ForCausalLM" in archs:
-        raise ValueError(f"{source} is a plain Qwen3 model (a backbone), not a trained checkpoint: fine-tune it "
-                         f"with train.py --init-from {source}")
-    raise ValueError(f"{source} is neither a checkpoint of ours (config.json has no 'method') nor a released "
-                     f"SetDLM/BD3LM/MDLM/AR one: found architectures={archs}, model_type={kind!r}")
-
-
-def raw_weights(d: str) -> dict:
-    """All tensors of any *.safetensors (else pytorch_model*.bin, weights_only) in d, under their own names."""
-    files = sorted(glob.glob(os.path.join(d, "*.safetensors")))
-    return {k: v for f in files for k, v in load_safetensors(f).items()} if files else \
-        {k: v for f in sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
-         for k, v in load_pt(f).items()}
-
-
-def backbone_weights(d: str, raw: dict | None = None) -> dict:
-    """The Qwen3 backbone's tensors in our names, from raw (default: raw_weights(d)).
-    Names are cut before model.layers/model.embed_tokens/model.norm/lm_head; of several copies under
-    different prefixes the one whose prefix contains "ema" wins."""
-    raw = raw_weights(d) if raw is None else raw
-    copies = {}
-    for name, tensor in raw.items():
-        if m := BACKBONE_NAME.fullmatch(name):
-            copies.setdefault(m[1], {})[m[2].removeprefix("model.")] = tensor
-    if not copies:
-        raise ValueError(f"no Qwen3 backbone weights (...model.layers.N..., ...model.embed_tokens.weight) in {d}: "
-                         f"found {sorted(raw)[:4] or 'no safetensors or pytorch_model*.bin files'}")
-    pick = [p for p in copies if "ema" in p.lower()] or list(copies)
-    if len(pick) > 1:
-        raise ValueError(f"several weight copies in {d} (prefixes {pick}): cannot tell which to load")
-    return copies[pick[0]]
-
-
-def infer_model_config(state: dict, config: dict) -> ModelConfig:
-    """Qwen3 shape from the weights themselves; RoPE theta and the RMSNorm eps from config.json (anywhere,
-    e.g. a nested backbone config) else Qwen3's 1e6 and 1e-6."""
-    try:
-        emb, D = state["embed_tokens.weight"], state["layers.0.self_attn.q_norm.weight"].shape[0]
-        tie = "lm_head.weight" not in state or torch.equal(state["lm_head.weight"], emb)
-        return ModelConfig(vocab_size=emb.shape[0], n_embd=emb.shape[1], head_dim=D,
-                           n_layer=1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers.")),
-                           n_head=state["layers.0.self_attn.q_proj.weight"].shape[0] // D,
-                           n_kv_head=state["layers.0.self_attn.k_proj.weight"].shape[0] // D,
-                           intermediate_size=state["layers.0.mlp.gate_proj.weight"].shape[0], qk_norm=True,
-                           tie_embeddings=tie, rope_theta=float(find_key(config, "rope_theta") or 1e6),
-                           norm_eps=float(find_key(config, "rms_norm_eps") or 1e-6))
-    except KeyError as e:
-        raise ValueError(f"not a Qwen3 backbone: no {e} among the weights") from None
-
-
-def name_number(name: str, pattern: str):
-    """N from the first dash/underscore-separated word of name matching pattern (e.g. r"smax(\\d+)")."""
-    return next((int(m[1]) for w in re.split(r"[^a-z0-9]+", name.lower()) if (m := re.fullmatch(pattern, w))), None)
-
-
-# ----------------------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
-
-DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
-                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|blocks\.\d+\."
-                      r"(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|mlp\.[02]\.(weight|bias)|"
-                      r"adaLN_modulation\.(weight|bias)))")
-DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
-
-
-def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
-    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f = max_period^(-k/(dim/2))."""
-    freqs = torch.exp(-math.log(max_period) * torch.arange(dim // 2, dtype=t.dtype) / (dim // 2))
-    args = t[:, None] * freqs[None]                                           # (N, dim/2)
-    return torch.cat([args.cos(), args.sin()], dim=-1)
-
-
-def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
-    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see DIT_NAME)
-    -> (ModelConfig, our state dict in fp32). Any other name is refused.
-
-    The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
-    1e4 (the same half-split layout) and an untied output Linear with a bias. Its fused qkv, rows laid out
-    (three h d), is our qkv_proj as it is. With adaLN on, the conditioning is a constant,
-    c = silu(sigma_map(0)), so every block's (shift, scale, gate) = adaLN_modulation(c) is a constant vector
-    and folds into the weights:
-    norm(x) * (1 + scale) + shift is a LayerNorm with weight w * (1 + scale) and bias shift, and
-    gate * (W y + b) is the output projection with its rows (and bias) scaled by gate.
-    """
-    if unknown := sorted(k for k in raw if not DIT_NAME.fullmatch(k) and k not in DIT_IGNORED):
-        raise ValueError(f"unknown tensor {unknown[0]!r} (and {len(unknown) - 1} more) in a DiT checkpoint: "
-                         f"refusing to load what this converter does not know")
-    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
-    try:
-        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blocks."))
-        V, D = emb.shape
-        c = None
-        if "blocks.0.adaLN_modulation.weight" in w:                            # c = silu(sigma_map(sigma = 0))
-            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64), w["sigma_map.mlp.0.weight"].shape[1])
-            h = F.silu(F.linear(t_freq, w["sigma_map.mlp.0.weight"], w["sigma_map.mlp.0.bias"]))
-            c = F.silu(F.linear(h, w["sigma_map.mlp.2.weight"], w["sigma_map.mlp.2.bias"]))   # (1, cond_dim)
-
-        def modulation(prefix: str, n: int):                                   # (shift, scale[, gate]) * blocks
-            if c is None:                                                      # adaLN off: 0, 0, 1
-                zero, one = torch.zeros(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
-                return [zero, zero, one] * 2 if n == 6 else [zero, zero]
-            return F.linear(c, w[prefix + "adaLN_modulation.weight"], w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
-
-        state = {"embed_tokens.weight": emb}
-        for i in range(n_layer):
-            p, o = f"blocks.{i}.", f"layers.{i}."
-            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = modulation(p, 6)
-            state.update({
-                o + "input_layernorm.weight": w[p + "norm1.weight"] * (1 + scale_msa),
-                o + "input_layernorm.bias": shift_msa,
-                o + "self_attn.qkv_proj.weight": w[p + "attn_qkv.weight"],       # (three h d) rows = [q | k | v]
-                o + "self_attn.o_proj.weight": gate_msa[:, None] * w[p + "attn_out.weight"],
-                o + "post_attention_layernorm.weight": w[p + "norm2.weight"] * (1 + scale_mlp),
-                o + "post_attention_layernorm.bias": shift_mlp,
-                o + "mlp.up_proj.weight": w[p + "mlp.0.weight"], o + "mlp.up_proj.bias": w[p + "mlp.0.bias"],
-                o + "mlp.down_proj.weight": gate_mlp[:, None] * w[p + "mlp.2.weight"],
-                o + "mlp.down_proj.bias": gate_mlp * w[p + "mlp.2.bias"]})
-        shift, scale = modulation("output_layer.", 2)
-        state.update({"norm.weight": w["output_layer.norm_final.weight"] * (1 + scale), "norm.bias": shift,
-                      "lm_head.weight": w["output_layer.linear.weight"], "lm_head.bias": w["output_layer.linear.bias"]})
-        hidden = w["blocks.0.mlp.0.weight"].shape[0]
-    except (KeyError, ValueError) as e:
-        raise ValueError(f"not a complete DiT checkpoint: missing {e}") from None
-    if D % n_head:
-        raise ValueError(f"DiT width {D} is not a multiple of n_heads={n_head}")
-    cfg = ModelConfig(vocab_size=V, n_layer=n_layer, n_head=n_head, n_kv_head=n_head, n_embd=D,
-                      intermediate_size=hidden, rope_theta=10000.0, qk_norm=False, tie_embeddings=False,
-                      norm="layer", mlp="gelu", norm_eps=1e-5, norm_bias=True, lm_head_bias=True)
-    return cfg, {k: v.float() for k, v in state.items()}
-
-
-def load_released(d: str, source: str, config: dict, method: str, device="cpu"):
-    """Convert a checkpoint of the official code (kuleshov-group/..., or a local copy) into ours.
-
-    Assumed, as the release itself cannot be read offline (spec §6):
-    - weights: *.safetensors (shards by glob) or pytorch_model*.bin; the backbone is stock HF Qwen3 under
-      some prefix (e.g. backbone.model.layers.N...); EMA weights, a second copy under a prefix containing
-      "ema", win. Other tensors (noise schedule buffers, ...) are ignored. The shape comes from the weights.
-    - method: "setdlm"/"bd3lm"/"mdlm"/"ar" in architectures, model_type or the repo name.
-    - smax: the name's smaxN (or dN -> 2N), as the official eval loader does; else noise_config:
-      max_block_size when < the length, else 2 * desired_block_size. BD3-LM block: the name's sN, else
-      block_size. A disagreement between name and config warns and keeps the name.
-    - mask id: mask_token_id (e.g. in tokenization_config), else 151660 (<|fim_middle|>).
-    - data: gsm8k or cnndm from the name, else null. seq_len: a "length" key in config.json, else 768 for
-      cnndm and 1024 otherwise. Names are read from the repo id, or a local directory's own name.
-    - the OWT/LM1B DiT (backbone.vocab_embed.embedding among the names): from_dit, n_heads from config.json
-      (else 12); data owt or lm1b from the name, else the vocabulary size; tokenizer, L ("length" or
-      "model_length" else) and mask id (else) of that corpus: gpt2, 1024, 50257 / bert-base-uncased, 128, 103.
-    """
-    raw = raw_weights(d)
-    dit = any(k.startswith("backbone.vocab_embed.") for k in raw)
-    if dit:
-        model_cfg, state = from_dit(raw, int(find_key(config, "n_heads") or 12))
-    else:
-        state = backbone_weights(d, raw)
-        model_cfg = infer_model_config(state, config)
-    del raw
-    name = source_name(source).lower()
-    data = "gsm8k" if "gsm8k" in name else "cnndm" if "cnn" in name else None
-    if dit:
-        data = "lm1b" if "lm1b" in name else "owt" if "owt" in name else DIT_DATA.get(model_cfg.vocab_size)
-        if data is None:
-            raise ValueError(f"{source}: a DiT with a vocabulary of {model_cfg.vocab_size}, neither OWT's 50258 nor "
-                             f"LM1B's 30522, and no owt/lm1b in its name")
-    tokenizer, default_len, default_mask = DIT_DEFAULTS[data] if dit else \
-        (None, 768 if data == "cnndm" else 1024, QWEN3_MASK_ID)
-    length = find_key(config, "length") or find_key(config, "model_length")
-    seq_len = length if isinstance(length, int) else default_len
-    mask_id = find_key(config, "mask_token_id")
-    mask_id = int(default_mask if mask_id is None else mask_id)
-    if not 0 <= mask_id < model_cfg.vocab_size:
-        raise ValueError(f"{source}: mask id {mask_id} outside the vocabulary of {model_cfg.vocab_size}")
-
-    settings = {}
-    nc = find_key(config, "noise_config") or {}
-    if method == "setdiffusion":
-        m, dd = nc.get("max_block_size"), nc.get("desired_block_size")
-        from_config = m if m and seq_len and m < seq_len else 2 * dd if dd else None
-        from_name = name_number(name, r"smax(\d+)") or 2 * (name_number(name, r"d(\d+)") or 0) or None
-        settings["smax"] = pick_setting(source, "smax", from_name, from_config)
-    elif method == "bd3lm":
-        bs = find_key(config, "block_size")
-        settings["block_size"] = pick_setting(source, "block size", name_number(name, r"s(\d+)") or
-                                              name_number(name, r"size(\d+)"),
-                                              bs if bs and (not seq_len or bs < seq_len) else None)
-    has_tok = os.path.isfile(os.path.join(d, "tokenizer.json"))
-    if data == "lm1b" and (has_tok or os.path.isfile(os.path.join(d, "vocab.txt"))):
-        tokenizer = "bert:" + source                               # the release's own copy of the WordPiece
-    out = {"model": asdict(model_cfg), "method": method,
-           "method_config": method_config(method, mask_id, **settings),
-           "tokenizer": tokenizer or "qwen3:" + (source if has_tok else "Qwen/Qwen3-1.7B-Base"),
-           "data": data, "seq_len": seq_len, "source": source}
-    model = from_state(model_cfg, state)
-    return (model.to(device).eval(), *method_of(out), out)
-
-
-def pick_setting(source: str, what: str, from_name, from_config):
-    if from_name and from_config and from_name != from_config:
-        warnings.warn(f"{source}: {what} {from_name} from the name, {from_config} from config.json; using {from_name}")
-    if not (from_name or from_config):
-        raise ValueError(f"{source}: cannot tell the {what} from the name or config.json")
-    return int(from_name or from_config)

@@ -24,13 +24,11 @@ files do not change. Eager and static steps give the same tokens (test_static.py
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
 the Hugging Face Qwen3 layout without the leading "model.". `norm="layer"` and `mlp="gelu"` give the DiT-style
-variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; checkpoint.from_dit converts their
-released weights.
+variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; pretrained.py loads Qwen3 weights
+and converts the released ones.
 """
 import functools
-import json
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -345,68 +343,9 @@ def static_decoding(model: Transformer, compile: bool = False, mode: str | None 
     return model
 
 
-# ----------------------------------------------------------------------------- Hugging Face Qwen3 weights
-
-def qwen3_config(hf: dict) -> ModelConfig:
-    """ModelConfig of a Hugging Face Qwen3 config.json (transformers 4.x `rope_theta` or 5.x `rope_parameters`)."""
-    kind, archs = hf.get("model_type"), hf.get("architectures") or []
-    if kind != "qwen3" and not (kind is None and {"Qwen3ForCausalLM", "Qwen3Model"} & set(archs)):
-        raise ValueError(f"not a Qwen3 config: model_type={kind!r}, architectures={archs}")
-    rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default" or hf.get("use_sliding_window") \
-            or hf.get("attention_bias") or hf.get("hidden_act", "silu") != "silu":
-        raise ValueError("unsupported Qwen3 variant: rope scaling, sliding window, attention bias or a non-silu MLP")
-    if missing := [k for k in ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size",
-                               "intermediate_size") if k not in hf]:
-        raise ValueError(f"the Qwen3 config lacks {missing}")
-    heads = hf["num_attention_heads"]                # defaults below are transformers' Qwen3Config ones
-    return ModelConfig(vocab_size=hf["vocab_size"], n_layer=hf["num_hidden_layers"], n_head=heads,
-                       n_kv_head=hf.get("num_key_value_heads") or heads, n_embd=hf["hidden_size"],
-                       head_dim=hf.get("head_dim", 128), intermediate_size=hf["intermediate_size"],
-                       rope_theta=float(hf.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-                       qk_norm=True, tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-                       norm_eps=hf.get("rms_norm_eps", 1e-6))
-
-
-def hub_dir(name_or_path: str, allow_patterns: list) -> str:
-    """A local directory as it is, else a Hub repo id fetched with huggingface_hub (HF_TOKEN, HF_HOME and
-    HF_HUB_OFFLINE apply) -> the snapshot directory. Errors are one line naming the id."""
-    path = os.path.expanduser(name_or_path)
-    if os.path.isdir(path):
-        return path
-    if path.startswith(("/", ".", "~")) or path.count("/") != 1:   # a path, not an "org/name" repo id
-        raise FileNotFoundError(f"{name_or_path}: no such directory, and not a Hugging Face repo id (org/name)")
-    from huggingface_hub import snapshot_download
-    try:
-        return snapshot_download(repo_id=name_or_path, allow_patterns=allow_patterns)
-    except Exception as e:   # offline and not cached, no network, unknown or gated repo, ...
-        raise FileNotFoundError(f"{name_or_path}: no such local directory, and downloading it from the Hugging "
-                                f"Face Hub failed ({type(e).__name__}): check the id, set HF_HUB_OFFLINE=0 and "
-                                f"check the network (HF_TOKEN for a gated repo), or pass a local directory") from None
-
-
-def load_safetensors(path: str) -> dict:
-    """The tensors of one .safetensors file; a damaged or truncated file is a ValueError naming it."""
-    from safetensors.torch import load_file
-    try:
-        return load_file(path)
-    except Exception as e:        # safetensors_rust.SafetensorError: header too large, truncated data, ...
-        raise ValueError(f"{path} is damaged or not a safetensors file ({str(e).splitlines()[0][:80]}): "
-                         f"write or download it again") from None
-
-
-def read_safetensors(d: str) -> dict:
-    """All tensors of model.safetensors, or of the shards a model.safetensors.index.json lists, in d."""
-    index = os.path.join(d, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = ["model.safetensors"] if os.path.isfile(os.path.join(d, "model.safetensors")) else []
-    if not files:
-        raise FileNotFoundError(f"{d} holds neither model.safetensors nor model.safetensors.index.json")
-    return {k: v for f in files for k, v in load_safetensors(os.path.join(d, f)).items()}
-
+# ----------------------------------------------------------------------------- loading weights
+# The one state-dict check: every loader (our checkpoints, --resume, Qwen3, released checkpoints in
+# pretrained.py) ends in load_weights or from_state.
 
 def fuse_qkv(state: dict) -> dict:
     """Hugging Face's separate self_attn.{q,k,v}_proj.weight (Qwen3, the DiT after conversion, our checkpoints
@@ -420,10 +359,26 @@ def fuse_qkv(state: dict) -> dict:
     return out
 
 
+def load_weights(model: Transformer, state: dict, assign: bool = False):
+    """Load `state` (our names, or separate q/k/v projections as Hugging Face names them; lm_head.weight
+    optional when tied) into model: copied into its tensors, or with assign=True taken as they are. Anything
+    missing, unexpected or of another shape is a ValueError (one line)."""
+    tied = model.cfg.tie_embeddings
+    state = {k: v for k, v in fuse_qkv(state).items() if not (tied and k == "lm_head.weight")}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=assign)
+    except RuntimeError as e:                     # shape mismatches
+        raise ValueError(f"weights do not fit the model: {str(e).splitlines()[-1].strip()}") from None
+    if tied:
+        model.lm_head.weight = model.embed_tokens.weight          # assign=True replaced the embedding
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
 def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transformer:
-    """A Transformer holding exactly `state` (our names, or separate q/k/v projections as Hugging Face names
-    them; lm_head.weight optional when tied), cast to dtype. Built on the meta device, so no time goes into
-    a random init that would be overwritten."""
+    """A Transformer holding exactly `state` (as load_weights takes it), cast to dtype, in eval mode. Built on
+    the meta device, so no time goes into a random init that would be overwritten."""
     layers = {int(k.split(".")[1]) for k in state if k.startswith("layers.") and k.split(".")[1].isdigit()}
     if len(layers) != cfg.n_layer:               # before building: n_layer = 1e9 must not build 1e9 blocks
         raise ValueError(f"weights do not fit the model: the weights hold {len(layers)} layers, the config "
@@ -433,24 +388,5 @@ def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transforme
         raise ValueError(f"weights do not fit the model: {odd} is stored as {state[odd].dtype}, not floating point")
     with torch.device("meta"):
         model = Transformer(cfg)
-    state = {k: v.to(dtype) for k, v in fuse_qkv(state).items() if not (cfg.tie_embeddings and k == "lm_head.weight")}
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
-    except RuntimeError as e:                     # shape mismatches
-        raise ValueError(f"weights do not fit the model: {str(e).splitlines()[-1].strip()}") from None
-    if cfg.tie_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
-        missing = [k for k in missing if k != "lm_head.weight"]
-    if missing or unexpected:
-        raise ValueError(f"weights do not fit the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+    load_weights(model, {k: v.to(dtype) for k, v in state.items()}, assign=True)
     return model.eval()
-
-
-def from_pretrained(name_or_path: str, dtype=torch.float32) -> Transformer:
-    """A Hugging Face Qwen3 model (e.g. "Qwen/Qwen3-1.7B-Base", or a local directory holding its config.json
-    and safetensors) as our Transformer, in eval mode."""
-    d = hub_dir(name_or_path, ["config.json", "*.safetensors", "model.safetensors.index.json"])
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = qwen3_config(json.load(f))
-    state = {k.removeprefix("model."): v for k, v in read_safetensors(d).items()}
-    return from_state(cfg, state, dtype)

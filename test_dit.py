@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 import checkpoint
-from checkpoint import from_dit, timestep_embedding
 from model import from_state
+from pretrained import ALSO_NAMED, RELEASED, from_dit, timestep_embedding
 from test_pretrained import fake_hub
 
 REPO = os.path.dirname(os.path.abspath(__file__))
@@ -131,10 +131,10 @@ def test_dit_refuses_unknown_and_incomplete():
 # ----------------------------------------------------------------------------- released keys and checkpoints
 
 def test_released_dit_keys():
-    R = checkpoint.RELEASED
+    R = RELEASED
     assert R["owt:setdlm-smax16"] == R["owt:setdlm-d8"] == "kuleshov-group/owt-setdlm-smax16"
     assert R["lm1b:setdlm-d4"] == "kuleshov-group/lm1b-setdlm-smax8" and R["lm1b:bd3lm-s16"] == "kuleshov-group/lm1b-bd3lm-s16"
-    assert checkpoint.ALSO_NAMED["kuleshov-group/owt-setdlm-smax16"] == "kuleshov-group/owt-setdlm-d8"
+    assert ALSO_NAMED["kuleshov-group/owt-setdlm-smax16"] == "kuleshov-group/owt-setdlm-d8"
     assert R["owt:bd3lm-block_size8"] == "kuleshov-group/bd3lm-owt-block_size8" and R["owt:mdlm-owt"] == "kuleshov-group/mdlm-owt"
     assert R["owt:ar"] == "kuleshov-group/owt-ar"
 

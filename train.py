@@ -23,7 +23,8 @@ import torch
 import checkpoint
 import setdiffusion
 from data import TASKS, custom, encode, get_task, get_tokenizer
-from model import PRESETS, ModelConfig, Transformer, load_safetensors, use_flex
+from model import PRESETS, ModelConfig, Transformer, load_weights, use_flex
+from pretrained import from_pretrained, load_safetensors
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -133,7 +134,6 @@ def setup(args, device):
     seq_len = args.seq_len or task.SEQ_LEN
     train = encode(tok, task.load("train", args.data_dir), seq_len)
     if args.init_from:
-        from model import from_pretrained
         model = from_pretrained(args.init_from).train()
     else:
         torch.manual_seed(args.seed)
@@ -234,10 +234,10 @@ def make_optimizer(model, args):
 def restore(state, model, opt, ema, out_dir) -> int:
     """Load a train_state (and the EMA weights of model.safetensors) for --resume; returns the step."""
     try:
-        checkpoint.load_weights(model, state["model"])
+        load_weights(model, state["model"])
         opt.load_state_dict(state["optimizer"])
         if ema is not None:
-            checkpoint.load_weights(ema, load_safetensors(os.path.join(checkpoint.resolve(out_dir), "model.safetensors")))
+            load_weights(ema, load_safetensors(os.path.join(checkpoint.resolve(out_dir), "model.safetensors")))
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise ValueError(f"cannot resume from {checkpoint.resolve(out_dir)}: its train state does not fit "
                          f"({str(e).splitlines()[0][:100]}); start again without --resume") from None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import tiktoken
 
 from data import Tokenizer
+from data.hub import hub_dir
 
 # Qwen2/Qwen3 pre-tokenisation regex (GPT-4 style, but digits are split one per token: `\p{N}`).
 # Used only when tokenizer.json has no Split pattern of its own.
@@ -58,25 +59,13 @@ class QwenTokenizer(Tokenizer):
 
 
 def find_tokenizer_json(name_or_path: str) -> str:
-    """Path of tokenizer.json: in a local directory (or the file itself), else from the Hub / its cache."""
-    path = os.path.expanduser(name_or_path)
-    if os.path.isfile(path):
-        return path
-    if os.path.isdir(path):
-        file = os.path.join(path, "tokenizer.json")
-        if not os.path.isfile(file):
-            raise FileNotFoundError(f"{file} not found: pass a directory holding Qwen3's tokenizer.json")
-        return file
-    if path.startswith(("/", ".", "~")) or path.count("/") > 1:   # looks like a path, not a repo id
-        raise FileNotFoundError(f"{name_or_path}: no such directory; pass a local directory holding "
-                                f"tokenizer.json or a Hugging Face repo id like Qwen/Qwen3-1.7B-Base")
-    from huggingface_hub import hf_hub_download   # honours HF_TOKEN, HF_HOME, HF_HUB_OFFLINE
-    try:
-        return hf_hub_download(repo_id=name_or_path, filename="tokenizer.json")
-    except Exception as e:   # offline and not cached, no network, unknown repo, ...
-        raise FileNotFoundError(f"could not get tokenizer.json of {name_or_path!r} from the Hugging Face "
-                                f"Hub or its cache ({type(e).__name__}): set HF_HUB_OFFLINE=0 on a machine "
-                                f"with network access, or pass a local directory holding tokenizer.json") from None
+    """Path of tokenizer.json: the file itself, in a local directory, else from the Hub / its cache (data/hub.py)."""
+    if os.path.isfile(os.path.expanduser(name_or_path)):
+        return os.path.expanduser(name_or_path)
+    file = os.path.join(hub_dir(name_or_path, ["tokenizer.json"]), "tokenizer.json")
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{file} not found: pass a directory holding Qwen3's tokenizer.json")
+    return file
 
 
 def split_pattern(pre_tokenizer) -> str | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import tiktoken
 
 from data import PlainText, Tokenizer
+from data.hub import hub_dir
 
 GPT2_MASK = "<|fim_middle|>"                     # the official name of the added [MASK]
 BERT_REPO = "google-bert/bert-base-uncased"
@@ -77,7 +78,6 @@ def bert_tokenizer(name_or_path: str = BERT_REPO) -> WordPieceTokenizer:
         from tokenizers.implementations import BertWordPieceTokenizer
     except ImportError:
         raise ValueError("the LM1B tokenizer needs the `tokenizers` package: pip install tokenizers") from None
-    from model import hub_dir
     d = hub_dir(name_or_path, ["tokenizer.json", "vocab.txt"])
     if os.path.isfile(os.path.join(d, "tokenizer.json")):
         enc = HFTokenizer.from_file(os.path.join(d, "tokenizer.json"))
