@@ -162,9 +162,9 @@ def setup(args, device):
 def check_fits(cfg: ModelConfig, device: str):
     """Refuse, before building it, a model whose weights, gradients and AdamW state (16 bytes a parameter)
     exceed this machine's memory (the GPU's on CUDA)."""
-    D, H = cfg.n_embd, cfg.head_dim * (cfg.n_head + cfg.n_kv_head)
-    params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * (D * H + cfg.head_dim *
-                                                                                    cfg.n_head * D + 3 * D * cfg.intermediate_size)
+    D, hd = cfg.n_embd, cfg.head_dim
+    per_layer = D * hd * (cfg.n_head + 2 * cfg.n_kv_head) + hd * cfg.n_head * D + 3 * D * cfg.intermediate_size
+    params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * per_layer   # qkv, o, MLP
     if device.startswith("cuda"):
         memory = torch.cuda.get_device_properties(torch.device(device)).total_memory
     else:
@@ -237,7 +237,8 @@ def restore(state, model, opt, ema, out_dir) -> int:
         load_weights(model, state["model"])
         opt.load_state_dict(state["optimizer"])
         if ema is not None:
-            load_weights(ema, load_safetensors(os.path.join(checkpoint.resolve(out_dir), "model.safetensors")))
+            ema_file = os.path.join(checkpoint.resolve(out_dir), "model.safetensors")
+            load_weights(ema, load_safetensors(ema_file))
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise ValueError(f"cannot resume from {checkpoint.resolve(out_dir)}: its train state does not fit "
                          f"({str(e).splitlines()[0][:100]}); start again without --resume") from None
@@ -291,6 +292,7 @@ def main(argv=None):
             if master:
                 held.enter_context(checkpoint.claim(args.out_dir, args.resume))
             use_flex(flex_on(args.attention, device))
+            wandb = import_wandb(args, master)
             task, tok, train, model, config = setup(args, device)
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
@@ -298,7 +300,8 @@ def main(argv=None):
             elif master and checkpoint.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces it "
                       f"(--resume would continue it)", file=sys.stderr)
-            wandb = start_wandb(args, master)
+            if wandb is not None:
+                wandb.init(project=args.wandb, config=vars(args))
             method, cfg = checkpoint.method_of(config)
             opt = make_optimizer(model.to(device), args)
             ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
@@ -321,7 +324,7 @@ def main(argv=None):
     return losses
 
 
-def start_wandb(args, master):
+def import_wandb(args, master):
     """The wandb module when --wandb is given (optional; the key comes from WANDB_API_KEY), checked up front."""
     if not (args.wandb and master):
         return None
@@ -329,7 +332,6 @@ def start_wandb(args, master):
         import wandb
     except ImportError:
         raise ValueError("--wandb needs the wandb package: pip install wandb (or drop --wandb)") from None
-    wandb.init(project=args.wandb, config=vars(args))
     return wandb
 
 
