@@ -22,7 +22,7 @@ demo: install  ## train Set Diffusion on the shipped task (CPU, minutes), then s
 	$(PY) sample.py --ckpt out/setdiffusion --threshold 0.8 --show-order
 	$(PY) eval.py --ckpt out/setdiffusion --threshold 0.8 --limit 200
 
-# Your own data (README "Your own data"): data/examples/dates.jsonl is written by data/examples/make_dates.py
+# Your own data (docs/own_data.md): data/examples/dates.jsonl is written by data/examples/make_dates.py
 # (rewritten byte for byte here); one file, so train.py holds out a fixed tenth (50 lines) for evaluation.
 EXAMPLE = --data jsonl:data/examples/dates.jsonl
 example:  ## your own data: fine-tune Set Diffusion on a shipped JSONL file, evaluate, sample a prompt file (CPU, ~1 min)
@@ -88,7 +88,7 @@ reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoin
 	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json || exit 1; done; done
 	$(PY) eval.py --summarize results/gsm8k/*.json --paper gsm8k --out results/gsm8k.md --plot results/gsm8k.png
 
-# The paper's recipe (spec 5.1-5.2): lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16
+# The paper's recipe (the official GSM8K fine-tuning config): lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16
 # autocast, EMA 0.9999, clip 1.0; betas (0.9, 0.98) are train.py's own. --weight-decay 1.0: torch's AdamW
 # multiplies the decay by the lr, the official (composer) DecoupledAdamW does not, so 1.0 at lr 1e-5 is its 1e-5.
 finetune-gsm8k:  ## fine-tune Qwen3-1.7B-Base on GSM8K as the paper did, M=ar|mdlm|bd3lm|setdiffusion (GPU, days)
@@ -98,7 +98,7 @@ finetune-gsm8k:  ## fine-tune Qwen3-1.7B-Base on GSM8K as the paper did, M=ar|md
 	  --batch-size 1 --max-iters 75000 --smax 8 --block-size 4 --max-new-tokens 1024 --eval-limit 200 \
 	  --save-every 5000 --out-dir out/gsm8k-$(M)
 
-# ---- Summarization, infilling, unconditional samples (spec 5.2-5.3). CNN/DM and ROCStories need a CUDA GPU and
+# ---- Summarization, infilling, unconditional samples (docs/paper.md). CNN/DM and ROCStories need a CUDA GPU and
 # the Hub (or CNNDM_DIR = the Hub's parquet files of abisee/cnn_dailymail 3.0.0; ROCSTORIES_DIR = a folder with
 # the Story Cloze CSV cloze_test_val__spring2016.csv, which needs a form: https://cs.rochester.edu/nlp/rocstories/).
 CNNDM_DIR ?=
@@ -109,7 +109,7 @@ INFILL_CKPTS ?= owt:ar owt:mdlm owt:bd3lm-s16 owt:setdlm-smax32
 
 .PHONY: train-cnndm reproduce-cnndm reproduce-infill infill
 
-# The official recipe (spec 5.1-5.2): from scratch, lr 3e-4 constant after 1000 warm-up steps (--final-lr 1),
+# The official recipe (its CNN/DM config): from scratch, lr 3e-4 constant after 1000 warm-up steps (--final-lr 1),
 # global batch 128, bf16, EMA 0.9999, clip 1.0, L = 768, up to 500k steps (the official keeps the best);
 # --weight-decay 0.033 = composer's decoupled 1e-5 at lr 3e-4 (see finetune-gsm8k).
 train-cnndm:  ## train M=ar|mdlm|bd3lm|setdiffusion on CNN/DailyMail from scratch, the official recipe (GPU, days)

@@ -7,7 +7,7 @@ Every claim "x times faster" in the README is a ratio from one run of this scrip
 own worker process (it imports that tree's model.py and method files), the workers alternate (ref, new, ref,
 new, ...) `--rounds` times, and each number is the median over rounds. Shapes (CPU-sized; --quick shrinks them):
 - decode: a 16-token prompt + 96 new tokens, tau = inf (one token per step), batch 1, 8 and 32, the tiny
-  DiT-like model of issue 10 (4 layers x 256, 4 heads, vocab 4097); ms/forward = seconds / forward passes.
+  DiT-like model (4 layers x 256, 4 heads, vocab 4097); ms/forward = seconds / forward passes.
 - train: loss + backward on the shipped task's shape (batch 16 x 128 tokens, prompt 40, 8 padding) and at
   GSM8K's shape (L = 1024, prompt 150, answer 250, batch 1) with a small Qwen3 block; tokens/s counts
   non-padding tokens.

@@ -16,7 +16,7 @@ from sampling import SamplerOptions
 
 
 def options_for(task: str, tok, method: str):
-    """The official decoding options of a task (paper_notes §2 table), or None (plain greedy)."""
+    """The official decoding options of a task (the official eval scripts' settings), or None (plain greedy)."""
     if task == "cnndm":   # diffusion samplers penalise the reply (running_generation), HF generate the prompt too
         return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
                               penalize_context=method == "ar")

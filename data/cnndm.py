@@ -1,4 +1,4 @@
-"""CNN/DailyMail summarization (`abisee/cnn_dailymail` 3.0.0), as the official seq2seq set-up (spec §5.2).
+"""CNN/DailyMail summarization (`abisee/cnn_dailymail` 3.0.0), as the official seq2seq set-up.
 
     prompt: <|endoftext|> + article + <|endoftext|>            (BOS + source + EOS, at most 512 tokens)
     target: "Summary: " + highlights                           (+ EOS from encode(), at most 180 tokens)

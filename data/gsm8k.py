@@ -182,7 +182,7 @@ def repeating_tokens(ids, n: int = 8, mask_id: int | None = None) -> bool:
 
 SCORES = {"accuracy": is_correct, "strict_match": strict_match, "flexible_match": flexible_match}
 
-# The paper's GSM8K accuracy/throughput points (../shared/reference/paper_notes.md §5.1, from the official
+# The paper's GSM8K accuracy/throughput points (the paper's Figure, as in the official
 # plotting script; H100 [unconfirmed], batch 1): checkpoint key -> {tau: (tokens/step, tokens/s, accuracy %)}.
 # BD3-LM's points carry no tau labels there; they follow the same sweep order.
 _TAUS = (float("inf"), 0.99, 0.95, 0.90, 0.85, 0.80, 0.75, 0.70, 0.65, 0.60)

@@ -7,7 +7,7 @@ reference sentence(s).
            form to download: https://cs.rochester.edu/nlp/rocstories/ ("Story Cloze Test Spring 2016 val").
     row:   InputStoryid, InputSentence1..4, RandomFifthSentenceQuiz1, RandomFifthSentenceQuiz2, AnswerRightEnding
            -> the story = sentences 1-4 + the right fifth sentence.
-    input: [BOS] + left + [MASK] * |middle tokens| + right + [EOS]   (spec §2.3), sentences joined by spaces.
+    input: [BOS] + left + [MASK] * |middle tokens| + right + [EOS]   (official), sentences joined by spaces.
 
 Tokenizer-agnostic: `examples(tok, ...)` returns token ids for whatever tokenizer the checkpoint uses.
 """

@@ -1,4 +1,4 @@
-"""The OWT and LM1B tokenizers, set up as the official code sets them up (spec §4.2).
+"""The OWT and LM1B tokenizers, set up as the official code sets them up.
 
 - "gpt2" (OWT): tiktoken's GPT-2 BPE (50257 tokens) plus the official [MASK], an added <|fim_middle|> = 50257, so
   the vocabulary is 50258 like the released DiTs; <|endoftext|> = 50256 is BOS, EOS and pad.
