@@ -29,21 +29,6 @@ SD = ["--model", "setdiffusion", *TINY]          # the flags of the shared check
 SEQ_LEN = 128                                    # the arith task's context
 
 
-@pytest.fixture(scope="module", autouse=True)
-def encoded_once():
-    """train.py encodes the 40k training examples on every run (seconds on 2 cores): encode them once here."""
-    cache, real = {}, train.encode
-
-    def encode(tok, examples, seq_len, *a, **k):
-        key = (tok.name, seq_len, len(examples), repr(examples[:1]), repr(examples[-1:]), a, tuple(k.items()))
-        if key not in cache:
-            cache[key] = real(tok, examples, seq_len, *a, **k)
-        return dict(cache[key])
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(train, "encode", encode)
-        yield
-
-
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """A tiny Set Diffusion checkpoint (step 2), written by train.py; tests copy it, never change it."""
