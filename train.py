@@ -86,7 +86,8 @@ def get_args(argv=None):
     g.add_argument("--eval-limit", type=int, default=200, help="held-out problems per evaluation")
     g.add_argument("--threshold", type=float, default=math.inf, help="sampler confidence threshold tau")
     g.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
-    g.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per problem")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens to generate per problem (default: 64, or seq_len when that is shorter)")
     args = p.parse_args(argv)
     args.out_dir = args.out_dir or os.path.join("out", args.model)
     return args
@@ -96,9 +97,11 @@ def check_args(args):
     """Every flag in its range, before any work (ValueError, one line); counts and the threshold with the
     checks eval.py and sample.py use."""
     from eval import check_nonnegative, check_positive, check_threshold
-    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "max_new_tokens", "n_layer",
-                 "n_embd", "n_head", "block_size"):
+    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd", "n_head",
+                 "block_size"):
         check_positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.max_new_tokens is not None:
+        check_positive("--max-new-tokens", args.max_new_tokens)
     for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
                        ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
         check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
@@ -148,7 +151,9 @@ def setup(args, device):
         setdiffusion.schedule(seq_len, args.smax)          # raises a clear ValueError for a bad smax
     if args.model == "bd3lm" and args.block_size > seq_len:
         raise ValueError(f"--block-size {args.block_size} is larger than the sequence length {seq_len}")
-    if args.max_new_tokens > seq_len:
+    if args.max_new_tokens is None:
+        args.max_new_tokens = min(64, seq_len)
+    elif args.max_new_tokens > seq_len:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} is more than the sequence length {seq_len}")
     config = {"model": vars(model.cfg).copy(), "method": args.model, "method_config": cfg,
               "tokenizer": tok.name, "data": args.data, "seq_len": seq_len, "predict_padding": args.predict_padding,
