@@ -162,12 +162,12 @@ def check_flags(args):
         raise ValueError("give --prompt or --prompt-file, not both")
 
 
-def fit(k: int, n: int, max_new: int, seq_len: int, default: bool):
+def fit(k: int, n: int, max_new: int, seq_len: int):
     """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
     if n > seq_len:
         raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
     if n + max_new > seq_len:
-        flag = (f"--max-new-tokens {max_new}" + (" (the checkpoint's default)" if default else ""))
+        flag = f"--max-new-tokens {max_new}"
         raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
                          f"model's context (seq_len={seq_len}): at most {seq_len - n} new tokens fit; pass "
                          f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
@@ -219,15 +219,17 @@ def main(argv=None):
         else:
             prompts = read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]]
             raw = False
-        max_new = args.max_new_tokens if args.max_new_tokens is not None else \
-            config.get("sampler", {}).get("max_new_tokens", 64)
+        default = args.max_new_tokens is None
+        max_new = config.get("sampler", {}).get("max_new_tokens", 64) if default else args.max_new_tokens
         ids = []
         for k, prompt in enumerate(prompts, 1):
             ids.append(prompt_ids(tok, prompt, seq_len, k, raw))
-            fit(k, len(ids[-1]), max_new, seq_len, args.max_new_tokens is None)
+            fit(k, len(ids[-1]), 0 if default else max_new, seq_len)
             if tok.mask_id in ids[-1] and config["method"] == "ar":
                 raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
                                  f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
+        if default:                  # the checkpoint's default, not a number the user gave: what fits the context
+            max_new = min(max_new, seq_len - max(len(i) for i in ids))
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,

@@ -86,6 +86,10 @@ def test_prompt_and_reply_must_fit_the_context(ckpts):
             f"error: prompt 1 has 3 tokens, and with --max-new-tokens {n} that is {int(n) + 3}, more than the model's "
             f"context (seq_len={SEQ_LEN}): at most {SEQ_LEN - 3} new tokens fit; pass --max-new-tokens {SEQ_LEN - 3} "
             f"or less, or shorten the prompt")
+    long = "x" * (SEQ_LEN - 4)                               # the checkpoint's default (8 new tokens) does not fit:
+    sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "4"])
+    sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long])   # it shrinks to the 4 that fit
+    assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "5"])
     for n in ("99999999999999", "9" * 5000):                 # MemoryError / int()'s digit limit before
         assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", f"x {{mask:{n}}} y"]) == (
             f"error: prompt 1 has more than {SEQ_LEN} tokens with its {{mask:{n}}}: more than the model's context "
