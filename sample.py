@@ -173,6 +173,20 @@ def fit(k: int, n: int, max_new: int, seq_len: int):
                          f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
 
 
+def batches(ids, batch_size: int, max_new: int, seq_len: int, default: bool):
+    """(index of the first prompt, prompts, new tokens) per batch, in order. An explicit max_new is every batch's
+    (fit checked it); the checkpoint's default shrinks to what fits beside each prompt, and a prompt that would
+    shorten the replies of the batch before it starts a new batch."""
+    out = []
+    for k, row in enumerate(ids):
+        room = min(max_new, seq_len - len(row)) if default else max_new
+        if out and len(out[-1][1]) < batch_size and out[-1][2] == room:
+            out[-1][1].append(row)
+        else:
+            out.append((k, [row], room))
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
@@ -228,19 +242,16 @@ def main(argv=None):
             if tok.mask_id in ids[-1] and config["method"] == "ar":
                 raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
                                  f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
-        if default:                  # the checkpoint's default, not a number the user gave: what fits the context
-            max_new = min(max_new, seq_len - max(len(i) for i in ids))
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,
                         commit_order=args.commit_order, options=options if options != SamplerOptions() else None,
                         seq_len=config["seq_len"])
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0
-    for i in range(0, len(ids), args.batch_size):
-        chunk = ids[i:i + args.batch_size]
-        _, stats, sec = generate(model, method, cfg, tok, task, chunk, device, max_new, args.seed + i, **kw)
+    for i, chunk, room in batches(ids, args.batch_size, max_new, seq_len, default):
+        _, stats, sec = generate(model, method, cfg, tok, task, chunk, device, room, args.seed + i, **kw)
         for b, row in enumerate(chunk):
-            print(("\n" if i + b else "") + shown(tok, len(row), stats, b, max_new, args.show_order))
+            print(("\n" if i + b else "") + shown(tok, len(row), stats, b, room, args.show_order))
         nfe, n, seconds = nfe + stats["nfe"], n + int(stats["n_gen"].sum()), seconds + sec
         tps += stats["tokens_per_step"] * len(chunk)
     print(f"\n[{config['method']}] forward passes {nfe} | tokens/step {tps / len(ids):.2f} | "

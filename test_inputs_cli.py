@@ -96,6 +96,18 @@ def test_prompt_and_reply_must_fit_the_context(ckpts):
             f"(seq_len={SEQ_LEN}); shorten it")
 
 
+def test_default_reply_length_follows_each_prompt(ckpts, tmp_path, capsys):
+    """With the checkpoint's default max_new_tokens, a long prompt that leaves little room does not cut the
+    replies of the short prompts beside it in a prompt file: each is what it is alone."""
+    short, long = "Ann has 5 pens.", "x" * (SEQ_LEN - 4)
+    (tmp_path / "p.txt").write_text(f"{short}\n{long}\n")
+    ckpt = ["--ckpt", str(ckpts / "setdiffusion")]
+    sample.main([*ckpt, "--prompt-file", str(tmp_path / "p.txt")])
+    both = capsys.readouterr().out.split("\n")
+    sample.main([*ckpt, "--prompt", short])
+    assert both[0] == capsys.readouterr().out.split("\n")[0]
+
+
 def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
     """Rows PF4, PF5, PF7 (and PF1): each named, one line; /dev/zero is not read forever."""
     binary = tmp_path / "binary.bin"
