@@ -1,5 +1,5 @@
 """CNN/DM, ROCStories infilling, the shipped task's middle-step infill and unconditional samples, end to end on
-tiny checkpoints and tiny data files in the real formats (offline): python -m pytest -q test_generation.py"""
+tiny checkpoints and tiny data files in the real formats (offline): python -m pytest -q tests/test_generation.py"""
 import csv
 import dataclasses
 import json
@@ -147,7 +147,7 @@ def test_cnndm_preset_is_the_official_shape():
 def test_cnndm_setdlm_released_under_its_push_code_name(tmp_path):
     """Only kuleshov-group/cnndm-setdlm-d4 exists: the key cnndm:setdlm-smax8 still finds it."""
     from safetensors.torch import save_file
-    from test_pretrained import V, fake_hub, released_weights, run_offline, write_json
+    from fakehub import V, fake_hub, released_weights, run_offline, write_json
     d = fake_hub(tmp_path, "kuleshov-group/cnndm-setdlm-d4")
     save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
     write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"],

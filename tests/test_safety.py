@@ -3,7 +3,7 @@ during a save always leaves a usable checkpoint, a second run is locked out, non
 checkpoint, Ctrl-C/SIGTERM save and resume exactly, and bad flags, train states, config.json files and
 distributed environments are one line (`error: ...` or a ValueError) before any work. One test per class of
 failure (the row ids are those of the adversarial report: O, K, P, C, S8, N1, T, D, H5).
-python -m pytest -q test_safety.py
+python -m pytest -q tests/test_safety.py
 """
 import json
 import math

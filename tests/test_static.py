@@ -1,15 +1,11 @@
 """Static-shape decoding (model.static_decoding): the padded steps give the same tokens as the dynamic ones,
-and the compiled steps the same as eager, with one graph for every step. python -m pytest -q test_static.py
+and the compiled steps the same as eager, with one graph for every step. python -m pytest -q tests/test_static.py
 """
 import pytest
 import torch
 
-import ar
-import bd3lm
-import mdlm
-import setdiffusion as sd
 from model import static_decoding
-from test_all import MASK, METHODS, Jitter, left_padded, tiny_model
+from helpers import MASK, METHODS, Jitter, left_padded, tiny_model
 
 
 def run(name, model, batch, prompt_mask, N=9):

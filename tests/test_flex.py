@@ -1,6 +1,6 @@
 """The FlexAttention path (model.layout_mask, use_flex): each method's mask_mod is its dense training mask,
 padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs eagerly
-and has no backward, so the checks are no-grad forwards. python -m pytest -q test_flex.py
+and has no backward, so the checks are no-grad forwards. python -m pytest -q tests/test_flex.py
 """
 import pytest
 import torch
@@ -14,7 +14,7 @@ import model as transformer
 import setdiffusion as sd
 import train
 from model import layout_mask, use_flex
-from test_all import MASK, V, tiny_model
+from helpers import MASK, tiny_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 

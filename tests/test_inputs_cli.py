@@ -1,6 +1,6 @@
 """Bad input to sample.py and eval.py (and eval.py --summarize) gets one clear line, `error: ...` with exit code 1,
 before any work is done; one test per class of failure (the row ids are those of the adversarial
-report of issue 15: F, Q, PF, E). python -m pytest -q test_inputs_cli.py
+report of issue 15: F, Q, PF, E). python -m pytest -q tests/test_inputs_cli.py
 """
 import json
 import shutil

@@ -2,7 +2,7 @@
 stopping rules. Needs no optional package (the Hub loader of GSM8K is checked with a fake `datasets` module);
 the Qwen3 tokenizer is tested in test_pretrained.py.
 
-    python -m pytest -q test_data.py
+    python -m pytest -q tests/test_data.py
 """
 import json
 import re

@@ -1,5 +1,5 @@
 """The command-line scripts on tiny models: training resumes exactly, a NaN stops cleanly, checkpoints survive
-a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q test_scripts.py
+a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q tests/test_scripts.py
 """
 import json
 import math
@@ -117,7 +117,7 @@ def test_distributed_two_processes(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--model", "ar",
            "--max-iters", "2", "--out-dir", str(tmp_path / "ddp"), *TINY, "--eval-limit", "2"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                       cwd=os.path.dirname(os.path.abspath(__file__)))
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode == 0, r.stderr[-2000:]
     assert checkpoint.load_train_state(str(tmp_path / "ddp"))["step"] == 2
 

@@ -2,7 +2,7 @@
 (checked against a reference forward written from the DiT's equations, adaLN on and off), the released keys,
 the GPT-2 and BERT tokenizers, the OWT/LM1B token caches, corpus likelihood and zero-shot MCQA through eval.py.
 
-    python -m pytest -q test_dit.py
+    python -m pytest -q tests/test_dit.py
 
 Nothing downloads: the GPT-2 ranks come from the test-only package openai-whisper (its gpt2.tiktoken), the BERT
 vocabulary is a tiny vocab.txt made here, checkpoints are tiny random DiTs saved under the official names.
@@ -23,9 +23,9 @@ from safetensors.torch import save_file
 import checkpoint
 from model import from_state
 from pretrained import ALSO_NAMED, RELEASED, from_dit, timestep_embedding
-from test_pretrained import fake_hub
+from fakehub import fake_hub
 
-REPO = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the repository root
 
 
 # ----------------------------------------------------------------------------- a reference DiT, from its equations
