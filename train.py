@@ -4,6 +4,13 @@ laptop CPU in a few minutes, then prints held-out accuracy and one sample.
     python train.py --model setdiffusion
     python train.py --model bd3lm --block-size 4 --max-iters 3000 --out-dir out/bd3lm
     torchrun --nproc_per_node=2 train.py --model ar --max-iters 20      # DistributedDataParallel
+    python train.py --model setdiffusion --data shakespeare              # real text, byte-level
+    python train.py --model ar --data text:notes/ --tokenizer gpt2       # any UTF-8 text file or folder
+
+On a corpus (--data owt, lm1b, shakespeare or text:PATH) the examples are wrapped token rows whose position 0
+is a clean BOS, context only (data/corpus.py), and the periodic evaluation is the validation NLL on the
+held-out rows instead of generation accuracy: exact for AR, each diffusion method's bound (its nll()) for the
+others, in nats/token, with the bits per byte (= bits per character on ASCII text) of a byte-level model.
 
 Each step's randomness (which examples, which noise or order) comes from a generator seeded by
 (--seed, step, rank), so a resumed run repeats the uninterrupted one exactly.
@@ -22,7 +29,7 @@ import torch
 
 import checkpoint
 import setdiffusion
-from data import TASKS, custom, encode, get_task, get_tokenizer
+from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from model import PRESETS, ModelConfig, Transformer, load_weights, use_flex
 from pretrained import from_pretrained, load_safetensors
 
@@ -48,14 +55,16 @@ def get_args(argv=None):
                         "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
     g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
     g = p.add_argument_group("data")
-    g.add_argument("--data", default="arith", type=custom.check_spec,
-                   help=f"training task: {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME (your own data)")
-    g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
-    g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default)")
+    g.add_argument("--data", default="arith", type=data_spec,
+                   help=f"training task: {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME (your own data); or a "
+                        f"corpus of token rows: {', '.join(CORPORA)} or text:PATH (a UTF-8 file or folder of .txt)")
+    g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl; for a corpus, "
+                                                    "its local copy and token cache (default ~/.cache/setdiffusion)")
+    g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default; text: 256)")
     g.add_argument("--predict-padding", action="store_true",
                    help="train on the padding too (attended, predicted), so a bidirectional model learns where "
                         "a reply ends; the official code's predict_padding")
-    g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's)")
+    g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's; text:PATH: bytes, or gpt2)")
     custom.add_args(p)
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-iters", type=int, default=3000, help="optimizer steps")
@@ -82,8 +91,10 @@ def get_args(argv=None):
     g.add_argument("--out-dir", default="", help="checkpoint directory (default out/<model>)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end)")
-    g.add_argument("--eval-every", type=int, default=0, help="held-out accuracy every N steps (0 = at the end)")
-    g.add_argument("--eval-limit", type=int, default=200, help="held-out problems per evaluation")
+    g.add_argument("--eval-every", type=int, default=0,
+                   help="held-out accuracy (validation NLL on a corpus) every N steps (0 = at the end)")
+    g.add_argument("--eval-limit", type=int, default=200,
+                   help="held-out problems per evaluation (on a corpus: validation rows, spread over the split)")
     g.add_argument("--threshold", type=float, default=math.inf, help="sampler confidence threshold tau")
     g.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
     g.add_argument("--max-new-tokens", type=int, default=None,
@@ -91,6 +102,17 @@ def get_args(argv=None):
     args = p.parse_args(argv)
     args.out_dir = args.out_dir or os.path.join("out", args.model)
     return args
+
+
+def data_spec(spec: str) -> str:
+    """argparse type of --data: a corpus (owt, lm1b, shakespeare, text:PATH) or a task (custom.check_spec)."""
+    if spec in CORPORA or spec.startswith("text:") and spec[len("text:"):]:
+        return spec
+    try:
+        return custom.check_spec(spec)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"invalid choice: {spec!r} (choose {', '.join(TASKS)}, jsonl:PATH or "
+                                         f"hf:ORG/NAME, or a corpus: {', '.join(CORPORA)} or text:PATH)") from None
 
 
 def check_args(args):
@@ -131,11 +153,20 @@ def lr_at(step, args):
 
 
 def setup(args, device):
-    """Tokenizer, task, data tensors, model, and the config.json dict describing them."""
-    task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
-    tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
-    seq_len = args.seq_len or task.SEQ_LEN
-    train = encode(tok, task.load("train", args.data_dir), seq_len)
+    """Tokenizer, task (or corpus), training data, model, and the config.json dict describing them. The training
+    data of a task is its encoded tensors {x0, prompt_mask, pad_mask} (B, L); of a corpus, its token rows (N, L)
+    (a numpy memmap, read a batch at a time)."""
+    if is_corpus(args.data):
+        task = get_corpus(args.data)
+        tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
+        seq_len = args.seq_len or task.SEQ_LEN
+        train = task.load("train", args.data_dir, tok, seq_len)
+        task.load("test", args.data_dir, tok, seq_len)            # the validation rows: built now, checked now
+    else:
+        task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
+        tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
+        seq_len = args.seq_len or task.SEQ_LEN
+        train = encode(tok, task.load("train", args.data_dir), seq_len)
     if args.init_from:
         model = from_pretrained(args.init_from).train()
     else:
@@ -156,7 +187,8 @@ def setup(args, device):
     elif args.max_new_tokens > seq_len:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} is more than the sequence length {seq_len}")
     config = {"model": vars(model.cfg).copy(), "method": args.model, "method_config": cfg,
-              "tokenizer": tok.name, "data": args.data, "seq_len": seq_len, "predict_padding": args.predict_padding,
+              "tokenizer": tok.name, "data": task.NAME if is_corpus(args.data) else args.data, "seq_len": seq_len,
+              "predict_padding": args.predict_padding,
               "sampler": {"threshold": args.threshold, "window": args.window,
                           "max_new_tokens": args.max_new_tokens}}
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
@@ -269,14 +301,22 @@ def check_resume(out_dir: str, config: dict):
                          f"(see its config.json), or choose another --out-dir")
 
 
-def step_loss(model, method, cfg, train, step, args, device, autocast, rank, world):
+def rows_of(train, idx, tok, task) -> dict:
+    """The examples idx (B,) of the training data as a batch on the CPU: a task's tensors indexed, or a corpus'
+    token rows read from its memmap and made a batch (position 0 the clean BOS)."""
+    if isinstance(train, dict):
+        return {k: v[idx] for k, v in train.items()}
+    return task.batch(tok, train[idx.numpy()], train.shape[1])
+
+
+def step_loss(model, method, cfg, train, step, args, device, autocast, rank, world, tok=None, task=None):
     """One optimizer step's forward/backward over --grad-accum micro-batches -> (mean loss, tokens seen).
     The examples and the noise come from a generator seeded by (seed, step, micro-batch) and the rank."""
-    total, tokens, N, B = 0.0, 0, train["x0"].shape[0], args.batch_size
+    total, tokens, N, B = 0.0, 0, len(train["x0"]) if isinstance(train, dict) else len(train), args.batch_size
     for micro in range(args.grad_accum):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + micro)
         idx = torch.randint(0, N, (B * world,), generator=g)[rank * B:(rank + 1) * B]
-        batch = {k: v[idx].to(device) for k, v in train.items()}
+        batch = {k: v.to(device) for k, v in rows_of(train, idx, tok, task).items()}
         noise_g = torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)) + rank)
         with autocast:
             pad_mask = None if args.predict_padding else batch["pad_mask"]
@@ -298,7 +338,12 @@ def main(argv=None):
                 held.enter_context(checkpoint.claim(args.out_dir, args.resume))
             use_flex(flex_on(args.attention, device))
             wandb = import_wandb(args, master)
+            first = ddp and is_corpus(args.data)            # rank 0 builds (or fetches) a corpus' cache first
+            if first and not master:
+                torch.distributed.barrier()
             task, tok, train, model, config = setup(args, device)
+            if first and master:
+                torch.distributed.barrier()
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
                 check_resume(args.out_dir, config)
@@ -388,7 +433,7 @@ def loop(model, opt, ema, start, stop, run):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
         total, tokens = step_loss(train_model, run["method"], run["cfg"], run["train"], step, args, device, autocast,
-                                  run["rank"], run["world"])
+                                  run["rank"], run["world"], run["tok"], run["task"])
         signalled = stop["signal"] is not None
         if run["ddp"]:                                 # every rank sees the same loss and signal, and stops together
             t = torch.tensor([total, float(signalled)], device=device)
@@ -418,8 +463,10 @@ def loop(model, opt, ema, start, stop, run):
             progress.close()
             sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
         if master and args.eval_every and done % args.eval_every == 0 and done != args.max_iters:
-            report(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
-                   show=False)
+            m = report(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
+                       show=False)
+            if run["wandb"] is not None and "nll" in m:
+                run["wandb"].log({"val_nll": m["nll"]}, step=step)
     progress.close()
     return losses
 
@@ -453,7 +500,10 @@ class Progress:
 
 
 def report(model, method, cfg, tok, task, args, device, config, show):
-    """Held-out accuracy (and one sample) with the sampler flags given to train.py."""
+    """Held-out accuracy (and one sample) with the sampler flags given to train.py; on a corpus, the validation
+    NLL instead (validate). Returns the metrics."""
+    if is_corpus(config["data"]):
+        return validate(model, method, cfg, tok, task, args, device, config, show)
     from eval import evaluate_accuracy
     model.eval()
     examples = task.load("test", args.data_dir)[:args.eval_limit]
@@ -465,6 +515,29 @@ def report(model, method, cfg, tok, task, args, device, config, show):
     if show:
         print("sample:\n" + examples[0]["prompt"] + m["completions"][0])
     model.train()
+    return m
+
+
+def validate(model, method, cfg, tok, task, args, device, config, show):
+    """Validation NLL per token on --eval-limit held-out rows, spread evenly over the split: exact for AR, the
+    bound of each diffusion method's nll() (MDLM/BD3-LM: the 1/t-weighted NELBO; Set Diffusion: one sampled
+    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not counted."""
+    import numpy as np
+
+    from eval import evaluate_likelihood
+    model.eval()
+    rows = task.load("test", args.data_dir, tok, config["seq_len"])
+    pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
+    m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
+                            batch_size=args.batch_size, seed=0, encode_fn=task.batch)
+    bound = "exact" if config["method"] == "ar" else "a bound"
+    per_char = f", {m['nll'] / math.log(2):.4f} bits/char (bits per byte)" if tok.name == "bytes" else ""
+    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
+          f"on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} tokens)")
+    if show:
+        print(f"samples: python sample.py --ckpt {args.out_dir} --unconditional")
+    model.train()
+    return m
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
 (your own data, --data jsonl:PATH or hf:ORG/NAME, is an object with the same interface, built by
 data/custom.py: get_task(name, options)), and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding
 plus the special ids the methods need.
-data/owt.py and data/lm1b.py are likelihood corpora, not tasks: their load() returns token rows and
-data/corpus.py makes the batches (eval.py --task likelihood --data owt|lm1b); data/mcqa.py holds HellaSwag,
-PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). Their tokenizers (gpt2, bert-base-uncased) are in data/text.py.
+Corpora are not tasks: data/owt.py, data/lm1b.py, data/shakespeare.py and any text (`text:PATH`,
+data/textfile.py) are wrapped token rows, whose load(split, data_dir, tok, L) returns an array (N, L) and whose
+batch() makes the methods' batches (data/corpus.py); `get_corpus` finds them (train.py --data, eval.py --task
+likelihood). data/mcqa.py holds HellaSwag, PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). The corpora's
+tokenizers (gpt2, bert-base-uncased) are in data/text.py.
 """
 import importlib
 from dataclasses import dataclass
@@ -119,6 +121,24 @@ def get_tokenizer(name: str) -> Tokenizer:
 
 
 EVAL_TASKS = ("rocstories",)     # evaluation only (no train split)
+CORPORA = ("owt", "lm1b", "shakespeare")     # wrapped token rows; also text:PATH (data/textfile.py)
+
+
+def is_corpus(name: str) -> bool:
+    """Whether a --data value names a corpus of token rows rather than a task of prompt/target examples."""
+    return name in CORPORA or name.startswith("text:")
+
+
+def get_corpus(name: str):
+    """The corpus module (owt, lm1b, shakespeare), or for "text:PATH" the corpus data/textfile.py makes: NAME (what
+    config.json stores), TOKENIZER, SEQ_LEN, load(split, data_dir, tok, L) -> rows (N, L), where split is
+    "train" or "test" (the held-out split: OWT's and a text's validation tail, LM1B's test), and batch."""
+    if name.startswith("text:"):
+        from data.textfile import make_corpus
+        return make_corpus(name.split(":", 1)[1])
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; choose one of {', '.join(CORPORA)} or text:PATH")
+    return importlib.import_module(f"data.{name}")
 
 
 def get_task(name: str, options: dict | None = None):

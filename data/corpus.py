@@ -5,7 +5,9 @@ The rows are built as the official data builder builds its `*_wrapped*.dat` file
 `get_dataset(wrap=True)`; setdlms evaluates those files): every document is tokenized without special tokens and
 followed by EOS; `datasets.map(batched=True)` hands over 1000 documents at a time, whose tokens are concatenated
 and cut into rows, the remainder of each 1000 being dropped. With `special` (LM1B) a row is [BOS] + L-2 tokens +
-[EOS]; without (OWT's `_specialFalse` files) it is L tokens of the stream.
+[EOS]; without (OWT's `_specialFalse` files) it is L tokens of the stream. Text files (data/textfile.py) take a
+third form, [BOS] + L-1 tokens: every token of the stream is a target once, and a row starts as an unconditional
+sample does (from BOS alone).
 
 A row's position 0 is kept clean (the official `keep_clean_bos`): `batch` marks it as context (prompt_mask), so
 no method predicts it and the likelihood counts the L-1 tokens after it. Rows have no padding.
@@ -22,12 +24,13 @@ import torch
 MAP_BATCH = 1000                 # documents per datasets.map batch in the official builder
 
 
-def wrap(docs: list[list[int]], L: int, eos: int, bos: int | None = None) -> list[list[int]]:
-    """Rows of one batch of tokenized documents (each followed by eos); with bos, [bos] + L-2 + [eos] per row."""
+def wrap(docs: list[list[int]], L: int, eos: int, bos: int | None = None, close: bool = True) -> list[list[int]]:
+    """Rows of one batch of tokenized documents (each followed by eos); with bos, [bos] + L-2 + [eos] per row
+    (close) or [bos] + L-1 (not close)."""
     stream = [t for doc in docs for t in doc + [eos]]
-    n = L - 2 if bos is not None else L
-    rows = [stream[i:i + n] for i in range(0, len(stream) - n + 1, n)]
-    return [[bos] + r + [eos] for r in rows] if bos is not None else rows
+    head, tail = ([bos], [eos] if close else []) if bos is not None else ([], [])
+    n = L - len(head) - len(tail)
+    return [head + stream[i:i + n] + tail for i in range(0, len(stream) - n + 1, n)]
 
 
 def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text"):
@@ -56,15 +59,15 @@ def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text
     return ds
 
 
-def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None) -> None:
-    """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos]) and write them
-    to path as a flat memmap."""
+def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None, close: bool = True) -> None:
+    """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos], or
+    [bos] + L-1 when not close) and write them to path as a flat memmap."""
     from tqdm import tqdm
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
     chunks = []                                                              # (rows, L) per 1000 documents
     for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}", unit="k docs"):
         docs = [tok.encode(detokenize(t) if detokenize else t) for t in texts[i:i + MAP_BATCH]]
-        chunks.append(np.array(wrap(docs, L, tok.eos_id, bos), dtype=dtype).reshape(-1, L))
+        chunks.append(np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L))
     n = sum(len(c) for c in chunks)
     if n == 0:
         raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
@@ -76,8 +79,13 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
     os.replace(path + ".tmp", path)
 
 
+def cache_dir(data_dir: str | None) -> str:
+    """Where corpora are cached: --data-dir when given, else ~/.cache/setdiffusion."""
+    return data_dir or os.path.expanduser("~/.cache/setdiffusion")
+
+
 def cache_path(name: str, split: str, L: int, data_dir: str | None) -> str:
-    return os.path.join(data_dir or os.path.expanduser("~/.cache/setdiffusion"), f"{name}_{split}_L{L}.bin")
+    return os.path.join(cache_dir(data_dir), f"{name}_{split}_L{L}.bin")
 
 
 def rows(path: str, L: int, vocab_size: int) -> np.memmap:

