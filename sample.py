@@ -18,16 +18,14 @@ are not UTF-8 reach the model as those bytes. A prompt and --max-new-tokens must
 """
 import argparse
 import math
-import os
-import re
 import sys
 
 import checkpoint
-import generation
 import sampling
 from data import get_task, get_tokenizer
-from eval import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window,
-                  generate, prepare, sampler_kwargs, speed_args)
+from decoding import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, generate,
+                      prepare, prompt_ids, read_prompts, sampler_kwargs, speed_args)
+from paper import generation
 from sampling import SamplerOptions
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
@@ -44,97 +42,6 @@ def show_order(tok, ids, steps, colour):
             out.append(piece if s == prev or s < 0 else f"[{s}]{piece}")   # s = -1: a prompt token
         prev = s
     return "".join(out)
-
-
-MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
-
-
-def unconditional(args, model, method, cfg, config, tok, options, device):
-    """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
-    kw = sampler_kwargs(config["method"], args.threshold, args.window, seq_len=config["seq_len"])
-    kw.pop("temperature")
-    max_new = args.max_new_tokens if args.max_new_tokens is not None else config["seq_len"] - 1
-    if max_new < 1:
-        sys.exit(f"error: --unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
-                 f"--max-new-tokens 1 or more (default: seq_len - 1 = {config['seq_len'] - 1})")
-    if 1 + max_new > config["seq_len"]:
-        sys.exit(f"error: --max-new-tokens {max_new} and the BOS token are more than the model's context "
-                 f"(seq_len={config['seq_len']}): at most {config['seq_len'] - 1} new tokens fit")
-    texts, rates = generation.unconditional(model, method, cfg, tok, config["method"], args.n, max_new, device,
-                                            args.seed, options, **kw)
-    for i, text in enumerate(texts):
-        print(f"--- sample {i}\n{text}")
-    print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
-          f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
-
-
-MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")
-
-
-def plain_ids(tok, text: str, raw: bool) -> list[int]:
-    """Token ids of text with no special tokens: special-token text such as <|endoftext|> stays plain text.
-    raw: text came from the command line, where bytes that are not UTF-8 arrive as surrogate escapes; a
-    byte-level tokenizer gets those bytes back (os.fsencode), another tokenizer refuses them."""
-    if tok.name == "bytes":
-        return list(os.fsencode(text) if raw else text.encode("utf-8"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        bad = os.fsencode(text[e.start:e.end])
-        raise ValueError(f"--prompt holds bytes that are not UTF-8 text ({bad.hex(' ')}): the {tok.name} tokenizer "
-                         f"reads text; pass UTF-8") from None
-    if hasattr(tok, "encode_text"):     # data.Tokenizer's ordinary-text encoding (Qwen3: NFC first)
-        return tok.encode_text(text)
-    if hasattr(tok.enc, "encode_ordinary"):
-        return tok.enc.encode_ordinary(text)
-    return tok.encode(text)             # a WordPiece tokenizer: its own rules for special-token text
-
-
-def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> list[int]:
-    """Token ids of prompt k: <|mask|>, the tokenizer's own [MASK] text and {mask:N} become N [MASK] tokens
-    (N checked against the context before any is made); all other text is plain text."""
-    own = getattr(tok, "mask_text", None) or (tok.enc.decode([tok.mask_id]) if hasattr(tok.enc, "encode_ordinary")
-                                              else "")
-    pattern = re.compile(MASKS.pattern + (f"|{re.escape(own)}" if own and own != "<|mask|>" else ""))
-    ids, at = [], 0
-    for m in pattern.finditer(prompt):
-        ids += plain_ids(tok, prompt[at:m.start()], raw)
-        at = m.end()
-        n = 1 if m[1] is None else int(m[1]) if len(m[1]) <= 12 else seq_len + 1
-        if len(ids) + n > seq_len:
-            raise ValueError(f"prompt {k} has more than {seq_len} tokens with its {m[0]}: more than the model's "
-                             f"context (seq_len={seq_len}); shorten it")
-        ids += [tok.mask_id] * n
-    return ids + plain_ids(tok, prompt[at:], raw)
-
-
-def expand_masks(tok, prompt: str) -> str:
-    """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
-    mask = tok.enc.decode([tok.mask_id])
-    return re.sub(r"\{mask:(\d+)\}", lambda m: mask * int(m[1]), prompt.replace("<|mask|>", mask))
-
-
-def read_prompts(path: str) -> list[str]:
-    """One prompt per line of a UTF-8 text file of at most MAX_PROMPT_FILE bytes; a literal \\n in a line
-    stands for a newline. Every problem is a ValueError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_FILE + 1)
-    except OSError as e:
-        raise ValueError(f"cannot read --prompt-file {path}: {e.strerror or e}") from None
-    if len(data) > MAX_PROMPT_FILE:
-        raise ValueError(f"--prompt-file {path} is larger than {MAX_PROMPT_FILE >> 20} MB: give a text file of "
-                         f"prompts, one per line")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a text "
-                         f"file of prompts, one per line") from None
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
-    if not prompts:
-        raise ValueError(f"{path} holds no prompt: write one prompt per line")
-    return prompts
 
 
 def shown(tok, n, stats, b, max_new, order):
@@ -187,7 +94,7 @@ def batches(ids, batch_size: int, max_new: int, seq_len: int, default: bool):
     return out
 
 
-def main(argv=None):
+def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
@@ -211,44 +118,63 @@ def main(argv=None):
     p.add_argument("--repetition-penalty", type=float, default=None,
                    help="HF repetition penalty (default: 1, or the official 1.05 / AR 1.0 with --unconditional)")
     speed_args(p)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def sampler_options(args, tok, method_name: str) -> SamplerOptions:
+    """Plain sampling, or with --unconditional the official OWT options; --top-p and --repetition-penalty
+    override either (checked: ValueError)."""
+    options = generation.options_for("owt", tok, method_name) if args.unconditional else SamplerOptions()
+    options.top_p = options.top_p if args.top_p is None else args.top_p
+    options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
+                                  else args.repetition_penalty)
+    sampling.check(options, 1.0 if args.unconditional else args.temperature)
+    return options
+
+
+def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> list[list[int]]:
+    """Token ids of --prompt, of each line of --prompt-file, or of the task's first held-out problem; each
+    checked against the context (ValueError: one line)."""
+    if args.prompt is not None:
+        prompts, raw = [args.prompt.replace("\\n", "\n")], True
+    else:
+        prompts = read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]]
+        raw = False
+    ids = []
+    for k, prompt in enumerate(prompts, 1):
+        ids.append(prompt_ids(tok, prompt, config["seq_len"], k, raw))
+        fit(k, len(ids[-1]), 0 if default else max_new, config["seq_len"])
+        if tok.mask_id in ids[-1] and config["method"] == "ar":
+            raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
+                             f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
+    return ids
+
+
+def main(argv=None):
+    args = get_args(argv)
     try:
         check_flags(args)
         device = checkpoint.pick_device(args.device)   # ValueError: a device not here
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         model = prepare(model, args, device)
         tok = get_tokenizer(config["tokenizer"])
-        options = generation.options_for("owt", tok, config["method"]) if args.unconditional else SamplerOptions()
-        options.top_p = options.top_p if args.top_p is None else args.top_p
-        options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
-                                      else args.repetition_penalty)
-        sampling.check(options, 1.0 if args.unconditional else args.temperature)
-        check_window(args.window, config["method"], cfg)
+        options = sampler_options(args, tok, config["method"])
+        check_window(args.window, method, cfg)
         if args.unconditional:
-            return unconditional(args, model, method, cfg, config, tok, options, device)
-        task = get_task(config["data"], config.get("data_options"))
-        seq_len = config["seq_len"]
-        if args.prompt is not None:
-            prompts, raw = [args.prompt.replace("\\n", "\n")], True
+            max_new = generation.unconditional_tokens(args.max_new_tokens, config["seq_len"])
         else:
-            prompts = read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]]
-            raw = False
-        default = args.max_new_tokens is None
-        max_new = config.get("sampler", {}).get("max_new_tokens", 64) if default else args.max_new_tokens
-        ids = []
-        for k, prompt in enumerate(prompts, 1):
-            ids.append(prompt_ids(tok, prompt, seq_len, k, raw))
-            fit(k, len(ids[-1]), 0 if default else max_new, seq_len)
-            if tok.mask_id in ids[-1] and config["method"] == "ar":
-                raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
-                                 f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
+            task = get_task(config["data"], config.get("data_options"))
+            default = args.max_new_tokens is None
+            max_new = config.get("sampler", {}).get("max_new_tokens", 64) if default else args.max_new_tokens
+            ids = encoded_prompts(args, task, tok, config, max_new, default)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    kw = sampler_kwargs(config["method"], args.threshold, args.window, args.temperature,
-                        commit_order=args.commit_order, options=options if options != SamplerOptions() else None,
-                        seq_len=config["seq_len"])
+    if args.unconditional:
+        return generation.sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new)
+    kw = sampler_kwargs(method, args.threshold, args.window, args.temperature, commit_order=args.commit_order,
+                        options=options if options != SamplerOptions() else None, seq_len=config["seq_len"])
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0
-    for i, chunk, room in batches(ids, args.batch_size, max_new, seq_len, default):
+    for i, chunk, room in batches(ids, args.batch_size, max_new, config["seq_len"], default):
         _, stats, sec = generate(model, method, cfg, tok, task, chunk, device, room, args.seed + i, **kw)
         for b, row in enumerate(chunk):
             print(("\n" if i + b else "") + shown(tok, len(row), stats, b, room, args.show_order))

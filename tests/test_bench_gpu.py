@@ -1,4 +1,4 @@
-"""bench_gpu.py on CPU: a tiny smoke run gives one consistent row per (mode, method), a failing mode is one line
+"""bench/bench_gpu.py on CPU: a tiny smoke run gives one consistent row per (mode, method), a failing mode is one line
 and the run goes on, bad input is one error line. python -m pytest -q tests/test_bench_gpu.py
 """
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-import bench_gpu
+from bench import bench_gpu
 from model import ModelConfig, Transformer
 
 SMOKE = ["--device", "cpu", "--tiny", "--new-tokens", "3", "--prompt", "4", "--repeats", "1", "--dtype", "float32"]

@@ -375,7 +375,7 @@ def test_mcqa_score_is_the_length_normalised_nll(gpt2):
     """Constant logits: an option's score is the mean -log p of its tokens, for AR and Set Diffusion alike."""
     import ar
     import setdiffusion
-    from zeroshot import encode_options, option_scores
+    from paper.zeroshot import encode_options, option_scores
     w = dit_weights(V=50258, D=16, H=2, n_layer=1, cond=8, adaln=False, seed=5)
     w["backbone.output_layer.norm_final.weight"] = torch.zeros(16)
     model = from_state(*from_dit(w, 2))
@@ -481,8 +481,8 @@ def test_eval_lm1b_likelihood_with_the_release_vocab(tmp_path):
 
 
 def test_results_table(tmp_path):
-    """results.py: one row per --json file in the given order, sampler settings left out."""
-    from results import table
+    """paper/results.py: one row per --json file in the given order, sampler settings left out."""
+    from paper.results import table
     paths = []
     for name, nll in (("ar", 0.5), ("mdlm", 0.75)):
         paths.append(str(tmp_path / f"{name}.json"))

@@ -11,11 +11,11 @@ import torch
 
 import checkpoint
 import eval as evaluate
-import generation
 import sample
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories
 from model import ModelConfig, Transformer
+from paper import generation
 
 TOK = byte_tokenizer()
 try:

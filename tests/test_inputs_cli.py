@@ -1,4 +1,4 @@
-"""Bad input to sample.py and eval.py (and eval.py --summarize) gets one clear line, `error: ...` with exit code 1,
+"""Bad input to sample.py and eval.py (and paper/results.py's tables) gets one clear line, `error: ...` with exit code 1,
 before any work is done; one test per class of failure (the row ids are those of the adversarial
 report of issue 15: F, Q, PF, E). python -m pytest -q tests/test_inputs_cli.py
 """
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import eval as evaluate
+import paper.results
 import sample
 import train
 
@@ -165,14 +166,14 @@ def test_summarize_of_a_bad_json_names_the_file(tmp_path):
     files = {"bad.json": "garbage{", "partial.json": '{"task": "arith"}', "list.json": "[1, 2]"}
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    out = ["--out", str(tmp_path / "p.md")]
+    out = str(tmp_path / "p.md")
     for name, message in [("bad.json", "is not valid JSON (Expecting value, line 1 column 1): pass the files eval.py "
                                        "--json wrote"),
                           ("partial.json", "lacks 'model', 'ckpt': not the eval.py --json file of an accuracy run"),
                           ("list.json", "holds a JSON list, not the object eval.py --json writes")]:
         path = tmp_path / name
-        assert error_of(evaluate.main, ["--summarize", str(path), *out]) == f"error: {path} {message}"
-    assert error_of(evaluate.main, ["--summarize", str(tmp_path / "nope.json"), *out]) == \
+        assert error_of(paper.results.main, [out, str(path), "--pareto"]) == f"error: {path} {message}"
+    assert error_of(paper.results.main, [out, str(tmp_path / "nope.json"), "--pareto"]) == \
         f"error: cannot read {tmp_path / 'nope.json'}: No such file or directory"
     assert not (tmp_path / "p.md").exists()
 

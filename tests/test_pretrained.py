@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 import ar
 import checkpoint
 import eval as evaluate
+import paper.results
 import train
 from data import get_tokenizer, gsm8k
 from fakehub import TINY, V, fake_hub, released_weights, run_offline, write_json
@@ -485,7 +486,7 @@ def test_gsm8k_evaluate_and_summarize(gsm8k_runs, capsys):
         assert t["task"] == "throughput" and t["n"] == 2 and t["tokens_per_s"] > 0 and t["batch_size"] == 2
         jsons += [out, tput]
     md = str(root / "gsm8k.md")
-    evaluate.main(["--summarize", *jsons, "--paper", "gsm8k", "--out", md])
+    paper.results.main([md, *jsons, "--pareto", "--paper", "gsm8k"])
     with open(md) as f:
         table = f.read()
     assert "paper: accuracy" in table and "| ar | inf |" in table and "| setdiffusion | inf |" in table

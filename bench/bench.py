@@ -1,10 +1,12 @@
 """Speed benchmark: decoding and training throughput of the four methods, this code beside an older commit.
 
-    python bench.py                       # this working tree only
-    python bench.py --ref e2a4fee         # and commit e2a4fee, timed in the same run (interleaved)
+    python -m bench.bench                   # this working tree only
+    python -m bench.bench --ref e2a4fee     # and commit e2a4fee, timed in the same run (interleaved)
 
 Every claim "x times faster" in the README is a ratio from one run of this script: each source tree runs in its
-own worker process (it imports that tree's model.py and method files), the workers alternate (ref, new, ref,
+own worker process (this file, run with that tree first on sys.path: it imports that tree's model.py and
+method files, so its top imports only the standard library, and a tree from before this layout works too); the
+workers alternate (ref, new, ref,
 new, ...) `--rounds` times, and each number is the median over rounds. Shapes (CPU-sized; --quick shrinks them):
 - decode: a 16-token prompt + 96 new tokens, tau = inf (one token per step), batch 1, 8 and 32, the tiny
   DiT-like model (4 layers x 256, 4 heads, vocab 4097); ms/forward = seconds / forward passes.
@@ -12,8 +14,8 @@ new, ...) `--rounds` times, and each number is the median over rounds. Shapes (C
   GSM8K's shape (L = 1024, prompt 150, answer 250, batch 1) with a small Qwen3 block; tokens/s counts
   non-padding tokens.
 - compiled decode (this tree): the same at batch 1 and 8 with model.static_decoding(compile=True).
-- shipped task: the `make pareto` checkpoints (--pareto), eval.py's throughput protocol at batch 1: Set
-  Diffusion at tau = 0.9 against AR, eager and compiled.
+- shipped task: the `make pareto` checkpoints (--pareto), eval.py's throughput protocol (evaluate_throughput) at
+  batch 1: Set Diffusion at tau = 0.9 against AR, eager and compiled (trees with static_decoding).
 - forward: one forward (8 x 128 tokens) of the DiT-like block and the Qwen3 block at the same width, and the
   Qwen3 block without QK-norm / with a SwiGLU of the DiT MLP's parameter count.
 """
@@ -30,6 +32,7 @@ DECODE = {"prompt": 16, "new": 96, "batches": [1, 8, 32]}
 TRAIN = {"arith": {"B": 16, "L": 128, "prompt": 40, "pad": 8, "steps": 4},
          "gsm8k": {"B": 1, "L": 1024, "prompt": 150, "pad": 1024 - 400, "steps": 2}}
 METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # this working tree
 BLOCKS = {"DiT block (LayerNorm, GELU MLP 4D)": dict(norm="layer", mlp="gelu", qk_norm=False),
           "Qwen3 block (RMSNorm, QK-norm, SwiGLU 4D)": dict(),
           "Qwen3 block without QK-norm": dict(qk_norm=False),
@@ -129,8 +132,11 @@ def shipped(model, pareto, quick):
     """The shipped task with the `make pareto` checkpoints, batch 1 as eval.py --task throughput: Set Diffusion
     at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
     import checkpoint
-    import eval as ev
     from data import get_task, get_tokenizer
+    try:
+        from decoding import evaluate_throughput
+    except ImportError:                      # a reference tree from before decoding.py held it in eval.py
+        from eval import evaluate_throughput
     out, n, rate = {}, 8 if quick else 40, {}
     for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
         net, method, cfg, config = checkpoint.load(os.path.join(pareto, m))
@@ -139,7 +145,7 @@ def shipped(model, pareto, quick):
         for kind in ("", " compiled"):
             if kind:
                 model.static_decoding(net, compile=True)
-            r = ev.evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",
+            r = evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",
                                        warmup=5, batch_size=1, max_new_tokens=64, threshold=tau)
             rate[m, kind] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/s"] = r["tokens_per_s"]
@@ -161,8 +167,7 @@ def run_worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
 
 def checkout(commit: str, into: str) -> str:
     """The files of `commit` (this repository's history) in a fresh folder, via git archive."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run(f"git -C {here} archive {commit} | tar -x -C {into}", shell=True, capture_output=True, text=True)
+    r = subprocess.run(f"git -C {ROOT} archive {commit} | tar -x -C {into}", shell=True, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"error: cannot read commit {commit!r} of this repository: {r.stderr.strip()}")
     return into
@@ -182,22 +187,22 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto)))
         return
-    here = os.path.dirname(os.path.abspath(__file__))
+    from decoding import markdown_table          # this tree's (not at the top: a worker imports another tree's)
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"new": here} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
+        trees = {"new": ROOT} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
         runs = {name: [] for name in trees}
         for _ in range(args.rounds):
             for name, src in reversed(trees.items()):              # ref first, then this tree
                 runs[name].append(run_worker(src, args.quick, args.threads, os.path.abspath(args.pareto)))
     med = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in runs.items()}
     names = list(trees)[::-1]
-    head = "| item | " + " | ".join(names) + (" | new / ref |" if args.ref else " |")
-    lines = [head, "|---" * (len(names) + 1 + bool(args.ref)) + "|"]
+    rows = []
     for k in med["new"]:
         vals = [med[n].get(k, float("nan")) for n in names]
         ratio = med["new"][k] / med[args.ref][k] if args.ref and k in med[args.ref] else None
-        lines.append(f"| {k} | " + " | ".join(f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" for v in vals) + (f" | {ratio:.2f}x |" if ratio else " |"))
-    print("\n".join(lines))
+        cells = [f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}" for v in vals]
+        rows.append([k, *cells, *([f"{ratio:.2f}x"] if ratio else [])])
+    print(markdown_table(["item", *names, *(["new / ref"] if args.ref else [])], rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)

@@ -1,27 +1,23 @@
-"""Likelihood on the OWT/LM1B corpora and zero-shot multiple choice: the evaluations of the paper's OWT and LM1B
-models that eval.py runs (`--task likelihood --data owt|lm1b`, `--task hellaswag|piqa|siqa`).
+"""Zero-shot multiple choice: HellaSwag, PIQA and SIQA with the paper's OWT models (eval.py --task
+hellaswag|piqa|siqa), as the official scripts/eval/mcqa_eval.py scores them (data/mcqa.py loads them).
 
-- Corpus likelihood: eval.evaluate_likelihood over the cached token rows (data/owt.py, data/lm1b.py), each method's
-  own estimate as its nll() defines it (AR exact; MDLM/BD3-LM the 1/t NELBO, t per block for BD3-LM; Set Diffusion
-  one sampled order), position 0 a clean BOS.
-- MCQA (data/mcqa.py), as the official scripts/eval/mcqa_eval.py scores it: for each option, x0 = prompt tokens
-  (no BOS, cut from the left to fit L) + the option's tokens (" " + option), then pad; the prompt is context
-  (prompt_mask) and the option's tokens the targets; score = the method's NLL/NELBO of the option (averaged over
-  `samples` draws of t or of the order; the official uses 1) / its number of tokens; the lowest score wins.
-  The diffusion methods see the row padded to the model's L (the order schedule and t blocks span L), AR to
-  the longest row of the batch. Accuracy is reported with its standard error sqrt(acc (1 - acc) / n).
-
-    python zeroshot.py --table results/mcqa.md results/mcqa/*.json     # merge eval.py --json files into a table
+For each option, x0 = prompt tokens (no BOS, cut from the left to fit L) + the option's tokens (" " + option),
+then pad; the prompt is context (prompt_mask) and the option's tokens the targets; score = the method's NLL/NELBO
+of the option (averaged over `samples` draws of t or of the order; the official uses 1) / its number of tokens;
+the lowest score wins. The diffusion methods see the row padded to the model's L (the order schedule and t
+blocks span L), AR to the longest row of the batch. Accuracy is reported with its standard error
+sqrt(acc (1 - acc) / n). Tables of the eval.py --json files: python -m paper.results results/mcqa.md ...
 """
-import importlib
 import math
 
 import torch
 
 from data import get_tokenizer, mcqa
+from decoding import takes
 
-CORPORA = {"owt": "validation", "lm1b": "test"}        # corpus -> the split the paper evaluates
 MCQA = mcqa.NAMES
+
+
 def family(tokenizer: str) -> str:
     return "bert" if tokenizer.startswith("bert") else tokenizer.split(":")[0]
 
@@ -54,7 +50,8 @@ def encode_options(tok, prompt: str, options: list[str], L: int) -> list[tuple[l
 def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: int, generator,
                   exclusions="none") -> torch.Tensor:
     """NLL of each option given its prompt, averaged over `samples` draws, / its number of tokens: (R,).
-    exclusions="official": Set Diffusion does not count pad-id (EOS) answer tokens, as the official eval."""
+    exclusions="official": a method whose nll takes `exclude` (Set Diffusion) does not count pad-id (EOS) answer
+    tokens, as the official eval."""
     R = len(pairs)
     x0 = torch.full((R, width), tok.pad_id, dtype=torch.long)                 # (R, width)
     prompt_mask = torch.zeros(R, width, dtype=torch.bool)
@@ -63,7 +60,7 @@ def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: i
         x0[r, :len(p) + len(a)] = torch.tensor(p + a)
         prompt_mask[r, :len(p)], pad_mask[r, :len(p) + len(a)] = True, False
     x0, prompt_mask, pad_mask = x0.to(device), prompt_mask.to(device), pad_mask.to(device)
-    extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and method.__name__ == "setdiffusion" else {}
+    extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and "exclude" in takes(method.nll) else {}
     total = torch.zeros(R, device=device, dtype=torch.float64)
     for _ in range(samples):
         nll, _ = method.nll(model, x0, cfg, prompt_mask, pad_mask, generator=generator, **extra)
@@ -91,32 +88,14 @@ def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_t
             "options": len(rows), "batch_size": batch_size}
 
 
-def evaluate(args, task_name: str, model, method, cfg, config: dict, device, evaluate_likelihood) -> dict:
-    """eval.py's --data / --task hellaswag|piqa|siqa paths; evaluate_likelihood is eval.py's."""
-    dtype = next(model.parameters()).dtype
-    exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
-    if task_name in MCQA:
-        if args.samples < 1:
-            raise ValueError(f"--samples must be at least 1, got {args.samples}")
-        tok = checked_tokenizer(config, model, "gpt2", f"--task {task_name} (zero-shot, on the OWT models)")
-        examples = mcqa.load(task_name, args.data_dir)
-        examples = examples[:args.limit] if args.limit else examples
-        print(f"{task_name}: {len(examples)} questions, batch size {args.batch_size} options, {args.samples} "
-              f"sample(s) per option, dtype {dtype}")
-        return evaluate_mcqa(model, method, cfg, tok, examples, config["seq_len"], device,
-                             config["method"] != "ar", args.batch_size, args.samples, args.seed, exclusions)
-    name = args.data or config["data"]
-    if name not in CORPORA:
-        raise ValueError(f"unknown --data {name!r}: choose {' or '.join(CORPORA)} (the likelihood of a shipped task "
-                         f"is --task likelihood without --data)")
-    if task_name not in ("likelihood", name):
-        raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
-    corpus = importlib.import_module(f"data.{name}")
-    tok = checked_tokenizer(config, model, corpus.TOKENIZER, f"--data {name}")
-    rows = corpus.load(CORPORA[name], args.data_dir, tok, config["seq_len"])
-    rows = rows[:args.limit] if args.limit else rows
-    print(f"{name} {CORPORA[name]}: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
-          f"dtype {dtype}")
-    m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
-                            exclusions, encode_fn=corpus.batch)
-    return {**m, "data": name, "batch_size": args.batch_size}
+def evaluate(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str) -> dict:
+    """eval.py --task hellaswag|piqa|siqa: accuracy of the checkpoint on the task's validation questions."""
+    if args.samples < 1:
+        raise ValueError(f"--samples must be at least 1, got {args.samples}")
+    tok = checked_tokenizer(config, model, "gpt2", f"--task {task_name} (zero-shot, on the OWT models)")
+    examples = mcqa.load(task_name, args.data_dir)
+    examples = examples[:args.limit] if args.limit else examples
+    print(f"{task_name}: {len(examples)} questions, batch size {args.batch_size} options, {args.samples} "
+          f"sample(s) per option, dtype {next(model.parameters()).dtype}")
+    return evaluate_mcqa(model, method, cfg, tok, examples, config["seq_len"], device,
+                         config["method"] != "ar", args.batch_size, args.samples, args.seed, exclusions)

@@ -5,13 +5,13 @@ options per task, infilling (ROCStories, and the shipped task's middle step), un
     infill(...) / evaluate_infill(...)    fill a [MASK] span between a left and a right context, one example at a
                                           time (batch 1, as the official): AR sees the left context only
     arith_infill(examples, tok)           the shipped task with its middle reasoning step masked
-    unconditional(...)                    samples from BOS alone, tokens/s each
+    unconditional(...) / sample_unconditional(...)   samples from BOS alone, tokens/s each (sample.py --unconditional)
 """
 import re
-import time
 
 import torch
 
+from decoding import sampler_kwargs, timed
 from sampling import SamplerOptions
 
 
@@ -35,13 +35,9 @@ def infill(model, method, cfg, tok, method_name, ex, device, options=None, **kw)
     left, n, right = ex["left"], len(ex["span"]), ex["right"]
     ids = left if method_name == "ar" else left + [tok.mask_id] * n + right
     prompt = torch.tensor([ids], device=device)
-    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
-    tokens, stats = method.generate(model, prompt, cfg, max_new_tokens=n if method_name == "ar" else 0,
-                                    options=options, **kw)
-    sync()
-    return tokens[0, len(left):len(left) + n].tolist(), stats, time.perf_counter() - t0
+    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg,
+                                     max_new_tokens=n if method_name == "ar" else 0, options=options, **kw)
+    return tokens[0, len(left):len(left) + n].tolist(), stats, seconds
 
 
 def evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=0, options=None, **kw):
@@ -125,16 +121,40 @@ def unconditional(model, method, cfg, tok, method_name, n, max_new, device, seed
     g = torch.Generator(device=device).manual_seed(seed)
     for _ in range(n):
         prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
-        t0 = time.perf_counter()
         start = max(options.stop_min_tokens if options else 0, 1)       # EOS before start does not stop a row
-        tokens, stats = method.generate(model, prompt, cfg, max_new_tokens=max_new, generator=g, options=options,
-                                        temperature=1.0, stop=eos_stop(tok.eos_id, start), **kw)
-        sec = time.perf_counter() - t0
+        (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, max_new_tokens=max_new,
+                                     generator=g, options=options, temperature=1.0,
+                                     stop=eos_stop(tok.eos_id, start), **kw)
         ids = tokens[0].tolist()
         ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
         texts.append(tok.decode(ids[1:ends[0] if ends else len(ids)]))    # decode drops [MASK] and earlier EOS
         rates.append(int(stats["n_gen"].sum()) / sec)
     return texts, rates
+
+
+def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
+    """sample.py --unconditional's number of new tokens: --max-new-tokens, or seq_len - 1 (all that fits after
+    the BOS token); a number that does not fit is a ValueError (one line)."""
+    max_new = max_new_tokens if max_new_tokens is not None else seq_len - 1
+    if max_new < 1:
+        raise ValueError(f"--unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
+                         f"--max-new-tokens 1 or more (default: seq_len - 1 = {seq_len - 1})")
+    if 1 + max_new > seq_len:
+        raise ValueError(f"--max-new-tokens {max_new} and the BOS token are more than the model's context "
+                         f"(seq_len={seq_len}): at most {seq_len - 1} new tokens fit")
+    return max_new
+
+
+def sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new: int):
+    """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
+    kw = sampler_kwargs(method, args.threshold, args.window, seq_len=config["seq_len"])
+    kw.pop("temperature")
+    texts, rates = unconditional(model, method, cfg, tok, config["method"], args.n, max_new, device, args.seed,
+                                 options, **kw)
+    for i, text in enumerate(texts):
+        print(f"--- sample {i}\n{text}")
+    print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
+          f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
 
 
 def evaluate_task(task_name, data, examples, model, method, cfg, tok, config, device, sentences=1, warmup=0,

@@ -1,7 +1,7 @@
 """GPU decode timings at Qwen3-1.7B-Base's shape: AR and Set Diffusion steps, eager vs compiled vs CUDA graphs.
 
-    python bench_gpu.py --json results/bench_gpu.json                # make bench-gpu (a CUDA GPU)
-    python bench_gpu.py --device cpu --tiny --modes eager,static     # smoke run on CPU (seconds)
+    python -m bench.bench_gpu --json results/bench_gpu.json            # make bench-gpu (a CUDA GPU)
+    python -m bench.bench_gpu --device cpu --tiny --modes eager,static # smoke run on CPU (seconds)
 
 Random weights (nothing is downloaded: the speed of a step does not depend on the values), built on the device
 in bf16. Batch 1, a 150-token prompt (GSM8K's length), 128 new tokens, greedy:
@@ -34,6 +34,7 @@ import torch
 
 import ar
 import setdiffusion
+from decoding import markdown_table, timed
 from model import ModelConfig, Transformer, static_decoding
 
 QWEN3_1_7B = dict(vocab_size=151936, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, head_dim=128,
@@ -65,16 +66,9 @@ def decode(model, method: str, prompt, N: int) -> dict:
 
 def time_decode(model, method: str, prompt, N: int, repeats: int):
     """Median seconds of one generate call (after a warm-up call) and its forward passes (nfe)."""
-    sync = torch.cuda.synchronize if prompt.device.type == "cuda" else (lambda: None)
     decode(model, method, prompt, N)                     # compiles; reduce-overhead records its CUDA graph
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        stats = decode(model, method, prompt, N)
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), stats["nfe"]
+    runs = [timed(prompt.device, decode, model, method, prompt, N) for _ in range(repeats)]
+    return statistics.median(sec for _, sec in runs), runs[-1][0]["nfe"]
 
 
 def row(method: str, mode: str, seconds: float, nfe: int) -> dict:
@@ -96,14 +90,12 @@ def sd_over_ar(rows: list) -> dict:
 def table(out: dict) -> str:
     head = ["method", "mode", "ms/step", "steps/s", "tokens/step (paper)", "implied tokens/s", "paper tokens/s",
             "ours/paper"]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    for r in out["rows"]:
-        lines.append(f"| {r['method']} | {r['mode']} | {r['ms_per_step']:.2f} | {r['steps_per_s']:.1f} | "
-                     f"{r['tokens_per_step']:.2f} | {r['implied_tokens_per_s']:.1f} | {r['paper_tokens_per_s']:.2f} | "
-                     f"{r['ours_over_paper']:.2f}x |")
-    lines += ["", "| mode | Set Diffusion ms/step / AR ms/step |", "|---|---|"]
-    lines += [f"| {m} | {v:.2f} |" for m, v in out["sd_over_ar"].items()]
-    return "\n".join(lines)
+    rows = [[r["method"], r["mode"], f"{r['ms_per_step']:.2f}", f"{r['steps_per_s']:.1f}",
+             f"{r['tokens_per_step']:.2f}", f"{r['implied_tokens_per_s']:.1f}", f"{r['paper_tokens_per_s']:.2f}",
+             f"{r['ours_over_paper']:.2f}x"] for r in out["rows"]]
+    ratios = [[m, f"{v:.2f}"] for m, v in out["sd_over_ar"].items()]
+    return (markdown_table(head, rows) + "\n\n"
+            + markdown_table(["mode", "Set Diffusion ms/step / AR ms/step"], ratios))
 
 
 def parse_args(argv):

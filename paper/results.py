@@ -1,24 +1,29 @@
 """Tables (and a plot) of eval.py --json files: what the Makefile's experiments write to results/.
 
-    python results.py results/likelihood-arith.md results/likelihood-arith/*.json    # one row per file
-    python eval.py --summarize results/pareto/*.json --out results/pareto.md --plot results/pareto.png
+    python -m paper.results results/likelihood-arith.md results/likelihood-arith/*.json     # one row per file
+    python -m paper.results results/pareto.md results/pareto/*.json --pareto --plot results/pareto.png
+    python -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k
 
-`table` lists each file's metrics, one row per file (sampler settings left out); `summarize` merges the
-accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours.
+`table` lists each file's metrics, one row per file (sampler settings left out); `summarize` (--pareto) merges
+the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours.
 """
+import argparse
 import json
 import math
 import os
 import sys
 
+from data import get_task
+from decoding import markdown_table
+
 NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings
 
 
-def write(lines: list[str], out_md: str) -> str:
+def write(text: str, out_md: str) -> str:
     os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
     with open(out_md, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return "\n".join(lines)
+        f.write(text + "\n")
+    return text
 
 
 def read_run(path: str, needs=()) -> dict:
@@ -54,10 +59,7 @@ def table(paths: list[str], out_md: str) -> str:
     """One markdown row per eval.py --json file, in the given order; columns = the union of their keys."""
     runs = [read_run(p) for p in paths]
     keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(f"{m[k]:.4g}" if isinstance(m.get(k), float) else str(m.get(k, "")) for k in keys)
-              + " |" for m in runs]
-    return write(lines, out_md)
+    return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md)
 
 
 def summarize(paths, out_md, out_png=None, paper=None):
@@ -83,18 +85,18 @@ def summarize(paths, out_md, out_png=None, paper=None):
     rows = sorted(rows.values(), key=lambda r: (order.index(r["model"]), r["ckpt"], -r["tau"]))
     ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
     nan = float("nan")
-    head = "| checkpoint | tau | accuracy | tokens/step | tokens/s (batch 1) | speed vs AR |"
-    lines = [head + (" paper: accuracy | tokens/step | tokens/s |" if paper else ""),
-             "|---" * (6 + 3 * bool(paper)) + "|"]
+    head = ["checkpoint", "tau", "accuracy", "tokens/step", "tokens/s (batch 1)", "speed vs AR"]
+    head += ["paper: accuracy", "tokens/step", "tokens/s"] if paper else []
+    body = []
     for r in rows:
         speed = r.get("tokens_per_s", nan)
-        line = (f"| {r['ckpt']} | {r['tau']:g} | {r.get('accuracy', nan):.3f} | {r.get('tokens_per_step', nan):.2f} "
-                f"| {speed:.1f} ± {r.get('std', nan):.1f} | {speed / ar_speed if ar_speed else nan:.2f}x |")
+        cells = [r["ckpt"], f"{r['tau']:g}", f"{r.get('accuracy', nan):.3f}", f"{r.get('tokens_per_step', nan):.2f}",
+                 f"{speed:.1f} ± {r.get('std', nan):.1f}", f"{speed / ar_speed if ar_speed else nan:.2f}x"]
         if paper:
             x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
-            line += f" {acc / 100:.3f} | {x:.2f} | {tput:.1f} |"
-        lines.append(line)
-    print(write(lines, out_md))
+            cells += [f"{acc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}"]
+        body.append(cells)
+    print(write(markdown_table(head, body), out_md))
     if out_png:
         try:
             import matplotlib
@@ -118,10 +120,23 @@ def summarize(paths, out_md, out_png=None, paper=None):
         fig.savefig(out_png, dpi=120)
 
 
-if __name__ == "__main__":     # python results.py OUT.md A.json B.json ...
-    if len(sys.argv) < 3:
-        sys.exit("usage: python results.py OUT.md RUN.json [RUN.json ...]")
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("out", metavar="OUT.md", help="the markdown table to write")
+    p.add_argument("runs", nargs="+", metavar="RUN.json", help="eval.py --json files")
+    p.add_argument("--pareto", action="store_true",
+                   help="merge the accuracy and throughput runs of a threshold sweep into a Pareto table")
+    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/s plot (needs matplotlib)")
+    p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
+    args = p.parse_args(argv)
     try:
-        print(table(sys.argv[2:], sys.argv[1]))
+        if args.pareto:
+            paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
+            return summarize(args.runs, args.out, args.plot, paper)
+        print(table(args.runs, args.out))
     except (OSError, ValueError) as e:
         sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
