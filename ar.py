@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import sampling
+from model import with_padding
 
 
 @dataclass
@@ -53,19 +54,6 @@ def trim(pad_mask, *tensors):
 def attention_mask(seq_len: int, device=None) -> torch.Tensor:
     """Causal: query i may attend to keys 0..i. (L, L) bool. The model's mask=None is the same, faster."""
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
-
-
-def with_padding(mask, pad_mask):
-    """mask (Tq, Tk) and pad_mask (B, Tk) -> (B, 1, Tq, Tk): nobody attends to padding, which sees itself."""
-    eye = torch.eye(*mask.shape, dtype=torch.bool, device=mask.device)   # keep every row non-empty
-    return (mask & ~pad_mask[:, None, None, :]) | eye
-
-
-def padded(mask_mod, pad_mask):
-    """with_padding for a mask_mod (model.layout_mask): pad_mask (B, Tk), the same rule."""
-    def mod(b, h, q, k):
-        return mask_mod(b, h, q, k) & ~pad_mask[b, k] | (q == k)
-    return mod
 
 
 # ----------------------------------------------------------------------------- loss

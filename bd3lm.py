@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import torch
 
 import sampling
-from ar import defaults, finish, padded, trim
+from ar import defaults, finish, trim
 from mdlm import block_canvas, decode, masked_nll, objective, official_count, standard
-from model import layout_mask
+from model import padded
 
 
 @dataclass
@@ -89,7 +89,7 @@ def denoise(model, x0, xt, cfg: BD3LMConfig, pad_mask):
     """The model call of the 2L layout [x0 | xt]: logits (B, L, V) of the noisy half."""
     B, L = x0.shape
     pos = torch.arange(L, device=x0.device).repeat(2).expand(B, 2 * L)          # (B, 2L) = [0..L-1 | 0..L-1]
-    mask = layout_mask(padded(mask_mod(L, cfg.block_size), pad_mask.repeat(1, 2)), B, 2 * L, 2 * L, x0.device)
+    mask = padded(mask_mod(L, cfg.block_size), pad_mask.repeat(1, 2))         # a mask_mod over the 2L slots
     return model(torch.cat([x0, xt], 1), pos, mask, last=L)                     # (B, L, V)
 
 

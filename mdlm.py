@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import torch
 
 import sampling
-from ar import defaults, finish, padded, trim, with_padding
-from model import layout_mask
+from ar import defaults, finish, trim
+from model import padded, with_padding
 
 
 @dataclass
@@ -79,8 +79,7 @@ def subs(logits, xt, mask_id: int):
 
 def denoise(model, x0, xt, cfg: MDLMConfig, pad_mask):
     """The model call: logits (B, L, V) of every position of xt, attending bidirectionally."""
-    B, L = xt.shape
-    return model(xt, mask=layout_mask(padded(mask_mod, pad_mask), B, L, L, xt.device))
+    return model(xt, mask=padded(mask_mod, pad_mask))
 
 
 def masked_nll(logits, x0, xt, target, mask_id: int):

@@ -8,18 +8,16 @@ positions and who may attend to whom, and reads the logits it needs.
        repeated positions (the [x0 | xt] layout of BD3-LM) and permuted positions (Set Diffusion lays tokens
        out in generation order) need nothing special. Default: 0..T-1 after the cache.
 - mask boolean, broadcastable to (B, 1, T, cache.length + T), True = may attend. None = causal, which takes
-       SDPA's is_causal fast path (flash attention on GPU). Or, with no cache, a FlexAttention BlockMask:
-       what layout_mask builds from a method's mask_mod when use_flex(True) is on (train.py on CUDA), so the
-       2L training layouts never hold a dense (2L, 2L) mask.
+       SDPA's is_causal fast path (flash attention on GPU). Or a layout's mask_mod(b, h, q_idx, kv_idx) -> bool
+       (the method files state their training masks so): the model builds it with layout_mask, as a dense
+       bool, or as a FlexAttention BlockMask when model.flex is on (train.py on CUDA), so the 2L training
+       layouts never hold a dense (2L, 2L) mask. The methods never see which.
 - cache a KVCache: keys/values of a committed prefix. The forward attends to [prefix + the new tokens] and
        writes the new keys/values after the prefix, but only `cache.commit(n)` (keep the first n new tokens)
        or `cache.crop(n)` changes what is committed. So a diffusion step can run its masked queries against a
        fixed clean prefix and keep only the tokens it decided. Samplers get theirs from model.new_cache.
 
-Static-shape decoding (static_decoding(model, compile=True), eval.py/sample.py --compile): every cached step
-is padded to the sampler's fixed number of slots and attends to the whole preallocated cache under a validity
-mask, so one torch.compile graph (one CUDA graph with mode="reduce-overhead") serves every step; the method
-files do not change. Eager and static steps give the same tokens (test_static.py).
+Static-shape decoding for torch.compile (static_decoding, the last section) is for speed only: same tokens.
 
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
@@ -74,34 +72,50 @@ PRESETS = {
 }
 
 
+# ----------------------------------------------------------------------------- masks
+# A layout's mask is a FlexAttention mask_mod(b, h, q_idx, kv_idx) -> bool, which may index tensors it closes
+# over (padding, streams, blocks); the model turns it into a dense mask or a BlockMask (layout_mask).
+
+def with_padding(mask, pad_mask):
+    """mask (Tq, Tk) and pad_mask (B, Tk) -> (B, 1, Tq, Tk): nobody attends to padding, which sees itself."""
+    eye = torch.eye(*mask.shape, dtype=torch.bool, device=mask.device)   # keep every row non-empty
+    return (mask & ~pad_mask[:, None, None, :]) | eye
+
+
+def padded(mask_mod, pad_mask):
+    """with_padding for a mask_mod: pad_mask (B, Tk), the same rule."""
+    def mod(b, h, q, k):
+        return mask_mod(b, h, q, k) & ~pad_mask[b, k] | (q == k)
+    return mod
+
+
+def layout_mask(mask_mod, B: int, Q: int, KV: int, device=None, flex: bool = False):
+    """The attention mask of mask_mod over Q queries and KV keys. flex: a BlockMask from create_block_mask;
+    else the dense bool (B, 1, Q, KV): the mask_mod on the broadcast index grid."""
+    if flex:      # compiled on CUDA: the block mask without a dense (Q, KV) grid
+        return create_block_mask(mask_mod, B, None, Q, KV, device=device, _compile=str(device).startswith("cuda"))
+    b, q, kv = (torch.arange(n, device=device) for n in (B, Q, KV))
+    return mask_mod(b[:, None, None, None], b.new_zeros(()), q[:, None], kv).expand(B, 1, Q, KV)
+
+
+# ----------------------------------------------------------------------------- the model
+
 class KVCache:
     """Keys and values of every layer, preallocated to max_len, plus the committed length.
 
     A forward writes its T new entries at [length, length + T) and attends to [0, length + T); the entries
     stay uncommitted (the next forward overwrites them) until commit(n) keeps the first n of them. Storage is
     allocated on first write, with the dtype and device of the keys, so the cache has no dtype policy.
-
-    Static shapes (slots > 0; Transformer.new_cache makes such a cache when static_decoding is on): a forward
-    of T <= slots tokens is padded to exactly `slots` (pad()), writes its keys/values at the rows in
-    self.write and attends to the whole storage under a validity mask, as gpt-fast does. Every step then has
-    one shape, so torch.compile builds one graph (one CUDA graph with mode="reduce-overhead").
     """
 
-    def __init__(self, n_layer: int, batch_size: int, max_len: int, slots: int = 0, storage=None):
-        self.max_len, self.batch_size, self.slots = max_len, batch_size, slots
-        self.k: list = [None] * n_layer           # each (B, n_kv_head, max_len (+ slots if static), head_dim)
+    def __init__(self, n_layer: int, batch_size: int, max_len: int):
+        self.max_len, self.batch_size = max_len, batch_size
+        self.k: list = [None] * n_layer           # each (B, n_kv_head, max_len, head_dim)
         self.v: list = [None] * n_layer
-        if storage is not None:
-            self.k, self.v = storage
         self.length = 0                            # committed entries
         self.written = 0                           # entries written by the last forward (uncommitted)
-        self.write = None                          # static step: (slots,) storage rows of its tokens
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        if self.write is not None:                 # static step: fixed rows in, the whole storage out
-            self.k[layer].index_copy_(2, self.write, k)
-            self.v[layer].index_copy_(2, self.write, v)
-            return self.k[layer], self.v[layer]
         B, H, T, D = k.shape
         self.check_room(T)
         if self.k[layer] is None:
@@ -112,22 +126,6 @@ class KVCache:
         self.written = T
         end = self.length + T
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
-
-    def pad(self, idx, pos, mask):
-        """A step of T <= slots tokens as exactly `slots`: idx, pos (B, slots) with the T real tokens last,
-        mask (B, 1, slots, max_len + slots) over the whole storage. The real tokens go to rows
-        [length, length + T) as in a dynamic step; pad slot r to scratch row max_len + r, seen by itself only."""
-        B, T = idx.shape
-        n, end = self.slots - T, self.length + T
-        self.check_room(T)
-        scratch = torch.arange(self.max_len, self.max_len + n, device=idx.device)
-        self.write = torch.cat([scratch, torch.arange(self.length, end, device=idx.device)])   # (slots,)
-        full = torch.zeros(B, 1, self.slots, self.max_len + self.slots, dtype=torch.bool, device=idx.device)
-        full[:, :, n:, :end] = mask
-        full[:, :, torch.arange(n), scratch] = True
-        self.written = T
-        pad = idx.new_zeros(B, n)                  # fresh tensors: a view's strides would recompile the graph
-        return torch.cat([pad, idx], 1), torch.cat([pad, pos], 1), full
 
     def check_room(self, T: int):
         if self.length + T > self.max_len:
@@ -200,26 +198,6 @@ class Attention(nn.Module):
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
-FLEX = False   # layout_mask builds FlexAttention BlockMasks; set with use_flex (train.py --attention)
-
-
-def use_flex(on: bool):
-    """Training layouts as FlexAttention block masks (on) or dense boolean masks for SDPA (off, the default).
-    A systems switch for the scripts (train.py turns it on for CUDA); the method files never read it."""
-    global FLEX
-    FLEX = on
-
-
-def layout_mask(mask_mod, B: int, Q: int, KV: int, device=None, flex: bool | None = None):
-    """The attention mask of a layout given as a FlexAttention mask_mod(b, h, q_idx, kv_idx) -> bool, which
-    may index tensors it closes over (padding, streams, blocks). flex (default FLEX): a BlockMask from
-    create_block_mask; else the dense bool (B, 1, Q, KV): the mask_mod on the broadcast index grid."""
-    if FLEX if flex is None else flex:      # compiled on CUDA: the block mask without a dense (Q, KV) grid
-        return create_block_mask(mask_mod, B, None, Q, KV, device=device, _compile=str(device).startswith("cuda"))
-    b, q, kv = (torch.arange(n, device=device) for n in (B, Q, KV))
-    return mask_mod(b[:, None, None, None], b.new_zeros(()), q[:, None], kv).expand(B, 1, Q, KV)
-
-
 @functools.cache
 def compiled_flex():
     """flex_attention compiled once (lazily: importing model.py compiles nothing)."""
@@ -271,6 +249,7 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.flex = False     # mask_mods as FlexAttention BlockMasks, not dense masks (train.py on CUDA)
         self.step = None      # static_decoding(): the function that runs static-shape steps (maybe compiled)
         self.storage = None   # its KV storage, reused across calls of the same shape
         self.apply(self._init_weights)
@@ -291,16 +270,14 @@ class Transformer(nn.Module):
         start = cache.length if cache is not None else 0
         if pos is None:
             pos = torch.arange(start, start + T, device=idx.device).expand(B, T)
-        static = cache is not None and cache.slots and T <= cache.slots   # a static-shape step
-        if mask is None and (static or start > 0 and T > 1):   # causal after a prefix (is_causal is top-left)
+        if callable(mask):                           # a layout's mask_mod: dense, or a BlockMask if self.flex
+            mask = layout_mask(mask, B, T, start + T, idx.device, self.flex)
+        if mask is None and start > 0 and T > 1:     # causal after a prefix (is_causal is top-left)
             mask = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(start)
-        if static:
-            x = self.step(*cache.pad(idx, pos, mask), cache)[:, cache.slots - T:]
-            cache.write = None
-        elif cache is None and self.step is not None:  # static decoding, no cache (MDLM): compiled too
-            x = self.step(idx, pos, mask, None)
-        else:
+        if self.step is None:
             x = self.hidden(idx, pos, mask, cache)
+        else:                                        # static-shape decoding (the last section)
+            x = static_hidden(self, idx, pos, mask, cache)
         if last is not None:
             x = x[:, -last:]
         return self.lm_head(x)                       # (B, T or last, V)
@@ -314,33 +291,14 @@ class Transformer(nn.Module):
         return self.norm(x)
 
     def new_cache(self, batch_size: int, max_len: int, slots: int) -> KVCache:
-        """A KVCache for a sampler whose steps feed at most `slots` tokens (prefill aside). With static decoding
-        on, its storage is fixed (max_len rounded up to a multiple of 256, plus `slots` scratch rows) and
-        reused by the next cache of the same size, so one compiled graph serves every step of every call."""
-        if self.step is None:
-            return KVCache(len(self.layers), batch_size, max_len)
-        size = -(-max_len // 256) * 256
-        w = self.embed_tokens.weight
-        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
-        shape = (batch_size, self.cfg.n_kv_head, size + slots, self.cfg.head_dim)
-        if self.storage is None or self.storage[0][0].shape != shape or self.storage[0][0].dtype != dtype:
-            self.storage = tuple([w.new_zeros(shape, dtype=dtype) for _ in self.layers] for _ in "kv")
-            for t in self.storage[0] + self.storage[1]:
-                torch._dynamo.mark_static_address(t)  # CUDA graphs: the cache is not copied in every step
-        return KVCache(len(self.layers), batch_size, size, slots, self.storage)
+        """A KVCache for a sampler whose steps feed at most `slots` tokens (prefill aside); a StaticKVCache
+        with static decoding on."""
+        if self.step is not None:
+            return StaticKVCache(self, batch_size, max_len, slots)
+        return KVCache(len(self.layers), batch_size, max_len)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def static_decoding(model: Transformer, compile: bool = False, mode: str | None = None) -> Transformer:
-    """Static-shape decoding for every sampler: each cached step runs at a fixed shape (KVCache.pad), and
-    cache-less forwards (MDLM) through the same function. compile=True compiles it with torch.compile
-    (mode="reduce-overhead" adds CUDA graphs); compile=False runs the same padded steps eagerly."""
-    if compile:      # one graph per shape: (batch, slots) per sampler, MDLM's canvas widths, eval batches;
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # then eager
-    model.step = torch.compile(model.hidden, mode=mode, dynamic=False) if compile else model.hidden
-    return model
 
 
 # ----------------------------------------------------------------------------- loading weights
@@ -390,3 +348,73 @@ def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transforme
         model = Transformer(cfg)
     load_weights(model, {k: v.to(dtype) for k, v in state.items()}, assign=True)
     return model.eval()
+
+
+# ----------------------------------------------------------------------------- static-shape decoding
+# For speed only (eval.py/sample.py --compile), as gpt-fast does: every cached step is padded to the sampler's
+# fixed number of slots and attends to the whole preallocated cache under a validity mask, so one torch.compile
+# graph (one CUDA graph with mode="reduce-overhead") serves every step. The method files do not change, and
+# eager and static steps give the same tokens (tests/test_static.py).
+
+def static_decoding(model: Transformer, compile: bool = False, mode: str | None = None) -> Transformer:
+    """Static-shape steps for every sampler, and cache-less forwards (MDLM) through the same function;
+    compile=True compiles it (mode="reduce-overhead" adds CUDA graphs). model.step = None undoes it."""
+    if compile:      # one graph per shape: (batch, slots) per sampler, MDLM's canvas widths, eval batches;
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # then eager
+    model.step = torch.compile(model.hidden, mode=mode, dynamic=False) if compile else model.hidden
+    return model
+
+
+def static_hidden(model: Transformer, idx, pos, mask, cache):
+    """model.hidden through model.step: a cached step of T <= slots tokens padded to the cache's slots, or a
+    forward without a cache as it is; a prefill (T > slots) runs eagerly."""
+    T = idx.shape[1]
+    if cache is None:
+        return model.step(idx, pos, mask, None)
+    if not isinstance(cache, StaticKVCache) or T > cache.slots:
+        return model.hidden(idx, pos, mask, cache)
+    if mask is None:                                 # causal (T = 1 or no prefix)
+        mask = torch.ones(T, cache.length + T, dtype=torch.bool, device=idx.device).tril(cache.length)
+    x = model.step(*cache.pad(idx, pos, mask), cache)[:, cache.slots - T:]
+    cache.write = None
+    return x
+
+
+class StaticKVCache(KVCache):
+    """A KVCache over fixed storage, max_len rows then `slots` scratch rows, shared by every cache of the same
+    shape (model.storage), so one compiled graph serves every step of every call."""
+
+    def __init__(self, model: Transformer, batch_size: int, max_len: int, slots: int):
+        super().__init__(len(model.layers), batch_size, -(-max_len // 256) * 256)   # max_len rounded up
+        self.slots, w = slots, model.embed_tokens.weight
+        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+        shape = (batch_size, model.cfg.n_kv_head, self.max_len + slots, model.cfg.head_dim)
+        if model.storage is None or model.storage[0][0].shape != shape or model.storage[0][0].dtype != dtype:
+            model.storage = tuple([w.new_zeros(shape, dtype=dtype) for _ in model.layers] for _ in "kv")
+            for t in model.storage[0] + model.storage[1]:
+                torch._dynamo.mark_static_address(t)  # CUDA graphs: the cache is not copied in every step
+        self.k, self.v = model.storage
+        self.write = None                          # during a padded step: (slots,) storage rows of its tokens
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        if self.write is None:                     # a prefill: as KVCache
+            return super().update(layer, k, v)
+        self.k[layer].index_copy_(2, self.write, k)   # fixed rows in, the whole storage out
+        self.v[layer].index_copy_(2, self.write, v)
+        return self.k[layer], self.v[layer]
+
+    def pad(self, idx, pos, mask):
+        """A step of T <= slots tokens as exactly `slots`: idx, pos (B, slots) with the T real tokens last,
+        mask (B, 1, slots, max_len + slots) over the whole storage. The real tokens go to rows
+        [length, length + T) as in a dynamic step; pad slot r to scratch row max_len + r, seen by itself only."""
+        B, T = idx.shape
+        n, end = self.slots - T, self.length + T
+        self.check_room(T)
+        scratch = torch.arange(self.max_len, self.max_len + n, device=idx.device)
+        self.write = torch.cat([scratch, torch.arange(self.length, end, device=idx.device)])   # (slots,)
+        full = torch.zeros(B, 1, self.slots, self.max_len + self.slots, dtype=torch.bool, device=idx.device)
+        full[:, :, n:, :end] = mask
+        full[:, :, torch.arange(n), scratch] = True
+        self.written = T
+        pad = idx.new_zeros(B, n)                  # fresh tensors: a view's strides would recompile the graph
+        return torch.cat([pad, idx], 1), torch.cat([pad, pos], 1), full

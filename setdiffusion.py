@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 
 import sampling
-from ar import canvas, defaults, finish, padded, with_padding
+from ar import canvas, defaults, finish
 from mdlm import decode
-from model import layout_mask
+from model import padded, with_padding
 
 
 @dataclass
@@ -125,11 +125,11 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     B, L = x0.shape
     end = L if end is None else end
     x0_s = x0.gather(1, sigma)                                                   # (B, L) clean, sigma order
-    xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)[:, first:end] # (B, n) targets -> [MASK]
+    xt_s = torch.where(target.gather(1, sigma), cfg.mask_id, x0_s)[:, first:end] # (B, end - first) targets -> [MASK]
     pos = torch.cat([sigma[:, :end], sigma[:, first:end]], 1)                    # (B, 2 end - first) positions
-    pad_s, n = pad_mask.gather(1, sigma), 2 * end - first
-    pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                 # (B, n) padding of each slot
-    mask = layout_mask(padded(mask_mod(first, end), pad_2), B, n, n, x0.device)
+    pad_s = pad_mask.gather(1, sigma)                                            # (B, L) padding, sigma order
+    pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                 # (B, 2 end - first) of each slot
+    mask = padded(mask_mod(first, end), pad_2)                                  # a mask_mod over those slots
     return model(torch.cat([x0_s[:, :end], xt_s], 1), pos, mask, last=end - first)   # (B, end - first, V)
 
 

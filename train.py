@@ -30,7 +30,7 @@ import torch
 import checkpoint
 import setdiffusion
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from model import PRESETS, ModelConfig, Transformer, load_weights, use_flex
+from model import PRESETS, ModelConfig, Transformer, load_weights
 from pretrained import from_pretrained, load_safetensors
 
 
@@ -212,7 +212,7 @@ def check_fits(cfg: ModelConfig, device: str):
 
 
 def flex_on(attention: str, device: str) -> bool:
-    """--attention -> whether the methods' training masks are FlexAttention BlockMasks (model.use_flex)."""
+    """--attention -> whether the methods' training masks are FlexAttention BlockMasks (Transformer.flex)."""
     if attention == "flex" and not device.startswith("cuda"):
         raise ValueError(f"--attention flex needs a CUDA device, not {device} (FlexAttention has no backward on "
                          f"CPU): use --attention sdpa or auto")
@@ -336,12 +336,13 @@ def main(argv=None):
             master = rank == 0
             if master:
                 held.enter_context(checkpoint.claim(args.out_dir, args.resume))
-            use_flex(flex_on(args.attention, device))
+            flex = flex_on(args.attention, device)
             wandb = import_wandb(args, master)
             first = ddp and is_corpus(args.data)            # rank 0 builds (or fetches) a corpus' cache first
             if first and not master:
                 torch.distributed.barrier()
             task, tok, train, model, config = setup(args, device)
+            model.flex = flex
             if first and master:
                 torch.distributed.barrier()
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None

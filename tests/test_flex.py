@@ -1,5 +1,5 @@
-"""The FlexAttention path (model.layout_mask, use_flex): each method's mask_mod is its dense training mask,
-padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs eagerly
+"""The FlexAttention path (model.layout_mask, Transformer.flex): each method's mask_mod is its dense training
+mask, padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs eagerly
 and has no backward, so the checks are no-grad forwards. python -m pytest -q tests/test_flex.py
 """
 import pytest
@@ -7,13 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-import ar
 import bd3lm
 import mdlm
 import model as transformer
 import setdiffusion as sd
 import train
-from model import layout_mask, use_flex
+from model import layout_mask, padded, with_padding
 from helpers import MASK, tiny_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -48,14 +47,14 @@ def pad_both_sides(B, L, seed):
 
 
 def grid(mask_mod, pad, n):
-    return layout_mask(ar.padded(mask_mod, pad), pad.shape[0], n, n, flex=False)
+    return layout_mask(padded(mask_mod, pad), pad.shape[0], n, n, flex=False)
 
 
 @pytest.mark.parametrize("L, S", [(1, 1), (5, 2), (8, 4), (7, 3), (6, 6), (9, 1)])
 def test_bd3lm_mask_mod_is_the_dense_mask(L, S):
     assert torch.equal(bd3lm.attention_mask(L, S), dense_bd3lm(L, S))
     pad = pad_both_sides(3, L, L).repeat(1, 2)                                  # (B, 2L), as denoise
-    assert torch.equal(grid(bd3lm.mask_mod(L, S), pad, 2 * L), ar.with_padding(dense_bd3lm(L, S), pad))
+    assert torch.equal(grid(bd3lm.mask_mod(L, S), pad, 2 * L), with_padding(dense_bd3lm(L, S), pad))
 
 
 @pytest.mark.parametrize("L, first, end", [(6, 0, 6), (6, 2, 5), (9, 3, 9), (5, 0, 1), (7, 6, 7), (8, 4, 5)])
@@ -69,12 +68,12 @@ def test_setdiffusion_mask_mod_is_the_dense_mask(L, first, end):
     pad_s = pad.gather(1, sigma)
     pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                # as denoise
     n = 2 * end - first
-    assert torch.equal(grid(sd.mask_mod(first, end), pad_2, n), ar.with_padding(dense_sd(L, first, end), pad_2))
+    assert torch.equal(grid(sd.mask_mod(first, end), pad_2, n), with_padding(dense_sd(L, first, end), pad_2))
 
 
 def test_mdlm_mask_mod_is_the_dense_mask():
     pad = pad_both_sides(4, 10, 0)
-    assert torch.equal(grid(mdlm.mask_mod, pad, 10), ar.with_padding(mdlm.attention_mask(10), pad))
+    assert torch.equal(grid(mdlm.mask_mod, pad, 10), with_padding(mdlm.attention_mask(10), pad))
 
 
 @pytest.mark.parametrize("layout", ["bd3lm", "setdiffusion"])
@@ -84,11 +83,11 @@ def test_block_mask_attention_equals_dense_sdpa(layout):
     L, B = 70, 2
     if layout == "bd3lm":
         n, pad = 2 * L, pad_both_sides(B, L, 1).repeat(1, 2)
-        mod = ar.padded(bd3lm.mask_mod(L, 4), pad)
+        mod = padded(bd3lm.mask_mod(L, 4), pad)
     else:
         first, end = 10, 65
         n, pad = 2 * end - first, pad_both_sides(B, 2 * end - first, 2)
-        mod = ar.padded(sd.mask_mod(first, end), pad)
+        mod = padded(sd.mask_mod(first, end), pad)
     block = layout_mask(mod, B, n, n, flex=True)
     assert isinstance(block, BlockMask)
     g = torch.Generator().manual_seed(0)
@@ -99,7 +98,7 @@ def test_block_mask_attention_equals_dense_sdpa(layout):
 
 @pytest.fixture
 def flex_calls(monkeypatch):
-    """Counts the model's FlexAttention calls; use_flex is switched back off after the test."""
+    """Counts the model's FlexAttention calls."""
     calls = []
 
     def counted(*args):
@@ -107,8 +106,7 @@ def flex_calls(monkeypatch):
         return flex_attend(*args)
     flex_attend = transformer.flex_attend
     monkeypatch.setattr(transformer, "flex_attend", counted)
-    yield calls
-    use_flex(False)
+    return calls
 
 
 CASES = {"bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)), "mdlm": (mdlm, mdlm.MDLMConfig(MASK)),
@@ -126,7 +124,7 @@ def test_flex_loss_equals_dense_loss(name, flex_calls):
     pad_mask = torch.arange(L) >= torch.tensor([[L], [15], [19]])
     out = {}
     for flex in (False, True):
-        use_flex(flex)
+        model.flex = flex
         with torch.no_grad():
             out[flex] = (mod.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(4))[0],
                          *mod.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5)))
@@ -137,7 +135,7 @@ def test_flex_loss_equals_dense_loss(name, flex_calls):
 def test_attention_switch():
     assert [train.flex_on(a, "cuda") for a in ("auto", "sdpa", "flex")] == [True, False, True]
     assert [train.flex_on(a, "cpu") for a in ("auto", "sdpa")] == [False, False]
-    assert not transformer.FLEX                                  # off unless a script turns it on
+    assert not tiny_model(1).flex                                # off unless a script turns it on
 
 
 def test_attention_flex_on_cpu_is_one_clear_line(tmp_path):
@@ -158,7 +156,7 @@ def test_flex_gradients_equal_dense_gradients_on_cuda(name, flex_calls):
     pad_mask = (torch.arange(L) >= torch.tensor([[L], [200], [260]])).to(dev)
     out = {}
     for flex in (False, True):
-        use_flex(flex)
+        model.flex = flex
         model.zero_grad()
         loss = mod.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator(dev).manual_seed(4))[0]
         loss.backward()
