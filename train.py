@@ -50,7 +50,7 @@ def get_args(argv=None):
     g.add_argument("--n-embd", type=int, default=128, help="width")
     g.add_argument("--n-head", type=int, default=4, help="attention heads")
     g.add_argument("--n-kv-head", type=int, default=0, help="key/value heads (0 = n_head)")
-    g.add_argument("--preset", default="", choices=["", "cnndm"],
+    g.add_argument("--preset", default="", choices=["", *PRESETS],
                    help="a named model shape (model.PRESETS) instead of --n-layer/--n-embd/...: cnndm = the "
                         "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
     g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
@@ -74,6 +74,7 @@ def get_args(argv=None):
     g.add_argument("--final-lr", type=float, default=0.1, help="cosine decays to this fraction of --lr")
     g.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
     g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
+    g.add_argument("--beta2", type=float, default=0.98, help="AdamW beta2 (the OWT/LM1B recipe: 0.999)")
     g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
     g.add_argument("--ema", type=float, default=0.995, help="EMA decay of the weights, used at eval (0 = off)")
     g = p.add_argument_group("system")
@@ -132,6 +133,7 @@ def check_args(args):
     for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
                                   ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
                                   ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
+                                  ("--beta2", args.beta2, 0 <= args.beta2 < 1, "in [0, 1)"),
                                   ("--grad-clip", args.grad_clip, args.grad_clip >= 0, ">= 0 (0 = off)"),
                                   ("--ema", args.ema, 0 <= args.ema < 1, "in [0, 1) (0 = off)"),
                                   ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
@@ -174,6 +176,9 @@ def setup(args, device):
         shape = PRESETS[args.preset] if args.preset else dict(
             vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
             n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
+        if shape["vocab_size"] < tok.vocab_size:
+            raise ValueError(f"--preset {args.preset} has a vocabulary of {shape['vocab_size']} tokens, fewer than "
+                             f"the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this tokenizer")
         check_fits(ModelConfig(**shape), device)
         model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
@@ -265,7 +270,7 @@ def make_optimizer(model, args):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.98))
+                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, args.beta2))
 
 
 def restore(state, model, opt, ema, out_dir) -> int:

@@ -61,21 +61,22 @@ def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text
 
 def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None, close: bool = True) -> None:
     """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos], or
-    [bos] + L-1 when not close) and write them to path as a flat memmap."""
+    [bos] + L-1 when not close) and write them to path as a flat memmap, 1000 documents at a time (tiktoken's
+    threads), straight to disk: memory stays that of one batch, whatever the corpus' size."""
     from tqdm import tqdm
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
-    chunks = []                                                              # (rows, L) per 1000 documents
-    for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}", unit="k docs"):
-        docs = [tok.encode(detokenize(t) if detokenize else t) for t in texts[i:i + MAP_BATCH]]
-        chunks.append(np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L))
-    n = sum(len(c) for c in chunks)
-    if n == 0:
-        raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    out = np.memmap(path + ".tmp", dtype=dtype, mode="w+", shape=(n, L))
-    out[:] = np.concatenate(chunks)
-    out.flush()
-    del out
+    n = 0
+    with open(path + ".tmp", "wb") as f:
+        for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}", unit="k docs"):
+            batch = texts[i:i + MAP_BATCH]
+            docs = tok.encode_batch([detokenize(t) for t in batch] if detokenize else list(batch))
+            rows_ = np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L)   # (rows, L)
+            f.write(rows_.tobytes())
+            n += len(rows_)
+    if n == 0:
+        os.remove(path + ".tmp")
+        raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
     os.replace(path + ".tmp", path)
 
 

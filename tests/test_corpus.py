@@ -152,6 +152,15 @@ def test_a_missing_empty_or_binary_text_is_one_line(tmp_path):
     assert not (tmp_path / "ckpt").exists()
 
 
+def test_a_preset_smaller_than_the_tokenizer_and_a_bad_beta2_are_one_line(tmp_path, text_file, monkeypatch):
+    monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2, n_embd=32))
+    base = ["--model", "ar", "--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
+            "--out-dir", str(tmp_path / "ckpt"), "--max-iters", "1"]
+    assert "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258" in error_of(
+        train.main, [*base, "--preset", "small"])
+    assert "--beta2 must be a finite number in [0, 1)" in error_of(train.main, [*base, "--beta2", "1"])
+
+
 def error_of_argparse(argv) -> str:
     err = io.StringIO()
     with pytest.raises(SystemExit) as e, __import__("contextlib").redirect_stderr(err):
