@@ -113,7 +113,7 @@ def data_spec(spec: str) -> str:
         return custom.check_spec(spec)
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"invalid choice: {spec!r} (choose {', '.join(TASKS)}, jsonl:PATH or "
-                                         f"hf:ORG/NAME, or a corpus: {', '.join(CORPORA)} or text:PATH)") from None
+                                         f"hf:ORG/NAME); or a corpus: {', '.join(CORPORA)} or text:PATH") from None
 
 
 def check_args(args):
