@@ -159,6 +159,17 @@ def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> lis
     return ids + plain_ids(tok, prompt[at:], raw)
 
 
+def fit(k: int, n: int, max_new: int, seq_len: int):
+    """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
+    if n > seq_len:
+        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
+    if n + max_new > seq_len:
+        flag = f"--max-new-tokens {max_new}"
+        raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
+                         f"model's context (seq_len={seq_len}): at most {seq_len - n} new tokens fit; pass "
+                         f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
+
+
 def expand_masks(tok, prompt: str) -> str:
     """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
     mask = tok.enc.decode([tok.mask_id])

@@ -23,8 +23,8 @@ import sys
 import checkpoint
 import sampling
 from data import get_task, get_tokenizer
-from decoding import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, generate,
-                      prepare, prompt_ids, read_prompts, sampler_kwargs, speed_args)
+from decoding import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit,
+                      generate, prepare, prompt_ids, read_prompts, sampler_kwargs, speed_args)
 from paper import generation
 from sampling import SamplerOptions
 
@@ -67,17 +67,6 @@ def check_flags(args):
     check_threshold(args.threshold)
     if args.prompt is not None and args.prompt_file:
         raise ValueError("give --prompt or --prompt-file, not both")
-
-
-def fit(k: int, n: int, max_new: int, seq_len: int):
-    """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
-    if n > seq_len:
-        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
-    if n + max_new > seq_len:
-        flag = f"--max-new-tokens {max_new}"
-        raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
-                         f"model's context (seq_len={seq_len}): at most {seq_len - n} new tokens fit; pass "
-                         f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
 
 
 def batches(ids, batch_size: int, max_new: int, seq_len: int, default: bool):
