@@ -66,9 +66,16 @@ class ModelConfig:
 
 # Named model shapes (train.py --preset). cnndm: the official from-scratch CNN/DM model, the Qwen3-0.6B-Base
 # config with width 256, MLP 768 and 28 layers; heads, KV heads, head_dim, vocabulary, tying, theta inherited.
+# dit-owt / dit-lm1b: the paper's OWT and LM1B DiT (12 x 768, 12 heads, LayerNorm, GELU MLP 4D, RoPE 1e4, an
+# untied output layer with a bias) for GPT-2 + [MASK] and bert-base-uncased; adaLN off, as the official
+# trains these methods (its dropout 0.1 and zero-initialised output layer are not reproduced).
+DIT = dict(n_layer=12, n_head=12, n_kv_head=12, n_embd=768, intermediate_size=3072, rope_theta=10000.0,
+           qk_norm=False, tie_embeddings=False, norm="layer", mlp="gelu", norm_eps=1e-5, lm_head_bias=True)
 PRESETS = {
     "cnndm": dict(vocab_size=151936, n_layer=28, n_embd=256, intermediate_size=768, n_head=16, head_dim=128,
                   n_kv_head=8, rope_theta=1e6, tie_embeddings=True),
+    "dit-owt": dict(vocab_size=50258, **DIT),
+    "dit-lm1b": dict(vocab_size=30522, **DIT),
 }
 
 

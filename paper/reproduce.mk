@@ -98,3 +98,32 @@ reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoi
 	  $(PY) eval.py --ckpt $$c --task $$t --batch-size 32 --limit $(LIMIT) $(if $(MCQA_DIR),--data-dir $(MCQA_DIR)/$$t) \
 	    --json results/mcqa/$${c#owt:}-$$t.json || exit 1; done; done
 	$(PY) -m paper.results results/mcqa.md results/mcqa/*.json
+
+# ---- OWT and LM1B from scratch, the official recipe: DiT 12 x 768 (--preset dit-owt / dit-lm1b), lr 3e-4 constant after
+# 2500 warm-up steps, AdamW betas (0.9, 0.999), no weight decay, clip 1.0, bf16, global batch 512, no EMA, FlexAttention
+# on CUDA. OWT: 1M steps at most, the paper evaluates at 300k; LM1B: 1M. NGPU processes (torchrun DDP; 512 must be a
+# multiple of NGPU x MICRO), MICRO rows per GPU per micro-batch; the token cache is built first in one process
+# (~/.cache/setdiffusion, or OWT_DIR / LM1B_DIR holding local parquet/jsonl copies). SMAX (Set Diffusion) and S (BD3-LM)
+# default to smax 16 and S = 16 on OWT (the paper's OWT generation table uses SMAX=32 and S = 16), smax 8 and S = 4 on LM1B.
+NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+MICRO ?= 32
+LM1B_MICRO ?= 128
+SMAX ?=
+S ?=
+CORPUS_RECIPE = --lr 3e-4 --warmup 2500 --final-lr 1.0 --beta2 0.999 --weight-decay 0 --grad-clip 1.0 --dtype bfloat16 \
+  --ema 0 --save-every 5000 --eval-every 5000 --eval-limit 512
+
+.PHONY: train-owt train-lm1b
+train-owt:  ## train M=ar|mdlm|bd3lm|setdiffusion on OpenWebText from scratch, the paper's DiT and recipe (GPUs, days)
+	@$(NEED_GPU)
+	$(PY) -c "from data import owt; [owt.load(s, $(if $(OWT_DIR),'$(OWT_DIR)',None)) for s in ('train', 'validation')]"
+	torchrun --standalone --nproc_per_node=$(NGPU) train.py --model $(M) --data owt --preset dit-owt --seq-len 1024 \
+	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --batch-size $(MICRO) --grad-accum $$((512 / $(NGPU) / $(MICRO))) \
+	  --smax $(or $(SMAX),16) --block-size $(or $(S),16) $(CORPUS_RECIPE) --max-iters 300000 --out-dir out/owt-$(M)
+
+train-lm1b:  ## train M=ar|mdlm|bd3lm|setdiffusion on LM1B from scratch, the paper's DiT and recipe (GPUs, days)
+	@$(NEED_GPU)
+	$(PY) -c "from data import lm1b; [lm1b.load(s, $(if $(LM1B_DIR),'$(LM1B_DIR)',None)) for s in ('train', 'test')]"
+	torchrun --standalone --nproc_per_node=$(NGPU) train.py --model $(M) --data lm1b --preset dit-lm1b --seq-len 128 \
+	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --batch-size $(LM1B_MICRO) --grad-accum $$((512 / $(NGPU) / $(LM1B_MICRO))) \
+	  --smax $(or $(SMAX),8) --block-size $(or $(S),4) $(CORPUS_RECIPE) --max-iters 1000000 --out-dir out/lm1b-$(M)

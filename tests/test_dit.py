@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 import checkpoint
-from model import from_state
+from model import PRESETS, ModelConfig, from_state
 from pretrained import ALSO_NAMED, RELEASED, from_dit, timestep_embedding
 from fakehub import fake_hub
 
@@ -113,6 +113,16 @@ def test_dit_matches_reference(adaln):
         assert torch.allclose(ours, ref, atol=1e-4, rtol=1e-4), (ours - ref).abs().max()
         causal = torch.ones(9, 9, dtype=torch.bool).tril()
         assert torch.allclose(model(idx), reference_dit(w, idx, torch.arange(9).expand(2, 9), 4, causal), atol=1e-4)
+
+
+def test_dit_presets_are_the_released_architecture():
+    """train.py --preset dit-owt / dit-lm1b build the architecture from_dit reads from a released DiT (adaLN
+    off, hence no LayerNorm bias), at 12 x 768 and each corpus's vocabulary."""
+    cfg, _ = from_dit(dit_weights(adaln=False), n_head=4)
+    for name, V in (("dit-owt", 50258), ("dit-lm1b", 30522)):
+        preset = ModelConfig(**PRESETS[name])
+        assert dataclasses.replace(cfg, vocab_size=V, n_layer=12, n_head=12, n_kv_head=12, n_embd=768,
+                                   head_dim=64, intermediate_size=3072, norm_bias=False) == preset
 
 
 def test_timestep_embedding_at_zero():
