@@ -30,8 +30,8 @@ import bd3lm
 import mdlm
 import pretrained
 import setdiffusion
-from model import ModelConfig, from_state
-from pretrained import load_pt, load_safetensors
+from model import ModelConfig
+from pretrained import from_state, load_pt, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,

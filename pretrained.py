@@ -1,4 +1,5 @@
-"""Weights from elsewhere, converted into model.py's Transformer:
+"""Weights into model.py's Transformer: the one state-dict check (load_weights, from_state; our checkpoints
+use it too), and the weights from elsewhere, converted:
 
 - Hugging Face Qwen3 models (`from_pretrained("Qwen/Qwen3-1.7B-Base")`, train.py --init-from): config.json
   through `qwen3_config`, the safetensors as they are (our parameter names are Qwen3's without "model.").
@@ -11,7 +12,7 @@
 
 checkpoint.load hands keys, Hub ids and released-format directories here; a Hub repo in our own format comes
 back to checkpoint.load_ours. Weight files are read with safetensors and torch.load(weights_only=True) only
-(`read_weights`), and every state dict ends in model.from_state, the one check of names and shapes.
+(`read_weights`), and every state dict ends in from_state, the one check of names and shapes.
 """
 import glob
 import json
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from data.hub import hub_dir, is_hub_id
-from model import ModelConfig, Transformer, from_state
+from model import ModelConfig, Transformer
 
 
 # ----------------------------------------------------------------------------- weight files
@@ -61,6 +62,55 @@ def read_weights(d: str) -> dict:
     if not files:
         raise FileNotFoundError(f"{d} holds no weights (*.safetensors or pytorch_model*.bin)")
     return {k: v for f in files for k, v in (load_safetensors(f) if f.endswith(".safetensors") else load_pt(f)).items()}
+
+
+# ----------------------------------------------------------------------------- state dicts into a Transformer
+# The one state-dict check: every loader (our checkpoints, --resume, Qwen3, released checkpoints in
+# pretrained.py) ends in load_weights or from_state.
+
+def fuse_qkv(state: dict) -> dict:
+    """Hugging Face's separate self_attn.{q,k,v}_proj.weight (Qwen3, the DiT after conversion, our checkpoints
+    before the fusion) -> our self_attn.qkv_proj.weight, rows [q | k | v]; other names unchanged."""
+    split = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight")
+    out = {k: v for k, v in state.items() if not k.endswith(split)}
+    for name in state:
+        if name.endswith("self_attn.q_proj.weight"):
+            p = name.removesuffix("q_proj.weight")
+            out[p + "qkv_proj.weight"] = torch.cat([state[p + s + "_proj.weight"] for s in "qkv"])
+    return out
+
+
+def load_weights(model: Transformer, state: dict, assign: bool = False):
+    """Load `state` (our names, or separate q/k/v projections as Hugging Face names them; lm_head.weight
+    optional when tied) into model: copied into its tensors, or with assign=True taken as they are. Anything
+    missing, unexpected or of another shape is a ValueError (one line)."""
+    tied = model.cfg.tie_embeddings
+    state = {k: v for k, v in fuse_qkv(state).items() if not (tied and k == "lm_head.weight")}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=assign)
+    except RuntimeError as e:                     # shape mismatches
+        raise ValueError(f"weights do not fit the model: {str(e).splitlines()[-1].strip()}") from None
+    if tied:
+        model.lm_head.weight = model.embed_tokens.weight          # assign=True replaced the embedding
+        missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise ValueError(f"weights do not fit the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+
+
+def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transformer:
+    """A Transformer holding exactly `state` (as load_weights takes it), cast to dtype, in eval mode. Built on
+    the meta device, so no time goes into a random init that would be overwritten."""
+    layers = {int(k.split(".")[1]) for k in state if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    if len(layers) != cfg.n_layer:               # before building: n_layer = 1e9 must not build 1e9 blocks
+        raise ValueError(f"weights do not fit the model: the weights hold {len(layers)} layers, the config "
+                         f"n_layer={cfg.n_layer}")
+    odd = next((k for k, v in state.items() if not v.is_floating_point()), None)
+    if odd is not None:
+        raise ValueError(f"weights do not fit the model: {odd} is stored as {state[odd].dtype}, not floating point")
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    load_weights(model, {k: v.to(dtype) for k, v in state.items()}, assign=True)
+    return model.eval()
 
 
 # ----------------------------------------------------------------------------- Hugging Face Qwen3 models

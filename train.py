@@ -30,8 +30,8 @@ import torch
 import checkpoint
 import setdiffusion
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from model import PRESETS, ModelConfig, Transformer, load_weights
-from pretrained import from_pretrained, load_safetensors
+from model import PRESETS, ModelConfig, Transformer
+from pretrained import from_pretrained, load_safetensors, load_weights
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

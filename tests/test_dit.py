@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 import checkpoint
-from model import PRESETS, ModelConfig, from_state
-from pretrained import ALSO_NAMED, RELEASED, from_dit, timestep_embedding
+from model import PRESETS, ModelConfig
+from pretrained import ALSO_NAMED, RELEASED, from_dit, from_state, timestep_embedding
 from fakehub import fake_hub
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the repository root

@@ -34,8 +34,8 @@ import train
 from data import get_tokenizer, gsm8k
 from fakehub import TINY, V, fake_hub, released_weights, run_offline, write_json
 from data.qwen import qwen3_tokenizer
-from model import ModelConfig, Transformer, from_state
-from pretrained import RELEASED, from_pretrained, qwen3_config
+from model import ModelConfig, Transformer
+from pretrained import RELEASED, from_pretrained, from_state, qwen3_config
 
 # ----------------------------------------------------------------------------- from_pretrained (Qwen3)
 
