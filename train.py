@@ -30,6 +30,7 @@ import torch
 import checkpoint
 import setdiffusion
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
+from decoding import check_nonnegative, check_positive, check_threshold, evaluate_accuracy
 from model import PRESETS, ModelConfig, Transformer
 from pretrained import from_pretrained, load_safetensors, load_weights
 
@@ -119,7 +120,6 @@ def data_spec(spec: str) -> str:
 def check_args(args):
     """Every flag in its range, before any work (ValueError, one line); counts and the threshold with the
     checks eval.py and sample.py use."""
-    from eval import check_nonnegative, check_positive, check_threshold
     for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd", "n_head",
                  "block_size"):
         check_positive("--" + name.replace("_", "-"), getattr(args, name))
@@ -510,7 +510,6 @@ def report(model, method, cfg, tok, task, args, device, config, show):
     NLL instead (validate). Returns the metrics."""
     if is_corpus(config["data"]):
         return validate(model, method, cfg, tok, task, args, device, config, show)
-    from eval import evaluate_accuracy
     model.eval()
     examples = task.load("test", args.data_dir)[:args.eval_limit]
     m = evaluate_accuracy(model, method, cfg, tok, task, examples, config, device=device,
