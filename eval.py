@@ -6,14 +6,17 @@
     python eval.py --ckpt out/ar --task throughput               # tokens/s at batch 1 (paper) and batched
 
     python eval.py --ckpt owt:setdlm-smax16 --task likelihood --data owt   # OWT/LM1B perplexity
+    python eval.py --ckpt out/shakespeare/ar --task likelihood            # a text corpus: also bits/char (bytes)
+    python eval.py --ckpt out/shakespeare/setdiffusion --task unconditional --ref-ckpt out/shakespeare/ar -n 20 \
+        --threshold 0.9                                # samples from BOS: generative perplexity, entropy, tokens/s
     python eval.py --ckpt owt:setdlm-smax16 --task piqa             # zero-shot multiple choice (paper/zeroshot.py)
 
 Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstories --sentences 1|3 and infill
-(fill a masked span: paper/generation.py), likelihood, throughput, hellaswag, piqa, siqa. Tables of several
---json files: python -m paper.results.
+(fill a masked span: paper/generation.py), likelihood (a task's test split, or a corpus: owt, lm1b,
+shakespeare, text:PATH), throughput, unconditional (samples scored by an AR checkpoint), hellaswag, piqa, siqa.
+Tables of several --json files: python -m paper.results.
 """
 import argparse
-import importlib
 import json
 import math
 import sys
@@ -21,14 +24,13 @@ import sys
 import torch
 
 import checkpoint
-from data import encode, get_task, get_tokenizer
+from data import CORPORA, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from decoding import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                       check_window, evaluate_accuracy, evaluate_throughput, markdown_table, no_examples_left, prepare,
                       sampler_kwargs, speed_args, takes)
 from paper import generation, zeroshot
 
-TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", *zeroshot.MCQA]
-CORPORA = {"owt": "validation", "lm1b": "test"}        # corpus -> the split the paper evaluates
+TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
 
 
 @torch.no_grad()
@@ -52,24 +54,54 @@ def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batc
 
 
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str) -> dict:
-    """--data owt|lm1b (or a checkpoint trained on one): the likelihood of the corpus' cached token rows
-    (data/owt.py, data/lm1b.py), each method's own estimate as its nll() defines it (AR exact; MDLM/BD3-LM the
-    1/t NELBO, t per block for BD3-LM; Set Diffusion one sampled order), position 0 a clean BOS."""
+    """--data owt|lm1b|shakespeare|text:PATH (or a checkpoint trained on one): the likelihood of the corpus' held-out
+    token rows (data.get_corpus: OWT's validation split, LM1B's test split, a text's validation tail), each
+    method's own estimate as its nll() defines it (AR exact; MDLM/BD3-LM the 1/t NELBO, t per block for BD3-LM;
+    Set Diffusion one sampled order), position 0 a clean BOS. A byte-level model also gets bits per character
+    (nats/token / ln 2: bits per byte, = per character on ASCII text, EOS between documents counted)."""
     name = args.data or config["data"]
-    if name not in CORPORA:
-        raise ValueError(f"unknown --data {name!r}: choose {' or '.join(CORPORA)} (the likelihood of a shipped task "
-                         f"is --task likelihood without --data)")
-    if task_name not in ("likelihood", name):
+    if not is_corpus(name):
+        raise ValueError(f"unknown --data {name!r}: choose {', '.join(CORPORA)} or text:PATH (the likelihood of a "
+                         f"shipped task is --task likelihood without --data)")
+    corpus = get_corpus(name)
+    if task_name not in ("likelihood", name, corpus.NAME):
         raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
-    corpus = importlib.import_module(f"data.{name}")
-    tok = zeroshot.checked_tokenizer(config, model, corpus.TOKENIZER, f"--data {name}")
-    rows = corpus.load(CORPORA[name], args.data_dir, tok, config["seq_len"])
+    own = corpus.NAME == config["data"]           # its training corpus: the tokenizer it was trained with
+    tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER, f"--data {name}")
+    rows = corpus.load("test", args.data_dir, tok, config["seq_len"])
     rows = rows[:args.limit] if args.limit else rows
-    print(f"{name} {CORPORA[name]}: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
+    print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
           f"dtype {next(model.parameters()).dtype}")
     m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
                             exclusions, encode_fn=corpus.batch)
-    return {**m, "data": name, "batch_size": args.batch_size}
+    per_char = {"bits_per_char": m["nll"] / math.log(2)} if tok.name == "bytes" else {}
+    return {**m, **per_char, "data": corpus.NAME, "batch_size": args.batch_size}
+
+
+def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tuple:
+    """--task unconditional: -n samples from BOS alone at batch 1 with the official OWT sampler options, scored by
+    the --ref-ckpt AR model (paper/generation.py). Returns (metrics, threshold, window) for report."""
+    threshold, window, _ = sampler_settings(args, config, method, cfg)
+    max_new = generation.unconditional_tokens(args.max_new_tokens, config["seq_len"])
+    try:
+        ref_model, ref_method, ref_cfg, ref_config = checkpoint.load(args.ref_ckpt, device)
+    except (FileNotFoundError, ValueError) as e:
+        raise ValueError(f"--ref-ckpt: {e}") from None
+    generation.check_reference(config, ref_config, args.ref_ckpt, max_new)
+    tok = get_tokenizer(config["tokenizer"])
+    kw = sampler_kwargs(method, threshold, window, mdlm_block=args.mdlm_block, commit_order=args.commit_order,
+                        seq_len=config["seq_len"], official_blocks=args.official_blocks)
+    kw.pop("temperature")                           # samples are drawn at temperature 1
+    options = generation.options_for("owt", tok, config["method"])
+    m = generation.evaluate_unconditional(model, method, cfg, tok, (ref_model, ref_method, ref_cfg), args.n, max_new,
+                                          device, args.seed, args.warmup, options, **kw)
+    print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
+    return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new}, threshold, window_used(window, method, cfg)
+
+
+def window_used(window: int, method, cfg) -> int:
+    """The Set Diffusion window a run decodes with: the one given, else smax / 2; 0 for the other methods."""
+    return window or (cfg.smax // 2 if "window" in takes(method.generate) else 0)
 
 
 def get_args(argv=None):
@@ -77,7 +109,10 @@ def get_args(argv=None):
     p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
     p.add_argument("--task", choices=TASKS, default=None, help="what to measure (default: the checkpoint's task)")
     p.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
-    p.add_argument("--data", default=None, help="likelihood on a corpus: owt or lm1b")
+    p.add_argument("--data", default=None, help="likelihood on a corpus: owt, lm1b, shakespeare or text:PATH")
+    p.add_argument("--ref-ckpt", default=None, help="unconditional: the AR checkpoint that scores the samples "
+                   "(generative perplexity), trained on the same data with the same tokenizer")
+    p.add_argument("-n", type=int, default=20, help="unconditional: samples scored, at batch 1")
     p.add_argument("--samples", type=int, default=1, help="hellaswag/piqa/siqa: NELBO draws per option (1 = official)")
     p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
     p.add_argument("--batch-size", type=int, default=32, help="problems generated at once")
@@ -96,9 +131,11 @@ def get_args(argv=None):
                    help="MDLM/BD3-LM: count the new tokens from the start of the prompt's last block and (MDLM) pad "
                         "the canvas to seq_len with [MASK], as the official align_inputs_to_blocks (released models)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate per problem")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens to generate per problem (unconditional: default seq_len - 1)")
     p.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
-    p.add_argument("--warmup", type=int, default=5, help="throughput: warm-up examples before timing")
+    p.add_argument("--warmup", type=int, default=5, help="throughput, infill, unconditional: warm-up examples "
+                   "(samples) before timing")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
     speed_args(p)
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file (tables of several: "
@@ -110,6 +147,11 @@ def check_args(args):
     """The range checks of eval.py's flags, before anything is loaded (ValueError: one line)."""
     check_positive("--batch-size", args.batch_size)
     check_positive("--mdlm-block", args.mdlm_block)
+    check_positive("-n", args.n)
+    if (args.task == "unconditional") != (args.ref_ckpt is not None):
+        raise ValueError("--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same data (it "
+                         "scores the samples)" if args.task == "unconditional" else
+                         "--ref-ckpt goes with --task unconditional (it scores unconditional samples)")
     check_nonnegative("--limit", args.limit, "0 = all")
     check_nonnegative("--warmup", args.warmup)
     check_temperature(args.temperature)
@@ -142,10 +184,13 @@ def main(argv=None):
         model = prepare(model, args, device)
         task_name = args.task or config["data"]
         exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
+        if task_name == "unconditional":
+            return report(args, config, method, task_name, *evaluate_unconditional(args, model, method, cfg, config,
+                                                                                   device), sampled=True)
         if task_name in zeroshot.MCQA:
             m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, task_name, m)
-        if args.data or (config["data"] in CORPORA and task_name != "rocstories"):    # ROCStories: OWT models too
+        if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):    # ROCStories: OWT models too
             m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, task_name, m)
         data_name = config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name
@@ -183,9 +228,8 @@ def main(argv=None):
             from data.cnndm import corpus_scores
             scores = corpus_scores(completions, [e["answer"] for e in examples], seed=args.seed)
             m.update({f"corpus_{k}": v for k, v in scores.items()})
-    window = window or (cfg.smax // 2 if "window" in takes(method.generate) else 0)     # the one it ran with
-    report(args, config, method, task_name, m, threshold, window, sampled=task_name != "likelihood",
-           im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
+    report(args, config, method, task_name, m, threshold, window_used(window, method, cfg),
+           sampled=task_name != "likelihood", im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
 
 
 def report(args, config, method, task_name, m, threshold=math.inf, window=0, sampled=False, im_end=False):
@@ -199,7 +243,7 @@ def report(args, config, method, task_name, m, threshold=math.inf, window=0, sam
          "official_blocks": args.official_blocks, **m}
     applies = {k: sampled and k in settings for k in ("threshold", "window", "commit_order", "official_blocks")}
     applies["stop_on_im_end"] = sampled and im_end
-    keys = [k for k in m if k != "ckpt" and applies.get(k, True)]
+    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples") and applies.get(k, True)]
     print(markdown_table(keys, [[m[k] for k in keys]]))
     if args.json:
         try:

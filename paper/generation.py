@@ -6,8 +6,12 @@ options per task, infilling (ROCStories, and the shipped task's middle step), un
                                           time (batch 1, as the official): AR sees the left context only
     arith_infill(examples, tok)           the shipped task with its middle reasoning step masked
     unconditional(...) / sample_unconditional(...)   samples from BOS alone, tokens/s each (sample.py --unconditional)
+    evaluate_unconditional(...)           those samples scored (eval.py --task unconditional): generative perplexity
+                                          under a reference AR checkpoint, unigram entropy, tokens/step, tokens/s
 """
+import math
 import re
+from collections import Counter
 
 import torch
 
@@ -115,9 +119,11 @@ ARITH_SCORES = {
 
 # ----------------------------------------------------------------------------- unconditional samples
 
-def unconditional(model, method, cfg, tok, method_name, n, max_new, device, seed=0, options=None, **kw):
-    """n samples from BOS alone, one at a time (batch 1): (texts, tokens/s of each)."""
-    texts, rates = [], []
+def unconditional(model, method, cfg, tok, n, max_new, device, seed=0, options=None, **kw) -> list[dict]:
+    """n samples from BOS alone, one at a time (batch 1). Per sample: ids (the new tokens up to its stop, the
+    first EOS after the first start - 1; [MASK]s of columns never generated dropped), text, tokens_per_s,
+    tokens_per_step, nfe."""
+    samples = []
     g = torch.Generator(device=device).manual_seed(seed)
     for _ in range(n):
         prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
@@ -127,9 +133,10 @@ def unconditional(model, method, cfg, tok, method_name, n, max_new, device, seed
                                      stop=eos_stop(tok.eos_id, start), **kw)
         ids = tokens[0].tolist()
         ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
-        texts.append(tok.decode(ids[1:ends[0] if ends else len(ids)]))    # decode drops [MASK] and earlier EOS
-        rates.append(int(stats["n_gen"].sum()) / sec)
-    return texts, rates
+        new = [i for i in ids[1:ends[0] if ends else len(ids)] if i != tok.mask_id]
+        samples.append({"ids": new, "text": tok.decode(new), "tokens_per_s": int(stats["n_gen"].sum()) / sec,
+                        "tokens_per_step": stats["tokens_per_step"], "nfe": stats["nfe"]})
+    return samples
 
 
 def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
@@ -149,12 +156,67 @@ def sample_unconditional(args, model, method, cfg, config, tok, options, device,
     """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
     kw = sampler_kwargs(method, args.threshold, args.window, seq_len=config["seq_len"])
     kw.pop("temperature")
-    texts, rates = unconditional(model, method, cfg, tok, config["method"], args.n, max_new, device, args.seed,
-                                 options, **kw)
-    for i, text in enumerate(texts):
-        print(f"--- sample {i}\n{text}")
+    samples = unconditional(model, method, cfg, tok, args.n, max_new, device, args.seed, options, **kw)
+    for i, s in enumerate(samples):
+        print(f"--- sample {i}\n{s['text']}")
+    rate = sum(s["tokens_per_s"] for s in samples) / len(samples)
     print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
-          f"penalty {options.repetition_penalty}: {sum(rates) / len(rates):.1f} tokens/s (batch 1)")
+          f"penalty {options.repetition_penalty}: {rate:.1f} tokens/s (batch 1)")
+
+
+def unigram_entropy(ids) -> float:
+    """Entropy (nats) of the unigram distribution of one sample's tokens, -sum_v p_v log p_v with p_v = count of v
+    / len(ids): low when a sample repeats itself (0 for one token repeated; 0 for an empty sample)."""
+    n = len(ids)
+    return -sum(c / n * math.log(c / n) for c in Counter(ids).values()) if n else 0.0
+
+
+def check_reference(config: dict, ref_config: dict, ref_path: str, max_new: int) -> None:
+    """The --ref-ckpt that scores the samples must be AR (an exact likelihood), use the samples' tokenizer and hold
+    the BOS and max_new tokens in its context (ValueError: one line)."""
+    if ref_config["method"] != "ar":
+        raise ValueError(f"--ref-ckpt {ref_path} is a {ref_config['method']} checkpoint: generative perplexity needs "
+                         f"an AR model (its likelihood is exact); give an AR checkpoint trained on the same data")
+    if ref_config["tokenizer"] != config["tokenizer"]:
+        raise ValueError(f"--ref-ckpt {ref_path} uses the {ref_config['tokenizer']} tokenizer, the samples are "
+                         f"{config['tokenizer']} tokens: give an AR checkpoint trained with the {config['tokenizer']} "
+                         f"tokenizer")
+    if 1 + max_new > ref_config["seq_len"]:
+        raise ValueError(f"--ref-ckpt {ref_path} has a context of {ref_config['seq_len']} tokens, fewer than the BOS "
+                         f"and {max_new} new tokens: pass --max-new-tokens {ref_config['seq_len'] - 1} or less")
+
+
+@torch.no_grad()
+def reference_nll(ref, bos: int, ids: list, device) -> tuple[float, int]:
+    """(summed NLL in nats, number of tokens) of ids after BOS under ref = (model, method, cfg), an AR model: its
+    exact nll(), position 0 (the BOS) context only."""
+    model, method, cfg = ref
+    x0 = torch.tensor([[bos] + list(ids)], device=device)                     # (1, 1 + n)
+    prompt_mask = torch.zeros_like(x0, dtype=torch.bool)
+    prompt_mask[:, 0] = True
+    nll, n = method.nll(model, x0, cfg, prompt_mask, torch.zeros_like(prompt_mask))
+    return float(nll.sum()), int(n.sum())
+
+
+def evaluate_unconditional(model, method, cfg, tok, ref, n, max_new, device, seed=0, warmup=0, options=None,
+                           **kw) -> dict:
+    """eval.py --task unconditional: warmup + n samples from BOS at batch 1 (the first warmup only time the
+    start), the last n scored: generative perplexity = exp(the reference model's NLL summed over all their
+    tokens / their number), the mean unigram entropy per sample, tokens/step, tokens/s (batch 1), and the texts."""
+    samples = unconditional(model, method, cfg, tok, warmup + n, max_new, device, seed, options, **kw)[warmup:]
+    scored = [reference_nll(ref, tok.eos_id, s["ids"], device) for s in samples]
+    nll, count = sum(x for x, _ in scored), sum(k for _, k in scored)
+    if count == 0:
+        raise ValueError(f"the {n} samples hold no token to score (each stopped at once): raise -n or "
+                         f"--max-new-tokens")
+    rates = [s["tokens_per_s"] for s in samples]
+    mean = sum(rates) / n
+    return {"gen_ppl": math.exp(nll / count), "gen_nll": nll / count,
+            "entropy": sum(unigram_entropy(s["ids"]) for s in samples) / n,
+            "tokens_per_step": sum(s["tokens_per_step"] for s in samples) / n, "tokens_per_s": mean,
+            "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / n) ** 0.5,
+            "sample_tokens": count / n, "nfe": sum(s["nfe"] for s in samples), "n": n,
+            "samples": [s["text"] for s in samples]}
 
 
 def evaluate_task(task_name, data, examples, model, method, cfg, tok, config, device, sentences=1, warmup=0,

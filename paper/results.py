@@ -3,9 +3,13 @@
     python -m paper.results results/likelihood-arith.md results/likelihood-arith/*.json     # one row per file
     python -m paper.results results/pareto.md results/pareto/*.json --pareto --plot results/pareto.png
     python -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k
+    python -m paper.results results/shakespeare.md results/shakespeare/*.json --generation \
+        --plot results/shakespeare.png
 
 `table` lists each file's metrics, one row per file (sampler settings left out); `summarize` (--pareto) merges
-the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours.
+the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours;
+`generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files (generative
+perplexity, entropy and speed per threshold: the paper's OWT generation table) into two tables.
 """
 import argparse
 import json
@@ -17,6 +21,7 @@ from data import get_task
 from decoding import markdown_table
 
 NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings
+ORDER = ["ar", "mdlm", "bd3lm", "setdiffusion"]                           # the methods' order in a table
 
 
 def write(text: str, out_md: str) -> str:
@@ -47,11 +52,13 @@ def read_run(path: str, needs=()) -> dict:
     return check_keys(path, m, needs)
 
 
-def check_keys(path: str, m: dict, keys) -> dict:
+def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
+    """m must hold keys; else a ValueError naming the file and the kind of run it should be (default: a throughput
+    or an accuracy run, by its task)."""
     missing = [k for k in keys if k not in m]
     if missing:
-        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}: not the eval.py --json file of "
-                         f"{'a throughput' if m.get('task') == 'throughput' else 'an accuracy'} run")
+        kind = kind or ("a throughput" if m.get("task") == "throughput" else "an accuracy")
+        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}: not the eval.py --json file of {kind} run")
     return m
 
 
@@ -67,22 +74,21 @@ def summarize(paths, out_md, out_png=None, paper=None):
     speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
     numbers stand beside ours."""
     rows = {}
-    order = ["ar", "mdlm", "bd3lm", "setdiffusion"]
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
         check_keys(path, m, ("tokens_per_s", "tokens_per_s_std") if m["task"] == "throughput"
                    else ("accuracy", "tokens_per_step"))
         tau = m.get("threshold", math.inf)
-        if m["model"] not in order or not isinstance(m["ckpt"], str) or not isinstance(tau, (int, float)):
+        if m["model"] not in ORDER or not isinstance(m["ckpt"], str) or not isinstance(tau, (int, float)):
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, threshold {tau!r}: not an eval.py "
                              f"--json file of an accuracy or throughput run")
-        label = m["ckpt"] if ":" in m["ckpt"] else os.path.basename(m["ckpt"].rstrip("/"))
+        label = label_of(m["ckpt"])
         row = rows.setdefault((label, tau), {"ckpt": label, "model": m["model"], "tau": tau})
         if m["task"] == "throughput":
             row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"])
         else:
             row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
-    rows = sorted(rows.values(), key=lambda r: (order.index(r["model"]), r["ckpt"], -r["tau"]))
+    rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
     ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
     nan = float("nan")
     head = ["checkpoint", "tau", "accuracy", "tokens/step", "tokens/s (batch 1)", "speed vs AR"]
@@ -97,27 +103,91 @@ def summarize(paths, out_md, out_png=None, paper=None):
             cells += [f"{acc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}"]
         body.append(cells)
     print(write(markdown_table(head, body), out_md))
-    if out_png:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print("matplotlib is not installed: no plot")
-            return
+    plt = pyplot() if out_png else None
+    if plt:
         fig, ax = plt.subplots(figsize=(6, 4))
         for label in dict.fromkeys(r["ckpt"] for r in rows):
             pts = sorted((r["tokens_per_s"], r["accuracy"]) for r in rows
                          if r["ckpt"] == label and "accuracy" in r and "tokens_per_s" in r)
             if pts:
                 ax.plot(*zip(*pts), "o-", label=label)
-        ax.set_xlabel("tokens/s (batch 1)")
-        ax.set_ylabel("accuracy")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
-        fig.savefig(out_png, dpi=120)
+        save_plot(fig, ax, "tokens/s (batch 1)", "accuracy", out_png)
+
+
+def pyplot():
+    """matplotlib.pyplot with the file-only backend, or None (a line says so) when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return None
+    return plt
+
+
+def save_plot(fig, ax, xlabel: str, ylabel: str, out_png: str):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
+    fig.savefig(out_png, dpi=120)
+
+
+def generation(paths, out_md, out_png=None) -> str:
+    """A corpus run's eval.py --json files (make shakespeare) as two markdown tables: the likelihood runs (NLL in
+    nats/token, bits/char for a byte-level model, exact for AR and a bound for the others) and the unconditional
+    runs (per checkpoint and threshold: generative perplexity under the reference AR model, mean unigram entropy
+    per sample, tokens/step, tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
+    down. With out_png, generative perplexity vs tokens/step, one line per checkpoint (needs matplotlib)."""
+    likelihood, samples = [], []
+    for path in paths:
+        m = read_run(path, ("task", "model", "ckpt"))
+        if m["model"] not in ORDER or not isinstance(m["ckpt"], str):
+            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}: not an eval.py --json file")
+        if m["task"] == "unconditional":
+            check_keys(path, m, ("gen_ppl", "entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
+            tau = m.get("threshold", math.inf)
+            if not isinstance(tau, (int, float)):
+                raise ValueError(f"{path}: threshold {tau!r} is not a number")
+            samples.append({**m, "label": label_of(m["ckpt"]), "tau": tau})
+        else:
+            likelihood.append({**check_keys(path, m, ("nll", "perplexity", "tokens"), "a likelihood"),
+                               "label": label_of(m["ckpt"])})
+    if not likelihood and not samples:
+        raise ValueError("no eval.py --json file given")
+    likelihood.sort(key=lambda r: (ORDER.index(r["model"]), r["label"]))
+    samples.sort(key=lambda r: (ORDER.index(r["model"]), r["label"], -r["tau"]))
+    head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens"]
+    body = [[r["label"], f"{r['nll']:.4f}", f"{r['bits_per_char']:.4f}" if "bits_per_char" in r else "",
+             f"{r['perplexity']:.3f}", "exact" if r["model"] == "ar" else "bound", r["tokens"]] for r in likelihood]
+    text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
+    head = ["checkpoint", "tau", "gen. perplexity", "entropy", "tokens/step", "tokens/s (batch 1)", "samples"]
+    body = [[r["label"], f"{r['tau']:g}", f"{r['gen_ppl']:.3f}", f"{r['entropy']:.3f}", f"{r['tokens_per_step']:.2f}",
+             f"{r['tokens_per_s']:.1f} ± {r.get('tokens_per_s_std', float('nan')):.1f}", r["n"]] for r in samples]
+    if samples:
+        ref = ", ".join(dict.fromkeys(str(r.get("ref_ckpt", "?")) for r in samples))
+        text += ("\n\n" if text else "") + (f"Unconditional samples from BOS (generative perplexity under {ref}, "
+                                             f"entropy in nats)\n\n" + markdown_table(head, body))
+    print(write(text, out_md))
+    plt = pyplot() if out_png and samples else None
+    if plt:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for label in dict.fromkeys(r["label"] for r in samples):
+            rows = sorted((r for r in samples if r["label"] == label), key=lambda r: r["tokens_per_step"])
+            ax.plot([r["tokens_per_step"] for r in rows], [r["gen_ppl"] for r in rows], "o-", label=label)
+            for r in rows:
+                ax.annotate(f"{r['tau']:g}", (r["tokens_per_step"], r["gen_ppl"]), fontsize=7,
+                            textcoords="offset points", xytext=(3, 3))
+        save_plot(fig, ax, "tokens/step", "generative perplexity", out_png)
+    return text
+
+
+def label_of(ckpt: str) -> str:
+    """A checkpoint's name in a table: a released key as it is, a folder by its last part."""
+    return ckpt if ":" in ckpt else os.path.basename(ckpt.rstrip("/"))
 
 
 def main(argv=None):
@@ -126,10 +196,17 @@ def main(argv=None):
     p.add_argument("runs", nargs="+", metavar="RUN.json", help="eval.py --json files")
     p.add_argument("--pareto", action="store_true",
                    help="merge the accuracy and throughput runs of a threshold sweep into a Pareto table")
-    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/s plot (needs matplotlib)")
+    p.add_argument("--generation", action="store_true",
+                   help="a corpus run: likelihood (bits/char) and unconditional (generative perplexity) tables")
+    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/s plot; --generation: generative "
+                   "perplexity vs tokens/step (needs matplotlib)")
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
     args = p.parse_args(argv)
     try:
+        if args.pareto and args.generation:
+            raise ValueError("give --pareto or --generation, not both")
+        if args.generation:
+            return generation(args.runs, args.out, args.plot)
         if args.pareto:
             paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
             return summarize(args.runs, args.out, args.plot, paper)

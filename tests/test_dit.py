@@ -432,7 +432,7 @@ def eval_error(argv) -> str:
 
 @needs_gpt2
 def test_unknown_data(tmp_path, gpt2):
-    assert "unknown --data 'wiki': choose owt or lm1b" in eval_error(
+    assert "unknown --data 'wiki': choose owt, lm1b, shakespeare or text:PATH" in eval_error(
         ["--ckpt", owt_dit(tmp_path, "owt-ar"), "--task", "likelihood", "--data", "wiki"])
 
 
