@@ -5,6 +5,7 @@ accuracy and throughput evaluations, and the markdown table every result is prin
     sampler_kwargs(method, threshold, ...)   the settings method.generate takes, read from its signature
     generate(model, method, ...)             replies to a batch of prompts, stats and seconds
     evaluate_accuracy / evaluate_throughput  the task's scores / tokens/s at batch 1 (the paper's protocol)
+    evaluate_likelihood(model, method, ...)  NLL per token of a task's targets or a corpus' rows (train.py, eval.py)
     timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
     markdown_table(head, rows)               one table format for eval.py, paper/results.py and bench/
 """
@@ -17,7 +18,7 @@ import time
 
 import torch
 
-from data import encode_prompts
+from data import encode, encode_prompts
 from model import static_decoding
 
 # ----------------------------------------------------------------------------- range checks of shared flags
@@ -317,6 +318,26 @@ def evaluate_throughput(model, method, cfg, tok, task, examples, config, device,
     return {"tokens_per_s": mean, "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / len(rates)) ** 0.5,
             "tokens_per_step": sum(steps) / len(steps), "nfe": nfe, "n": len(rates),
             "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured[:batch_size])}
+
+
+@torch.no_grad()
+def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0,
+                        exclusions="none", encode_fn=encode):
+    """Per-token negative log-likelihood of the targets (exact for AR, an upper bound for the others).
+    exclusions="official" (a method whose nll takes `exclude`: Set Diffusion, as the official eval): pad-id
+    targets (EOS when pad = EOS) are not counted, nor position 0 (keep_clean_bos); "none" counts every target.
+    encode_fn(tok, examples[i:j], seq_len) makes a batch (e.g. a corpus' token rows: data/corpus.batch)."""
+    total, count = 0.0, 0
+    g = torch.Generator(device=device).manual_seed(seed)
+    for i in range(0, len(examples), batch_size):
+        batch = {k: v.to(device) for k, v in encode_fn(tok, examples[i:i + batch_size], seq_len).items()}
+        x0, extra = batch["x0"], {}
+        if exclusions == "official" and "exclude" in takes(method.nll):
+            extra["exclude"] = (x0 == tok.pad_id) | (torch.arange(x0.shape[1], device=device) == 0)
+        nll, n = method.nll(model, x0, cfg, batch["prompt_mask"], batch["pad_mask"], generator=g, **extra)
+        total, count = total + nll.sum().item(), count + n.sum().item()
+    return {"nll": total / count, "perplexity": math.exp(total / count), "n": len(examples), "tokens": count,
+            "exclusions": exclusions}
 
 
 # ----------------------------------------------------------------------------- results as markdown

@@ -21,36 +21,14 @@ import json
 import math
 import sys
 
-import torch
-
 import checkpoint
-from data import CORPORA, encode, get_corpus, get_task, get_tokenizer, is_corpus
+from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
 from decoding import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
-                      check_window, evaluate_accuracy, evaluate_throughput, markdown_table, no_examples_left, prepare,
-                      sampler_kwargs, speed_args, takes)
+                      check_window, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
+                      no_examples_left, prepare, sampler_kwargs, speed_args, takes)
 from paper import generation, zeroshot
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
-
-
-@torch.no_grad()
-def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0,
-                        exclusions="none", encode_fn=encode):
-    """Per-token negative log-likelihood of the targets (exact for AR, an upper bound for the others).
-    exclusions="official" (a method whose nll takes `exclude`: Set Diffusion, as the official eval): pad-id
-    targets (EOS when pad = EOS) are not counted, nor position 0 (keep_clean_bos); "none" counts every target.
-    encode_fn(tok, examples[i:j], seq_len) makes a batch (e.g. a corpus' token rows: data/corpus.batch)."""
-    total, count = 0.0, 0
-    g = torch.Generator(device=device).manual_seed(seed)
-    for i in range(0, len(examples), batch_size):
-        batch = {k: v.to(device) for k, v in encode_fn(tok, examples[i:i + batch_size], seq_len).items()}
-        x0, extra = batch["x0"], {}
-        if exclusions == "official" and "exclude" in takes(method.nll):
-            extra["exclude"] = (x0 == tok.pad_id) | (torch.arange(x0.shape[1], device=device) == 0)
-        nll, n = method.nll(model, x0, cfg, batch["prompt_mask"], batch["pad_mask"], generator=g, **extra)
-        total, count = total + nll.sum().item(), count + n.sum().item()
-    return {"nll": total / count, "perplexity": math.exp(total / count), "n": len(examples), "tokens": count,
-            "exclusions": exclusions}
 
 
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str) -> dict:
