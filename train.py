@@ -30,7 +30,7 @@ import torch
 import checkpoint
 import setdiffusion
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from decoding import check_nonnegative, check_positive, check_threshold, evaluate_accuracy
+from decoding import check_nonnegative, check_positive, check_threshold, evaluate_accuracy, evaluate_likelihood
 from model import PRESETS, ModelConfig, Transformer
 from pretrained import from_pretrained, load_safetensors, load_weights
 
@@ -529,7 +529,6 @@ def validate(model, method, cfg, tok, task, args, device, config, show):
     order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not counted."""
     import numpy as np
 
-    from eval import evaluate_likelihood
     model.eval()
     rows = task.load("test", args.data_dir, tok, config["seq_len"])
     pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
