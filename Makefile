@@ -61,7 +61,7 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	$(PY) -m paper.results results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
 REF ?= e2a4fee
-bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~7 min)
+bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~15 min on 2 cores)
 	$(PY) -m bench.bench --ref $(REF) --json results/bench.json
 
 bench-gpu:  ## decode ms/step of AR and Set Diffusion at Qwen3-1.7B's shape, eager / compiled / CUDA graphs, implied tokens/s beside the paper's (CUDA GPU)
