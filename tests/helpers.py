@@ -1,6 +1,7 @@
 """What the tests compare against: a tiny model, a per-position logit jitter, and the naive samplers (batch 1,
 no KV cache, the whole forward recomputed every step) that every cached sampler must equal token for token.
 test_all.py (the method math, read first) and the tests in this folder import them."""
+import pytest
 import torch
 
 import ar
@@ -107,3 +108,13 @@ def left_padded(lens, seed=1):
     P = max(lens)
     batch = torch.stack([torch.cat([torch.zeros(P - len(p), dtype=torch.long), p]) for p in prompts])
     return prompts, batch, torch.arange(P)[None] >= torch.tensor([[P - n] for n in lens])
+
+
+def error_of(main, argv) -> str:
+    """The one line a script's main(argv) exits with (asserted: `error: ...`, one line, no unsafe advice)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    assert "weights_only" not in message, message
+    return message

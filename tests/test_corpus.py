@@ -19,6 +19,7 @@ import sample
 import setdiffusion as sd
 import train
 from data import byte_tokenizer, corpus, get_corpus, is_corpus, shakespeare, textfile
+from helpers import error_of
 
 LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
          "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
@@ -38,14 +39,6 @@ def text_file(tmp_path):
 def run_train(tmp_path, text_file, *extra):
     return train.main(["--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
                        "--out-dir", str(tmp_path / "ckpt"), *TINY, *extra])
-
-
-def error_of(main, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    message = str(e.value.code)
-    assert message.startswith("error: ") and "\n" not in message, message
-    return message
 
 
 # ----------------------------------------------------------------------------- the rows

@@ -12,6 +12,7 @@ import eval as evaluate
 import paper.results
 import sample
 import train
+from helpers import error_of
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
         "--max-new-tokens", "8", "--warmup", "1", "--max-iters", "1"]
@@ -24,15 +25,6 @@ def ckpts(tmp_path_factory):
     for name in ("setdiffusion", "ar"):
         train.main(["--model", name, "--out-dir", str(root / name), *TINY])
     return root
-
-
-def error_of(main, argv) -> str:
-    """The one line main(argv) exits with (asserted: exit code 1 via `error: ...`, one line)."""
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    message = str(e.value.code)
-    assert message.startswith("error: ") and "\n" not in message, message
-    return message
 
 
 @pytest.mark.parametrize("script, flags, message", [

@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 import checkpoint
 import setdiffusion as sd
 import train
+from helpers import error_of
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
         "--max-new-tokens", "8", "--warmup", "2"]
@@ -55,16 +56,6 @@ def snapshot(root) -> dict:
     """Every file under root -> its bytes (to show that nothing was changed, moved or deleted)."""
     return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
             for d, _, files in os.walk(root) for f in files}
-
-
-def error_of(main, argv) -> str:
-    """The one line main(argv) exits with (asserted: `error: ...`, one line, no unsafe advice)."""
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    message = str(e.value.code)
-    assert message.startswith("error: ") and "\n" not in message, message
-    assert "weights_only" not in message, message
-    return message
 
 
 def no_training(monkeypatch):
