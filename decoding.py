@@ -340,6 +340,12 @@ def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batc
             "exclusions": exclusions}
 
 
+def bits_per_char(nll: float, tok) -> float | None:
+    """Nats per token as bits per character, for a byte-level tokenizer (a byte is a character of ASCII text);
+    None for any other tokenizer."""
+    return nll / math.log(2) if tok.name == "bytes" else None
+
+
 # ----------------------------------------------------------------------------- results as markdown
 
 def markdown_table(head: list, rows: list) -> str:

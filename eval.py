@@ -23,7 +23,7 @@ import sys
 
 import checkpoint
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
-from decoding import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
+from decoding import (bits_per_char, check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                       check_window, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
                       no_examples_left, prepare, sampler_kwargs, speed_args, takes)
 from paper import generation, zeroshot
@@ -52,8 +52,8 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
           f"dtype {next(model.parameters()).dtype}")
     m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
                             exclusions, encode_fn=corpus.batch)
-    per_char = {"bits_per_char": m["nll"] / math.log(2)} if tok.name == "bytes" else {}
-    return {**m, **per_char, "data": corpus.NAME, "batch_size": args.batch_size}
+    bpc = bits_per_char(m["nll"], tok)
+    return {**m, **({"bits_per_char": bpc} if bpc is not None else {}), "data": corpus.NAME, "batch_size": args.batch_size}
 
 
 def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tuple:

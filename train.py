@@ -30,7 +30,8 @@ import torch
 import checkpoint
 import setdiffusion
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from decoding import check_nonnegative, check_positive, check_threshold, evaluate_accuracy, evaluate_likelihood
+from decoding import (bits_per_char, check_nonnegative, check_positive, check_threshold, evaluate_accuracy,
+                      evaluate_likelihood)
 from model import PRESETS, ModelConfig, Transformer
 from pretrained import from_pretrained, load_safetensors, load_weights
 
@@ -535,7 +536,8 @@ def validate(model, method, cfg, tok, task, args, device, config, show):
     m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
                             batch_size=args.batch_size, seed=0, encode_fn=task.batch)
     bound = "exact" if config["method"] == "ar" else "a bound"
-    per_char = f", {m['nll'] / math.log(2):.4f} bits/char (bits per byte)" if tok.name == "bytes" else ""
+    bpc = bits_per_char(m["nll"], tok)
+    per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
     print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
           f"on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} tokens)")
     if show:
