@@ -23,9 +23,9 @@ import sys
 
 import checkpoint
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
-from decoding import (bits_per_char, check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
-                      check_window, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
-                      no_examples_left, prepare, sampler_kwargs, speed_args, takes)
+from decoding import (bits_per_char, check_nonnegative, check_output_file, check_positive, check_temperature,
+                      check_threshold, check_window, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
+                      markdown_table, no_examples_left, prepare, sampler_kwargs, speed_args, takes)
 from paper import generation, zeroshot
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
