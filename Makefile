@@ -5,7 +5,7 @@ TAUS ?= inf 0.99 0.9 0.8 0.7 0.6
 PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 
-.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill shakespeare
+.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill shakespeare shakespeare-seeds
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -85,6 +85,7 @@ infill:  ## fill the masked middle reasoning step of the shipped task with each 
 # MDLM, ~10 min each BD3-LM and Set Diffusion; likelihood of the ~2,000 held-out rows ~3 min; 10 x 21 samples of
 # 127 bytes at batch 1 ~6 min: ~40 min. SHAKESPEARE_ITERS, _N and _LIMIT make it smaller (a check of the pipeline).
 SHAKESPEARE_ITERS ?= 2000
+SHAKESPEARE_SEED ?= 1
 SHAKESPEARE_TAUS ?= inf 0.9 0.7 0.5
 SHAKESPEARE_N ?= 20
 SHAKESPEARE_LIMIT ?= 0
@@ -93,7 +94,7 @@ SHAKESPEARE_RESULTS ?= results/shakespeare
 SHAKESPEARE_DATA_DIR ?=
 SHAKESPEARE_CACHE = $(if $(SHAKESPEARE_DATA_DIR),--data-dir $(SHAKESPEARE_DATA_DIR))
 SHAKESPEARE_TRAIN = --data shakespeare $(SHAKESPEARE_CACHE) --n-layer 4 --n-embd 128 --n-head 4 --seq-len 128 \
-	--batch-size 8 --max-iters $(SHAKESPEARE_ITERS) --eval-limit 200 --save-every 100000 --seed 1
+	--batch-size 8 --max-iters $(SHAKESPEARE_ITERS) --eval-limit 200 --save-every 100000 --seed $(SHAKESPEARE_SEED)
 SHAKESPEARE_SAMPLE = --task unconditional --ref-ckpt $(SHAKESPEARE_OUT)/ar -n $(SHAKESPEARE_N) --warmup 1
 
 shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000 steps), bits/char, samples scored by the AR model over tau (~40 min on 2 CPU cores)
@@ -111,5 +112,11 @@ shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000
 	  $(PY) eval.py --ckpt $(SHAKESPEARE_OUT)/$$m --threshold $$t $(SHAKESPEARE_SAMPLE) \
 	    --json $(SHAKESPEARE_RESULTS)/$$m-$$t.json || exit 1; done; done
 	$(PY) -m paper.results $(SHAKESPEARE_RESULTS).md $(SHAKESPEARE_RESULTS)/*.json --generation --plot $(SHAKESPEARE_RESULTS).png
+
+shakespeare-seeds:  ## after make shakespeare (seed 1): seeds 2 and 3 the same way, then one table and plot of the mean [min, max]
+	for s in 2 3; do $(MAKE) shakespeare SHAKESPEARE_SEED=$$s SHAKESPEARE_OUT=$(SHAKESPEARE_OUT)-s$$s \
+	  SHAKESPEARE_RESULTS=$(SHAKESPEARE_RESULTS)-s$$s || exit 1; done
+	$(PY) -m paper.results $(SHAKESPEARE_RESULTS)-seeds.md $(SHAKESPEARE_RESULTS)/*.json $(SHAKESPEARE_RESULTS)-s[23]/*.json \
+	  --generation --plot $(SHAKESPEARE_RESULTS)-seeds.png
 
 include paper/reproduce.mk

@@ -141,8 +141,10 @@ def generation(paths, out_md, out_png=None) -> str:
     nats/token, bits/char for a byte-level model, exact for AR and a bound for the others) and the unconditional
     runs (per checkpoint and threshold: generative perplexity under the reference AR model, mean unigram entropy
     per sample, tokens/step, tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
-    down. With out_png, generative perplexity vs tokens/step, one line per checkpoint (needs matplotlib)."""
-    likelihood, samples = [], []
+    down. Runs of several seeds (checkpoints of one name in several folders) make one row each: the mean, with
+    [min, max] over the seeds. With out_png, generative perplexity vs tokens/step, one line per checkpoint name
+    (the seeds' range as error bars; needs matplotlib)."""
+    likelihood, samples = {}, {}
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str):
@@ -152,37 +154,60 @@ def generation(paths, out_md, out_png=None) -> str:
             tau = m.get("threshold", math.inf)
             if not isinstance(tau, (int, float)):
                 raise ValueError(f"{path}: threshold {tau!r} is not a number")
-            samples.append({**m, "label": label_of(m["ckpt"]), "tau": tau})
+            samples.setdefault((ORDER.index(m["model"]), label_of(m["ckpt"]), -tau), []).append(m)
         else:
-            likelihood.append({**check_keys(path, m, ("nll", "perplexity", "tokens"), "a likelihood"),
-                               "label": label_of(m["ckpt"])})
+            check_keys(path, m, ("nll", "perplexity", "tokens"), "a likelihood")
+            likelihood.setdefault((ORDER.index(m["model"]), label_of(m["ckpt"])), []).append(m)
     if not likelihood and not samples:
         raise ValueError("no eval.py --json file given")
-    likelihood.sort(key=lambda r: (ORDER.index(r["model"]), r["label"]))
-    samples.sort(key=lambda r: (ORDER.index(r["model"]), r["label"], -r["tau"]))
-    head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens"]
-    body = [[r["label"], f"{r['nll']:.4f}", f"{r['bits_per_char']:.4f}" if "bits_per_char" in r else "",
-             f"{r['perplexity']:.3f}", "exact" if r["model"] == "ar" else "bound", r["tokens"]] for r in likelihood]
+    head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens", "seeds"]
+    body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"), spread(runs, "perplexity", ".3f"),
+             "exact" if ORDER[i] == "ar" else "bound", spread(runs, "tokens", ".0f"), len(runs)]
+            for (i, label), runs in sorted(likelihood.items())]
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
-    head = ["checkpoint", "tau", "gen. perplexity", "entropy", "tokens/step", "tokens/s (batch 1)", "samples"]
-    body = [[r["label"], f"{r['tau']:g}", f"{r['gen_ppl']:.3f}", f"{r['entropy']:.3f}", f"{r['tokens_per_step']:.2f}",
-             f"{r['tokens_per_s']:.1f} ± {r.get('tokens_per_s_std', float('nan')):.1f}", r["n"]] for r in samples]
+    head = ["checkpoint", "tau", "gen. perplexity", "entropy", "tokens/step", "tokens/s (batch 1)", "samples", "seeds"]
+    body = [[label, f"{-tau:g}", spread(runs, "gen_ppl", ".3f"), spread(runs, "entropy", ".3f"),
+             spread(runs, "tokens_per_step", ".2f"), spread(runs, "tokens_per_s", ".1f")
+             + (f" ± {runs[0].get('tokens_per_s_std', float('nan')):.1f}" if len(runs) == 1 else ""),
+             spread(runs, "n", ".0f"), len(runs)] for (_, label, tau), runs in sorted(samples.items())]
     if samples:
-        ref = ", ".join(dict.fromkeys(str(r.get("ref_ckpt", "?")) for r in samples))
+        ref = ", ".join(dict.fromkeys(str(r.get("ref_ckpt", "?")) for runs in samples.values() for r in runs))
         text += ("\n\n" if text else "") + (f"Unconditional samples from BOS (generative perplexity under {ref}, "
                                              f"entropy in nats)\n\n" + markdown_table(head, body))
     print(write(text, out_md))
     plt = pyplot() if out_png and samples else None
     if plt:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label in dict.fromkeys(r["label"] for r in samples):
-            rows = sorted((r for r in samples if r["label"] == label), key=lambda r: r["tokens_per_step"])
-            ax.plot([r["tokens_per_step"] for r in rows], [r["gen_ppl"] for r in rows], "o-", label=label)
-            for r in rows:
-                ax.annotate(f"{r['tau']:g}", (r["tokens_per_step"], r["gen_ppl"]), fontsize=7,
-                            textcoords="offset points", xytext=(3, 3))
-        save_plot(fig, ax, "tokens/step", "generative perplexity", out_png)
+        plot_generation(plt, samples, out_png)
     return text
+
+
+def spread(runs: list[dict], key: str, fmt: str) -> str:
+    """One table cell: the runs' (seeds') value of key, or their mean and [min, max] where they differ; '' when
+    absent."""
+    xs = [r[key] for r in runs if key in r]
+    if not xs:
+        return ""
+    mean = sum(xs) / len(xs)
+    return f"{mean:{fmt}}" if min(xs) == max(xs) else f"{mean:{fmt}} [{min(xs):{fmt}}, {max(xs):{fmt}}]"
+
+
+def plot_generation(plt, samples: dict, out_png: str):
+    """Generative perplexity (mean over seeds, their range as error bars) vs tokens/step, a line per checkpoint."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label in dict.fromkeys(label for _, label, _ in sorted(samples)):
+        pts = []
+        for (_, name, tau), runs in samples.items():
+            if name == label:
+                ppl = [r["gen_ppl"] for r in runs]
+                mean = sum(ppl) / len(ppl)
+                pts.append((sum(r["tokens_per_step"] for r in runs) / len(runs), mean, mean - min(ppl),
+                            max(ppl) - mean, -tau))
+        pts.sort()
+        xs, ys, lo, hi, taus = zip(*pts)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=label)
+        for x, y, tau in zip(xs, ys, taus):
+            ax.annotate(f"{tau:g}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
+    save_plot(fig, ax, "tokens/step", "generative perplexity", out_png)
 
 
 def label_of(ckpt: str) -> str:

@@ -196,3 +196,25 @@ def test_generation_table_cli_plot_and_bad_file(tmp_path, capsys):
         results.main([str(tmp_path / "t.md"), *paths, "--generation"])
     assert str(e.value.code) == (f"error: {paths[2]} lacks 'gen_ppl', 'entropy', 'tokens_per_step', 'tokens_per_s', "
                                  f"'n': not the eval.py --json file of an unconditional run")
+
+
+def test_generation_table_averages_seeds_with_their_range(tmp_path):
+    """Runs of one checkpoint name in several folders (seeds) make one row: mean [min, max] where
+    the seeds differ; the plot draws it."""
+    runs = []
+    for seed, (nll, ppl) in enumerate(((1.2, 5.0), (1.4, 7.0), (1.3, 6.0))):
+        ckpt = f"out/s{seed}/ar"
+        runs.append({"task": "likelihood", "model": "ar", "ckpt": ckpt, "nll": nll, "perplexity": math.exp(nll),
+                     "tokens": 100, "bits_per_char": nll / math.log(2)})
+        runs.append({"task": "unconditional", "model": "ar", "ckpt": ckpt, "gen_ppl": ppl, "entropy": 3.0,
+                     "tokens_per_step": 1.0, "tokens_per_s": 10.0 * (seed + 1), "tokens_per_s_std": 1.0, "n": 20,
+                     "ref_ckpt": ckpt})
+    paths = []
+    for i, r in enumerate(runs):
+        paths.append(str(tmp_path / f"{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(r, f)
+    lines = results.generation(paths, str(tmp_path / "t.md"), str(tmp_path / "t.png")).splitlines()
+    assert lines[4] == ("| ar | 1.3000 [1.2000, 1.4000] | 1.8755 [1.7312, 2.0198] | 3.682 [3.320, 4.055] | exact | "
+                        "100 | 3 |")
+    assert lines[-1] == ("| ar | inf | 6.000 [5.000, 7.000] | 3.000 | 1.00 | 20.0 [10.0, 30.0] | 20 | 3 |")
