@@ -31,7 +31,7 @@ import mdlm
 import pretrained
 import setdiffusion
 from model import ModelConfig
-from pretrained import from_state, load_pt, load_safetensors
+from pretrained import from_state, load_pt, load_safetensors, load_weights
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -315,6 +315,39 @@ def load_train_state(path: str) -> dict:
         raise ValueError(f"{f} is not a train state written by train.py (it needs model, optimizer and step): "
                          f"start again without --resume")
     return state
+
+
+def restore(state, model, opt, ema, out_dir) -> int:
+    """Load a train_state (and the EMA weights of model.safetensors) for --resume; returns the step."""
+    try:
+        load_weights(model, state["model"])
+        opt.load_state_dict(state["optimizer"])
+        if ema is not None:
+            ema_file = os.path.join(resolve(out_dir), "model.safetensors")
+            load_weights(ema, load_safetensors(ema_file))
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise ValueError(f"cannot resume from {resolve(out_dir)}: its train state does not fit "
+                         f"({str(e).splitlines()[0][:100]}); start again without --resume") from None
+    return state["step"]
+
+
+def check_resume(out_dir: str, config: dict):
+    """--resume continues the same run: the method, its settings, the model shape and the data of the flags
+    must be those of the checkpoint (its config.json), or it is one line naming what differs."""
+    d = resolve(out_dir)
+    with open(os.path.join(d, "config.json")) as f:
+        saved = check_config(json.load(f), os.path.join(d, "config.json"))
+
+    def flat(c):
+        return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
+                if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len", "predict_padding")
+                for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
+    old, new = flat(saved), flat(config)
+    diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if diff:
+        raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that wrote it "
+                         f"(see its config.json), or choose another --out-dir")
 
 
 def method_config(name: str, mask_id: int, **settings) -> dict:

@@ -18,7 +18,6 @@ Each step's randomness (which examples, which noise or order) comes from a gener
 import argparse
 import contextlib
 import copy
-import json
 import math
 import os
 import signal
@@ -33,7 +32,7 @@ from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_token
 from decoding import (bits_per_char, check_nonnegative, check_positive, check_threshold, evaluate_accuracy,
                       evaluate_likelihood)
 from model import PRESETS, ModelConfig, Transformer
-from pretrained import from_pretrained, load_safetensors, load_weights
+from pretrained import from_pretrained
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -274,39 +273,6 @@ def make_optimizer(model, args):
                               {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, args.beta2))
 
 
-def restore(state, model, opt, ema, out_dir) -> int:
-    """Load a train_state (and the EMA weights of model.safetensors) for --resume; returns the step."""
-    try:
-        load_weights(model, state["model"])
-        opt.load_state_dict(state["optimizer"])
-        if ema is not None:
-            ema_file = os.path.join(checkpoint.resolve(out_dir), "model.safetensors")
-            load_weights(ema, load_safetensors(ema_file))
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ValueError(f"cannot resume from {checkpoint.resolve(out_dir)}: its train state does not fit "
-                         f"({str(e).splitlines()[0][:100]}); start again without --resume") from None
-    return state["step"]
-
-
-def check_resume(out_dir: str, config: dict):
-    """--resume continues the same run: the method, its settings, the model shape and the data of the flags
-    must be those of the checkpoint (its config.json), or it is one line naming what differs."""
-    d = checkpoint.resolve(out_dir)
-    with open(os.path.join(d, "config.json")) as f:
-        saved = checkpoint.check_config(json.load(f), os.path.join(d, "config.json"))
-
-    def flat(c):
-        return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
-                if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len", "predict_padding")
-                for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    old, new = flat(saved), flat(config)
-    diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
-            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    if diff:
-        raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that wrote it "
-                         f"(see its config.json), or choose another --out-dir")
-
-
 def rows_of(train, idx, tok, task) -> dict:
     """The examples idx (B,) of the training data as a batch on the CPU: a task's tensors indexed, or a corpus'
     token rows read from its memmap and made a batch (position 0 the clean BOS)."""
@@ -353,7 +319,7 @@ def main(argv=None):
                 torch.distributed.barrier()
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
-                check_resume(args.out_dir, config)
+                checkpoint.check_resume(args.out_dir, config)
             elif master and checkpoint.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces it "
                       f"(--resume would continue it)", file=sys.stderr)
@@ -362,7 +328,7 @@ def main(argv=None):
             method, cfg = checkpoint.method_of(config)
             opt = make_optimizer(model.to(device), args)
             ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
-            start = restore(state, model, opt, ema, args.out_dir) if state is not None else 0
+            start = checkpoint.restore(state, model, opt, ema, args.out_dir) if state is not None else 0
         except (FileNotFoundError, ValueError) as e:
             sys.exit(f"error: {e}")
         if state is not None and master:
