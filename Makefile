@@ -86,7 +86,7 @@ infill:  ## fill the masked middle reasoning step of the shipped task with each 
 # 127 bytes at batch 1 ~6 min: ~40 min. SHAKESPEARE_ITERS, _N and _LIMIT make it smaller (a check of the pipeline).
 SHAKESPEARE_ITERS ?= 2000
 SHAKESPEARE_SEED ?= 1
-SHAKESPEARE_TAUS ?= inf 0.9 0.7 0.5
+SHAKESPEARE_TAUS ?= inf 0.9 0.7 0.5 0.3 0.1
 SHAKESPEARE_N ?= 20
 SHAKESPEARE_LIMIT ?= 0
 SHAKESPEARE_OUT ?= out/shakespeare
