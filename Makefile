@@ -80,10 +80,11 @@ infill:  ## fill the masked middle reasoning step of the shipped task with each 
 # shakespeare-char one, 4 layers x 128, 4 heads, for 2,000 steps, whose AR reaches about 1.88 nats/char
 # (2.71 bits/char) validation loss; what differs here: context 128 instead of 64, batch 8 instead of 12 (1,024
 # tokens/step, not 768), the whole works (~5 MB, 256 bytes + EOS + [MASK]) instead of its 1 MB extract (65
-# characters), and train.py's optimiser (lr 2e-3, cosine, EMA; nanoGPT: lr 1e-3, no EMA). Estimate on 2 CPU cores
-# (AR ~6,000 tokens/s, the 2L-token layouts of BD3-LM and Set Diffusion ~0.6 of that): training ~6 min each AR and
-# MDLM, ~10 min each BD3-LM and Set Diffusion; likelihood of the ~2,000 held-out rows ~3 min; 10 x 21 samples of
-# 127 bytes at batch 1 ~6 min: ~40 min. SHAKESPEARE_ITERS, _N and _LIMIT make it smaller (a check of the pipeline).
+# characters), and train.py's optimiser (lr 2e-3, cosine, EMA; nanoGPT: lr 1e-3, no EMA). Measured on 2 CPU cores
+# (`time make shakespeare`, commit 8f01f05, tau inf..0.5): 25 min 39 s, of which training ~3.5 min each AR and MDLM
+# (~10,000 tokens/s) and ~7 min each BD3-LM and Set Diffusion (their 2L-token layouts), then the likelihood of the
+# 1,991 held-out rows and 20 + 1 samples of 127 bytes per point at batch 1 (~4 min; tau 0.3 and 0.1 add ~1 min).
+# SHAKESPEARE_ITERS, _N and _LIMIT make it smaller (a check of the pipeline).
 SHAKESPEARE_ITERS ?= 2000
 SHAKESPEARE_SEED ?= 1
 SHAKESPEARE_TAUS ?= inf 0.9 0.7 0.5 0.3 0.1
@@ -97,7 +98,7 @@ SHAKESPEARE_TRAIN = --data shakespeare $(SHAKESPEARE_CACHE) --n-layer 4 --n-embd
 	--batch-size 8 --max-iters $(SHAKESPEARE_ITERS) --eval-limit 200 --save-every 100000 --seed $(SHAKESPEARE_SEED)
 SHAKESPEARE_SAMPLE = --task unconditional --ref-ckpt $(SHAKESPEARE_OUT)/ar -n $(SHAKESPEARE_N) --warmup 1
 
-shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000 steps), bits/char, samples scored by the AR model over tau (~40 min on 2 CPU cores)
+shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000 steps), bits/char, samples scored by the AR model over tau (~27 min on 2 CPU cores)
 	mkdir -p $(SHAKESPEARE_RESULTS)
 	$(PY) train.py --model ar --out-dir $(SHAKESPEARE_OUT)/ar $(SHAKESPEARE_TRAIN)
 	$(PY) train.py --model mdlm --out-dir $(SHAKESPEARE_OUT)/mdlm $(SHAKESPEARE_TRAIN)
@@ -113,7 +114,7 @@ shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000
 	    --json $(SHAKESPEARE_RESULTS)/$$m-$$t.json || exit 1; done; done
 	$(PY) -m paper.results $(SHAKESPEARE_RESULTS).md $(SHAKESPEARE_RESULTS)/*.json --generation --plot $(SHAKESPEARE_RESULTS).png
 
-shakespeare-seeds:  ## after make shakespeare (seed 1): seeds 2 and 3 the same way, then one table and plot of the mean [min, max]
+shakespeare-seeds:  ## after make shakespeare (seed 1): seeds 2 and 3 the same way, then one table and plot of the mean [min, max] (~55 min)
 	for s in 2 3; do $(MAKE) shakespeare SHAKESPEARE_SEED=$$s SHAKESPEARE_OUT=$(SHAKESPEARE_OUT)-s$$s \
 	  SHAKESPEARE_RESULTS=$(SHAKESPEARE_RESULTS)-s$$s || exit 1; done
 	$(PY) -m paper.results $(SHAKESPEARE_RESULTS)-seeds.md $(SHAKESPEARE_RESULTS)/*.json $(SHAKESPEARE_RESULTS)-s[23]/*.json \
