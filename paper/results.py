@@ -187,8 +187,13 @@ def spread(runs: list[dict], key: str, fmt: str) -> str:
     xs = [r[key] for r in runs if key in r]
     if not xs:
         return ""
-    mean = sum(xs) / len(xs)
-    return f"{mean:{fmt}}" if min(xs) == max(xs) else f"{mean:{fmt}} [{min(xs):{fmt}}, {max(xs):{fmt}}]"
+    mean, lo, hi = mean_range(xs)
+    return f"{mean:{fmt}}" if lo == hi else f"{mean:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def mean_range(xs: list[float]) -> tuple[float, float, float]:
+    """(mean, min, max) of the seeds' values."""
+    return sum(xs) / len(xs), min(xs), max(xs)
 
 
 def plot_generation(plt, samples: dict, out_png: str):
@@ -198,10 +203,8 @@ def plot_generation(plt, samples: dict, out_png: str):
         pts = []
         for (_, name, tau), runs in samples.items():
             if name == label:
-                ppl = [r["gen_ppl"] for r in runs]
-                mean = sum(ppl) / len(ppl)
-                pts.append((sum(r["tokens_per_step"] for r in runs) / len(runs), mean, mean - min(ppl),
-                            max(ppl) - mean, -tau))
+                mean, lo, hi = mean_range([r["gen_ppl"] for r in runs])
+                pts.append((mean_range([r["tokens_per_step"] for r in runs])[0], mean, mean - lo, hi - mean, -tau))
         pts.sort()
         xs, ys, lo, hi, taus = zip(*pts)
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=label)
