@@ -12,7 +12,7 @@
     python eval.py --ckpt owt:setdlm-smax16 --task piqa             # zero-shot multiple choice (paper/zeroshot.py)
 
 Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstories --sentences 1|3 and infill
-(fill a masked span: paper/generation.py), likelihood (a task's test split, or a corpus: owt, lm1b,
+(fill a masked span: paper/infill.py), likelihood (a task's test split, or a corpus: owt, lm1b,
 shakespeare, text:PATH), throughput, unconditional (samples scored by an AR checkpoint), hellaswag, piqa, siqa.
 Tables of several --json files: python -m paper.results.
 """
@@ -26,7 +26,7 @@ from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
 from decoding import (bits_per_char, check_nonnegative, check_output_file, check_positive, check_temperature,
                       check_threshold, check_window, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
                       markdown_table, no_examples_left, prepare, sampler_kwargs, speed_args, takes)
-from paper import generation, zeroshot
+from paper import generation, infill, zeroshot
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
 
@@ -112,6 +112,10 @@ def get_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate per problem (unconditional: default seq_len - 1)")
     p.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
+    p.add_argument("--span", choices=["step", "number", "word", "line"], default=None,
+                   help="infill: what is masked. The shipped task: its middle reasoning step (step, the default: "
+                        "decided by the left context) or its starting amount in the problem (number: decided by the "
+                        "reply to its right); a text corpus: one word (word, the default) or one line (line)")
     p.add_argument("--warmup", type=int, default=5, help="throughput, infill, unconditional: warm-up examples "
                    "(samples) before timing")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
@@ -187,9 +191,9 @@ def main(argv=None):
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
         try:
-            m = generation.evaluate_task(task_name, data, examples, model, method, cfg, tok, config, device,
-                                         args.sentences, args.warmup,
-                                         **sampler_kwargs(method, seq_len=config["seq_len"], **kw))
+            m = infill.evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
+                                args.sentences, args.warmup, span=args.span or "step",
+                                **sampler_kwargs(method, seq_len=config["seq_len"], **kw))
         except ValueError as e:
             sys.exit(f"error: {e}")
     elif task_name == "likelihood":

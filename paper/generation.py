@@ -1,16 +1,12 @@
 """The paper's generation experiments besides GSM8K, as eval.py / sample.py call them: the official decoding
-options per task, infilling (ROCStories, and the shipped task's middle step), unconditional samples.
+options per task and unconditional samples (infilling: paper/infill.py).
 
     options_for(task, tok, method)        the official sampler options of CNN/DM, ROCStories, OWT samples
-    infill(...) / evaluate_infill(...)    fill a [MASK] span between a left and a right context, one example at a
-                                          time (batch 1, as the official): AR sees the left context only
-    arith_infill(examples, tok)           the shipped task with its middle reasoning step masked
     unconditional(...) / sample_unconditional(...)   samples from BOS alone, tokens/s each (sample.py --unconditional)
     evaluate_unconditional(...)           those samples scored (eval.py --task unconditional): generative perplexity
                                           under a reference AR checkpoint, unigram entropy, tokens/step, tokens/s
 """
 import math
-import re
 from collections import Counter
 
 import torch
@@ -31,90 +27,6 @@ def options_for(task: str, tok, method: str):
         return SamplerOptions(top_p=0.90 if ar else 0.95, repetition_penalty=1.0 if ar else 1.05,
                               stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128)
     return None
-
-
-def infill(model, method, cfg, tok, method_name, ex, device, options=None, **kw):
-    """Fill ex's span between ex["left"] and ex["right"] (token id lists). Returns span ids, stats, seconds.
-    AR cannot see a right context: it continues from the left one for len(span) tokens (as the official)."""
-    left, n, right = ex["left"], len(ex["span"]), ex["right"]
-    ids = left if method_name == "ar" else left + [tok.mask_id] * n + right
-    prompt = torch.tensor([ids], device=device)
-    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg,
-                                     max_new_tokens=n if method_name == "ar" else 0, options=options, **kw)
-    return tokens[0, len(left):len(left) + n].tolist(), stats, seconds
-
-
-def evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=0, options=None, **kw):
-    """Mean of each scorer(filled text, ex) over items, tokens/step, and tokens/s at batch 1 after warm-up."""
-    name = config["method"]
-    if name == "ar":
-        print("note: AR cannot infill: it continues from the left context only, for the span's length")
-    for ex in items:
-        if len(ex["left"]) + len(ex["span"]) + len(ex["right"]) > config["seq_len"]:
-            raise ValueError(f"an example has {len(ex['left']) + len(ex['span']) + len(ex['right'])} tokens with "
-                             f"its span, more than the model's context (seq_len={config['seq_len']}): drop it")
-    if len(items) <= warmup:
-        raise ValueError(f"--warmup {warmup} leaves no example to score: only {len(items)} example(s) are "
-                         f"evaluated; raise --limit above --warmup (or lower --warmup)")
-    for ex in items[:warmup]:
-        infill(model, method, cfg, tok, name, ex, device, options, **kw)
-    totals, rates, steps = dict.fromkeys(scores, 0.0), [], []
-    for ex in items[warmup:]:
-        span, stats, sec = infill(model, method, cfg, tok, name, ex, device, options, **kw)
-        text = tok.decode([i for i in span if i != tok.mask_id])
-        for key, score in scores.items():
-            totals[key] += float(score(text, ex))
-        rates.append(len(span) / sec)
-        steps.append(stats["tokens_per_step"])
-    n = max(len(rates), 1)
-    return {**{k: v / n for k, v in totals.items()}, "tokens_per_step": sum(steps) / n,
-            "tokens_per_s": sum(rates) / n, "n": len(rates)}
-
-
-def rouge_scores():
-    """ROUGE-1/2/L F-measures of a filled span against ex["answer"] (the rouge-score package)."""
-    from data.cnndm import rouge
-    return {k: (lambda text, ex, f=rouge(k): f(text, ex["answer"])) for k in ("rouge1", "rouge2", "rougeL")}
-
-
-# ----------------------------------------------------------------------------- the shipped task's middle step
-
-STEP = re.compile(r"(-?\d+)([+\-*])(\d+)=(-?\d+)\.")
-
-
-def arith_infill(examples: list[dict], tok) -> list[dict]:
-    """Each arith test problem with its middle reasoning step masked (step n // 2 of n: the 2nd of 2 or 3,
-    the 3rd of 4): left = prompt + the steps before, span = that step, right = the rest + EOS."""
-    out = []
-    for ex in examples:
-        steps = ex["target"].split(" ")
-        eqs = [i for i, s in enumerate(steps) if STEP.fullmatch(s)]
-        k = eqs[len(eqs) // 2]
-        left = ex["prompt"] + "".join(s + " " for s in steps[:k])
-        out.append({"left": tok.encode(left), "span": tok.encode(steps[k]),
-                    "right": tok.encode(" " + " ".join(steps[k + 1:])) + [tok.eos_id],
-                    "answer": ex["answer"], "step": steps[k], "before": steps[:k], "after": steps[k + 1:]})
-    return out
-
-
-def chain_ok(steps: list[str], answer: str) -> bool:
-    """Every step is a true equation starting from the previous result, and '#### n' repeats the last result."""
-    prev = None
-    for s in steps[:-2]:
-        m = STEP.fullmatch(s)
-        if not m:
-            return False
-        a, op, b, c = int(m[1]), m[2], int(m[3]), int(m[4])
-        if (prev is not None and a != prev) or {"+": a + b, "-": a - b, "*": a * b}[op] != c:
-            return False
-        prev = c
-    return steps[-2:] == ["####", str(prev)] and str(prev) == answer
-
-
-ARITH_SCORES = {
-    "step_exact": lambda text, ex: text == ex["step"],
-    "answer_right": lambda text, ex: chain_ok(ex["before"] + [text] + ex["after"], ex["answer"]),
-}
 
 
 # ----------------------------------------------------------------------------- unconditional samples
@@ -217,19 +129,6 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, max_new, device, see
             "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / n) ** 0.5,
             "sample_tokens": count / n, "nfe": sum(s["nfe"] for s in samples), "n": n,
             "samples": [s["text"] for s in samples]}
-
-
-def evaluate_task(task_name, data, examples, model, method, cfg, tok, config, device, sentences=1, warmup=0,
-                  **kw):
-    """eval.py --task rocstories | infill: the infilling items of the task, then evaluate_infill."""
-    if task_name == "rocstories":
-        items, scores = data.examples(tok, examples, sentences), rouge_scores()
-    elif config["data"] != "arith":
-        raise ValueError(f"--task infill masks a step of the shipped arith task; this checkpoint was trained on "
-                         f"{config['data']}")
-    else:
-        items, scores = arith_infill(examples, tok), ARITH_SCORES
-    return evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=warmup, **kw)
 
 
 def eos_stop(eos_id: int, start: int = 1):

@@ -15,7 +15,7 @@ import sample
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories
 from model import ModelConfig, Transformer
-from paper import generation
+from paper import generation, infill
 
 TOK = byte_tokenizer()
 try:
@@ -216,14 +216,14 @@ def test_rocstories_bad_input(tmp_path, ckpts):
 
 def test_arith_infill_items_rebuild_the_problem_and_score():
     examples = arith.load("test")[:50]
-    items = generation.arith_infill(examples, TOK)
+    items = infill.arith_items(examples, TOK, "step")
+    scores = infill.SPAN_SCORES["step"]
     for ex, it in zip(examples, items):
         assert TOK.decode(it["left"] + it["span"] + it["right"][:-1]) == ex["prompt"] + ex["target"]
-        assert generation.ARITH_SCORES["step_exact"](it["step"], it) and \
-            generation.ARITH_SCORES["answer_right"](it["step"], it)
+        assert scores["exact"](it["step"], it) and scores["answer_right"](it["step"], it)
         a, rest = it["step"].split("=")
         wrong = a + "=" + str(int(rest[:-1]) + 1) + "."
-        assert not generation.ARITH_SCORES["answer_right"](wrong, it)
+        assert not scores["answer_right"](wrong, it)
     assert {len(it["before"]) for it in items} == {1, 2}           # 2nd of 2 or 3 steps, 3rd of 4
 
 
@@ -233,9 +233,33 @@ def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
         evaluate.main(["--ckpt", str(ckpts / name), "--task", "infill", "--limit", "3", "--warmup", "1",
                        "--threshold", "0.9", "--json", str(out)])
         m = json.loads(out.read_text())
-        assert m["task"] == "infill" and m["n"] == 2 and {"step_exact", "answer_right", "tokens_per_s"} <= set(m)
-    with pytest.raises(ValueError, match="shipped arith task; this checkpoint was trained on gsm8k"):
-        generation.evaluate_task("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu")
+        assert m["task"] == "infill" and m["n"] == 2 and {"exact", "answer_right", "tokens_per_s"} <= set(m)
+        assert m["span"] == "step"
+    with pytest.raises(ValueError, match="shipped arith task or of a text corpus; this checkpoint was trained on gsm8k"):
+        infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu")
+
+
+def test_arith_number_items_mask_the_starting_amount_that_only_the_reply_reveals():
+    examples = arith.load("test")[:50]
+    for ex, it in zip(examples, infill.arith_items(examples, TOK, "number")):
+        text = TOK.decode(it["left"] + it["span"] + it["right"][:-1])
+        assert text == ex["prompt"] + ex["target"] and it["right"][-1] == TOK.eos_id
+        number = TOK.decode(it["span"])
+        assert TOK.decode(it["left"]).endswith(" has ") and number.isdigit()
+        assert ex["target"].startswith(number) and number not in TOK.decode(it["left"])   # the reply reveals it
+        assert infill.SPAN_SCORES["number"]["exact"](number, it)
+        assert not infill.SPAN_SCORES["number"]["exact"](str(int(number) + 1), it)
+    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step or a number"):
+        infill.arith_items(examples, TOK, "word")
+
+
+def test_make_infill_number_rows_on_tiny_checkpoints(tmp_path, ckpts):
+    for name in ("ar", "mdlm", "bd3lm", "setdiffusion"):
+        out = tmp_path / f"{name}.json"
+        evaluate.main(["--ckpt", str(ckpts / name), "--task", "infill", "--span", "number", "--limit", "3",
+                       "--warmup", "1", "--json", str(out)])
+        m = json.loads(out.read_text())
+        assert m["span"] == "number" and m["n"] == 2 and 0 <= m["exact"] <= 1 and "answer_right" not in m
 
 
 # ----------------------------------------------------------------------------- unconditional samples
