@@ -46,6 +46,7 @@ from model import padded, with_padding
 class SetDiffusionConfig:
     mask_id: int    # the [MASK] token of the query stream
     smax: int = 8   # max set size / reorder reach, = 2d; the window defaults to smax // 2 = d
+    infill: float = 0.0   # NOT the paper: the fraction of training rows given an infilling order (infill_span)
 
 
 # ----------------------------------------------------------------------------- ordering
@@ -85,12 +86,31 @@ def sample_order(batch_size: int, seq_len: int, smax: int, generator=None, devic
     return torch.argsort(T, dim=1, descending=True, stable=True)
 
 
-def order(x0, smax: int, prompt_mask, pad_mask, generator=None):
-    """sigma (B, L): the prompt first in its own order, targets by decreasing T, padding last."""
+def order(x0, smax: int, prompt_mask, pad_mask, generator=None, span=None):
+    """sigma (B, L): the prompt first in its own order, targets by decreasing T, padding last. span (B, L), an
+    infilling order: those targets after every other target (T - 1 < 0 <= T of the rest), by decreasing T."""
     B, L = x0.shape
     T = first_hitting_times(B, L, smax, generator, x0.device)
+    T = T if span is None else torch.where(span, T - 1, T)
     T = T.masked_fill(prompt_mask, math.inf).masked_fill(pad_mask, -math.inf)
     return torch.argsort(T, dim=1, descending=True, stable=True)
+
+
+def infill_span(pad_mask, fraction: float, generator=None):
+    """Beyond the paper (train.py --infill): a fraction of the rows each get one random span, (B, L) bool, that
+    `order` reveals after every other token, so the model learns to fill a gap from a visible RIGHT context
+    of any distance, as the sampler infills (staggered orders alone never show a query a clean token more
+    than smax - 1 positions to its right). Span length n ~ U{1, ..., max(1, R // 4)} over a row's R real
+    tokens, start uniform with at least one real token after the span; span tokens of the prompt become
+    targets. Neither the paper nor the official code has this."""
+    B, L = pad_mask.shape
+    u = torch.rand(B, 3, generator=generator, device=pad_mask.device)             # (B, 3)
+    real = (~pad_mask).sum(1)                                                      # (B,) real tokens (a prefix)
+    n = 1 + (u[:, 1] * (real // 4).clamp(min=1)).long()                            # (B,) span length
+    start = (u[:, 2] * (real - n).clamp(min=1)).long()                             # (B,) its first position
+    j = torch.arange(L, device=pad_mask.device)
+    inside = (j >= start[:, None]) & (j < (start + n)[:, None])                    # (B, L)
+    return (u[:, :1] < fraction) & inside & ~pad_mask
 
 
 # ----------------------------------------------------------------------------- mask
@@ -133,13 +153,17 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     return model(torch.cat([x0_s[:, :end], xt_s], 1), pos, mask, last=end - first)   # (B, end - first, V)
 
 
-def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None):
+def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None, infill=0.0):
     """-log p of every target under one sampled order: nll (B, n) (0 off counted targets) and the counted
     targets (B, n), both in sigma order over the ranks that hold a target in some row (the prompt comes first
     and padding last, so the forward skips the prompt's [MASK] copies and the padding's clean tokens).
-    `exclude` (B, L): targets kept in the order but not counted."""
-    prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
-    sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator)                # (B, L)
+    `exclude` (B, L): targets kept in the order but not counted. infill > 0: that fraction of rows in an
+    infilling order (infill_span; training only), its span's prompt tokens made targets."""
+    prompt_mask, pad_mask, _ = defaults(x0, prompt_mask, pad_mask)
+    span = infill_span(pad_mask, infill, generator) if infill > 0 else None       # (B, L) or None
+    prompt_mask = prompt_mask if span is None else prompt_mask & ~span
+    target = ~(prompt_mask | pad_mask)
+    sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator, span)          # (B, L)
     n_prompt, n_target = prompt_mask.sum(1), target.sum(1)                       # (B,)
     first, end = int(n_prompt.min()), max(int((n_prompt + n_target).max()), 1)   # ranks holding targets
     first = min(first, end - 1)
@@ -165,8 +189,9 @@ def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, gen
 
 
 def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None):
-    """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch."""
-    nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator)
+    """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch.
+    cfg.infill > 0 (not the paper): that fraction of rows in an infilling order instead (infill_span)."""
+    nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, infill=cfg.infill)
     per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)
     return per_seq.mean(), {"tokens": int(target_s.sum())}
 

@@ -46,6 +46,8 @@ def get_args(argv=None):
     g.add_argument("--smax", type=int, default=8, help="Set Diffusion: max set size / reorder reach (= 2d)")
     g.add_argument("--block-size", type=int, default=4, help="BD3-LM: tokens per block S")
     g.add_argument("--nelbo", action="store_true", help="MDLM/BD3-LM: train on the 1/t-weighted NELBO")
+    g.add_argument("--infill", type=float, default=0.0, help="Set Diffusion, NOT in the paper: the fraction of rows "
+                   "trained in an infilling order (a random span revealed after everything else; 0 = the paper)")
     g = p.add_argument_group("model")
     g.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
     g.add_argument("--n-embd", type=int, default=128, help="width")
@@ -142,6 +144,10 @@ def check_args(args):
     check_threshold(args.threshold)
     if args.window and args.model != "setdiffusion":
         raise ValueError(f"--window {args.window}: only Set Diffusion has a window")
+    if not 0 <= args.infill <= 1:
+        raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
+    if args.infill and args.model != "setdiffusion":
+        raise ValueError(f"--infill {args.infill}: only Set Diffusion trains infilling orders")
     if args.window > args.smax:
         raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
 
@@ -182,7 +188,7 @@ def setup(args, device):
         check_fits(ModelConfig(**shape), device)
         model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
-                                   nelbo=args.nelbo)
+                                   nelbo=args.nelbo, infill=args.infill)
     if args.model == "setdiffusion":
         setdiffusion.schedule(seq_len, args.smax)          # raises a clear ValueError for a bad smax
     if args.model == "bd3lm" and args.block_size > seq_len:

@@ -50,6 +50,23 @@ def test_nelbo_estimator_is_unbiased(name):
     assert abs(nll.mean() - exact) < 4 * se, (nll.mean().item(), exact.item(), se.item())
 
 
+def naive_order_nll(model, x0, sigma, target):
+    """Each target's NLL, one forward per target over [its clean predecessors in sigma order | its [MASK] query]."""
+    nll = torch.zeros(x0.shape[0])
+    for b in range(x0.shape[0]):
+        for r in range(x0.shape[1]):
+            q = int(sigma[b, r])
+            if not target[b, q]:
+                continue
+            clean = sigma[b, :r].tolist()
+            mk = torch.zeros(r + 1, r + 1, dtype=torch.bool)
+            mk[:r, :r], mk[r, :] = causal(r), True
+            logits = model(torch.tensor([[int(x0[b, c]) for c in clean] + [MASK]]), torch.tensor([clean + [q]]), mk)
+            logits[..., MASK] = -math.inf
+            nll[b] -= logits[0, -1].log_softmax(-1)[x0[b, q]]
+    return nll
+
+
 def test_setdiffusion_loss_equals_one_forward_per_target():
     """Each target's NLL = one forward over [its clean predecessors in sigma order | its own [MASK] query]."""
     model, L, smax = tiny_model(11), 10, 4
@@ -60,23 +77,41 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
     sigma = sd.order(x0, smax, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
     nll, n = sd.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
     loss = sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))[0]
-    naive = torch.zeros(2)
-    for b in range(2):
-        for r in range(L):
-            q = int(sigma[b, r])
-            if prompt_mask[b, q] or pad_mask[b, q]:
-                continue
-            clean = sigma[b, :r].tolist()                                    # revealed before q
-            mk = torch.zeros(r + 1, r + 1, dtype=torch.bool)
-            mk[:r, :r], mk[r, :] = causal(r), True                           # query: all clean + itself
-            logits = model(torch.tensor([[int(x0[b, c]) for c in clean] + [MASK]]), torch.tensor([clean + [q]]), mk)
-            logits[..., MASK] = -math.inf
-            naive[b] -= logits[0, -1].log_softmax(-1)[x0[b, q]]
+    naive = naive_order_nll(model, x0, sigma, ~(prompt_mask | pad_mask))
     torch.testing.assert_close(nll, naive, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(loss, (naive / n).mean(), rtol=1e-4, atol=1e-4)
     excluded = sd.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5),
                       exclude=x0 == int(x0[0, 5]))[1]
     assert (excluded == n - ((x0 == int(x0[0, 5])) & ~prompt_mask & ~pad_mask).sum(1)).all()
+
+
+def test_setdiffusion_infill_orders():
+    """train.py --infill (not the paper): at fraction 0 the loss is the paper's, draw for draw; at fraction 1 every
+    row reveals everything but one span first, the span's prompt tokens become targets, and the loss is the
+    one-forward-per-target NLL along that order."""
+    model, L, smax = tiny_model(11), 12, 4
+    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(0))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2], [9]])
+    paper, zero, one = (sd.SetDiffusionConfig(MASK, smax, infill=f) for f in (0.0, 0.0, 1.0))
+    loss = lambda cfg: sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))[0]
+    assert torch.equal(loss(sd.SetDiffusionConfig(MASK, smax)), loss(zero)) and torch.equal(loss(paper), loss(zero))
+    g = torch.Generator().manual_seed(5)
+    span = sd.infill_span(pad_mask, 1.0, g)                                  # (B, L): the draws loss() makes
+    sigma = sd.order(x0, smax, prompt_mask & ~span, pad_mask, g, span)
+    target = ~(prompt_mask & ~span) & ~pad_mask
+    naive = naive_order_nll(model, x0, sigma, target)
+    torch.testing.assert_close(loss(one), (naive / target.sum(1)).mean(), rtol=1e-4, atol=1e-4)
+    rank = sigma.argsort(1)
+    for b in range(3):
+        cols = span[b].nonzero().flatten()
+        real = int((~pad_mask[b]).sum())
+        assert len(cols) >= 1 and cols.max() - cols.min() + 1 == len(cols) and cols.max() < real - 1
+        assert len(cols) <= max(1, real // 4)
+        others = target[b] & ~span[b]
+        assert rank[b, cols].min() > rank[b, others].max()                  # the span comes after the rest
+    spans = sd.infill_span(torch.zeros(4000, 40, dtype=torch.bool), 0.25, torch.Generator().manual_seed(1))
+    assert abs(spans.any(1).float().mean() - 0.25) < 0.03 and not sd.infill_span(pad_mask, 0.0, g).any()
 
 
 def test_setdiffusion_lean_forward_equals_the_full_layout():
