@@ -105,13 +105,37 @@ def summarize(paths, out_md, out_png=None, paper=None):
     print(write(markdown_table(head, body), out_md))
     plt = pyplot() if out_png else None
     if plt:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for label in dict.fromkeys(r["ckpt"] for r in rows):
-            pts = sorted((r["tokens_per_s"], r["accuracy"]) for r in rows
-                         if r["ckpt"] == label and "accuracy" in r and "tokens_per_s" in r)
-            if pts:
-                ax.plot(*zip(*pts), "o-", label=label)
-        save_plot(fig, ax, "tokens/s (batch 1)", "accuracy", out_png)
+        plot_pareto(plt, rows, out_png)
+
+
+def plot_pareto(plt, rows: list[dict], out_png: str):
+    """Accuracy vs tokens/step (exact, unlike tokens/s), one line per checkpoint, tau at each point. A checkpoint
+    whose best accuracy is more than 0.3 below the best one's (MDLM on the shipped task) gets its own panel, so
+    that the y range of the main panel separates the others."""
+    curves = {}
+    for r in rows:
+        if "accuracy" in r:
+            curves.setdefault(r["ckpt"], []).append((r["tokens_per_step"], r["accuracy"], r["tau"]))
+    panels = pareto_panels(curves)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 + 3 * (len(panels) - 1), 4), squeeze=False,
+                             gridspec_kw={"width_ratios": [2] + [1] * (len(panels) - 1)})
+    colours = dict(zip(curves, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
+    for k, (ax, names) in enumerate(zip(axes[0], panels)):
+        ax.set_title("accuracy far below: own y scale" if k else "", fontsize=8)
+        for c in names:
+            xs, ys, taus = zip(*sorted(curves[c]))
+            ax.plot(xs, ys, "o-", label=c, color=colours[c])
+            for x, y, tau in zip(xs, ys, taus):
+                ax.annotate("τ=∞" if tau == math.inf else f"{tau:g}", (x, y), fontsize=7,
+                            textcoords="offset points", xytext=(3, -9))
+        save_plot(fig, ax, "tokens/step", "accuracy", out_png)
+
+
+def pareto_panels(curves: dict) -> list[list]:
+    """The checkpoints of each panel: those within 0.3 of the best accuracy, then (if any) the rest."""
+    best = max(a for pts in curves.values() for _, a, _ in pts)
+    low = [c for c, pts in curves.items() if max(a for _, a, _ in pts) < best - 0.3]
+    return [[c for c in curves if c not in low]] + ([low] if low else [])
 
 
 def pyplot():
