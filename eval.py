@@ -222,10 +222,11 @@ def report(args, config, method, task_name, m, threshold=math.inf, window=0, sam
     settings = takes(method.generate)
     m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, "window": window,
          "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end,
-         "official_blocks": args.official_blocks, **m}
+         "official_blocks": args.official_blocks, **m,
+         "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}   # smax, S, ...
     applies = {k: sampled and k in settings for k in ("threshold", "window", "commit_order", "official_blocks")}
     applies["stop_on_im_end"] = sampled and im_end
-    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples") and applies.get(k, True)]
+    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config") and applies.get(k, True)]
     print(markdown_table(keys, [[m[k] for k in keys]]))
     if args.json:
         try:

@@ -3,11 +3,13 @@
     python -m paper.results results/likelihood-arith.md results/likelihood-arith/*.json     # one row per file
     python -m paper.results results/pareto.md results/pareto/*.json --pareto --plot results/pareto.png
     python -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k
+    python -m paper.results results/smax.md results/smax/*.json --sweep --plot results/smax.png
     python -m paper.results results/shakespeare.md results/shakespeare/*.json --generation \
         --plot results/shakespeare.png
 
 `table` lists each file's metrics, one row per file (sampler settings left out); `summarize` (--pareto) merges
-the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours;
+the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours
+(its plot: accuracy against tokens/step); `sweep` (--sweep) tabulates Set Diffusion's smax sweep;
 `generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files (generative
 perplexity, entropy and speed per threshold: the paper's OWT generation table) into two tables.
 """
@@ -20,7 +22,7 @@ import sys
 from data import get_task
 from decoding import markdown_table
 
-NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end")    # sampler settings
+NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method settings
 ORDER = ["ar", "mdlm", "bd3lm", "setdiffusion"]                           # the methods' order in a table
 
 
@@ -205,6 +207,72 @@ def generation(paths, out_md, out_png=None) -> str:
     return text
 
 
+SWEEP = [("accuracy, τ=∞", "acc-inf", "accuracy"), ("accuracy, τ=0.9", "acc-0.9", "accuracy"),
+         ("tokens/step, τ=0.9", "acc-0.9", "tokens_per_step"), ("NLL (nats/token)", "nll", "nll"),
+         ("infill: step (left-determined)", "infill-step", "exact"),
+         ("infill: number (right-determined)", "infill-number", "exact")]
+
+
+def sweep_kind(path: str, m: dict) -> str:
+    """Which cell of the smax sweep a run fills: acc-<tau> (an accuracy run), nll, or infill-<span>."""
+    if m["task"] == "likelihood":
+        return "nll"
+    if m["task"] == "infill":
+        return f"infill-{m.get('span', 'step')}"
+    check_keys(path, m, ("accuracy", "tokens_per_step"))
+    return f"acc-{m.get('threshold', math.inf):g}"
+
+
+def sweep(paths: list[str], out_md: str, out_png=None) -> str:
+    """Set Diffusion's smax sweep (make smax): one row per checkpoint name, ordered by smax then the --infill
+    fraction, with the accuracy at tau = inf and 0.9, tokens/step at 0.9, the likelihood bound and the exact
+    match of both infilling spans; runs of one name in several folders (seeds) give the mean [min, max]. With
+    out_png: those against smax (log scale), one panel each for accuracy, tokens/step and infilling."""
+    runs = {}
+    for path in paths:
+        m = read_run(path, ("task", "model", "ckpt", "method_config"))
+        if m["model"] != "setdiffusion" or "smax" not in m["method_config"]:
+            raise ValueError(f"{path}: a run of {m['model']}; the smax sweep takes Set Diffusion runs only")
+        row = runs.setdefault(label_of(m["ckpt"]), {"smax": m["method_config"]["smax"],
+                                                    "infill": m["method_config"].get("infill", 0.0)})
+        row.setdefault(sweep_kind(path, m), []).append(m)
+    rows = sorted(runs.items(), key=lambda kv: (kv[1]["smax"], kv[1]["infill"], kv[0]))
+    head = ["checkpoint", "smax", "--infill"] + [name for name, _, _ in SWEEP] + ["seeds"]
+    body = [[label, r["smax"], f"{r['infill']:g}"]
+            + [spread(r.get(kind, []), key, ".4f" if key == "nll" else ".3f" if key != "tokens_per_step" else ".2f")
+               for _, kind, key in SWEEP]
+            + [max(len(v) for k, v in r.items() if isinstance(v, list))] for label, r in rows]
+    text = write(markdown_table(head, body), out_md)
+    print(text)
+    plt = pyplot() if out_png else None
+    if plt:
+        plot_sweep(plt, dict(rows), out_png)
+    return text
+
+
+def plot_sweep(plt, rows: dict, out_png: str):
+    """Accuracy, tokens/step and infilling exact match against smax: a line per setting over the paper's models
+    (--infill 0), the --infill checkpoints as stars; the seeds' range as error bars."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    panels = [(axes[0], [SWEEP[0], SWEEP[1]], "accuracy"), (axes[1], [SWEEP[2]], "tokens/step"),
+              (axes[2], [SWEEP[4], SWEEP[5]], "infilling exact match")]
+    for ax, series, ylabel in panels:
+        for name, kind, key in series:
+            for infill, style in ((False, "o-"), (True, "*")):
+                pts = []
+                for r in rows.values():
+                    xs = [m[key] for m in r.get(kind, []) if key in m]
+                    if xs and (r["infill"] > 0) == infill:
+                        mean, lo, hi = mean_range(xs)
+                        pts.append((r["smax"], mean, mean - lo, hi - mean))
+                if pts:
+                    x, y, lo, hi = zip(*sorted(pts))
+                    ax.errorbar(x, y, yerr=[lo, hi], fmt=style, capsize=3, markersize=10 if infill else 6,
+                                label=name.split(": ")[-1] + (", --infill" if infill else ""))
+        ax.set_xscale("log", base=2)
+        save_plot(fig, ax, "smax", ylabel, out_png)
+
+
 def spread(runs: list[dict], key: str, fmt: str) -> str:
     """One table cell: the runs' (seeds') value of key, or their mean and [min, max] where they differ; '' when
     absent."""
@@ -250,15 +318,20 @@ def main(argv=None):
                    help="merge the accuracy and throughput runs of a threshold sweep into a Pareto table")
     p.add_argument("--generation", action="store_true",
                    help="a corpus run: likelihood (bits/char) and unconditional (generative perplexity) tables")
-    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/s plot; --generation: generative "
+    p.add_argument("--sweep", action="store_true",
+                   help="Set Diffusion's smax sweep: accuracy, tokens/step, likelihood and infilling per checkpoint")
+    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/step plot; --sweep: accuracy, tokens/step and infilling "
+                   "vs smax; --generation: generative "
                    "perplexity vs tokens/step (needs matplotlib)")
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
     args = p.parse_args(argv)
     try:
-        if args.pareto and args.generation:
-            raise ValueError("give --pareto or --generation, not both")
+        if args.pareto + args.generation + args.sweep > 1:
+            raise ValueError("give one of --pareto, --generation and --sweep")
         if args.generation:
             return generation(args.runs, args.out, args.plot)
+        if args.sweep:
+            return sweep(args.runs, args.out, args.plot)
         if args.pareto:
             paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
             return summarize(args.runs, args.out, args.plot, paper)
