@@ -29,6 +29,10 @@ batch size 1); the KV cache never overflows (it is sized for prompt + new tokens
 With commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
 schedule over the model's seq_len positions as the official (over N positions when N > L, where the official
 has no schedule, or when no seq_len is given).
+Beyond the paper (off by default): cfg.infill = F trains a fraction F of rows in an *infilling* order, one
+random span revealed after every other token (infill_span). Staggered orders never show a query a clean token
+more than smax - 1 positions to its right, so a zero-shot model cannot read a far right context when it fills
+a gap; these rows teach it to. F = 0 is the paper's loss, draw for draw (tests/test_fidelity.py).
 """
 import math
 from dataclasses import dataclass
