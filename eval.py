@@ -31,22 +31,30 @@ from paper import generation, infill, zeroshot
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
 
 
-def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str) -> dict:
+def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str,
+                    threshold: float = math.inf, window: int = 0) -> dict:
     """--data owt|lm1b|shakespeare|text:PATH (or a checkpoint trained on one): the likelihood of the corpus' held-out
     token rows (data.get_corpus: OWT's validation split, LM1B's test split, a text's validation tail), each
     method's own estimate as its nll() defines it (AR exact; MDLM/BD3-LM the 1/t NELBO, t per block for BD3-LM;
     Set Diffusion one sampled order), position 0 a clean BOS. A byte-level model also gets bits per character
-    (nats/token / ln 2: bits per byte, = per character on ASCII text, EOS between documents counted)."""
+    (nats/token / ln 2: bits per byte, = per character on ASCII text, EOS between documents counted).
+    --task infill: one whole word (--span word, the default) or line (--span line) of each held-out row masked
+    and filled at batch 1 with the threshold and window given (paper/infill.py evaluate_text)."""
     name = args.data or config["data"]
     if not is_corpus(name):
         raise ValueError(f"unknown --data {name!r}: choose {', '.join(CORPORA)} or text:PATH (the likelihood of a "
                          f"shipped task is --task likelihood without --data)")
     corpus = get_corpus(name)
-    if task_name not in ("likelihood", name, corpus.NAME):
+    if task_name not in ("likelihood", "infill", name, corpus.NAME):
         raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
     own = corpus.NAME == config["data"]           # its training corpus: the tokenizer it was trained with
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER, f"--data {name}")
     rows = corpus.load("test", args.data_dir, tok, config["seq_len"])
+    if task_name == "infill":
+        kw = sampler_kwargs(method, threshold, window, args.temperature, args.mdlm_block, args.commit_order,
+                            seq_len=config["seq_len"], official_blocks=args.official_blocks)
+        return infill.evaluate_text(model, method, cfg, tok, rows, config, device, corpus.NAME, args.span or "word",
+                                    args.limit, args.warmup, **kw)
     rows = rows[:args.limit] if args.limit else rows
     print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
           f"dtype {next(model.parameters()).dtype}")
@@ -173,6 +181,11 @@ def main(argv=None):
             m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, task_name, m)
         if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):    # ROCStories: OWT models too
+            if task_name == "infill":
+                threshold, window, _ = sampler_settings(args, config, method, cfg)
+                m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions, threshold, window)
+                return report(args, config, method, task_name, m, threshold, window_used(window, method, cfg),
+                              sampled=True)
             m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, task_name, m)
         data_name = config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name

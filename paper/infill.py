@@ -9,11 +9,17 @@ AR continues the left context for the span's length (it cannot see a right conte
                                            the whole reply visible: decided by the RIGHT context (the reply's
                                            first step starts with it), 40-90 positions to the span's right
     eval.py --task rocstories              ROCStories' middle sentence(s) (data/rocstories.py): ROUGE
+    eval.py --task infill --span word      a corpus checkpoint (shakespeare, text:PATH, owt, lm1b): one whole word of
+    eval.py --task infill --span line      each held-out row, or one whole line, masked (text_items): exact,
+                                           char_accuracy and ROUGE-L of the filled text (TEXT_SCORES)
 
     infill(...) / evaluate_infill(...)     fill one item / score a list of items: the mean of each scorer,
                                            tokens/step and tokens/s at batch 1 after warm-up
     arith_items(examples, tok, span)       the shipped task's items of one span kind, SPAN_SCORES their scorers
+    text_items(tok, rows, span, limit)     a corpus' items: the word or line nearest each row's middle
+    evaluate_text(...)                     eval.py --task infill on a corpus checkpoint
 """
+import importlib.util
 import re
 
 import torch
@@ -130,8 +136,6 @@ SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: t
 }
 
 
-
-
 def evaluate(task_name, data, examples, model, method, cfg, tok, config, device, sentences=1, warmup=0,
              span="step", **kw):
     """eval.py --task rocstories | infill on a task: the infilling items of the task, then evaluate_infill. The
@@ -145,3 +149,114 @@ def evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
         items, scores = arith_items(examples, tok, span), SPAN_SCORES[span]
     m = evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=warmup, **kw)
     return m if task_name == "rocstories" else {"span": span, **m}
+
+
+# ----------------------------------------------------------------------------- a text corpus: a word or a line
+
+TEXT_SPANS = ("word", "line")
+WORD = re.compile(r"(?:[^\W_]|['’])+")     # a maximal run of letters, digits and apostrophes
+MIN_CONTEXT = 4                            # tokens of text each side of the span, at least
+
+
+def text_spans(text: str, span: str) -> list[tuple[int, int]]:
+    """(start, end) character ranges of the whole words (span "word": maximal runs of letters, digits and
+    apostrophes, at least one letter or digit) or whole lines (span "line": the non-blank text between two
+    newlines, without them) of text. A run that touches either end of text is left out: the row may cut it."""
+    if span == "word":
+        return [m.span() for m in WORD.finditer(text)
+                if 0 < m.start() and m.end() < len(text) and any(c.isalnum() for c in m[0])]
+    breaks = [i for i, c in enumerate(text) if c == "\n"]
+    return [(i + 1, j) for i, j in zip(breaks, breaks[1:]) if text[i + 1:j].strip()]
+
+
+def segments(tok, row: list[int]) -> list[tuple[int, int]]:
+    """[a, b) index ranges of row after its position 0 (the BOS) holding ordinary tokens only (between EOS /
+    padding / [MASK]), each shrunk until its text neither starts nor ends with a character the row's edges cut
+    (a partial UTF-8 byte sequence: U+FFFD once decoded)."""
+    special, out, a = {tok.eos_id, tok.pad_id, tok.mask_id}, [], 1
+    for b in range(1, len(row) + 1):
+        if b == len(row) or row[b] in special:
+            while a < b and tok.decode(row[a:b]).startswith("\ufffd"):
+                a += 1
+            while a < b and tok.decode(row[a:b]).endswith("\ufffd"):
+                b -= 1
+            if a < b:
+                out.append((a, b))
+            a = b + 1
+    return out
+
+
+def row_item(tok, row: list[int], span: str) -> dict | None:
+    """One row's infilling item: the word or line whose middle is nearest the row's middle (position estimated
+    in tokens, ties to the left) that leaves at least MIN_CONTEXT tokens of text on each side and fits the
+    row's length once its three parts are tokenized; None when no span does. The tokens outside the chosen
+    segment (the row's leading BOS, other documents, their EOS) stay as they are on the left and right; the
+    segment's text is cut at the span and each part tokenized alone. A tokenizer other than bytes keeps a
+    word's leading space on the span side (GPT-2's " word" token). left + span + right is the row again
+    (token for token with bytes); "text" holds the three text parts, "answer" the span as a perfect fill
+    decodes."""
+    candidates = []
+    for a, b in segments(tok, row):
+        text = tok.decode(row[a:b])
+        scale = (b - a) / max(len(text), 1)
+        candidates += [(abs(a + (s + e) / 2 * scale - len(row) / 2), a + s * scale, a, b, text, s, e)
+                       for s, e in text_spans(text, span)]
+    for *_, a, b, text, s, e in sorted(candidates, key=lambda c: c[:2]):
+        if span == "word" and tok.name != "bytes" and text[s - 1] == " ":
+            s -= 1
+        parts = text[:s], text[s:e], text[e:]
+        left, mid, right = (tok.encode_text(t) for t in parts)
+        if min(len(left), len(right)) >= MIN_CONTEXT and len(left + mid + right) <= b - a:
+            return {"left": row[:a] + left, "span": mid, "right": right + row[b:], "text": parts,
+                    "answer": tok.decode(mid)}
+    return None
+
+
+def text_items(tok, rows, span: str, limit: int = 0) -> tuple[list[dict], int]:
+    """The infilling items of a corpus' held-out rows (N, L), one per row that has a usable span (row_item), in
+    row order, the first `limit` (0 = all); and how many rows were read. ValueError: a span kind of the
+    shipped task, or no row with a usable span."""
+    if span not in TEXT_SPANS:
+        raise ValueError(f"--span {span}: a text corpus masks one whole word or one whole line of a held-out row "
+                         f"(--span {' or '.join(TEXT_SPANS)})")
+    items, read = [], 0
+    for row in rows:
+        if limit and len(items) == limit:
+            break
+        read += 1
+        item = row_item(tok, [int(t) for t in row], span)
+        if item is not None:
+            items.append(item)
+    if not items:
+        raise ValueError(f"none of the {read} held-out rows has a whole {span} with {MIN_CONTEXT} tokens of text "
+                         f"on each side: try --span word, or a checkpoint with a longer context")
+    return items, read
+
+
+def char_accuracy(text: str, ref: str) -> float:
+    """The fraction of the reference's characters filled right, position by position (a missing one is wrong)."""
+    return sum(a == b for a, b in zip(text, ref)) / max(len(ref), 1)
+
+
+def text_scores() -> dict:
+    """The scorers of a corpus span: exact, char_accuracy and (with the rouge-score package) rougeL; without
+    rouge-score, a note line and no rougeL."""
+    scores = {"exact": lambda text, ex: text == ex["answer"],
+              "char_accuracy": lambda text, ex: char_accuracy(text, ex["answer"])}
+    if importlib.util.find_spec("rouge_score") is None:
+        print("note: rouge-score is not installed, so no rougeL (pip install rouge-score)")
+        return scores
+    from data.cnndm import rouge
+    scores["rougeL"] = lambda text, ex, f=rouge("rougeL"): f(text, ex["answer"])
+    return scores
+
+
+def evaluate_text(model, method, cfg, tok, rows, config, device, name: str, span: str = "word", limit: int = 0,
+                  warmup: int = 0, **kw) -> dict:
+    """eval.py --task infill on a corpus checkpoint: the word or line items of the held-out rows (text_items),
+    scored by text_scores at batch 1 (evaluate_infill). The metrics carry the span kind and the corpus name."""
+    items, read = text_items(tok, rows, span, limit)
+    print(f"{name} held-out split: a whole {span} masked in {len(items)} of the first {read} of its {len(rows)} rows "
+          f"(the first {warmup} of them warm-up)")
+    m = evaluate_infill(model, method, cfg, tok, items, config, device, text_scores(), warmup=warmup, **kw)
+    return {"span": span, **m, "data": name}
