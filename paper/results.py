@@ -305,6 +305,40 @@ def plot_generation(plt, samples: dict, out_png: str):
     save_plot(fig, ax, "tokens/step", "generative perplexity", out_png)
 
 
+def infill(paths, out_md) -> str:
+    """eval.py --task infill and rocstories runs (make infill, make infill-shakespeare) as one markdown table: a row
+    per span kind and checkpoint name (spans step, number, word, line, then ROCStories; methods in ORDER), with
+    exact match, answer_right (the shipped task's step span), char accuracy and ROUGE-L (text spans), tokens/step
+    and tokens/s at batch 1; a metric column no run has is left out. Runs of one checkpoint name in several
+    folders (seeds) make one row: the mean, with [min, max] where the seeds differ."""
+    spans = ["step", "number", "word", "line", "rocstories"]                  # the spans' order in the table
+    metrics = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"),
+               ("char acc.", "char_accuracy", ".3f"), ("ROUGE-L", "rougeL", ".3f"),
+               ("tokens/step", "tokens_per_step", ".2f"), ("tokens/s (batch 1)", "tokens_per_s", ".1f"),
+               ("n", "n", ".0f")]
+    groups = {}
+    for path in paths:
+        m = read_run(path, ("task", "model", "ckpt"))
+        if m["task"] not in ("infill", "rocstories"):
+            raise ValueError(f"{path}: a {m['task']} run, not an infill or rocstories run (eval.py --task infill)")
+        check_keys(path, m, ("tokens_per_step", "tokens_per_s", "n"), "an infill")
+        span = m.get("span", "step") if m["task"] == "infill" else "rocstories"
+        if m["model"] not in ORDER or not isinstance(m["ckpt"], str) or span not in spans:
+            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, span {span!r}: not an eval.py "
+                             f"--json file of an infill run")
+        key = (spans.index(span), ORDER.index(m["model"]), label_of(m["ckpt"]))
+        groups.setdefault(key, []).append(m)
+    if not groups:
+        raise ValueError("no eval.py --json file given")
+    columns = [c for c in metrics if any(c[1] in r for runs in groups.values() for r in runs)]
+    head = ["span", "checkpoint"] + [name for name, _, _ in columns] + ["seeds"]
+    body = [[spans[span], label] + [spread(runs, key, fmt) for _, key, fmt in columns] + [len(runs)]
+            for (span, _, label), runs in sorted(groups.items())]
+    text = write(markdown_table(head, body), out_md)
+    print(text)
+    return text
+
+
 def label_of(ckpt: str) -> str:
     """A checkpoint's name in a table: a released key as it is, a folder by its last part."""
     return ckpt if ":" in ckpt else os.path.basename(ckpt.rstrip("/"))
@@ -318,6 +352,9 @@ def main(argv=None):
                    help="merge the accuracy and throughput runs of a threshold sweep into a Pareto table")
     p.add_argument("--generation", action="store_true",
                    help="a corpus run: likelihood (bits/char) and unconditional (generative perplexity) tables")
+    p.add_argument("--infill", action="store_true",
+                   help="infilling runs (eval.py --task infill, rocstories): exact match, char accuracy, ROUGE-L, "
+                        "speed per span and checkpoint, seeds merged")
     p.add_argument("--sweep", action="store_true",
                    help="Set Diffusion's smax sweep: accuracy, tokens/step, likelihood and infilling per checkpoint")
     p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/step plot; --sweep: accuracy, tokens/step and infilling "
@@ -326,10 +363,12 @@ def main(argv=None):
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
     args = p.parse_args(argv)
     try:
-        if args.pareto + args.generation + args.sweep > 1:
-            raise ValueError("give one of --pareto, --generation and --sweep")
+        if args.pareto + args.generation + args.infill + args.sweep > 1:
+            raise ValueError("give one of --pareto, --generation, --infill and --sweep")
         if args.generation:
             return generation(args.runs, args.out, args.plot)
+        if args.infill:
+            return infill(args.runs, args.out)
         if args.sweep:
             return sweep(args.runs, args.out, args.plot)
         if args.pareto:
