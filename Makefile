@@ -5,7 +5,7 @@ TAUS ?= inf 0.99 0.9 0.8 0.7 0.6
 PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 
-.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill smax shakespeare shakespeare-seeds
+.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -142,5 +142,20 @@ shakespeare-seeds:  ## after make shakespeare (seed 1): seeds 2 and 3 the same w
 	  SHAKESPEARE_RESULTS=$(SHAKESPEARE_RESULTS)-s$$s || exit 1; done
 	$(PY) -m paper.results $(SHAKESPEARE_RESULTS)-seeds.md $(SHAKESPEARE_RESULTS)/*.json $(SHAKESPEARE_RESULTS)-s[23]/*.json \
 	  --generation --plot $(SHAKESPEARE_RESULTS)-seeds.png
+
+# Infilling real text (paper/infill.py): in each held-out Shakespeare row, the whole word (--span word) or the whole
+# line (--span line) whose middle is nearest the row's middle is masked (oracle length) and filled at batch 1 by the
+# make shakespeare and shakespeare-seeds checkpoints (seeds 1-3: SHAKESPEARE_OUT, -s2, -s3); one table row per
+# span and method, the seeds' mean [min, max]. INFILL_TEXT_LIMIT rows per run (the first 2 warm-up).
+INFILL_TEXT_LIMIT ?= 200
+INFILL_TEXT_CKPTS = $(SHAKESPEARE_OUT) $(SHAKESPEARE_OUT)-s2 $(SHAKESPEARE_OUT)-s3
+infill-shakespeare:  ## fill a masked word and a masked line of held-out Shakespeare with the make shakespeare(-seeds) checkpoints: exact, char accuracy, ROUGE-L, speed (CPU)
+	@for d in $(INFILL_TEXT_CKPTS); do for m in ar mdlm bd3lm setdiffusion; do [ -f $$d/$$m/config.json ] || { \
+	  echo "error: make $@ evaluates the make shakespeare and shakespeare-seeds checkpoints, and $$d/$$m holds none: run those first (or SHAKESPEARE_OUT=folder)" >&2; exit 1; }; done; done
+	mkdir -p results/infill-shakespeare
+	for d in $(INFILL_TEXT_CKPTS); do for m in ar mdlm bd3lm setdiffusion; do for s in word line; do \
+	  $(PY) eval.py --ckpt $$d/$$m --task infill --span $$s --limit $(INFILL_TEXT_LIMIT) --warmup 2 $(SHAKESPEARE_CACHE) \
+	    --json results/infill-shakespeare/$$(basename $$d)-$$m-$$s.json || exit 1; done; done; done
+	$(PY) -m paper.results results/infill-shakespeare.md results/infill-shakespeare/*.json --infill
 
 include paper/reproduce.mk
