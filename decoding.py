@@ -235,7 +235,8 @@ def stop_rule(tok, task, prompt_mask, eos=False, **opts):
     prompt | canvas] and end (B,) the column each row is decided up to (a window's or block's end).
     A task with `stop(ids, tok, **opts)` (GSM8K: the official criteria) sees the whole sequence so far,
     [MASK]s included; otherwise `is_finished` sees the decoded reply before its first [MASK]. eos=True also
-    stops a row at <|endoftext|>, as Hugging Face generate does for the official AR runs."""
+    stops a row at <|endoftext|>, as Hugging Face generate does for the official AR runs. task None (a corpus
+    checkpoint in sample.py): a row stops at an EOS in its reply before the first [MASK]."""
     P = prompt_mask.shape[1]
     first = (~prompt_mask).sum(1).tolist()                        # each row's first real column
 
@@ -243,23 +244,27 @@ def stop_rule(tok, task, prompt_mask, eos=False, **opts):
         done = []
         for row, s, e in zip(tokens.tolist(), first, end.tolist()):
             reply = row[P:e]
+            decided = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply   # before its first [MASK]
             if eos and tok.eos_id in reply:
                 done.append(True)
+            elif task is None:
+                done.append(tok.eos_id in decided)
             elif hasattr(task, "stop"):
                 done.append(task.stop(row[s:e], tok, **opts))
             else:
-                reply = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply
-                done.append(task.is_finished(tok.enc.decode([i for i in reply if i < tok.vocab_size])))
+                done.append(task.is_finished(tok.enc.decode([i for i in decided if i < tok.vocab_size])))
         return torch.tensor(done, device=tokens.device)
     return stop
 
 
 def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, stop_opts=None, **kw):
     """Generate replies to a list of prompts: strings (special-token text encoded as the token), or token id
-    lists (sample.py's, encoded as it chose). Returns completions, stats and seconds."""
+    lists (sample.py's, encoded as it chose). task: the stop rule's (stop_rule; None: stop at EOS). Returns
+    completions, stats and seconds."""
     batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else encode_prompts(tok, prompts)
     prompt, prompt_mask = (t.to(device) for t in batch)
-    stop = stop_rule(tok, task, prompt_mask, eos=method.__name__ == "ar", **(stop_opts or {}))
+    stop = stop_rule(tok, task, prompt_mask, eos=method.__name__ == "ar", **(stop_opts or {})) \
+        if max_new_tokens else None          # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's hook needs N > 0)
     g = torch.Generator(device=device).manual_seed(seed)
     (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, prompt_mask,
                                      max_new_tokens=max_new_tokens, generator=g, stop=stop, **kw)

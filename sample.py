@@ -1,10 +1,11 @@
-"""Generate from a checkpoint and show how it decoded.
+r"""Generate from a checkpoint and show how it decoded.
 
     python sample.py --ckpt out/setdiffusion                         # a held-out problem of its task
     python sample.py --ckpt out/setdiffusion --threshold 0.8 --show-order
     python sample.py --ckpt out/ar --prompt "Ann has 5 pens. She buys 3. How many?\n"
     python sample.py --ckpt out/dates --prompt-file prompts.txt     # one prompt per line, in batches
     python sample.py --ckpt out/dates --prompt "2021-03-09 = {mask:2} March 2021" --max-new-tokens 0
+    python sample.py --ckpt out/shakespeare/ar --prompt "ROMEO:"    # a corpus checkpoint continues the text
 
 --show-order marks every generated token with the step that decoded it: tokens of one step share a colour
 in a terminal (elsewhere a run of tokens decoded at step s is preceded by [s]), so you can see a Set Diffusion
@@ -15,6 +16,12 @@ filled in, and the prompt is shown with its gaps filled. Set Diffusion, MDLM and
 prompt; AR continues the left context only, so it refuses such prompts. Everything else in a prompt is plain
 text: "<|endoftext|>" typed in a prompt stays those characters. With the byte tokenizer, bytes in --prompt that
 are not UTF-8 reach the model as those bytes. A prompt and --max-new-tokens must fit the model's context (seq_len).
+
+A checkpoint trained on a corpus (--data shakespeare, text:PATH, owt, lm1b) has no prompts of its own: a prompt is
+preceded by the BOS token its training rows start with (data/corpus.py; LM1B's [CLS], else EOS), continued until
+EOS or --max-new-tokens (default: the checkpoint's, cut to what fits), and its gaps are filled as above. With no
+prompt it continues BOS alone, with the same flags (greedy unless --temperature); --unconditional samples from BOS
+with the official OWT options instead.
 """
 import argparse
 import math
@@ -22,7 +29,7 @@ import sys
 
 import checkpoint
 import sampling
-from data import get_task, get_tokenizer
+from data import get_task, get_tokenizer, is_corpus
 from decoding import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit,
                       generate, prepare, prompt_ids, read_prompts, sampler_kwargs, speed_args)
 from paper import generation
@@ -87,7 +94,8 @@ def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
-    p.add_argument("--prompt", default=None, help="prompt text (default: the first held-out problem)")
+    p.add_argument("--prompt", default=None, help="prompt text (default: the first held-out problem; on a corpus "
+                   "checkpoint, BOS alone)")
     p.add_argument("--prompt-file", default=None, help="a text file of prompts, one per line, generated in batches")
     p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate (0: only fill [MASK]s)")
@@ -121,17 +129,32 @@ def sampler_options(args, tok, method_name: str) -> SamplerOptions:
     return options
 
 
-def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> list[list[int]]:
-    """Token ids of --prompt, of each line of --prompt-file, or of the task's first held-out problem; each
-    checked against the context (ValueError: one line)."""
+def corpus_bos(tok, data: str) -> int:
+    """The token every row of a corpus starts with (data/corpus.py), so every prompt on a corpus checkpoint too:
+    LM1B's [CLS]; otherwise EOS (text and Shakespeare rows start with BOS = EOS; OWT's rows have no BOS, and in
+    its stream every document follows an EOS, as --unconditional's samples do)."""
+    return tok.enc.token_to_id("[CLS]") if data == "lm1b" else tok.eos_id
+
+
+def prompt_texts(args, task) -> tuple[list[str], bool]:
+    """The prompts and whether they came from the command line (raw: bytes that are not UTF-8 kept): --prompt,
+    each line of --prompt-file, else the task's first held-out problem, or on a corpus (task None) the empty
+    text, so that the sample continues BOS alone."""
     if args.prompt is not None:
-        prompts, raw = [args.prompt.replace("\\n", "\n")], True
-    else:
-        prompts = read_prompts(args.prompt_file) if args.prompt_file else [task.load("test")[0]["prompt"]]
-        raw = False
+        return [args.prompt.replace("\\n", "\n")], True
+    if args.prompt_file:
+        return read_prompts(args.prompt_file), False
+    return [task.load("test")[0]["prompt"] if task is not None else ""], False
+
+
+def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> list[list[int]]:
+    """Token ids of each prompt (prompt_texts), after the corpus' BOS on a corpus checkpoint (task None); each
+    checked against the context (ValueError: one line)."""
+    prompts, raw = prompt_texts(args, task)
+    head = [] if task is not None else [corpus_bos(tok, config["data"])]
     ids = []
     for k, prompt in enumerate(prompts, 1):
-        ids.append(prompt_ids(tok, prompt, config["seq_len"], k, raw))
+        ids.append(head + prompt_ids(tok, prompt, config["seq_len"], k, raw))
         fit(k, len(ids[-1]), 0 if default else max_new, config["seq_len"])
         if tok.mask_id in ids[-1] and config["method"] == "ar":
             raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
@@ -152,7 +175,7 @@ def main(argv=None):
         if args.unconditional:
             max_new = generation.unconditional_tokens(args.max_new_tokens, config["seq_len"])
         else:
-            task = get_task(config["data"], config.get("data_options"))
+            task = None if is_corpus(config["data"]) else get_task(config["data"], config.get("data_options"))
             default = args.max_new_tokens is None
             max_new = config.get("sampler", {}).get("max_new_tokens", 64) if default else args.max_new_tokens
             ids = encoded_prompts(args, task, tok, config, max_new, default)
