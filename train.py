@@ -130,6 +130,9 @@ def check_args(args):
     for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
                        ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
         check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
+    if args.seq_len == 1:
+        raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "
+                         "predict); 0 = the task's default")
     if args.smax < 2:
         raise ValueError(f"--smax must be at least 2, got {args.smax}")
     for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
@@ -160,32 +163,30 @@ def lr_at(step, args):
     return args.lr * (args.final_lr + (1 - args.final_lr) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def setup(args, device):
+def setup(args, device, flex: bool = False):
     """Tokenizer, task (or corpus), training data, model, and the config.json dict describing them. The training
     data of a task is its encoded tensors {x0, prompt_mask, pad_mask} (B, L); of a corpus, its token rows (N, L)
     (a numpy memmap, read a batch at a time)."""
     if is_corpus(args.data):
         task = get_corpus(args.data)
-        tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
-        seq_len = args.seq_len or task.SEQ_LEN
+    else:
+        task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
+    tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
+    seq_len = args.seq_len or task.SEQ_LEN
+    shape = None if args.init_from else model_shape(args, tok)
+    if shape is not None:                              # before any data or weights are allocated
+        check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
+    if is_corpus(args.data):
         train = task.load("train", args.data_dir, tok, seq_len)
         task.load("test", args.data_dir, tok, seq_len)            # the validation rows: built now, checked now
     else:
-        task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
-        tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
-        seq_len = args.seq_len or task.SEQ_LEN
-        train = encode(tok, task.load("train", args.data_dir), seq_len)
+        examples = task.load("train", args.data_dir)
+        check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
+        train = encode(tok, examples, seq_len)
     if args.init_from:
         model = from_pretrained(args.init_from).train()
     else:
         torch.manual_seed(args.seed)
-        shape = PRESETS[args.preset] if args.preset else dict(
-            vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
-            n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
-        if shape["vocab_size"] < tok.vocab_size:
-            raise ValueError(f"--preset {args.preset} has a vocabulary of {shape['vocab_size']} tokens, fewer than "
-                             f"the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this tokenizer")
-        check_fits(ModelConfig(**shape), device)
         model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
                                    nelbo=args.nelbo, infill=args.infill)
@@ -207,19 +208,54 @@ def setup(args, device):
     return task, tok, train, model, config
 
 
-def check_fits(cfg: ModelConfig, device: str):
-    """Refuse, before building it, a model whose weights, gradients and AdamW state (16 bytes a parameter)
-    exceed this machine's memory (the GPU's on CUDA)."""
+def model_shape(args, tok) -> dict:
+    """The ModelConfig fields of --preset, or of --n-layer/--n-embd/--n-head/--n-kv-head with the tokenizer's
+    vocabulary; a preset whose vocabulary is smaller than the tokenizer's is refused (ValueError)."""
+    shape = PRESETS[args.preset] if args.preset else dict(
+        vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
+        n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
+    if shape["vocab_size"] < tok.vocab_size:
+        raise ValueError(f"--preset {args.preset} has a vocabulary of {shape['vocab_size']} tokens, fewer than "
+                         f"the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this tokenizer")
+    return shape
+
+
+def memory_of(device: str) -> float:
+    """Bytes of memory here: the GPU's on CUDA, else the machine's (inf where unknown)."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else math.inf
+
+
+def check_fits(cfg: ModelConfig, device: str, seq_len: int, batch_size: int, method: str, flex: bool = False):
+    """Refuse, before anything is allocated, a run that needs more than this machine's memory (the GPU's on
+    CUDA): the weights, gradients and AdamW state (16 bytes a parameter) and at least one micro-batch's
+    activations: its float32 logits (4 bytes x batch x L x vocabulary) and, with dense masks (not FlexAttention),
+    the bool attention mask, batch x (2L)^2 bytes over [x0 | xt] (BD3-LM, Set Diffusion), batch x L^2 (MDLM),
+    none for AR (causal attention needs no mask)."""
     D, hd = cfg.n_embd, cfg.head_dim
     per_layer = D * hd * (cfg.n_head + 2 * cfg.n_kv_head) + hd * cfg.n_head * D + 3 * D * cfg.intermediate_size
     params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * per_layer   # qkv, o, MLP
-    if device.startswith("cuda"):
-        memory = torch.cuda.get_device_properties(torch.device(device)).total_memory
-    else:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else math.inf
+    streams = 0 if flex else {"ar": 0, "mdlm": 1}.get(method, 2)
+    activations = 4 * batch_size * seq_len * cfg.vocab_size + batch_size * (streams * seq_len) ** 2
+    memory, gib = memory_of(device), 2 ** 30
     if 16 * params > memory:
-        raise ValueError(f"a model of {params / 1e9:.1f}B parameters needs about {16 * params / 2**30:.0f} GiB to "
-                         f"train, more than the {memory / 2**30:.0f} GiB here: make it smaller")
+        raise ValueError(f"a model of {params / 1e9:.1f}B parameters needs about {16 * params / gib:.0f} GiB to "
+                         f"train, more than the {memory / gib:.0f} GiB here: make it smaller")
+    if 16 * params + activations > memory:
+        raise ValueError(f"--seq-len {seq_len} and --batch-size {batch_size} need at least {activations / gib:,.0f} "
+                         f"GiB of activations a micro-batch beside the {16 * params / gib:,.1f} GiB of weights and "
+                         f"optimizer state, more than the {memory / gib:,.0f} GiB here: lower --seq-len or "
+                         f"--batch-size")
+
+
+def check_examples_fit(n: int, seq_len: int, default: int):
+    """A task's training examples are encoded whole (data.encode: int64 tokens and two bool masks, 10 bytes a
+    position): refuse, before allocating them, more than this machine's memory."""
+    need, memory = 10 * n * seq_len, memory_of("cpu")
+    if need > memory:
+        raise ValueError(f"the {n:,} training examples at --seq-len {seq_len} take {need / 2**30:,.0f} GiB encoded, "
+                         f"more than the {memory / 2**30:,.0f} GiB here: lower --seq-len (0 = the task's {default})")
 
 
 def flex_on(attention: str, device: str) -> bool:
@@ -319,7 +355,7 @@ def main(argv=None):
             first = ddp and is_corpus(args.data)            # rank 0 builds (or fetches) a corpus' cache first
             if first and not master:
                 torch.distributed.barrier()
-            task, tok, train, model, config = setup(args, device)
+            task, tok, train, model, config = setup(args, device, flex)
             model.flex = flex
             if first and master:
                 torch.distributed.barrier()

@@ -179,3 +179,49 @@ def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
     assert heads["ar", "arith"].startswith("| task | model | accuracy |")
     assert heads["setdiffusion", "arith"].startswith("| task | model | threshold | window | commit_order | accuracy |")
     assert heads["setdiffusion", "likelihood"].startswith("| task | model | nll |")
+
+
+# ----------------------------------------------------------------------------- issue 22, item 6
+
+@pytest.fixture
+def nothing_allocated(monkeypatch):
+    """16 GiB of memory here, and a failure if train.py encodes the examples or builds the model."""
+    monkeypatch.setattr(train, "memory_of", lambda device: 16 * 2**30)
+    monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
+    monkeypatch.setattr(train, "Transformer", lambda *a, **k: pytest.fail("built the model"))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--n-embd", "100000"], "a model of 640.0B parameters needs about 9537 GiB to train, more than the 16 GiB here: "
+                             "make it smaller"),
+    ([], "--seq-len 100000000 and --batch-size 16 need at least 1,538 GiB of activations a micro-batch beside the "
+         "0.0 GiB of weights and optimizer state, more than the 16 GiB here: lower --seq-len or --batch-size"),
+])
+def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, nothing_allocated, flags, message):
+    """A huge --seq-len/--n-embd died in numpy with a 14.6 TiB MemoryError traceback; now the weights (16 bytes a
+    parameter) or the activations, at least the float32 logits (4 x 16 x 1e8 x 258 bytes), are refused first."""
+    argv = ["--model", "ar", "--seq-len", "100000000", *flags, "--max-iters", "1", "--out-dir", str(tmp_path / "o")]
+    assert error_of(train.main, argv) == "error: " + message
+
+
+def test_train_refuses_examples_larger_than_memory_before_encoding(tmp_path, nothing_allocated):
+    """The arith task's 20,000 examples encoded at L = 1e7: 10 bytes a position, 1,863 GiB."""
+    argv = ["--model", "ar", "--seq-len", "10000000", "--batch-size", "1", "--max-iters", "1",
+            "--out-dir", str(tmp_path / "o")]
+    assert error_of(train.main, argv) == ("error: the 20,000 training examples at --seq-len 10000000 take 1,863 GiB "
+                                          "encoded, more than the 16 GiB here: lower --seq-len (0 = the task's 128)")
+
+
+def test_train_seq_len_one_says_the_context_must_be_at_least_two(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", "ar", "--seq-len", "1", "--max-iters", "1", "--out-dir", str(tmp_path / "o")])
+    assert str(e.value.code) == ("error: --seq-len 1: the context must be at least 2 tokens (one to condition on, one "
+                                 "to predict); 0 = the task's default")
+
+
+def test_sample_help_shows_the_prompts_backslash_n_as_written(capsys):
+    """The docstring's example prompt ends with the two characters \\n (sample.py turns them into a line break)."""
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--help"])
+    assert e.value.code == 0
+    assert '--prompt "Ann has 5 pens. She buys 3. How many?\\n"\n' in capsys.readouterr().out
