@@ -73,7 +73,7 @@ infill:  ## fill a span of the shipped task with each `make pareto` checkpoint: 
 	for m in ar mdlm bd3lm setdiffusion; do for s in step number; do \
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task infill --span $$s --limit 500 --warmup 5 \
 	    --json results/infill-arith/$$m-$$s.json || exit 1; done; done
-	$(PY) -m paper.results results/infill-arith.md results/infill-arith/*.json
+	$(PY) -m paper.results results/infill-arith.md results/infill-arith/*.json --infill
 
 # Set Diffusion's one knob (docs/results.md): smax, the reach of its orders (no token is revealed before a token smax
 # or more positions to its left) and twice its decoding window. Each smax trained at make
