@@ -219,6 +219,16 @@ def test_train_seq_len_one_says_the_context_must_be_at_least_two(tmp_path):
                                  "to predict); 0 = the task's default")
 
 
+@pytest.mark.parametrize("model, value, message", [
+    ("setdiffusion", "1.5", "--infill must be a fraction in [0, 1], got 1.5"),
+    ("setdiffusion", "nan", "--infill must be a fraction in [0, 1], got nan"),
+    ("bd3lm", "0.5", "--infill 0.5: only Set Diffusion trains infilling orders")])
+def test_train_infill_fraction_is_checked(tmp_path, model, value, message):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--model", model, "--infill", value, "--max-iters", "1", "--out-dir", str(tmp_path / "o")])
+    assert str(e.value.code) == "error: " + message
+
+
 def test_sample_help_shows_the_prompts_backslash_n_as_written(capsys):
     """The docstring's example prompt ends with the two characters \\n (sample.py turns them into a line break)."""
     with pytest.raises(SystemExit) as e:
