@@ -427,6 +427,7 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
     before = snapshot(tmp_path / "other")
     for flags, diff in [
         (["--model", "ar", *TINY], "method: 'setdiffusion' in the checkpoint, 'ar' from the flags; "
+                                   "method_config.infill: 0.0 in the checkpoint, None from the flags; "
                                    "method_config.smax: 8 in the checkpoint, None from the flags"),        # P7
         ([*SD, "--smax", "4"], "method_config.smax: 8 in the checkpoint, 4 from the flags"),
         ([*SD, "--n-embd", "64"], "model.head_dim: 16 in the checkpoint, 32 from the flags; "
