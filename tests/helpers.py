@@ -118,3 +118,14 @@ def error_of(main, argv) -> str:
     assert message.startswith("error: ") and "\n" not in message, message
     assert "weights_only" not in message, message
     return message
+
+
+def text_checkpoints(tmp_path_factory, name: str, text: str, flags: list[str]):
+    """A folder with a text file `name`, its token cache and one tiny checkpoint per method trained on it (flags)."""
+    import train
+    d = tmp_path_factory.mktemp("text")
+    (d / name).write_text(text, encoding="utf-8")
+    for m in ("ar", "mdlm", "bd3lm", "setdiffusion"):
+        train.main(["--model", m, "--data", f"text:{d / name}", "--data-dir", str(d / "cache"),
+                    "--out-dir", str(d / m), *flags])
+    return d

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 import checkpoint
 import eval as evaluate
-import train
 from data import byte_tokenizer, textfile
+from helpers import text_checkpoints
 from model import ModelConfig, Transformer
 from paper import generation, results
 
@@ -30,12 +30,7 @@ METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny text, its token cache and one tiny checkpoint per method trained on it (3 steps)."""
-    d = tmp_path_factory.mktemp("text")
-    (d / "richard.txt").write_text(TEXT, encoding="utf-8")
-    for m in METHODS:
-        train.main(["--model", m, "--data", f"text:{d / 'richard.txt'}", "--data-dir", str(d / "cache"),
-                    "--out-dir", str(d / m), *TINY])
-    return d
+    return text_checkpoints(tmp_path_factory, "richard.txt", TEXT, TINY)
 
 
 def eval_json(tmp_path, argv) -> dict:

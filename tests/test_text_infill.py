@@ -12,9 +12,8 @@ import tiktoken
 
 import checkpoint
 import eval as evaluate
-import train
 from data import Tokenizer, byte_tokenizer, textfile
-from helpers import error_of
+from helpers import error_of, text_checkpoints
 from model import ModelConfig, Transformer
 from paper import infill, results
 
@@ -32,12 +31,7 @@ HAS_ROUGE = importlib.util.find_spec("rouge_score") is not None
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """The text, its token cache and one tiny checkpoint per method trained on it (2 steps, context 64)."""
-    d = tmp_path_factory.mktemp("text")
-    (d / "verse.txt").write_text(TEXT, encoding="utf-8")
-    for m in METHODS:
-        train.main(["--model", m, "--data", f"text:{d / 'verse.txt'}", "--data-dir", str(d / "cache"),
-                    "--out-dir", str(d / m), *TINY])
-    return d
+    return text_checkpoints(tmp_path_factory, "verse.txt", TEXT, TINY)
 
 
 def held_out(run):
