@@ -117,7 +117,7 @@ def arith_number(examples: list[dict], tok) -> list[dict]:
         m = re.search(r"has (\d+) ", ex["prompt"])
         left, number, rest = ex["prompt"][:m.start(1)], m[1], ex["prompt"][m.end(1):]
         out.append({"left": tok.encode(left), "span": tok.encode(number),
-                    "right": tok.encode(rest + ex["target"]) + [tok.eos_id], "answer": number, "step": number})
+                    "right": tok.encode(rest + ex["target"]) + [tok.eos_id], "answer": number})
     return out
 
 
@@ -132,7 +132,7 @@ def arith_items(examples: list[dict], tok, span: str) -> list[dict]:
 SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: the completed chain is still valid
     "step": {"exact": lambda text, ex: text == ex["step"],
              "answer_right": lambda text, ex: chain_ok(ex["before"] + [text] + ex["after"], ex["answer"])},
-    "number": {"exact": lambda text, ex: text == ex["step"]},
+    "number": {"exact": lambda text, ex: text == ex["answer"]},
 }
 
 
