@@ -18,7 +18,7 @@ text: "<|endoftext|>" typed in a prompt stays those characters. With the byte to
 are not UTF-8 reach the model as those bytes. A prompt and --max-new-tokens must fit the model's context (seq_len).
 
 A checkpoint trained on a corpus (--data shakespeare, text:PATH, owt, lm1b) has no prompts of its own: a prompt is
-preceded by the BOS token its training rows start with (data/corpus.py; LM1B's [CLS], else EOS), continued until
+preceded by the BOS token its training rows start with (the corpus module's bos: LM1B's [CLS], else EOS), continued until
 EOS or --max-new-tokens (default: the checkpoint's, cut to what fits), and its gaps are filled as above. With no
 prompt it continues BOS alone, with the same flags (greedy unless --temperature); --unconditional samples from BOS
 with the official OWT options instead.
@@ -29,7 +29,7 @@ import sys
 
 import checkpoint
 import sampling
-from data import get_task, get_tokenizer, is_corpus
+from data import get_corpus, get_task, get_tokenizer, is_corpus
 from decoding import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit,
                       generate, prepare, prompt_ids, read_prompts, sampler_kwargs, speed_args)
 from paper import generation
@@ -129,13 +129,6 @@ def sampler_options(args, tok, method_name: str) -> SamplerOptions:
     return options
 
 
-def corpus_bos(tok, data: str) -> int:
-    """The token every row of a corpus starts with (data/corpus.py), so every prompt on a corpus checkpoint too:
-    LM1B's [CLS]; otherwise EOS (text and Shakespeare rows start with BOS = EOS; OWT's rows have no BOS, and in
-    its stream every document follows an EOS, as --unconditional's samples do)."""
-    return tok.enc.token_to_id("[CLS]") if data == "lm1b" else tok.eos_id
-
-
 def prompt_texts(args, task) -> tuple[list[str], bool]:
     """The prompts and whether they came from the command line (raw: bytes that are not UTF-8 kept): --prompt,
     each line of --prompt-file, else the task's first held-out problem, or on a corpus (task None) the empty
@@ -151,7 +144,7 @@ def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> lis
     """Token ids of each prompt (prompt_texts), after the corpus' BOS on a corpus checkpoint (task None); each
     checked against the context (ValueError: one line)."""
     prompts, raw = prompt_texts(args, task)
-    head = [] if task is not None else [corpus_bos(tok, config["data"])]
+    head = [] if task is not None else [get_corpus(config["data"]).bos(tok)]
     ids = []
     for k, prompt in enumerate(prompts, 1):
         ids.append(head + prompt_ids(tok, prompt, config["seq_len"], k, raw))

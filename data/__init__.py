@@ -132,7 +132,8 @@ def is_corpus(name: str) -> bool:
 def get_corpus(name: str):
     """The corpus module (owt, lm1b, shakespeare), or for "text:PATH" the corpus data/textfile.py makes: NAME (what
     config.json stores), TOKENIZER, SEQ_LEN, load(split, data_dir, tok, L) -> rows (N, L), where split is
-    "train" or "test" (the held-out split: OWT's and a text's validation tail, LM1B's test), and batch."""
+    "train" or "test" (the held-out split: OWT's and a text's validation tail, LM1B's test), batch, and bos(tok), the
+    token a row (and a prompt on such a checkpoint) starts with."""
     if name.startswith("text:"):
         from data.textfile import make_corpus
         return make_corpus(name.split(":", 1)[1])

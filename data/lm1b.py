@@ -51,8 +51,13 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
     path = corpus.cache_path(NAME, split, L, data_dir)
     if not os.path.isfile(path):
         ds = corpus.read_texts(data_dir, (*HUB, split), split)
-        corpus.build(ds["text"], tok, L, path, bos=tok.enc.token_to_id("[CLS]"), detokenize=detokenize)
+        corpus.build(ds["text"], tok, L, path, bos=bos(tok), detokenize=detokenize)
     return corpus.rows(path, L, tok.vocab_size)
+
+
+def bos(tok) -> int:
+    """The token every row starts with: BERT's [CLS] (prompts on an LM1B checkpoint start with it too)."""
+    return tok.enc.token_to_id("[CLS]")
 
 
 batch = corpus.batch

@@ -41,4 +41,9 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
     return corpus.rows(path, L, tok.vocab_size)
 
 
+def bos(tok) -> int:
+    """What a prompt starts after: rows have no BOS, and in the stream every document follows an EOS."""
+    return tok.eos_id
+
+
 batch = corpus.batch

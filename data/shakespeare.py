@@ -96,4 +96,5 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
     return textfile.load(split, text_path(data_dir), data_dir, tok, L)
 
 
+bos = textfile.bos
 batch = corpus.batch

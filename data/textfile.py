@@ -106,18 +106,23 @@ def load(split: str, path: str, data_dir: str | None = None, tok=None, L: int = 
     if not os.path.isfile(cached):
         docs = read_documents(path)
         try:
-            corpus.build(docs, tok, L, cached, bos=tok.eos_id, close=False)
+            corpus.build(docs, tok, L, cached, bos=bos(tok), close=False)
         except ValueError:
             raise ValueError(f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row of "
                              f"{L} tokens: give more text or a smaller --seq-len") from None
     return split_rows(corpus.rows(cached, L, tok.vocab_size), split)
 
 
+def bos(tok) -> int:
+    """The token every row starts with (prompts on a text checkpoint start with it too): BOS = EOS."""
+    return tok.eos_id
+
+
 def make_corpus(path: str) -> SimpleNamespace:
     """The corpus of `--data text:PATH`, with the interface of data/owt.py (NAME, TOKENIZER, SEQ_LEN, load,
-    batch). NAME is text:<absolute path>, what config.json stores, so eval.py finds the text from anywhere."""
+    batch, bos). NAME is text:<absolute path>, what config.json stores, so eval.py finds the text from anywhere."""
     if not path:
         raise ValueError("--data text:PATH needs a path: a UTF-8 text file or a folder of .txt files")
     path = os.path.abspath(os.path.expanduser(path))
-    return SimpleNamespace(NAME=PREFIX + path, TOKENIZER=TOKENIZER, SEQ_LEN=SEQ_LEN, batch=corpus.batch,
+    return SimpleNamespace(NAME=PREFIX + path, TOKENIZER=TOKENIZER, SEQ_LEN=SEQ_LEN, batch=corpus.batch, bos=bos,
                            load=lambda split, data_dir=None, tok=None, L=SEQ_LEN: load(split, path, data_dir, tok, L))

@@ -69,6 +69,9 @@ def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
     assert rows[:, 1:].reshape(-1).tolist() == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[:len(rows) * 7]
     assert is_corpus("text:x") and is_corpus("shakespeare") and not is_corpus("arith")
     assert get_corpus(f"text:{tmp_path}/t").NAME == f"text:{tmp_path}/t"
+    tok = byte_tokenizer()
+    assert (rows[:, 0] == get_corpus(f"text:{tmp_path}/t").bos(tok)).all()          # every row starts with bos
+    assert get_corpus("shakespeare").bos(tok) == get_corpus("owt").bos(tok) == tok.eos_id
 
 
 # ----------------------------------------------------------------------------- training
