@@ -23,9 +23,10 @@ import sys
 
 import checkpoint
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
-from decoding import (bits_per_char, check_nonnegative, check_output_file, check_positive, check_temperature,
-                      check_threshold, check_window, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
-                      markdown_table, no_examples_left, prepare, sampler_kwargs, speed_args, takes)
+from cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
+                 check_window, no_examples_left, prepare, speed_args, unconditional_tokens)
+from generate import official_options, sampler_kwargs, takes
+from metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table
 from paper import generation, infill, zeroshot
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
@@ -68,7 +69,7 @@ def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tu
     """--task unconditional: -n samples from BOS alone at batch 1 with the official OWT sampler options, scored by
     the --ref-ckpt AR model (paper/generation.py). Returns (metrics, threshold, window) for report."""
     threshold, window, _ = sampler_settings(args, config, method, cfg)
-    max_new = generation.unconditional_tokens(args.max_new_tokens, config["seq_len"])
+    max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
     try:
         ref_model, ref_method, ref_cfg, ref_config = checkpoint.load(args.ref_ckpt, device)
     except (FileNotFoundError, ValueError) as e:
@@ -78,7 +79,7 @@ def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tu
     kw = sampler_kwargs(method, threshold, window, mdlm_block=args.mdlm_block, commit_order=args.commit_order,
                         seq_len=config["seq_len"], official_blocks=args.official_blocks)
     kw.pop("temperature")                           # samples are drawn at temperature 1
-    options = generation.options_for("owt", tok, config["method"])
+    options = official_options("owt", tok, config["method"])
     m = generation.evaluate_unconditional(model, method, cfg, tok, (ref_model, ref_method, ref_cfg), args.n, max_new,
                                           device, args.seed, args.warmup, options, **kw)
     print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
@@ -199,7 +200,7 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
-              commit_order=args.commit_order, options=generation.options_for(data_name, tok, config["method"]),
+              commit_order=args.commit_order, options=official_options(data_name, tok, config["method"]),
               official_blocks=args.official_blocks)
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):

@@ -30,9 +30,9 @@ import sys
 import checkpoint
 import sampling
 from data import get_corpus, get_task, get_tokenizer, is_corpus
-from decoding import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit,
-                      generate, prepare, prompt_ids, read_prompts, sampler_kwargs, speed_args)
-from paper import generation
+from cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
+                 prompt_ids, read_prompts, speed_args, unconditional_tokens)
+from generate import generate, official_options, sampler_kwargs, unconditional
 from sampling import SamplerOptions
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
@@ -121,7 +121,7 @@ def get_args(argv=None):
 def sampler_options(args, tok, method_name: str) -> SamplerOptions:
     """Plain sampling, or with --unconditional the official OWT options; --top-p and --repetition-penalty
     override either (checked: ValueError)."""
-    options = generation.options_for("owt", tok, method_name) if args.unconditional else SamplerOptions()
+    options = official_options("owt", tok, method_name) if args.unconditional else SamplerOptions()
     options.top_p = options.top_p if args.top_p is None else args.top_p
     options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
                                   else args.repetition_penalty)
@@ -155,6 +155,18 @@ def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> lis
     return ids
 
 
+def sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new: int):
+    """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
+    kw = sampler_kwargs(method, args.threshold, args.window, seq_len=config["seq_len"])
+    kw.pop("temperature")
+    samples = unconditional(model, method, cfg, tok, args.n, max_new, device, args.seed, options, **kw)
+    for i, s in enumerate(samples):
+        print(f"--- sample {i}\n{s['text']}")
+    rate = sum(s["tokens_per_s"] for s in samples) / len(samples)
+    print(f"\n[{config['method']}] {args.n} samples, up to {max_new} tokens, top-p {options.top_p}, repetition "
+          f"penalty {options.repetition_penalty}: {rate:.1f} tokens/s (batch 1)")
+
+
 def main(argv=None):
     args = get_args(argv)
     try:
@@ -166,7 +178,7 @@ def main(argv=None):
         options = sampler_options(args, tok, config["method"])
         check_window(args.window, method, cfg)
         if args.unconditional:
-            max_new = generation.unconditional_tokens(args.max_new_tokens, config["seq_len"])
+            max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
         else:
             task = None if is_corpus(config["data"]) else get_task(config["data"], config.get("data_options"))
             default = args.max_new_tokens is None
@@ -175,7 +187,7 @@ def main(argv=None):
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     if args.unconditional:
-        return generation.sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new)
+        return sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new)
     kw = sampler_kwargs(method, args.threshold, args.window, args.temperature, commit_order=args.commit_order,
                         options=options if options != SamplerOptions() else None, seq_len=config["seq_len"])
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0

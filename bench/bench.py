@@ -134,9 +134,12 @@ def shipped(model, pareto, quick):
     import checkpoint
     from data import get_task, get_tokenizer
     try:
-        from decoding import evaluate_throughput
-    except ImportError:                      # a reference tree from before decoding.py held it in eval.py
-        from eval import evaluate_throughput
+        from metrics import evaluate_throughput
+    except ImportError:                      # a reference tree from before metrics.py: decoding.py, earlier eval.py
+        try:
+            from decoding import evaluate_throughput
+        except ImportError:
+            from eval import evaluate_throughput
     out, n, rate = {}, 8 if quick else 40, {}
     for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
         net, method, cfg, config = checkpoint.load(os.path.join(pareto, m))
@@ -187,7 +190,7 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto)))
         return
-    from decoding import markdown_table          # this tree's (not at the top: a worker imports another tree's)
+    from metrics import markdown_table           # this tree's (not at the top: a worker imports another tree's)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"new": ROOT} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
         runs = {name: [] for name in trees}

@@ -34,7 +34,8 @@ import torch
 
 import ar
 import setdiffusion
-from decoding import markdown_table, timed
+from generate import timed
+from metrics import markdown_table
 from model import ModelConfig, Transformer, static_decoding
 
 QWEN3_1_7B = dict(vocab_size=151936, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, head_dim=128,

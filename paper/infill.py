@@ -24,7 +24,7 @@ import re
 
 import torch
 
-from decoding import timed
+from generate import timed
 
 ARITH_SPANS = ("step", "number")
 

@@ -13,7 +13,7 @@ import math
 import torch
 
 from data import get_tokenizer, mcqa
-from decoding import takes
+from generate import takes
 
 MCQA = mcqa.NAMES
 

@@ -11,11 +11,12 @@ import torch
 
 import checkpoint
 import eval as evaluate
+import generate
 import sample
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories
 from model import ModelConfig, Transformer
-from paper import generation, infill
+from paper import infill
 
 TOK = byte_tokenizer()
 try:
@@ -111,11 +112,11 @@ def test_cnndm_corpus_scores_on_literal_strings():
     assert cnndm.corpus_scores([], []) == {}
 
 def test_cnndm_official_options_are_threaded_to_the_sampler():
-    opt = generation.options_for("cnndm", TOK, "setdiffusion")
+    opt = generate.official_options("cnndm", TOK, "setdiffusion")
     assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1), 256,
                                                                                              False)
-    assert generation.options_for("cnndm", TOK, "ar").penalize_context                # HF generate: prompt too
-    owt = generation.options_for("owt", TOK, "ar"), generation.options_for("owt", TOK, "bd3lm")
+    assert generate.official_options("cnndm", TOK, "ar").penalize_context                # HF generate: prompt too
+    owt = generate.official_options("owt", TOK, "ar"), generate.official_options("owt", TOK, "bd3lm")
     assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
 
 
@@ -265,7 +266,7 @@ def test_make_infill_number_rows_on_tiny_checkpoints(tmp_path, ckpts):
 # ----------------------------------------------------------------------------- unconditional samples
 
 def test_unconditional_eos_stop_ignores_the_first_tokens():
-    stop = generation.eos_stop(9, start=3)
+    stop = generate.eos_stop(9, start=3)
     tokens = torch.tensor([[9, 1, 9, 2, 9, 5], [9, 1, 9, 2, 3, 5]])         # column 0 is the BOS (= EOS)
     assert stop(tokens, torch.tensor([4, 4])).tolist() == [False, False]
     assert stop(tokens, torch.tensor([6, 6])).tolist() == [True, False]

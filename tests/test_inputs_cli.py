@@ -10,6 +10,7 @@ import torch
 
 import eval as evaluate
 import paper.results
+import runtime
 import sample
 import train
 from helpers import error_of
@@ -186,7 +187,7 @@ def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
 @pytest.fixture
 def nothing_allocated(monkeypatch):
     """16 GiB of memory here, and a failure if train.py encodes the examples or builds the model."""
-    monkeypatch.setattr(train, "memory_of", lambda device: 16 * 2**30)
+    monkeypatch.setattr(runtime, "memory_of", lambda device: 16 * 2**30)
     monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
     monkeypatch.setattr(train, "Transformer", lambda *a, **k: pytest.fail("built the model"))
 

@@ -171,3 +171,47 @@ def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, m
     assert seen["mdlm"]["official_blocks"] and seen["mdlm"]["seq_len"] == 128
     assert seen["bd3lm"]["official_blocks"]
     assert "official_blocks" in capsys.readouterr().out                    # the row names the setting
+
+
+# ----------------------------------------------------------------------------- the import graph
+
+def local_imports(path: str) -> set:
+    """The repo modules a file imports at its top level or anywhere inside it (ast: import x, from x import y)."""
+    import ast
+    names = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in names if os.path.exists(module_path(n))}
+
+
+def module_path(name: str) -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, *name.split("."))
+    return path + ".py" if os.path.exists(path + ".py") else os.path.join(path, "__init__.py")
+
+
+def closure(name: str) -> set:
+    seen, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo += local_imports(module_path(n))
+    return seen
+
+
+def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
+    """No module imports a script (train, sample, eval); sample.py (sampling from BOS included) needs nothing of
+    paper/; the library modules form no import circle."""
+    scripts = {"train", "sample", "eval"}
+    library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "generate", "metrics", "cli", "runtime",
+               "checkpoint", "pretrained", "data", "paper.generation", "paper.infill", "paper.zeroshot", "paper.results"]
+    for name in [*scripts, *library]:
+        assert not (local_imports(module_path(name)) & scripts), name
+    assert not {n for n in closure("sample") if n.startswith("paper")}
+    for name in library:
+        deps = closure(name) - {name}
+        assert all(name not in local_imports(module_path(d)) for d in deps if not d.startswith(name + ".")), name

@@ -1,0 +1,237 @@
+"""Command-line input the three scripts share (train.py, sample.py, eval.py): range checks of their flags, the
+--compile/--dtype settings, and prompt text to token ids ({mask:N} and <|mask|> gaps, prompt files).
+
+Every check raises ValueError with one line that names the flag; the scripts print it as `error: ...` and exit
+with code 1, so bad input never shows a traceback.
+"""
+import argparse
+import math
+import os
+import re
+
+import torch
+
+from data import CORPORA, TASKS, custom
+from generate import takes
+from model import static_decoding
+
+# ----------------------------------------------------------------------------- range checks of shared flags
+# Each raises ValueError with one line that names the flag (the scripts print it as `error: ...`, exit code 1).
+
+
+def check_threshold(tau: float, name: str = "--threshold") -> float:
+    """A confidence threshold must be in (0, 1] or inf (one token per step). name: where the value came from."""
+    if not (0 < tau <= 1 or tau == math.inf):
+        raise ValueError(f"{name} {tau}: a confidence threshold must be in (0, 1], or inf for one token per step")
+    return tau
+
+
+def check_window(window: int, method, cfg, name: str = "--window") -> int:
+    """A sampling window must be in [1, smax] (0 = the default smax / 2); a method whose generate takes no
+    window (all but Set Diffusion) refuses one."""
+    if window and "window" not in takes(method.generate):
+        raise ValueError(f"{name} {window}: only Set Diffusion has a window")
+    if window and not 1 <= window <= cfg.smax:
+        raise ValueError(f"{name} {window}: the window must be in [1, smax={cfg.smax}]")
+    return window
+
+
+def check_positive(name: str, value: int) -> int:
+    """A count that must be at least 1: --batch-size, -n, --mdlm-block, --max-new-tokens of an evaluation, ..."""
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def check_nonnegative(name: str, value: int, zero: str = "") -> int:
+    """A count that may be 0 (zero: what 0 means, shown in the message, e.g. "0 = all")."""
+    if value < 0:
+        raise ValueError(f"{name} must be 0 or more{f' ({zero})' if zero else ''}, got {value}")
+    return value
+
+
+def check_temperature(t: float, name: str = "--temperature") -> float:
+    """A sampling temperature: a finite number >= 0 (0 = greedy)."""
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"{name} {t}: the temperature must be a finite number >= 0 (0 = greedy)")
+    return t
+
+
+def check_output_file(path: str, flag: str = "--json") -> str:
+    """An output file that will be written at the end: its folder must exist and be writable now."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path} is a folder: give a file name in it")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: the folder {folder} is not writable")
+    return path
+
+
+def no_examples_left(warmup: int, n: int) -> str:
+    return (f"--warmup {warmup} leaves no example to measure: only {n} example(s) are evaluated; "
+            f"raise --limit above --warmup (or lower --warmup)")
+
+
+# ----------------------------------------------------------------------------- train.py's flags
+
+def data_spec(spec: str) -> str:
+    """argparse type of --data: a corpus (owt, lm1b, shakespeare, text:PATH) or a task (custom.check_spec)."""
+    if spec in CORPORA or spec.startswith("text:") and spec[len("text:"):]:
+        return spec
+    try:
+        return custom.check_spec(spec)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"invalid choice: {spec!r} (choose {', '.join(TASKS)}, jsonl:PATH or "
+                                         f"hf:ORG/NAME); or a corpus: {', '.join(CORPORA)} or text:PATH") from None
+
+
+def check_train_args(args):
+    """Every flag in its range, before any work (ValueError, one line); counts and the threshold with the
+    checks eval.py and sample.py use."""
+    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd", "n_head",
+                 "block_size"):
+        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.max_new_tokens is not None:
+        check_positive("--max-new-tokens", args.max_new_tokens)
+    for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
+                       ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
+        check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
+    if args.seq_len == 1:
+        raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "
+                         "predict); 0 = the task's default")
+    if args.smax < 2:
+        raise ValueError(f"--smax must be at least 2, got {args.smax}")
+    for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
+                                  ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
+                                  ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
+                                  ("--beta2", args.beta2, 0 <= args.beta2 < 1, "in [0, 1)"),
+                                  ("--grad-clip", args.grad_clip, args.grad_clip >= 0, ">= 0 (0 = off)"),
+                                  ("--ema", args.ema, 0 <= args.ema < 1, "in [0, 1) (0 = off)"),
+                                  ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
+        if not (math.isfinite(value) and ok):
+            raise ValueError(f"{flag} must be a finite number {rule}, got {value}")
+    check_threshold(args.threshold)
+    if args.window and args.model != "setdiffusion":
+        raise ValueError(f"--window {args.window}: only Set Diffusion has a window")
+    if not 0 <= args.infill <= 1:
+        raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
+    if args.infill and args.model != "setdiffusion":
+        raise ValueError(f"--infill {args.infill}: only Set Diffusion trains infilling orders")
+    if args.window > args.smax:
+        raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
+
+
+# ----------------------------------------------------------------------------- model settings
+
+def speed_args(p):
+    """--compile and --dtype, shared by eval.py and sample.py."""
+    p.add_argument("--compile", action="store_true", help="static-shape decoding compiled with torch.compile "
+                   "(CUDA graphs on CUDA); the first calls pay the compile time")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="weights and activations (the official evaluation runs float32)")
+
+
+def prepare(model, args, device):
+    """The loaded model in --dtype, with --compile's static-shape decoding."""
+    model = model.to(getattr(torch, args.dtype))
+    if args.compile:
+        static_decoding(model, compile=True, mode="reduce-overhead" if device.startswith("cuda") else None)
+    return model
+
+
+# ----------------------------------------------------------------------------- prompts to token ids
+
+MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
+MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")
+
+
+def plain_ids(tok, text: str, raw: bool) -> list[int]:
+    """Token ids of text with no special tokens: special-token text such as <|endoftext|> stays plain text.
+    raw: text came from the command line, where bytes that are not UTF-8 arrive as surrogate escapes; a
+    byte-level tokenizer gets those bytes back (os.fsencode), another tokenizer refuses them."""
+    if tok.name == "bytes":
+        return list(os.fsencode(text) if raw else text.encode("utf-8"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = os.fsencode(text[e.start:e.end])
+        raise ValueError(f"--prompt holds bytes that are not UTF-8 text ({bad.hex(' ')}): the {tok.name} tokenizer "
+                         f"reads text; pass UTF-8") from None
+    if hasattr(tok, "encode_text"):     # data.Tokenizer's ordinary-text encoding (Qwen3: NFC first)
+        return tok.encode_text(text)
+    if hasattr(tok.enc, "encode_ordinary"):
+        return tok.enc.encode_ordinary(text)
+    return tok.encode(text)             # a WordPiece tokenizer: its own rules for special-token text
+
+
+def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> list[int]:
+    """Token ids of prompt k: <|mask|>, the tokenizer's own [MASK] text and {mask:N} become N [MASK] tokens
+    (N checked against the context before any is made); all other text is plain text."""
+    own = getattr(tok, "mask_text", None) or (tok.enc.decode([tok.mask_id]) if hasattr(tok.enc, "encode_ordinary")
+                                              else "")
+    pattern = re.compile(MASKS.pattern + (f"|{re.escape(own)}" if own and own != "<|mask|>" else ""))
+    ids, at = [], 0
+    for m in pattern.finditer(prompt):
+        ids += plain_ids(tok, prompt[at:m.start()], raw)
+        at = m.end()
+        n = 1 if m[1] is None else int(m[1]) if len(m[1]) <= 12 else seq_len + 1
+        if len(ids) + n > seq_len:
+            raise ValueError(f"prompt {k} has more than {seq_len} tokens with its {m[0]}: more than the model's "
+                             f"context (seq_len={seq_len}); shorten it")
+        ids += [tok.mask_id] * n
+    return ids + plain_ids(tok, prompt[at:], raw)
+
+
+def fit(k: int, n: int, max_new: int, seq_len: int):
+    """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
+    if n > seq_len:
+        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
+    if n + max_new > seq_len:
+        flag = f"--max-new-tokens {max_new}"
+        raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
+                         f"model's context (seq_len={seq_len}): at most {seq_len - n} new tokens fit; pass "
+                         f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
+
+
+def expand_masks(tok, prompt: str) -> str:
+    """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
+    mask = tok.enc.decode([tok.mask_id])
+    return re.sub(r"\{mask:(\d+)\}", lambda m: mask * int(m[1]), prompt.replace("<|mask|>", mask))
+
+
+def read_prompts(path: str) -> list[str]:
+    """One prompt per line of a UTF-8 text file of at most MAX_PROMPT_FILE bytes; a literal \\n in a line
+    stands for a newline. Every problem is a ValueError naming the file."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_FILE + 1)
+    except OSError as e:
+        raise ValueError(f"cannot read --prompt-file {path}: {e.strerror or e}") from None
+    if len(data) > MAX_PROMPT_FILE:
+        raise ValueError(f"--prompt-file {path} is larger than {MAX_PROMPT_FILE >> 20} MB: give a text file of "
+                         f"prompts, one per line")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a text "
+                         f"file of prompts, one per line") from None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
+    if not prompts:
+        raise ValueError(f"{path} holds no prompt: write one prompt per line")
+    return prompts
+
+
+def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
+    """sample.py --unconditional's number of new tokens: --max-new-tokens, or seq_len - 1 (all that fits after
+    the BOS token); a number that does not fit is a ValueError (one line)."""
+    max_new = max_new_tokens if max_new_tokens is not None else seq_len - 1
+    if max_new < 1:
+        raise ValueError(f"--unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
+                         f"--max-new-tokens 1 or more (default: seq_len - 1 = {seq_len - 1})")
+    if 1 + max_new > seq_len:
+        raise ValueError(f"--max-new-tokens {max_new} and the BOS token are more than the model's context "
+                         f"(seq_len={seq_len}): at most {seq_len - 1} new tokens fit")
+    return max_new

@@ -1,0 +1,157 @@
+"""Batched generation as the scripts call it: prompts (strings or token ids) are left-padded into one batch, run
+through a method's own sampler (`generate` in ar.py, mdlm.py, bd3lm.py, setdiffusion.py) with the task's stop
+rule, and come back as reply texts, the sampler's stats and the seconds it took. The samplers live in the
+method files and the logit options (penalties, nucleus, low-confidence stop) in sampling.py; this file only
+connects them to prompts, tasks and clocks.
+
+    sampler_kwargs(method, threshold, ...)   the settings method.generate takes, read from its signature
+    generate(model, method, ...)             replies to a batch of prompts, stats and seconds
+    unconditional(model, method, ...)        samples from BOS alone at batch 1 (sample.py, eval.py)
+    official_options(task, tok, method)      the official sampler options of CNN/DM, ROCStories, OWT samples
+    timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
+"""
+import inspect
+import math
+import time
+
+import torch
+
+from data import encode_prompts
+from sampling import SamplerOptions
+
+
+# ----------------------------------------------------------------------------- a method's sampler settings
+
+def takes(fn) -> set:
+    """The names of fn's parameters: which settings a method's generate or nll accepts."""
+    return set(inspect.signature(fn).parameters)
+
+
+def sampler_kwargs(method, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32, commit_order="l2r",
+                   options=None, seq_len=None, official_blocks=False):
+    """The settings among these that method.generate takes, by its parameter names (AR: temperature and options
+    only). seq_len: the model's context L (Set Diffusion's FHT commit order uses the L-long schedule; MDLM's
+    official canvas is L wide); official_blocks: MDLM and BD3-LM count the N new tokens from the start of the
+    prompt's last block, as the official align_inputs_to_blocks. window 0 and options None leave the method's
+    defaults (smax / 2; plain sampling)."""
+    given = {"temperature": temperature, "threshold": threshold, "window": window or None, "block": mdlm_block,
+             "commit_order": commit_order, "seq_len": seq_len, "official_blocks": official_blocks,
+             "options": options or None}
+    accepted = takes(method.generate)
+    return {k: v for k, v in given.items() if k in accepted and v is not None}
+
+
+# ----------------------------------------------------------------------------- batched generation
+
+def pad_prompts(tok, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt batch of token id lists, as data.encode_prompts makes of strings."""
+    P = max(len(i) for i in ids)
+    prompt = torch.full((len(ids), P), tok.pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros(len(ids), P, dtype=torch.bool)
+    for b, row in enumerate(ids):
+        if row:
+            prompt[b, P - len(row):], prompt_mask[b, P - len(row):] = torch.tensor(row), True
+    return prompt, prompt_mask
+
+
+def timed(device, fn, *args, **kw):
+    """(fn(*args, **kw), its wall-clock seconds); on CUDA the device is synchronised before and after, so the
+    seconds hold the queued kernels too."""
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def completion_ids(tok, row):
+    """Generated ids of one row after the prompt: [MASK]s removed, cut at the first EOS."""
+    ids = [i for i in row.tolist() if i != tok.mask_id]
+    return ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
+
+
+def stop_rule(tok, task, prompt_mask, eos=False, **opts):
+    """The samplers' stopping hook stop(tokens, end) -> (B,) bool, where tokens (B, P + N) is [left-padded
+    prompt | canvas] and end (B,) the column each row is decided up to (a window's or block's end).
+    A task with `stop(ids, tok, **opts)` (GSM8K: the official criteria) sees the whole sequence so far,
+    [MASK]s included; otherwise `is_finished` sees the decoded reply before its first [MASK]. eos=True also
+    stops a row at <|endoftext|>, as Hugging Face generate does for the official AR runs. task None (a corpus
+    checkpoint in sample.py): a row stops at an EOS in its reply before the first [MASK]."""
+    P = prompt_mask.shape[1]
+    first = (~prompt_mask).sum(1).tolist()                        # each row's first real column
+
+    def stop(tokens, end):
+        done = []
+        for row, s, e in zip(tokens.tolist(), first, end.tolist()):
+            reply = row[P:e]
+            decided = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply   # before its first [MASK]
+            if eos and tok.eos_id in reply:
+                done.append(True)
+            elif task is None:
+                done.append(tok.eos_id in decided)
+            elif hasattr(task, "stop"):
+                done.append(task.stop(row[s:e], tok, **opts))
+            else:
+                done.append(task.is_finished(tok.enc.decode([i for i in decided if i < tok.vocab_size])))
+        return torch.tensor(done, device=tokens.device)
+    return stop
+
+
+def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, stop_opts=None, **kw):
+    """Generate replies to a list of prompts: strings (special-token text encoded as the token), or token id
+    lists (sample.py's, encoded as it chose). task: the stop rule's (stop_rule; None: stop at EOS). Returns
+    completions, stats and seconds."""
+    batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else encode_prompts(tok, prompts)
+    prompt, prompt_mask = (t.to(device) for t in batch)
+    stop = stop_rule(tok, task, prompt_mask, eos=method.__name__ == "ar", **(stop_opts or {})) \
+        if max_new_tokens else None          # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's hook needs N > 0)
+    g = torch.Generator(device=device).manual_seed(seed)
+    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, prompt_mask,
+                                     max_new_tokens=max_new_tokens, generator=g, stop=stop, **kw)
+    texts = [tok.decode(completion_ids(tok, row)) for row in tokens[:, prompt.shape[1]:]]
+    return texts, {**stats, "tokens": tokens}, seconds
+
+
+# ----------------------------------------------------------------------------- samples from BOS alone
+
+def unconditional(model, method, cfg, tok, n, max_new, device, seed=0, options=None, **kw) -> list[dict]:
+    """n samples from BOS alone, one at a time (batch 1). Per sample: ids (the new tokens up to its stop, the
+    first EOS after the first start - 1; [MASK]s of columns never generated dropped), text, tokens_per_s,
+    tokens_per_step, nfe."""
+    samples = []
+    g = torch.Generator(device=device).manual_seed(seed)
+    for _ in range(n):
+        prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
+        start = max(options.stop_min_tokens if options else 0, 1)       # EOS before start does not stop a row
+        (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, max_new_tokens=max_new,
+                                     generator=g, options=options, temperature=1.0,
+                                     stop=eos_stop(tok.eos_id, start), **kw)
+        ids = tokens[0].tolist()
+        ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
+        new = [i for i in ids[1:ends[0] if ends else len(ids)] if i != tok.mask_id]
+        samples.append({"ids": new, "text": tok.decode(new), "tokens_per_s": int(stats["n_gen"].sum()) / sec,
+                        "tokens_per_step": stats["tokens_per_step"], "nfe": stats["nfe"]})
+    return samples
+
+
+def eos_stop(eos_id: int, start: int = 1):
+    """A sampler stop hook for a 1-token (BOS) prompt: a row stops at an EOS in column >= start, i.e. after the
+    first start - 1 new tokens (the official EntropyEosStoppingCriteria: ignore_prompt_eos, confidence_min_tokens)."""
+    return lambda tokens, end: torch.stack([(row[start:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
+
+
+# ----------------------------------------------------------------------------- the official options
+
+def official_options(task: str, tok, method: str):
+    """The official decoding options of a task (the official eval scripts' settings), or None (plain greedy)."""
+    if task == "cnndm":   # diffusion samplers penalise the reply (running_generation), HF generate the prompt too
+        return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
+                              penalize_context=method == "ar")
+    if task == "rocstories":   # the H100 wrapper: 1.2, with the visible right context counted
+        return SamplerOptions(repetition_penalty=1.2, penalize_context=True)
+    if task == "owt":     # Table 4: AR p 0.90, no penalty, stop 0.005; the others p 0.95, 1.05, stop 0.01
+        ar = method == "ar"
+        return SamplerOptions(top_p=0.90 if ar else 0.95, repetition_penalty=1.0 if ar else 1.05,
+                              stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128)
+    return None
