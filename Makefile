@@ -4,8 +4,9 @@ ITERS ?= 2000
 TAUS ?= inf 0.99 0.9 0.8 0.7 0.6
 PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 PARETO_EVAL = --limit 500 --max-new-tokens 64
+PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo test pareto bench bench-gpu example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
+.PHONY: help install install-test demo test pareto pareto-speed bench bench-gpu example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -41,14 +42,17 @@ pareto:  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the 
 	$(PY) train.py --model bd3lm --block-size 4 --out-dir out/pareto/bd3lm $(PARETO_TRAIN)
 	$(PY) train.py --model setdiffusion --smax 8 --out-dir out/pareto/setdiffusion $(PARETO_TRAIN)
 	$(PY) eval.py --ckpt out/pareto/ar $(PARETO_EVAL) --json results/pareto/ar-inf.json
-	$(PY) eval.py --ckpt out/pareto/ar --task throughput --limit 55 --json results/pareto/ar-inf-tput.json
 	for m in mdlm bd3lm setdiffusion; do for t in $(TAUS); do \
-	  $(PY) eval.py --ckpt out/pareto/$$m --threshold $$t $(PARETO_EVAL) --json results/pareto/$$m-$$t.json && \
-	  $(PY) eval.py --ckpt out/pareto/$$m --threshold $$t --task throughput --limit 55 \
-	    --json results/pareto/$$m-$$t-tput.json || exit 1; done; done
-	$(PY) -m paper.results results/pareto.md results/pareto/*.json --pareto --plot results/pareto.png
+	  $(PY) eval.py --ckpt out/pareto/$$m --threshold $$t $(PARETO_EVAL) --json results/pareto/$$m-$$t.json || exit 1; done; done
+	$(MAKE) pareto-speed
 
-PARETO_DIR ?= out/pareto
+# The speed column: every (checkpoint, tau) of make pareto timed in one interleaved measurement (paper/speed.py):
+# each of 50 prompts decoded by every run in turn at batch 1, 3 rounds, the median round and the rounds' range.
+PARETO_RUNS = $(PARETO_DIR)/ar $(foreach m,mdlm bd3lm setdiffusion,$(foreach t,$(TAUS),$(PARETO_DIR)/$(m)@$(t)))
+pareto-speed:  ## re-time make pareto's checkpoints, all runs interleaved (median of 3 rounds, range), and remake its table (~10 min CPU)
+	@$(NEED_PARETO)
+	$(PY) -m paper.speed $(PARETO_RUNS) --limit 55 --warmup 5 --rounds 3 --out results/pareto
+	$(PY) -m paper.results results/pareto.md results/pareto/*.json --pareto --plot results/pareto.png
 
 NEED_PARETO = for m in ar mdlm bd3lm setdiffusion; do [ -f $(PARETO_DIR)/$$m/config.json ] || { \
 	  echo "error: make $@ evaluates the make pareto checkpoints, and $(PARETO_DIR)/$$m holds none: run make pareto first (or PARETO_DIR=folder)" >&2; exit 1; }; done

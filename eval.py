@@ -127,6 +127,8 @@ def get_args(argv=None):
                         "reply to its right); a text corpus: one word (word, the default) or one line (line)")
     p.add_argument("--warmup", type=int, default=5, help="throughput, infill, unconditional: warm-up examples "
                    "(samples) before timing")
+    p.add_argument("--rounds", type=int, default=3, help="throughput: times the measured prompts are decoded; the "
+                   "median round is reported with the rounds' range")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
     speed_args(p)
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file (tables of several: "
@@ -139,6 +141,7 @@ def check_args(args):
     check_positive("--batch-size", args.batch_size)
     check_positive("--mdlm-block", args.mdlm_block)
     check_positive("-n", args.n)
+    check_positive("--rounds", args.rounds)
     if (args.task == "unconditional") != (args.ref_ckpt is not None):
         raise ValueError("--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same data (it "
                          "scores the samples)" if args.task == "unconditional" else
@@ -215,7 +218,7 @@ def main(argv=None):
                                 args.seed, exclusions)
     elif task_name == "throughput":
         m = evaluate_throughput(model, method, cfg, tok, data, examples, config, device, args.warmup,
-                                args.batch_size, max_new, stop_opts, **kw)
+                                args.batch_size, max_new, stop_opts, args.rounds, **kw)
     else:
         m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
                               max_new_tokens=max_new, seed=args.seed, stop_opts=stop_opts, **kw)

@@ -87,7 +87,8 @@ def summarize(paths, out_md, out_png=None, paper=None):
         label = label_of(m["ckpt"])
         row = rows.setdefault((label, tau), {"ckpt": label, "model": m["model"], "tau": tau})
         if m["task"] == "throughput":
-            row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"])
+            row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"],
+                       lo=m.get("tokens_per_s_min"), hi=m.get("tokens_per_s_max"))
         else:
             row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
@@ -99,7 +100,7 @@ def summarize(paths, out_md, out_png=None, paper=None):
     for r in rows:
         speed = r.get("tokens_per_s", nan)
         cells = [r["ckpt"], f"{r['tau']:g}", f"{r.get('accuracy', nan):.3f}", f"{r.get('tokens_per_step', nan):.2f}",
-                 f"{speed:.1f} ± {r.get('std', nan):.1f}", f"{speed / ar_speed if ar_speed else nan:.2f}x"]
+                 spread_of(r), f"{speed / ar_speed if ar_speed else nan:.2f}x"]
         if paper:
             x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
             cells += [f"{acc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}"]
@@ -108,6 +109,15 @@ def summarize(paths, out_md, out_png=None, paper=None):
     plt = pyplot() if out_png else None
     if plt:
         plot_pareto(plt, rows, out_png)
+
+
+def spread_of(r: dict) -> str:
+    """A throughput cell: the median round and the rounds' range (interleaved_throughput), or, for a file of
+    one round, the mean ± the per-sample standard deviation."""
+    nan = float("nan")
+    if r.get("lo") is not None:
+        return f"{r['tokens_per_s']:.1f} [{r['lo']:.1f}, {r['hi']:.1f}]"
+    return f"{r.get('tokens_per_s', nan):.1f} ± {r.get('std', nan):.1f}"
 
 
 def plot_pareto(plt, rows: list[dict], out_png: str):
