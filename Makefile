@@ -6,7 +6,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo test pareto pareto-speed bench bench-gpu example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
+.PHONY: help install install-test demo test pareto pareto-speed bench step-cost bench-gpu example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -67,6 +67,9 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 REF ?= e2a4fee
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~15 min on 2 cores)
 	$(PY) -m bench.bench --ref $(REF) --json results/bench.json
+
+step-cost:  ## CPU time of one batch-1 decoding step per method, split into forward, output head and sampler bookkeeping (~1 min)
+	$(PY) -m bench.step_cost --rounds 5 --json results/step_cost.json
 
 bench-gpu:  ## decode ms/step of AR and Set Diffusion at Qwen3-1.7B's shape, eager / compiled / CUDA graphs, implied tokens/s beside the paper's (CUDA GPU)
 	$(PY) -m bench.bench_gpu --json results/bench_gpu.json

@@ -1,0 +1,104 @@
+"""What one decoding step costs, split into the model's forward (and its output head) and the sampler's own
+bookkeeping, per method, in CPU time: the question behind "Set Diffusion's step costs 1.5x AR's".
+
+    python -m bench.step_cost                 # bench.py's DiT-like shape, batch 1, tau = inf, 1 thread
+    python -m bench.step_cost --threads 2 --rounds 9 --json results/step_cost.json
+
+CPU time (time.process_time) of this process, not wall-clock time, so that other jobs on a shared machine
+slow the numbers little (with --threads 1 they hardly move); each method runs `--rounds` times, interleaved,
+and every number is the median, per forward pass of the generation (its prefill included, as bench.py's
+ms/forward). forward = inside model.forward (embedding, blocks, final norm, output head);
+head = the output head alone (a forward hook pair on lm_head); sampler = the step minus its forward: masks,
+gathers, the confidence rule, cache bookkeeping, Python. FLOPs per step are the matmuls' multiply-adds of the
+tokens a step feeds (AR 1; Set Diffusion 1 clean + W queries, the head on the W queries; BD3-LM 2S at tau = inf;
+MDLM its whole block canvas, no cache).
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from bench.bench import DECODE, METHODS
+
+SHAPE = dict(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, norm="layer", mlp="gelu",
+             qk_norm=False, tie_embeddings=False)
+
+
+def instrument(model) -> dict:
+    """Accumulate process time inside model.forward and inside its lm_head into the returned dict."""
+    spent = {"forward": 0.0, "head": 0.0, "head_t0": 0.0}
+    inner = model.forward
+
+    def forward(*args, **kw):
+        t0 = time.process_time()
+        out = inner(*args, **kw)
+        spent["forward"] += time.process_time() - t0
+        return out
+    model.forward = forward
+    model.lm_head.register_forward_pre_hook(lambda m, a: spent.__setitem__("head_t0", time.process_time()))
+    model.lm_head.register_forward_hook(
+        lambda m, a, out: spent.__setitem__("head", spent["head"] + time.process_time() - spent["head_t0"]))
+    return spent
+
+
+def measure(mods, cfgs, model, spent, rounds: int, new: int) -> dict:
+    """{method: {ms_step, ms_forward, ms_head, ms_sampler, nfe}}: medians over rounds, methods interleaved."""
+    prompt = torch.randint(0, 4096, (1, DECODE["prompt"]), generator=torch.Generator().manual_seed(0))
+    runs = {m: [] for m in METHODS}
+    for m in METHODS:                                                    # warm-up
+        mods[m].generate(model, prompt, cfgs[m], max_new_tokens=new, **kwargs(m))
+    for _ in range(rounds):
+        for m in METHODS:
+            spent["forward"] = spent["head"] = 0.0
+            t0 = time.process_time()
+            _, stats = mods[m].generate(model, prompt, cfgs[m], max_new_tokens=new, **kwargs(m))
+            total, nfe = time.process_time() - t0, stats["nfe"]
+            runs[m].append({"ms_step": total, "ms_forward": spent["forward"], "ms_head": spent["head"],
+                            "ms_sampler": total - spent["forward"]})
+            runs[m][-1] = {k: 1000 * v / nfe for k, v in runs[m][-1].items()} | {"nfe": nfe}
+    return {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
+
+
+def kwargs(m: str) -> dict:
+    return {} if m == "ar" else {"threshold": float("inf")}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU time barely depends on load)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved repetitions; medians reported")
+    p.add_argument("--new", type=int, default=DECODE["new"], help="new tokens per generation")
+    p.add_argument("--json", default=None, help="also write the numbers here")
+    args = p.parse_args(argv)
+    if args.threads < 1 or args.rounds < 1 or args.new < 1:
+        sys.exit("error: --threads, --rounds and --new must be at least 1")
+    torch.set_num_threads(args.threads)
+    import importlib
+
+    import model as model_py
+    mods = {m: importlib.import_module(m) for m in METHODS}
+    cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
+            "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4), "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
+    torch.manual_seed(0)
+    net = model_py.Transformer(model_py.ModelConfig(**SHAPE)).eval()
+    spent = instrument(net)
+    with torch.no_grad():
+        out = measure(mods, cfgs, net, spent, args.rounds, args.new)
+    from metrics import markdown_table
+    ar = out["ar"]
+    rows = [[m, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}", f"{r['ms_sampler']:.3f}",
+             f"{r['ms_step'] / ar['ms_step']:.2f}x", f"{r['ms_forward'] / ar['ms_forward']:.2f}x"]
+            for m, r in out.items()]
+    print(markdown_table(["method", "CPU ms/step", "forward", "of which head", "sampler", "step vs AR",
+                          "forward vs AR"], rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new, **out}, f, indent=2)
+    return out
+
+
+if __name__ == "__main__":
+    main()
