@@ -58,11 +58,25 @@ def pick_device(name: str) -> str:
 
 
 def weights(model) -> dict:
-    """State dict without the tied lm_head (safetensors refuses shared tensors)."""
-    sd = model.state_dict()
+    """State dict without the tied lm_head (safetensors refuses shared tensors); an FSDP-sharded model's
+    tensors gathered whole (unsharded: every rank calls it)."""
+    sd = unsharded(model.state_dict())
     if model.cfg.tie_embeddings:
         sd.pop("lm_head.weight", None)
     return {k: v.detach().contiguous() for k, v in sd.items()}
+
+
+def unsharded(x):
+    """x (a state dict: nested dicts and lists) with every FSDP2 DTensor gathered whole. A DTensor's gather is
+    a collective, so with train.py --fsdp every rank calls it, in the same order; without FSDP it is x."""
+    from torch.distributed.tensor import DTensor
+    if isinstance(x, DTensor):
+        return x.full_tensor()
+    if isinstance(x, dict):
+        return {k: unsharded(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [unsharded(v) for v in x]
+    return x
 
 
 # ----------------------------------------------------------------------------- the checkpoint directory
@@ -192,15 +206,21 @@ def claim(out_dir: str, resume: bool):
     return lock
 
 
-def save(out_dir: str, model, config: dict, train_state: dict | None = None, eval_model=None):
-    """Write a complete checkpoint atomically. eval_model (e.g. the EMA copy) goes to model.safetensors."""
+def save(out_dir: str, model, config: dict, train_state: dict | None = None, eval_model=None, write=True):
+    """Write a complete checkpoint atomically. eval_model (e.g. the EMA copy) goes to model.safetensors.
+    With FSDP every rank calls it (the shards are gathered into one file) and only the one with write=True
+    writes."""
     from safetensors.torch import save_file
+    shown = weights(eval_model or model)
+    train_state = None if train_state is None else {"model": weights(model), **unsharded(train_state)}
+    if not write:
+        return
     d, tmp, _ = siblings(out_dir)
     finish_swap(d)
     os.makedirs(tmp)
-    save_file(weights(eval_model or model), os.path.join(tmp, "model.safetensors"))
+    save_file(shown, os.path.join(tmp, "model.safetensors"))
     if train_state is not None:
-        torch.save({"model": weights(model), **train_state}, os.path.join(tmp, "train_state.pt"))
+        torch.save(train_state, os.path.join(tmp, "train_state.pt"))
     with open(os.path.join(tmp, "config.json.part"), "w") as f:
         json.dump(config, f, indent=2)
     os.replace(os.path.join(tmp, "config.json.part"), os.path.join(tmp, "config.json"))   # last: complete
@@ -317,18 +337,30 @@ def load_train_state(path: str) -> dict:
     return state
 
 
-def restore(state, model, opt, ema, out_dir) -> int:
-    """Load a train_state (and the EMA weights of model.safetensors) for --resume; returns the step."""
+def restore(state, model, ema, out_dir) -> int:
+    """Load a train_state's weights (and the EMA weights of model.safetensors) for --resume; returns the step.
+    The optimizer's state follows with restore_optimizer (train.py --fsdp shards the model in between)."""
     try:
         load_weights(model, state["model"])
-        opt.load_state_dict(state["optimizer"])
         if ema is not None:
             ema_file = os.path.join(resolve(out_dir), "model.safetensors")
             load_weights(ema, load_safetensors(ema_file))
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ValueError(f"cannot resume from {resolve(out_dir)}: its train state does not fit "
-                         f"({str(e).splitlines()[0][:100]}); start again without --resume") from None
+        raise ValueError(cannot_resume(out_dir, e)) from None
     return state["step"]
+
+
+def restore_optimizer(state, opt, out_dir):
+    """Load a train_state's optimizer state into opt (built over the restored model)."""
+    try:
+        opt.load_state_dict(state["optimizer"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise ValueError(cannot_resume(out_dir, e)) from None
+
+
+def cannot_resume(out_dir: str, e: Exception) -> str:
+    return (f"cannot resume from {resolve(out_dir)}: its train state does not fit ({str(e).splitlines()[0][:100]}); "
+            f"start again without --resume")
 
 
 def check_resume(out_dir: str, config: dict):

@@ -119,6 +119,8 @@ def check_train_args(args):
         raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
     if args.infill and args.model != "setdiffusion":
         raise ValueError(f"--infill {args.infill}: only Set Diffusion trains infilling orders")
+    if args.fsdp and args.eval_every:
+        raise ValueError("--fsdp evaluates once, at the end, from the saved checkpoint: drop --eval-every")
     if args.window > args.smax:
         raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
 

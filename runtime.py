@@ -3,6 +3,7 @@ memory checks that refuse a run too large for this machine before anything is al
 a run after a saved step, and the progress line.
 
     init_distributed(args)        (ddp, rank, world size, device) from torchrun's environment
+    shard(model, ema)             --fsdp: FSDP2's fully_shard, block by block
     check_fits / check_examples_fit   weights + AdamW + one micro-batch (or the encoded examples) against memory
     flex_on(attention, device)    whether training masks are FlexAttention block masks
     interrupts()                  Ctrl-C / SIGTERM -> stop after the current step, which is saved
@@ -62,6 +63,29 @@ def rendezvous(world: int, rank: int, seconds: float) -> dict:
                          f"({str(e).splitlines()[0][:80]}): start all of them, e.g. with torchrun "
                          f"--nproc_per_node={world}, or unset WORLD_SIZE") from None
     return {"store": store, "rank": rank, "world_size": world}
+
+
+def shard(*models):
+    """train.py --fsdp: PyTorch's FSDP2 (fully_shard) over the ranks, each transformer block its own unit, then
+    the rest (embeddings, final norm, head); None models are skipped. Parameters become DTensors: the optimizer
+    is built after this, and checkpoint.weights gathers them whole for the one safetensors file."""
+    from torch.distributed.fsdp import fully_shard
+    for m in models:
+        if m is not None:
+            for block in m.layers:
+                fully_shard(block)
+            fully_shard(m)
+
+
+def shard_optimizer_state(opt):
+    """After opt.load_state_dict of a whole (unsharded) train_state: each per-parameter state tensor (AdamW's
+    moments) distributed as its FSDP-sharded parameter is."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    for p, s in opt.state.items():
+        if isinstance(p, DTensor):
+            for k, v in s.items():
+                if torch.is_tensor(v) and not isinstance(v, DTensor) and v.shape == p.shape:
+                    s[k] = distribute_tensor(v.to(p.device), p.device_mesh, p.placements)
 
 
 # ----------------------------------------------------------------------------- memory, before allocation

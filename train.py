@@ -4,6 +4,7 @@ laptop CPU in a few minutes, then prints held-out accuracy and one sample.
     python train.py --model setdiffusion
     python train.py --model bd3lm --block-size 4 --max-iters 3000 --out-dir out/bd3lm
     torchrun --nproc_per_node=2 train.py --model ar --max-iters 20      # DistributedDataParallel
+    torchrun --nproc_per_node=8 train.py --model ar --init-from Qwen/Qwen3-8B --fsdp ...   # sharded (FSDP2)
     python train.py --model setdiffusion --data shakespeare              # real text, byte-level
     python train.py --model ar --data text:notes/ --tokenizer gpt2       # any UTF-8 text file or folder
 
@@ -31,7 +32,8 @@ from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_token
 from metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood
 from model import PRESETS, ModelConfig, Transformer
 from pretrained import from_pretrained
-from runtime import Progress, check_examples_fit, check_fits, flex_on, init_distributed, interrupts
+from runtime import (Progress, check_examples_fit, check_fits, flex_on, init_distributed, interrupts, shard,
+                     shard_optimizer_state)
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -86,6 +88,8 @@ def get_args(argv=None):
     g.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
     g.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex"],
                    help="training masks: dense for SDPA, or FlexAttention block masks (auto: flex on CUDA)")
+    g.add_argument("--fsdp", action="store_true", help="under torchrun: shard weights, gradients and AdamW state "
+                   "over the processes (FSDP2 fully_shard) instead of DDP's full copies; checkpoints stay one file")
     g.add_argument("--seed", type=int, default=1, help="seed of weights, data order and noise")
     g.add_argument("--wandb", default="", help="log to this Weights & Biases project (key from WANDB_API_KEY)")
     g.add_argument("--dist-timeout", type=float, default=60,
@@ -212,6 +216,9 @@ def main(argv=None):
         try:
             check_train_args(args)
             ddp, rank, world, device = init_distributed(args)
+            if args.fsdp and not ddp:
+                raise ValueError("--fsdp shards the model over several processes: start them with torchrun "
+                                 "--nproc_per_node=N train.py ... (N >= 2), or drop --fsdp")
             master = rank == 0
             if master:
                 held.enter_context(checkpoint.claim(args.out_dir, args.resume))
@@ -233,9 +240,18 @@ def main(argv=None):
             if wandb is not None:
                 wandb.init(project=args.wandb, config=vars(args))
             method, cfg = checkpoint.method_of(config)
-            opt = make_optimizer(model.to(device), args)
+            model = model.to(device)
             ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
-            start = checkpoint.restore(state, model, opt, ema, args.out_dir) if state is not None else 0
+            start = checkpoint.restore(state, model, ema, args.out_dir) if state is not None else 0
+            if args.fsdp:
+                shard(model, ema)
+                if master:
+                    print(f"FSDP2: weights, gradients and optimizer state sharded over {world} processes")
+            opt = make_optimizer(model, args)
+            if state is not None:
+                checkpoint.restore_optimizer(state, opt, args.out_dir)
+                if args.fsdp:
+                    shard_optimizer_state(opt)
         except (FileNotFoundError, ValueError) as e:
             sys.exit(f"error: {e}")
         if state is not None and master:
@@ -245,8 +261,9 @@ def main(argv=None):
         with interrupts() as stop:
             losses = loop(model, opt, ema, start, stop, run)
         try:
-            if master:
-                report(ema or model, method, cfg, tok, task, args, device, config, show=True)
+            if master:                                # FSDP's model is in shards: evaluate the saved one
+                final = checkpoint.load(args.out_dir, device)[0] if args.fsdp else ema or model
+                report(final, method, cfg, tok, task, args, device, config, show=True)
         except KeyboardInterrupt:
             sys.exit(f"interrupted during the final evaluation; the checkpoint in {args.out_dir} is complete")
         if ddp:
@@ -273,8 +290,16 @@ def stop_run(what: str, out_dir: str):
     sys.exit(1)
 
 
-def finite(*models) -> bool:
-    return all(bool(torch.isfinite(p).all()) for m in models if m is not None for p in m.parameters())
+def finite(*models, reduce: bool = False) -> bool:
+    """Every weight finite; a sharded (FSDP) model checks its own shards and, with reduce, agrees with the
+    other ranks (all must stop together)."""
+    ok = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+             for m in models if m is not None for p in m.parameters())
+    if reduce:
+        t = torch.tensor(float(ok), device=next(models[0].parameters()).device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        ok = bool(t.item())
+    return ok
 
 
 def loop(model, opt, ema, start, stop, run):
@@ -285,7 +310,7 @@ def loop(model, opt, ema, start, stop, run):
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     autocast = torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
     train_model = torch.compile(model) if args.compile else model
-    if run["ddp"]:
+    if run["ddp"] and not args.fsdp:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
     progress = Progress(start, args.max_iters, master)
     losses = []
@@ -314,11 +339,11 @@ def loop(model, opt, ema, start, stop, run):
         if run["wandb"] is not None:
             run["wandb"].log({"loss": total, "lr": lr_at(step, args)}, step=step)
         done = step + 1
-        if master and (done % args.save_every == 0 or done == args.max_iters or signalled):
-            if not finite(model, ema):
+        if (master or args.fsdp) and (done % args.save_every == 0 or done == args.max_iters or signalled):
+            if not finite(model, ema, reduce=args.fsdp):          # FSDP: every rank gathers, rank 0 writes
                 stop_run(f"the weights are not finite after step {step}", args.out_dir)
             checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
-                            {"optimizer": opt.state_dict(), "step": done}, eval_model=ema)
+                            {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
         if signalled:
             progress.close()
             sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
