@@ -22,6 +22,7 @@ import math
 import sys
 
 import checkpoint
+import credentials
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
 from cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                  check_window, no_examples_left, prepare, speed_args, unconditional_tokens)
@@ -173,6 +174,7 @@ def main(argv=None):
     args = get_args(argv)
     try:
         check_args(args)
+        credentials.load_dotenv()                     # HF_TOKEN from .env (a gated Hub checkpoint)
         device = checkpoint.pick_device(args.device)   # ValueError: a device not here
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         model = prepare(model, args, device)

@@ -28,6 +28,7 @@ import math
 import sys
 
 import checkpoint
+import credentials
 import sampling
 from data import get_corpus, get_task, get_tokenizer, is_corpus
 from cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
@@ -171,6 +172,7 @@ def main(argv=None):
     args = get_args(argv)
     try:
         check_flags(args)
+        credentials.load_dotenv()                     # HF_TOKEN from .env (a gated Hub checkpoint)
         device = checkpoint.pick_device(args.device)   # ValueError: a device not here
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         model = prepare(model, args, device)

@@ -26,6 +26,7 @@ import sys
 import torch
 
 import checkpoint
+import credentials
 import setdiffusion
 from cli import check_train_args, data_spec
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
@@ -215,6 +216,7 @@ def main(argv=None):
     with contextlib.ExitStack() as held:                  # the --out-dir lock, released however main ends
         try:
             check_train_args(args)
+            credentials.load_dotenv()                 # HF_TOKEN, WANDB_API_KEY from .env
             ddp, rank, world, device = init_distributed(args)
             if args.fsdp and not ddp:
                 raise ValueError("--fsdp shards the model over several processes: start them with torchrun "
