@@ -1,0 +1,130 @@
+"""Multi-node training on a SLURM cluster: one launcher per node (cluster/train.sbatch runs it with srun) turns
+SLURM's variables into the torchrun command that starts that node's processes:
+
+    torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id JOB \
+        train.py ARGS [--grad-accum A] [--resume]
+
+N from SLURM_JOB_NUM_NODES (or SLURM_NNODES), G from --gpus-per-node or SLURM_GPUS_ON_NODE /
+SLURM_GPUS_PER_NODE ("4" or "h100:4"), HOST the first node of SLURM_JOB_NODELIST (its compressed form, e.g.
+"gpu[01-03,07]", expanded here), JOB from SLURM_JOB_ID. torchrun's c10d rendezvous then starts N x G
+processes and train.py's DDP (or --fsdp) runs as under `torchrun --standalone`. --global-batch B sets
+--grad-accum to B / (N x G x --batch-size), so a recipe's batch (make train-owt: 512) holds on any number of
+nodes. A requeued job (#SBATCH --requeue) restarts the same command: when --out-dir already holds a complete
+checkpoint, --resume is added, and training continues from its newest complete save.
+
+    python cluster/slurm.py --dry-run -- --model ar --data owt ...    # print the command, start nothing
+"""
+import argparse
+import os
+import re
+import shlex
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
+
+
+def expand_hostlist(spec: str) -> list[str]:
+    """SLURM's compressed host list -> host names: "gpu[01-03,07],cpu5" -> gpu01 gpu02 gpu03 gpu07 cpu5
+    (zero padding kept; several bracket groups in one name expand as a product)."""
+    hosts, depth, start = [], 0, 0
+    for i, c in enumerate(spec + ","):
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            if spec[start:i]:
+                hosts += expand_one(spec[start:i])
+            start = i + 1
+    if depth != 0 or not hosts:
+        raise ValueError(f"SLURM_JOB_NODELIST={spec!r} is not a SLURM host list (e.g. gpu[01-04])")
+    return hosts
+
+
+def expand_one(name: str) -> list[str]:
+    m = re.match(r"([^\[]*)\[([^\]]+)\](.*)", name)
+    if m is None:
+        return [name]
+    out = []
+    for part in m[2].split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"SLURM_JOB_NODELIST: {name!r} has a range that is not numbers")
+        for n in range(int(lo), int(hi or lo) + 1):
+            out += [m[1] + str(n).zfill(len(lo)) + rest for rest in expand_one(m[3])]
+    return out
+
+
+def gpus_per_node(flag: int, env) -> int:
+    """--gpus-per-node, else SLURM_GPUS_ON_NODE, else SLURM_GPUS_PER_NODE ("4", "h100:4")."""
+    if flag:
+        return flag
+    for key in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):
+        value = env.get(key, "").split(",")[0].rpartition(":")[2]
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    raise ValueError("no GPU count: request GPUs (#SBATCH --gpus-per-node=G) or pass --gpus-per-node G")
+
+
+def out_dir_of(train_args: list[str]) -> str:
+    """train.py's --out-dir among its arguments (its default out/<model> when absent)."""
+    for i, a in enumerate(train_args):
+        if a == "--out-dir" and i + 1 < len(train_args):
+            return train_args[i + 1]
+        if a.startswith("--out-dir="):
+            return a.split("=", 1)[1]
+    model = next((train_args[i + 1] for i, a in enumerate(train_args[:-1]) if a == "--model"), "")
+    return os.path.join("out", model)
+
+
+def with_grad_accum(train_args: list[str], global_batch: int, processes: int) -> list[str]:
+    """--grad-accum set so that processes x --batch-size x grad_accum = global_batch (ValueError otherwise)."""
+    micro = next((int(train_args[i + 1]) for i, a in enumerate(train_args[:-1]) if a == "--batch-size"), 16)
+    if "--grad-accum" in train_args:
+        raise ValueError("--global-batch sets --grad-accum: leave --grad-accum out of the training arguments")
+    if global_batch % (processes * micro):
+        raise ValueError(f"--global-batch {global_batch} is not a multiple of {processes} processes x --batch-size "
+                         f"{micro}: change one of them")
+    return [*train_args, "--grad-accum", str(global_batch // (processes * micro))]
+
+
+def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global_batch: int = 0) -> list[str]:
+    """The torchrun command of this node for SLURM's variables env (ValueError: one line)."""
+    missing = [k for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST") if not env.get(k)]
+    if missing:
+        raise ValueError(f"{' and '.join(missing)} not set: run this inside a SLURM job (sbatch cluster/train.sbatch "
+                         f"...), or pass --dry-run with them set by hand")
+    nodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1"
+    if not nodes.isdigit() or int(nodes) < 1:
+        raise ValueError(f"SLURM_JOB_NUM_NODES={nodes!r} is not a node count")
+    G, host = gpus_per_node(gpus, env), expand_hostlist(env["SLURM_JOB_NODELIST"])[0]
+    if global_batch:
+        train_args = with_grad_accum(train_args, global_batch, int(nodes) * G)
+    if "--resume" not in train_args and checkpoint.newest(out_dir_of(train_args)):
+        train_args = [*train_args, "--resume"]                 # a requeued job continues its run
+    return ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(G), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", env["SLURM_JOB_ID"], "train.py", *train_args]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpus-per-node", type=int, default=0, help="processes per node (default: SLURM's GPU count)")
+    p.add_argument("--port", type=int, default=29500, help="rendezvous port on the first node")
+    p.add_argument("--global-batch", type=int, default=0, help="sequences per optimizer step over all processes")
+    p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's arguments")
+    args = p.parse_args(argv)
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    try:
+        if not train_args:
+            raise ValueError("give train.py's arguments after --, e.g. -- --model ar --data owt")
+        cmd = command(train_args, os.environ, args.gpus_per_node, args.port, args.global_batch)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    if args.dry_run:
+        print(shlex.join(cmd))
+        return cmd
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))    # train.py's folder
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

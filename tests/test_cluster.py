@@ -1,0 +1,85 @@
+"""cluster/slurm.py without a scheduler: SLURM's variables -> the exact torchrun command (dry run), host lists,
+--grad-accum from a global batch, --resume added when the run's folder holds a complete checkpoint (a
+requeued job), one line for what is missing. python -m pytest -q tests/test_cluster.py"""
+import importlib.util
+import os
+
+import pytest
+
+import train
+from helpers import error_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("slurm", os.path.join(ROOT, "cluster", "slurm.py"))
+slurm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(slurm)
+
+JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
+       "SLURM_GPUS_ON_NODE": "8"}
+
+
+@pytest.mark.parametrize("spec, hosts", [
+    ("gpu07", ["gpu07"]),
+    ("gpu[01-03,07],cpu5", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]),
+    ("node[8-11]", ["node8", "node9", "node10", "node11"]),
+    ("r[1-2]-n[01-02]", ["r1-n01", "r1-n02", "r2-n01", "r2-n02"]),
+])
+def test_hostlists_expand(spec, hosts):
+    assert slurm.expand_hostlist(spec) == hosts
+
+
+@pytest.mark.parametrize("env, extra, expect", [
+    (JOB, [], ["--nnodes", "2", "--nproc-per-node", "8", "--rdzv-endpoint", "gpu07:29500", "--rdzv-id", "4242"]),
+    ({**JOB, "SLURM_GPUS_ON_NODE": "", "SLURM_GPUS_PER_NODE": "h100:4", "SLURM_JOB_NUM_NODES": "",
+      "SLURM_NNODES": "3", "SLURM_JOB_NODELIST": "a[3-5]"}, [],
+     ["--nnodes", "3", "--nproc-per-node", "4", "--rdzv-endpoint", "a3:29500"]),
+    (JOB, ["--gpus-per-node", "2", "--port", "31000"], ["--nproc-per-node", "2", "--rdzv-endpoint", "gpu07:31000"]),
+])
+def test_dry_run_renders_the_exact_torchrun_command(monkeypatch, capsys, env, extra, expect, tmp_path):
+    for k in list(os.environ):
+        if k.startswith("SLURM_"):
+            monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = ["--model", "ar", "--out-dir", str(tmp_path / "none")]
+    cmd = slurm.main(["--dry-run", *extra, "--", *args])
+    assert cmd[0] == "torchrun" and cmd[-len(args) - 1:] == ["train.py", *args]
+    flags = dict(zip(cmd[1:-len(args) - 1:2], cmd[2:-len(args) - 1:2]))
+    assert flags["--rdzv-backend"] == "c10d"
+    for k, v in zip(expect[::2], expect[1::2]):
+        assert flags[k] == v
+    assert capsys.readouterr().out.strip() == " ".join(cmd)
+
+
+def test_global_batch_sets_grad_accum():
+    args = ["--model", "ar", "--batch-size", "16", "--out-dir", "/nonexistent"]
+    assert slurm.command(args, JOB, global_batch=512)[-2:] == ["--grad-accum", "2"]        # 2 x 8 x 16 x 2
+    with pytest.raises(ValueError, match="not a multiple of 16 processes x --batch-size 16"):
+        slurm.command(args, JOB, global_batch=100)
+
+
+def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path):
+    """No checkpoint yet: no --resume; after a (1-step) run saved one: --resume, once."""
+    out = tmp_path / "run"
+    args = ["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
+            "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1", "--out-dir", str(out)]
+    assert "--resume" not in slurm.command(args, JOB)
+    train.main(args)
+    assert slurm.command(args, JOB)[-1] == "--resume"
+    assert slurm.command([*args, "--resume"], JOB).count("--resume") == 1
+    assert slurm.out_dir_of(["--model", "mdlm"]) == os.path.join("out", "mdlm")
+
+
+@pytest.mark.parametrize("env, argv, message", [
+    ({}, ["--", "--model", "ar"], "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
+    ({**JOB, "SLURM_GPUS_ON_NODE": ""}, ["--", "--model", "ar"], "no GPU count: request GPUs"),
+    ({**JOB, "SLURM_JOB_NODELIST": "gpu[01-"}, ["--", "--model", "ar"], "is not a SLURM host list"),
+    (JOB, [], "give train.py's arguments after --"),
+])
+def test_bad_input_is_one_line(monkeypatch, env, argv, message):
+    for k in list(os.environ):
+        if k.startswith("SLURM_"):
+            monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert message in error_of(slurm.main, ["--dry-run", *argv])
