@@ -45,7 +45,10 @@ def load_dotenv(path: str = DOTENV) -> list[str]:
 
 
 def value_of(raw: str) -> str:
-    """A value as shells and python-dotenv read it: inside matching quotes as is; unquoted, up to a ` #`."""
-    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
-        return raw[1:-1]
+    """A value as shells and python-dotenv read it: inside matching quotes as is (a ` # comment` after the
+    closing quote dropped); unquoted, up to a ` #`."""
+    if raw[:1] in ("'", '"'):
+        end = raw.find(raw[0], 1)
+        if end > 0 and (not raw[end + 1:].strip() or raw[end + 1:].lstrip().startswith("#")):
+            return raw[1:end]
     return raw.split(" #", 1)[0].strip()

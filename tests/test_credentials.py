@@ -34,6 +34,14 @@ def test_dotenv_sets_missing_credentials_only(tmp_path, clean_env):
     assert credentials.load_dotenv(str(tmp_path / "absent")) == []
 
 
+@pytest.mark.parametrize("raw, value", [
+    ('"abc"  # a comment', "abc"), ("'a b'", "a b"), ("abc # a comment", "abc"), ("abc#def", "abc#def"),
+    ('"abc', '"abc'), ('"a"b"', '"a"b"'),
+])
+def test_values_unquote_like_a_shell(raw, value):
+    assert credentials.value_of(raw) == value
+
+
 def test_a_bad_line_names_its_number_not_its_text(tmp_path, clean_env):
     env = tmp_path / ".env"
     env.write_text(f"HF_TOKEN={SECRET}\n{SECRET} oops\n")
