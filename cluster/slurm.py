@@ -20,7 +20,8 @@ import re
 import shlex
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # train.py's folder, where torchrun runs
+sys.path.insert(0, ROOT)
 import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
 
 
@@ -92,13 +93,15 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global
     if missing:
         raise ValueError(f"{' and '.join(missing)} not set: run this inside a SLURM job (sbatch cluster/train.sbatch "
                          f"...), or pass --dry-run with them set by hand")
-    nodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1"
+    nodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
+    if not nodes:
+        raise ValueError("SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set: run this inside a SLURM job, or set it")
     if not nodes.isdigit() or int(nodes) < 1:
         raise ValueError(f"SLURM_JOB_NUM_NODES={nodes!r} is not a node count")
     G, host = gpus_per_node(gpus, env), expand_hostlist(env["SLURM_JOB_NODELIST"])[0]
     if global_batch:
         train_args = with_grad_accum(train_args, global_batch, int(nodes) * G)
-    if "--resume" not in train_args and checkpoint.newest(out_dir_of(train_args)):
+    if "--resume" not in train_args and checkpoint.newest(os.path.join(ROOT, out_dir_of(train_args))):
         train_args = [*train_args, "--resume"]                 # a requeued job continues its run
     return ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(G), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", env["SLURM_JOB_ID"], "train.py", *train_args]
@@ -122,7 +125,7 @@ def main(argv=None):
     if args.dry_run:
         print(shlex.join(cmd))
         return cmd
-    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))    # train.py's folder
+    os.chdir(ROOT)                                 # a relative --out-dir / --data-dir: from the repository root
     os.execvp(cmd[0], cmd)
 
 

@@ -3,6 +3,8 @@
 requeued job), one line for what is missing. python -m pytest -q tests/test_cluster.py"""
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -58,8 +60,9 @@ def test_global_batch_sets_grad_accum():
         slurm.command(args, JOB, global_batch=100)
 
 
-def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path):
-    """No checkpoint yet: no --resume; after a (1-step) run saved one: --resume, once."""
+def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """No checkpoint yet: no --resume; after a (1-step) run saved one: --resume, once. A relative --out-dir is
+    looked up where torchrun runs train.py (the repository root), not in the launcher's working folder."""
     out = tmp_path / "run"
     args = ["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
             "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1", "--out-dir", str(out)]
@@ -68,11 +71,17 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path):
     assert slurm.command(args, JOB)[-1] == "--resume"
     assert slurm.command([*args, "--resume"], JOB).count("--resume") == 1
     assert slurm.out_dir_of(["--model", "mdlm"]) == os.path.join("out", "mdlm")
+    monkeypatch.setattr(slurm, "ROOT", str(tmp_path))
+    monkeypatch.chdir(tmp_path / "run")
+    assert slurm.command(["--model", "ar", "--out-dir", "run"], JOB)[-1] == "--resume"
+    assert "--resume" not in slurm.command(["--model", "ar", "--out-dir", "elsewhere"], JOB)
 
 
 @pytest.mark.parametrize("env, argv, message", [
     ({}, ["--", "--model", "ar"], "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
     ({**JOB, "SLURM_GPUS_ON_NODE": ""}, ["--", "--model", "ar"], "no GPU count: request GPUs"),
+    ({**JOB, "SLURM_JOB_NUM_NODES": ""}, ["--", "--model", "ar"], "SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set"),
+    ({**JOB, "SLURM_JOB_NUM_NODES": "two"}, ["--", "--model", "ar"], "SLURM_JOB_NUM_NODES='two' is not a node count"),
     ({**JOB, "SLURM_JOB_NODELIST": "gpu[01-"}, ["--", "--model", "ar"], "is not a SLURM host list"),
     (JOB, [], "give train.py's arguments after --"),
 ])
@@ -83,3 +92,35 @@ def test_bad_input_is_one_line(monkeypatch, env, argv, message):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert message in error_of(slurm.main, ["--dry-run", *argv])
+
+
+def test_the_sbatch_template_runs_one_launcher_per_node(tmp_path):
+    """train.sbatch with a stand-in srun (which records its arguments): one task per node, requeue on, the
+    launcher given the global batch and train.py's arguments unchanged."""
+    text = open(os.path.join(ROOT, "cluster", "train.sbatch")).read()
+    for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --requeue"):
+        assert line in text.splitlines()
+    (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
+    (tmp_path / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "RECORD": str(tmp_path / "args"),
+           "SLURM_SUBMIT_DIR": ROOT, "SLURM_CPUS_PER_TASK": "32", "GLOBAL_BATCH": "256"}
+    subprocess.run(["bash", os.path.join(ROOT, "cluster", "train.sbatch"), "--model", "ar", "--lr", "3e-4"],
+                   env=env, check=True, timeout=30)
+    assert (tmp_path / "args").read_text().split("\n")[:-1] == [
+        "--cpus-per-task=32", "--kill-on-bad-exit=1", "python", "cluster/slurm.py", "--global-batch", "256", "--",
+        "--model", "ar", "--lr", "3e-4"]
+
+
+def test_without_dry_run_the_launcher_execs_torchrun_from_the_repository_root(tmp_path):
+    """A stand-in torchrun records its working folder and arguments: the launcher replaces itself with it."""
+    (tmp_path / "torchrun").write_text('#!/bin/sh\npwd > "$RECORD"\nprintf "%s\\n" "$@" >> "$RECORD"\n')
+    (tmp_path / "torchrun").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(JOB, PATH=f"{tmp_path}:{os.environ['PATH']}", RECORD=str(tmp_path / "args"))
+    subprocess.run([sys.executable, os.path.join(ROOT, "cluster", "slurm.py"), "--", "--model", "ar", "--out-dir",
+                    str(tmp_path / "none")], env=env,
+                   cwd=tmp_path, check=True, timeout=60)
+    where, *args = (tmp_path / "args").read_text().split("\n")[:-1]
+    assert os.path.realpath(where) == os.path.realpath(ROOT)
+    assert args == ["--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                    "gpu07:29500", "--rdzv-id", "4242", "train.py", "--model", "ar", "--out-dir", str(tmp_path / "none")]
