@@ -10,10 +10,12 @@
     python eval.py --ckpt out/shakespeare/setdiffusion --task unconditional --ref-ckpt out/shakespeare/ar -n 20 \
         --threshold 0.9                                # samples from BOS: generative perplexity, entropy, tokens/s
     python eval.py --ckpt owt:setdlm-smax16 --task piqa             # zero-shot multiple choice (paper/zeroshot.py)
+    python eval.py --ckpt out/ar --task lm-eval --tasks NAME[,NAME] --include-path DIR   # lm-eval (paper/harness.py)
 
 Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstories --sentences 1|3 and infill
 (fill a masked span: paper/infill.py), likelihood (a task's test split, or a corpus: owt, lm1b,
-shakespeare, text:PATH), throughput, unconditional (samples scored by an AR checkpoint), hellaswag, piqa, siqa.
+shakespeare, text:PATH), throughput, unconditional (samples scored by an AR checkpoint), hellaswag, piqa, siqa,
+lm-eval (lm-eval-harness tasks through the method's likelihood and sampler: paper/harness.py; optional dependency).
 Tables of several --json files: python -m paper.results.
 """
 import argparse
@@ -28,9 +30,10 @@ from cli import (check_nonnegative, check_output_file, check_positive, check_tem
                  check_window, no_examples_left, prepare, speed_args, unconditional_tokens)
 from generate import official_options, sampler_kwargs, takes
 from metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table
-from paper import generation, infill, zeroshot
+from paper import generation, harness, infill, zeroshot
 
-TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA]
+TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA,
+         "lm-eval"]
 
 
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str,
@@ -132,6 +135,9 @@ def get_args(argv=None):
                    "median round is reported with the rounds' range")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
     speed_args(p)
+    p.add_argument("--tasks", default=None, help="lm-eval: task names, comma-separated (lm-eval's or --include-path's)")
+    p.add_argument("--include-path", default=None, help="lm-eval: a folder of task YAML files (local tasks)")
+    p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples (default: the task's)")
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file (tables of several: "
                    "python -m paper.results)")
     return p.parse_args(argv)
@@ -156,6 +162,7 @@ def check_args(args):
         check_threshold(args.threshold)
     if args.json:
         check_output_file(args.json)
+    harness.check_args(args)                     # --tasks, --include-path, --num-fewshot; lm-eval installed
 
 
 def sampler_settings(args, config: dict, method, cfg) -> tuple:
@@ -183,6 +190,12 @@ def main(argv=None):
         if task_name == "unconditional":
             return report(args, config, method, task_name, *evaluate_unconditional(args, model, method, cfg, config,
                                                                                    device), sampled=True)
+        if task_name == "lm-eval":               # lm-eval-harness tasks: one row per task, filter and metric
+            head, rows, m = harness.run(args, model, method, cfg, config, device, exclusions,
+                                        *sampler_settings(args, config, method, cfg))
+            print(markdown_table(head, rows))
+            return write_json(args, {"task": task_name, "model": config["method"], "ckpt": args.ckpt,
+                                     "commit_order": args.commit_order, **m})
         if task_name in zeroshot.MCQA:
             m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, task_name, m)
@@ -247,12 +260,17 @@ def report(args, config, method, task_name, m, threshold=math.inf, window=0, sam
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config") and applies.get(k, True)]
     print(markdown_table(keys, [[m[k] for k in keys]]))
+    write_json(args, m)
+
+
+def write_json(args, m: dict):
+    """--json: the metrics printed above, with every setting, as one JSON file (a failed write is one line)."""
     if args.json:
         try:
             with open(args.json, "w") as f:
                 json.dump(m, f, indent=2)
         except OSError as e:
-            sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); the row above holds the same metrics")
+            sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); the table above holds the same metrics")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,294 @@
+"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval), offline: local task YAMLs over
+JSONL files and tiny text checkpoints of all four methods. Pinned: loglikelihood == our zero-shot MCQA scoring
+of the same continuation (AR also == the naive sum of log-probs, is_greedy == the naive argmax); AR's rolling
+loglikelihood == its exact NLL over lm-eval's windows; generate_until stops at (and cuts before) the until
+strings; eval.py's table and --json (acc, exact_match, bits_per_byte == ours); the official GSM8K prompt, stop
+and rewrite; our GSM8K strict/flexible scores == lm-eval's gsm8k filters; bad flags one line.
+python -m pytest -q tests/test_harness.py
+"""
+import json
+import math
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import checkpoint
+import eval as evaluate
+from data import gsm8k
+from generate import sampler_kwargs
+from helpers import error_of, text_checkpoints
+from paper import harness, zeroshot
+
+Instance = pytest.importorskip("lm_eval.api.instance").Instance        # lm-eval: requirements-test.txt
+
+TEXT = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
+               for i in range(30))
+L = 48
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
+        "--warmup", "2", "--seq-len", str(L), "--max-iters", "3", "--seed", "1"]
+METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
+MC = [{"question": f"{i}. Now is the winter of our", "choices": ["discontent", "summer", "York;"], "label": i % 3}
+      for i in range(4)]
+TEXTS = ["Now is the winter", "made glorious summer by this sun of York; " * 3]     # one window, three windows
+YAML = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+  cache_dir: {cache}
+output_type: {kind}
+test_split: test
+{rest}"""
+TASKS = {
+    "tiny_mc": ("multiple_choice", 'doc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\n'
+                                   'doc_to_target: "{{label}}"\nmetric_list:\n  - metric: acc\n'),
+    "tiny_gen": ("generate_until", 'doc_to_text: "{{prompt}}"\ndoc_to_target: "{{target}}"\ngeneration_kwargs:\n'
+                                   '  until: ["ee"]\n  max_gen_toks: 12\nmetric_list:\n  - metric: exact_match\n'),
+    "tiny_txt": ("loglikelihood_rolling", 'doc_to_text: ""\ndoc_to_target: "{{text}}"\nmetric_list:\n'
+                                          '  - metric: bits_per_byte\n'),
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One tiny checkpoint per method (3 steps on a tiny text, L = 48)."""
+    return text_checkpoints(tmp_path_factory, "york.txt", TEXT, TINY)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def setup_of(run, m: str, batch_size=3, **kw) -> harness.Setup:
+    model, method, cfg, config = checkpoint.load(str(run / m))
+    tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "test")
+    return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size,
+                         sampler=sampler_kwargs(method, mdlm_block=4, seq_len=L), **kw)
+
+
+def request(kind: str, *args, doc=None, task=None) -> Instance:
+    return Instance(kind, doc or {}, args, 0, (task, 0, 1))
+
+
+def write_tasks(d, gen_docs: list[dict]) -> str:
+    """The three local tasks (YAML + JSONL) in folder d."""
+    rows = {"tiny_mc": MC, "tiny_gen": gen_docs, "tiny_txt": [{"text": t} for t in TEXTS]}
+    d.mkdir(exist_ok=True)
+    for name, (kind, rest) in TASKS.items():
+        (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[name]))
+        (d / f"{name}.yaml").write_text(YAML.format(name=name, data=d / f"{name}.jsonl", cache=d / "hf", kind=kind,
+                                                    rest=rest))
+    return str(d)
+
+
+# ----------------------------------------------------------------------------- loglikelihood
+
+@pytest.mark.parametrize("m", METHODS)
+def test_loglikelihood_is_our_zero_shot_scoring(run, m):
+    """Each (context, continuation) is scored as zeroshot.option_scores scores an MCQA option (same batches, same
+    generator): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is BOS;
+    AR's is also the naive sum of log-probs, and is_greedy the naive argmax check."""
+    s = setup_of(run, m)
+    long = "x" * 60
+    args = [("0. Now is the", " winter"), ("Now", " is the winter of our discontent"), ("", "Now"), (long, " York"),
+            ("1. Now is the winter of our ", "discontent")]          # trailing space: moves to the continuation
+    got = harness.loglikelihood(s, [request("loglikelihood", *a) for a in args])
+    enc = s.tok.encode_text
+    pairs = [(enc("0. Now is the"), enc(" winter")), (enc("Now"), enc(" is the winter of our discontent")),
+             ([s.tok.eos_id], enc("Now")), (enc(long)[-(L - 5):], enc(" York")),
+             (enc("1. Now is the winter of our"), enc(" discontent"))]
+    g = torch.Generator().manual_seed(0)
+    want = []
+    for b in range(0, len(pairs), 3):
+        batch = pairs[b:b + 3]
+        width = max(len(p) + len(a) for p, a in batch) if m == "ar" else L
+        per_token = zeroshot.option_scores(s.model, s.method, s.cfg, s.tok, batch, width, "cpu", 1, g)
+        want += (-(per_token * torch.tensor([len(a) for _, a in batch], dtype=torch.float64))).tolist()
+    assert [ll for ll, _ in got] == want
+    if m == "ar":
+        with torch.no_grad():
+            for (p, a), (ll, greedy) in zip(pairs, got):
+                x = torch.tensor([p + a])
+                logp = F.log_softmax(s.model(x[:, :-1]).double(), -1)[0, len(p) - 1:]        # (len(a), V)
+                assert ll == pytest.approx(logp[torch.arange(len(a)), torch.tensor(a)].sum().item(), abs=1e-4)
+                assert greedy == (logp.argmax(-1).tolist() == a)
+    else:
+        assert not any(greedy for _, greedy in got)
+
+
+def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
+    """AR: log p of a text = sum over chunks of L - 1 targets (after a BOS) of the exact log-probs, each target
+    seen from the window of up to L tokens that ends with its chunk (lm-eval's rolling windows)."""
+    s = setup_of(run, "ar")
+    got = harness.loglikelihood_rolling(s, [request("loglikelihood_rolling", t) for t in TEXTS])
+    with torch.no_grad():
+        for text, ll in zip(TEXTS, got):
+            ids = [s.tok.eos_id] + list(text.encode())
+            want = 0.0
+            for start in range(1, len(ids), L - 1):
+                end = min(start + L - 1, len(ids))
+                lo = max(end - L, 0)
+                x = torch.tensor([ids[lo:end]])
+                logp = F.log_softmax(s.model(x[:, :-1]).double(), -1)[0]                   # (end - lo - 1, V)
+                want += sum(logp[j - lo - 1, ids[j]].item() for j in range(start, end))
+            assert ll == pytest.approx(want, abs=1e-4)
+    assert len(harness.rolling_windows(s.tok, TEXTS[1], L)) == 3
+
+
+# ----------------------------------------------------------------------------- generate_until
+
+@pytest.mark.parametrize("m", METHODS)
+def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
+    """A reply with `until` is the unstopped reply cut before the first until string, and its row stopped there
+    (fewer new tokens than max_gen_toks)."""
+    s = setup_of(run, m)
+    n_gen, real = [], harness.generate
+
+    def spy(*a, **k):
+        texts, stats, sec = real(*a, **k)
+        n_gen.append(stats["n_gen"].tolist())
+        return texts, stats, sec
+    monkeypatch.setattr(harness, "generate", spy)
+    prompts = ["0. Now is the", "1. Now is the winter"]
+    free = harness.generate_until(s, [request("generate_until", p, {"until": [], "max_gen_toks": 24})
+                                      for p in prompts])
+    u = free[0][2:4]                                                # two characters the unstopped reply holds
+    cut = harness.generate_until(s, [request("generate_until", p, {"until": ["never said", u], "max_gen_toks": 24})
+                                     for p in prompts])
+    assert cut == [r.split(u)[0] for r in free] and len(cut[0]) <= 2
+    assert n_gen[0] == [24, 24] and n_gen[1][0] < 24
+
+
+def test_generation_fits_the_context(run, monkeypatch):
+    """The prompt keeps its last L - min(N, L/2) tokens, N is cut to L - prompt, a task's max_gen_toks wins over
+    setup.max_new, an empty context is a BOS."""
+    s = setup_of(run, "ar", max_new=5)
+    seen = []
+    monkeypatch.setattr(harness, "generate", lambda *a, **k: (seen.append((a[5], a[7])), ([""] * len(a[5]), {}, 0))[1])
+    harness.generate_until(s, [request("generate_until", "y" * 100, {"until": ["\n"], "max_gen_toks": 40}),
+                               request("generate_until", "y" * 100, {"until": ["\n"]}),
+                               request("generate_until", "", {"until": "\n", "max_gen_toks": 3})])
+    assert [(len(ids[0]), n) for ids, n in seen] == [(L - L // 2, L // 2), (L - 5, 5), (1, 3)]
+    assert seen[2][0] == [[s.tok.eos_id]]
+
+
+# ----------------------------------------------------------------------------- eval.py --task lm-eval
+
+@pytest.mark.parametrize("m", METHODS)
+def test_eval_lm_eval_equals_our_scores(run, m, tmp_path, capsys):
+    """eval.py --task lm-eval on a multiple-choice, a generate_until and a perplexity task: the table has a row per
+    task and metric; acc == the argmax of our loglikelihoods, exact_match == 0.5 when two of the four targets are
+    our replies, bits_per_byte == -(sum of our rolling log p) / bytes / ln 2."""
+    s = setup_of(run, m, batch_size=2)
+    prompts = [f"{i}. Now is the" for i in range(4)]
+    replies = harness.generate_until(s, [request("generate_until", p, {"until": ["ee"], "max_gen_toks": 12})
+                                         for p in prompts])
+    docs = [{"prompt": p, "target": r if i < 2 else r + "#"} for i, (p, r) in enumerate(zip(prompts, replies))]
+    include = write_tasks(tmp_path / "tasks", docs)
+    out = tmp_path / "m.json"
+    evaluate.main(["--ckpt", str(run / m), "--task", "lm-eval", "--tasks", "tiny_mc,tiny_gen,tiny_txt", "--include-path",
+                   include, "--batch-size", "2", "--mdlm-block", "4", "--device", "cpu", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert f"| {m} | tiny_mc | none | acc |" in table and f"| {m} | tiny_txt | none | bits_per_byte |" in table
+    res = json.loads(out.read_text())["results"]
+    ll = harness.loglikelihood(s, [request("loglikelihood", d["question"], " " + c) for d in MC for c in d["choices"]])
+    hits = [max(range(3), key=lambda c: ll[3 * i + c][0]) == d["label"] for i, d in enumerate(MC)]
+    assert res["tiny_mc"]["acc,none"] == sum(hits) / len(MC)
+    assert res["tiny_gen"]["exact_match,none"] == 0.5
+    rolling = harness.loglikelihood_rolling(s, [request("loglikelihood_rolling", t) for t in TEXTS])
+    want = -sum(rolling) / sum(len(t.encode()) for t in TEXTS) / math.log(2)
+    assert res["tiny_txt"]["bits_per_byte,none"] == pytest.approx(want, rel=1e-12)
+
+
+def test_limit_and_num_fewshot_reach_lm_eval(run, tmp_path, monkeypatch):
+    import lm_eval.evaluator
+    seen, real = {}, lm_eval.evaluator.simple_evaluate
+    monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", lambda **k: (seen.update(k), real(**k))[1])
+    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
+    out = tmp_path / "m.json"
+    evaluate.main(["--ckpt", str(run / "ar"), "--task", "lm-eval", "--tasks", "tiny_mc", "--include-path", include,
+                   "--limit", "2", "--num-fewshot", "0", "--device", "cpu", "--json", str(out)])
+    assert seen["limit"] == 2 and seen["num_fewshot"] == 0
+    assert json.loads(out.read_text())["n_samples"]["tiny_mc"]["effective"] == 2
+
+
+# ----------------------------------------------------------------------------- GSM8K
+
+def test_official_gsm8k_prompt_stop_and_rewrite(run, monkeypatch):
+    """A GSM8K checkpoint on lm-eval's gsm8k: the paper's chat prompt from the document's question, GSM8K's own
+    stop rule, the reply rewritten as the official script does; other tasks and checkpoints keep the context."""
+    s = setup_of(run, "ar")
+    s.config = {**s.config, "data": "gsm8k", "seq_len": 1024}          # the prompt whole (generation is faked)
+    seen = []
+
+    def fake(model, method, cfg, tok, rule, prompts, *a, **k):
+        seen.append((rule, prompts))
+        return ["so $\\boxed{18}$. Question: next"] * len(prompts), {}, 0
+    monkeypatch.setattr(harness, "generate", fake)
+    doc = {"question": "Janet has 3 ducks.", "answer": "3 + 15 = 18\n#### 18"}
+    got = harness.generate_until(s, [request("generate_until", "Question: Janet has 3 ducks.\nAnswer:",
+                                             {"until": ["Question:"]}, doc=doc, task=t) for t in ("gsm8k", "other")])
+    assert got == ["so #### 18", "so $\\boxed{18}$. "]
+    assert seen[0][0] is gsm8k and seen[0][1] == [s.tok.encode(gsm8k.make_prompt(doc["question"]))]
+    assert seen[1][1] == [s.tok.encode_text("Question: Janet has 3 ducks.\nAnswer:")]
+
+
+REPLIES = ["so the answer is $\\boxed{18}$.", "#### 1,080", "The answer is 72.", "no number here", "\\boxed{-3}",
+           "boxed{12.50} dollars", "$\\boxed{18.00}$", "It is 18.\nQuestion: what is 5?", "\\boxed{\\frac{1}{2}}",
+           "costs $1,234 in total", "Answer: 7 then 8", "\\boxed{18", "<|im_end|> 18", "#### 72.", "-3 degrees"]
+GOLDS = ["18", "1,080", "72", "5", "-3", "12.50", "18", "18", "0.5", "1234", "8", "18", "18", "72", "-3"]
+
+
+def test_gsm8k_scores_equal_lm_eval_filters():
+    """data/gsm8k.py's strict_match / flexible_match of a reply == lm-eval's gsm8k 'strict-match' /
+    'flexible-extract' filters (read from lm-eval's own gsm8k.yaml) then its exact_match with the yaml's settings,
+    on the official rewrite of the same reply, against GSM8K's whole solution."""
+    import lm_eval.tasks
+    import yaml
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+    from lm_eval.filters import build_filter_ensemble
+    with open(os.path.join(os.path.dirname(lm_eval.tasks.__file__), "gsm8k", "gsm8k.yaml")) as f:
+        spec = yaml.safe_load(f)
+    metric = {k: v for k, v in spec["metric_list"][0].items() if k in ("regexes_to_ignore", "ignore_case",
+                                                                         "ignore_punctuation")}
+    solutions = [f"Some reasoning.\n#### {g}" for g in GOLDS]
+    ours = {"strict-match": gsm8k.strict_match, "flexible-extract": gsm8k.flexible_match}
+    assert [f["name"] for f in spec["filter_list"]] == list(ours)
+    for f in spec["filter_list"]:
+        ensemble = build_filter_ensemble(f["name"], [(c["function"], {k: v for k, v in c.items() if k != "function"})
+                                                     for c in f["filter"]])
+        insts = [Instance("generate_until", {}, ("", {}), 0, ("gsm8k", i, 1)) for i in range(len(REPLIES))]
+        for inst, r in zip(insts, REPLIES):
+            inst.resps = [gsm8k.harness_rewrite(r)]
+        ensemble.apply(insts)
+        theirs = [bool(exact_match_hf_evaluate([i.filtered_resps[f["name"]]], [s], **metric)["exact_match"])
+                  for i, s in zip(insts, solutions)]
+        assert [ours[f["name"]](r, gsm8k.gold_answer(s)) for r, s in zip(REPLIES, solutions)] == theirs
+        assert any(theirs) and not all(theirs)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
+    ckpt = ["--ckpt", str(run / "ar"), "--device", "cpu"]
+    assert "needs --tasks" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval"])
+    assert "--tasks goes with --task lm-eval" in error_of(evaluate.main, [*ckpt, "--tasks", "x"])
+    (tmp_path / "f.yaml").write_text("")
+    assert "is not a folder" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "x",
+                                                         "--include-path", str(tmp_path / "f.yaml")])
+    assert "--num-fewshot" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "x",
+                                                       "--num-fewshot", "-1"])
+    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
+    import lm_eval.tasks
+    real = lm_eval.tasks.TaskManager          # lm-eval's ~15k built-in tasks left out: seconds of indexing
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda include_path=None, **k: real(include_path=include_path,
+                                                                                         include_defaults=False))
+    message = error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc,nope", "--include-path", include])
+    assert "nope is not an lm-eval task" in message and "tiny_mc" not in message
+    monkeypatch.setitem(sys.modules, "lm_eval", None)        # not installed
+    assert "pip install" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc"])
