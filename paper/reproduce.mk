@@ -3,7 +3,9 @@
 .PHONY: reproduce-gsm8k finetune-gsm8k train-cnndm reproduce-cnndm reproduce-infill reproduce-likelihood reproduce-mcqa
 
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
-# the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl).
+# the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl). Last, lm-eval's own gsm8k
+# task (eval.py --task lm-eval, 0-shot, tau = inf; always openai/gsm8k from the Hub): its strict-match / flexible-extract
+# per checkpoint in results/gsm8k-harness/, beside our strict_match / flexible_match in results/gsm8k/NAME-inf.json.
 GSM8K_DIR ?=
 GSM8K_TAUS ?= inf 0.99 0.95 0.9 0.85 0.8 0.75 0.7 0.65 0.6
 GSM8K_CKPTS ?= gsm8k:ar gsm8k:bd3lm-s4 gsm8k:bd3lm-s16 gsm8k:setdlm-smax8 gsm8k:setdlm-smax32
@@ -21,6 +23,9 @@ reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoin
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official-blocks --warmup 50 --limit 250 \
 	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json || exit 1; done; done
 	$(PY) -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k --plot results/gsm8k.png
+	mkdir -p results/gsm8k-harness
+	for c in $(GSM8K_CKPTS); do n=$${c#gsm8k:}; $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
+	  --commit-order fht --official-blocks --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json || exit 1; done
 
 # The paper's recipe (the official GSM8K fine-tuning config): lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16
 # autocast, EMA 0.9999, clip 1.0; betas (0.9, 0.98) are train.py's own. --weight-decay 1.0: torch's AdamW
