@@ -12,8 +12,9 @@ harness asks a model three things (lm_eval.api.model.LM); each runs through the 
         (rows padded to L); --samples draws averaged; log p = -(NLL per token x tokens). is_greedy: AR, whether
         every continuation token is the argmax; the diffusion bounds name no greedy string: False.
     loglikelihood_rolling(text) -> log p: the text after a BOS, in disjoint windows of L - 1 targets each after
-        the one token before it (lm-eval's get_rolling_token_windows with context 1, as its HF model), each window
-        a (context, continuation) pair scored as above; AR's is the exact NLL of those windows.
+        the token before it (the last window after as many as fit L: lm-eval's get_rolling_token_windows with
+        context 1, as its HF model), each window a (context, continuation) pair scored as above; AR's is the exact
+        NLL of those windows.
     generate_until(context, {until, max_gen_toks}) -> reply: generate.generate, the batched samplers with
         --threshold, --window, --commit-order, --temperature, --mdlm-block, --official-blocks, and a stop rule
         that ends a row once its decided reply holds an `until` string (or EOS); the reply is cut there. N =
@@ -173,7 +174,8 @@ def loglikelihood(setup: Setup, requests) -> list[tuple[float, bool]]:
 
 def rolling_windows(tok, text: str, L: int) -> list[tuple[list, list]]:
     """The text's (context, targets) windows: a BOS (EOS) then the text, L - 1 targets per window, each window's
-    context the one token before it (lm-eval's rolling windows, context length 1), so each row fits L."""
+    context the one token before it, the last window's as many as fit (lm-eval's rolling windows, context length
+    1): every row fits L."""
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
     windows = get_rolling_token_windows(token_list=tok.encode_text(text), prefix_token=tok.eos_id,
                                         max_seq_len=L - 1, context_len=1)
