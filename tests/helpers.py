@@ -28,12 +28,12 @@ class Jitter(torch.nn.Module):
     def __init__(self, model, seed=0):
         super().__init__()
         self.model, self.new_cache = model, model.new_cache
-        self.offset = torch.randn(64, V, generator=torch.Generator().manual_seed(seed)) * 3    # (positions, V)
+        self.register_buffer("offset", torch.randn(64, V, generator=torch.Generator().manual_seed(seed)) * 3)  # (64, V)
 
     def forward(self, idx, pos=None, mask=None, cache=None, last=None):
         if pos is None:
             start = cache.length if cache is not None else 0
-            pos = torch.arange(start, start + idx.shape[1]).expand(idx.shape)
+            pos = torch.arange(start, start + idx.shape[1], device=idx.device).expand(idx.shape)
         out = self.model(idx, pos, mask, cache) + self.offset[pos]             # (B, T, V)
         return out if last is None else out[:, -last:]
 
@@ -72,24 +72,25 @@ def naive_generate(name, model, prompt, N, threshold, partial=None):
         x, stats = sd.generate_reference(model, prompt, cfg, max_new_tokens=N, threshold=threshold)
         partial.extend(window_partial(stats["step"], cfg.smax // 2))      # tau picked some, not all
         return x, stats["step"]
-    x = torch.cat([prompt, torch.full((1, N), MASK)], 1)
+    dev = prompt.device
+    x = torch.cat([prompt, torch.full((1, N), MASK, device=dev)], 1)
     step, nfe = torch.full_like(x, -1), 0
     while (x == MASK).any():
         m = x[0] == MASK
         if name == "ar":
             j = int(m.nonzero()[0])
-            y, dec, cols = model(x[:, :j]).argmax(-1)[:, -1:], torch.ones(1, 1, dtype=torch.bool), [j]
+            y, dec, cols = model(x[:, :j]).argmax(-1)[:, -1:], torch.ones(1, 1, dtype=torch.bool, device=dev), [j]
         else:
             if name == "bd3lm":               # blocks at multiples of S; clean blocks + current block
                 S = 4
                 s = int(m.nonzero()[0]) // S * S
-                blk = torch.arange(s + S) // S
+                blk = torch.arange(s + S, device=dev) // S
                 e = min(s + S, x.shape[1])
                 logits = model(x[:, :e], mask=(blk[:e, None] >= blk[None, :e]))[:, s:e]
             else:                             # mdlm: full bidirectional forward, blocks at multiples of 4
                 s = int(m.nonzero()[0]) // 4 * 4
                 e = min(s + 4, x.shape[1])
-                logits = model(x, mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool))[:, s:e]
+                logits = model(x, mask=torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=dev))[:, s:e]
             y, dec = mdlm.decode(logits, (x[:, s:e] == MASK), MASK, threshold)
             cols = list(range(s, e))
             partial.append(1 < int(dec.sum()) < int((x[:, s:e] == MASK).sum()))   # tau picked some, not all
