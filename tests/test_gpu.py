@@ -1,16 +1,16 @@
-"""What only a CUDA GPU can show; skipped without one. `make gpu-check` runs this file, then the GPU benchmarks.
+"""The GPU check's tests; `make gpu-check` runs them, then the GPU benchmarks (bench/gpu_check.py). Every test
+needs CUDA and skips without it. On the GPU they pin:
+- FlexAttention (compiled) gives each method's dense-SDPA loss and gradients (float32 tight, bfloat16 loose);
+- 50 bfloat16 steps of `train.py --compile` lower each method's loss, and train.py's DDP path runs with one rank
+  over NCCL (these train.py processes start with the first test and run beside the others);
+- AR's causal forwards take SDPA's flash kernel (run under sdpa_kernel(FLASH_ATTENTION) alone);
+- cached decoding == the naive full recompute for every method, eager, static-shape and compiled static-shape
+  (eval.py --compile: CUDA graphs), batched rows with different prompt lengths;
+- bfloat16 decoding gives float32's greedy tokens on a well-separated tiny model.
 
-- FlexAttention (compiled) == dense SDPA: the loss and every gradient of MDLM, BD3-LM and Set Diffusion over
-  padded layouts of several 128-blocks, float32 tight and bf16 autocast (train.py's regime) loose.
-- train.py --compile --dtype bfloat16: 50 steps lower the loss of every method (subprocesses started with the
-  module, so they compile while the other tests run); DistributedDataParallel over NCCL with one rank gives the
-  plain model's gradients.
-- The causal forward and AR's prefill run on the flash kernel (SDPA restricted to it for that call only).
-- Cached decoding == the naive full recompute (tests/helpers.py) on CUDA, every method, a batch of rows with
-  different prompt lengths against each row alone: eager, static shapes, and compiled with CUDA graphs
-  (eval.py --compile), one graph per method.
-- bf16 decoding gives fp32's greedy tokens on a tiny model whose top logits are well apart.
-python -m pytest -q tests/test_gpu.py
+    python -m pytest -q tests/test_gpu.py                        # a CUDA GPU, ~3 min (compiles included)
+    GPU_CHECK_DEVICE=cpu python -m pytest -q tests/test_gpu.py   # what a CPU can run of it (no compile in
+                                                                 # training, no flex backward, flash or NCCL)
 """
 import copy
 import json
@@ -31,41 +31,70 @@ import setdiffusion as sd
 from model import static_decoding
 from helpers import MASK, METHODS, Jitter, left_padded, naive_generate, tiny_model
 
-CUDA = torch.cuda.is_available()
-DEV = "cuda"
-pytestmark = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (make gpu-check runs this file)")
+DEV = os.environ.get("GPU_CHECK_DEVICE", "cuda")
+CUDA = DEV.startswith("cuda")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = [pytest.mark.skipif(CUDA and not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)"),
+              pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]
+cuda_only = pytest.mark.skipif(not CUDA, reason="CUDA only: FlexAttention's backward, the flash kernel")
 
 
-def gpu_model(seed, **kw):
-    """tests/helpers.tiny_model with 16-dim heads (FlexAttention's triton kernel needs >= 16), on the GPU."""
-    return tiny_model(seed, head_dim=16, **kw).to(DEV)
+def small(seed):
+    """helpers.tiny_model with head_dim 16 (FlexAttention's Triton kernels want head dims >= 16), on DEV."""
+    return tiny_model(seed, head_dim=16).to(DEV)
 
 
-# ----------------------------------------------------------------------------- FlexAttention == dense SDPA
+# ----------------------------------------------------------------------------- train.py in the background
 
-FLEX = {"mdlm": (mdlm, mdlm.MDLMConfig(MASK)), "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)),
-        "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
-
-
-def padded_batch(L=300):
-    """x0, prompt_mask, pad_mask (3, L): prompts of 40, 70, 20 tokens, rows padded from L, 200, 260."""
-    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3))
-    prompt_mask = torch.arange(L) < torch.tensor([[40], [70], [20]])
-    pad_mask = torch.arange(L) >= torch.tensor([[L], [200], [260]])
-    return [t.to(DEV) for t in (x0, prompt_mask, pad_mask)]
+TRAIN = ["--max-iters", "50", "--warmup", "5", "--batch-size", "16", "--n-layer", "2", "--n-embd", "64",
+         "--n-head", "4", "--save-every", "100000", "--eval-limit", "2", "--max-new-tokens", "8", "--device", DEV]
+FAST = ["--dtype", "bfloat16", "--compile"] if CUDA else ["--dtype", "float32"]     # no CPU compile: minutes
+RUN = "import json, sys, train; print('LOSSES', json.dumps(train.main(json.loads(sys.argv[1]))))"
+DDP = ("import json, sys, torch.distributed as dist, train\n"
+       "dist.init_process_group(sys.argv[2], init_method='file://' + sys.argv[3], rank=0, world_size=1)\n"
+       "train.init_distributed = lambda args: (True, 0, 1, args.device)   # train.py's DDP path with one rank\n"
+       "print('LOSSES', json.dumps(train.main(json.loads(sys.argv[1]))))")
 
 
-def loss_and_grads(model, name, batch, flex: bool, bf16: bool):
-    """The loss (one fixed noise draw) and every gradient, float32 copies."""
-    mod, cfg = FLEX.get(name) or METHODS[name][:2]
-    model.flex = flex
-    model.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-        x0, prompt_mask, pad_mask = batch
-        loss = mod.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator(DEV).manual_seed(4))[0]
-    loss.backward()
-    return [loss.detach().float()] + [p.grad.float().clone() for p in model.parameters()]
+def start(tmp, name: str, code: str, argv: list, *extra) -> dict:
+    out = open(tmp / f"{name}.log", "w")
+    proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(argv), *extra], cwd=ROOT, stdout=out,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return {"proc": proc, "log": tmp / f"{name}.log", "file": out}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def trainings(request, tmp_path_factory):
+    """The train.py runs of the training tests, started before the first test of this file so that they run
+    beside the others (same GPU): one per method (50 steps) and one DDP run (10 steps). {name: run}."""
+    if not any(item.name.startswith("test_training") for item in request.session.items):
+        yield {}
+        return
+    tmp = tmp_path_factory.mktemp("train")
+    runs = {m: start(tmp, m, RUN, ["--model", m, *TRAIN, *FAST, "--out-dir", str(tmp / m)]) for m in METHODS}
+    ddp = ["--model", "ar", *TRAIN, *FAST, "--max-iters", "10", "--out-dir", str(tmp / "ddp")]
+    runs["ddp"] = start(tmp, "ddp", DDP, ddp, "nccl" if CUDA else "gloo", str(tmp / "store"))
+    yield runs
+    for r in runs.values():
+        if r["proc"].poll() is None:
+            r["proc"].kill()
+        r["proc"].wait()
+        r["file"].close()
+
+
+def losses_of(run, timeout=600) -> list:
+    """Wait for a train.py run: its per-step losses, or a failure with the end of its output."""
+    rc = run["proc"].wait(timeout=timeout)
+    text = run["log"].read_text()
+    lines = [line for line in text.splitlines() if line.startswith("LOSSES ")]
+    assert rc == 0 and lines, f"train.py exited {rc}:\n{text[-3000:]}"
+    return json.loads(lines[-1][len("LOSSES "):])
+
+
+# ----------------------------------------------------------------------------- FlexAttention == SDPA
+
+FLEX = {"ar": (ar, ar.ARConfig(MASK)), "mdlm": (mdlm, mdlm.MDLMConfig(MASK)),
+        "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)), "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
 
 
 @pytest.fixture
@@ -80,229 +109,168 @@ def flex_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def loss_and_grads(model, mod, batch, flex: bool, dtype) -> list:
+    """[loss, every parameter's gradient] of one loss + backward, under train.py's autocast for bfloat16."""
+    model.flex = flex
+    model.zero_grad()
+    with torch.autocast(DEV.split(":")[0], dtype=dtype, enabled=dtype != torch.float32):
+        loss = mod.loss(model, *batch, torch.Generator(DEV).manual_seed(4))[0]
+    loss.backward()
+    return [loss.detach().float()] + [p.grad.float().clone() for p in model.parameters()]
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(FLEX))
-def test_flex_loss_and_gradients_equal_dense_sdpa(name, bf16, flex_calls):
-    """float32: loss and every gradient to 1e-4; bf16 autocast: loss to 1 %, each gradient to 5 % in norm."""
-    model, batch = gpu_model(2).train(), padded_batch()
-    dense = loss_and_grads(model, name, batch, False, bf16)
-    flex = loss_and_grads(model, name, batch, True, bf16)
-    assert len(flex_calls) == model.cfg.n_layer                    # every layer took the flex path
-    if not bf16:
+def test_flex_loss_and_gradients_equal_sdpa(name, dtype, flex_calls):
+    """Loss and every gradient with flex on (compiled FlexAttention under each layout's BlockMask) == dense SDPA,
+    same noise draw, over layouts of several 128-blocks, prompts and right padding of different lengths: float32
+    to 1e-4; bfloat16 (train.py's autocast) to 0.5 % in the loss and, per parameter, 5 % in the norm of the
+    gradient's difference (on a CPU, bfloat16 SDPA against float32 moves these losses by <= 0.06 % and the
+    gradients by <= 1.3 %). AR's causal attention takes no mask: no flex call, the same numbers."""
+    mod, cfg = FLEX[name]
+    torch._dynamo.reset()                 # fresh compiles: no recompile limit sends flex to its eager fallback
+    model, L = small(2).train(), 300
+    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3)).to(DEV)
+    col = torch.arange(L, device=DEV)
+    prompt_mask = col < torch.tensor([[40], [70], [20]], device=DEV)                  # (3, L)
+    pad_mask = col >= torch.tensor([[L], [200], [260]], device=DEV)
+    batch, dt = (x0, cfg, prompt_mask, pad_mask), getattr(torch, dtype)
+    dense = loss_and_grads(model, mod, batch, False, dt)
+    assert flex_calls == []
+    flex = loss_and_grads(model, mod, batch, True, dt)
+    assert len(flex_calls) == (0 if name == "ar" else model.cfg.n_layer)             # every layer, once
+    if dtype == "float32":
         torch.testing.assert_close(flex, dense, rtol=1e-4, atol=1e-5)
         return
-    assert abs(flex[0] - dense[0]) <= 1e-2 * abs(dense[0])
-    for f, d in zip(flex[1:], dense[1:]):
-        assert (f - d).norm() <= 0.05 * d.norm() + 1e-6
+    torch.testing.assert_close(flex[0], dense[0], rtol=5e-3, atol=0)
+    for (pname, _), f, d in zip(model.named_parameters(), flex[1:], dense[1:]):
+        assert (f - d).norm() <= 0.05 * d.norm() + 1e-6, (pname, float((f - d).norm() / d.norm()))
 
 
-# ----------------------------------------------------------------------------- flash attention
+# ----------------------------------------------------------------------------- the flash kernel
 
-class FlashFirst(torch.nn.Module):
-    """A model whose first forward (a sampler's prefill) may run on SDPA's flash kernel only."""
+class FlashPrefill(torch.nn.Module):
+    """A model whose prefill (its first forward with an empty cache) runs under SDPA's flash kernel alone."""
 
     def __init__(self, model):
         super().__init__()
-        self.model, self.new_cache, self.calls = model, model.new_cache, 0
+        self.model, self.new_cache, self.masks = model, model.new_cache, []
 
-    def forward(self, *args, **kw):
-        self.calls += 1
-        if self.calls > 1:
-            return self.model(*args, **kw)
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        if cache is None or cache.length > 0:
+            return self.model(idx, pos, mask, cache, last)
+        self.masks.append(None if mask is None else tuple(mask.shape))
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return self.model(*args, **kw)
+            return self.model(idx, pos, mask, cache, last)
 
 
-def test_causal_forward_takes_flash_kernel():
-    """mask=None (AR's loss, a prefill without padding) is SDPA's is_causal path: flash runs it, bf16, with
-    grouped-query heads, and gives the logits of any other kernel."""
-    model = gpu_model(1).to(torch.bfloat16)
-    idx = torch.randint(0, MASK, (2, 37), device=DEV)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        flash = model(idx)
-    with sdpa_kernel(SDPBackend.MATH):
-        ref = model(idx)
-    torch.testing.assert_close(flash, ref, rtol=2e-2, atol=2e-2)
+@cuda_only
+def test_ar_causal_prefill_takes_flash_attention():
+    """Under sdpa_kernel(FLASH_ATTENTION) alone (any other kernel raises 'No available kernel'): AR's training
+    forward (mask=None: is_causal) gives the math kernel's logits (bfloat16, loosely), and ar.generate's prefill
+    of unpadded prompts runs there, with the same greedy tokens as without the restriction."""
+    model = small(3).to(torch.bfloat16)
+    x = torch.randint(0, MASK, (2, 64), generator=torch.Generator().manual_seed(3)).to(DEV)
+    with torch.no_grad():
+        with sdpa_kernel(SDPBackend.MATH):
+            want = model(x).float()                                                 # (2, 64, V)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            got = model(x).float()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
+    tokens, _ = ar.generate(model, x[:, :40], ar.ARConfig(MASK), max_new_tokens=8)
+    flash = FlashPrefill(model)
+    try:
+        flash_tokens, _ = ar.generate(flash, x[:, :40], ar.ARConfig(MASK), max_new_tokens=8)
+    except RuntimeError as e:
+        pytest.fail(f"ar.generate's prefill did not take the flash kernel: it passed the mask {flash.masks} "
+                    f"(flash takes mask=None, is_causal): {str(e).splitlines()[0]}")
+    assert flash.masks == [None] and torch.equal(flash_tokens, tokens)
 
 
-def test_ar_prefill_takes_flash_kernel():
-    """ar.generate's prefill of prompts without padding runs on flash (its decode steps on any kernel), and
-    decodes what an unrestricted run decodes."""
-    model = gpu_model(1).to(torch.bfloat16)
-    prompt = torch.randint(0, MASK, (2, 37), device=DEV)
-    want = ar.generate(model, prompt, ar.ARConfig(MASK), max_new_tokens=6)[0]
-    got = ar.generate(FlashFirst(model), prompt, ar.ARConfig(MASK), max_new_tokens=6)[0]
-    assert torch.equal(got, want)
+# ----------------------------------------------------------------------------- decoding
+
+def threshold(name):
+    return {} if name == "ar" else {"threshold": 0.5}
 
 
-# ----------------------------------------------------------------------------- cached == naive on CUDA
-
-class CudaJitter(Jitter):
-    """tests/helpers.Jitter on the GPU (its offsets and default positions on the model's device)."""
-
-    def __init__(self, model, seed=0):
-        super().__init__(model, seed)
-        self.offset = self.offset.to(DEV)
-
-    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
-        if pos is None:
-            start = cache.length if cache is not None else 0
-            pos = torch.arange(start, start + idx.shape[1], device=idx.device).expand(idx.shape)
-        return super().forward(idx, pos, mask, cache, last)
-
-
-class OnGpu(torch.nn.Module):
-    """The naive samplers build their tensors on the CPU: every forward runs on the GPU, logits come back."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
-        to = lambda t: t.to(DEV) if isinstance(t, torch.Tensor) else t       # noqa: E731
-        return self.model(to(idx), to(pos), to(mask), cache, last).cpu()
-
-
-def naive_rows(name, model, prompts, N, threshold):
-    """(tokens, step) of each prompt alone, by the naive full recompute of tests/helpers, forwards on the GPU."""
-    return [naive_generate(name, OnGpu(model), p[None], N, threshold) for p in prompts]
-
-
-def generate_batch(name, model, batch, prompt_mask, N, threshold):
-    mod, cfg, kw = METHODS[name]
-    extra = {} if name == "ar" else {"threshold": threshold}
-    return mod.generate(model, batch.to(DEV), cfg, prompt_mask.to(DEV), max_new_tokens=N, **extra, **kw)
-
-
-def assert_rows_equal(out, want, prompts, P):
-    tokens, stats = out
-    for b, (p, (x, step)) in enumerate(zip(prompts, want)):
-        assert torch.equal(tokens[b, P - len(p):].cpu(), x[0]), (b, tokens[b].tolist(), x[0].tolist())
-        assert torch.equal(stats["step"][b, P - len(p):].cpu(), step[0])
-
-
+@pytest.mark.parametrize("mode", ["eager", "static", "compiled"])
 @pytest.mark.parametrize("name", list(METHODS))
-def test_cached_decoding_equals_naive_recompute(name):
-    """A batch of rows with prompts of 2, 7 and 5 tokens, tau = 0.5 (several tokens a step): each row equals
-    the naive recompute of that row alone, token for token and step for step; eager, then static shapes."""
-    inner = gpu_model(5)
-    model, N = CudaJitter(inner, 1), 9
+def test_cached_decoding_equals_naive_recompute(name, mode):
+    """Left-padded rows with prompts of 2, 7 and 5 tokens decoded in one batch with the KV cache (MDLM: its
+    cache-less block steps) == each row alone through the naive recompute (helpers.naive_generate: batch 1, the
+    whole forward every step), token for token and step for step, at tau 0.5 (several tokens a step; AR greedy):
+    eager (dynamic shapes), static (static_decoding: padded fixed-shape steps) and compiled (eval.py --compile:
+    those steps under torch.compile, with CUDA graphs on CUDA), twice (the second call replays the graphs)."""
+    mod, cfg, kw = METHODS[name]
+    inner = tiny_model(5).to(DEV)
+    model, N = Jitter(inner, 1).to(DEV), 9
     prompts, batch, prompt_mask = left_padded([2, 7, 5])
-    want = naive_rows(name, model, prompts, N, 0.5)
-    assert_rows_equal(generate_batch(name, model, batch, prompt_mask, N, 0.5), want, prompts, batch.shape[1])
-    static_decoding(inner)
-    try:
-        assert_rows_equal(generate_batch(name, model, batch, prompt_mask, N, 0.5), want, prompts, batch.shape[1])
-    finally:
-        inner.step = None
-
-
-def test_compiled_decoding_equals_naive_recompute():
-    """eval.py --compile on CUDA (static shapes, torch.compile with CUDA graphs): every method's batch equals
-    the naive recompute of each row, twice (the second call replays the graphs), one graph per method."""
-    from torch._dynamo.utils import counters
-    inner = gpu_model(5)
-    model, N = CudaJitter(inner, 1), 9
-    prompts, batch, prompt_mask = left_padded([2, 7, 5])
-    want = {name: naive_rows(name, model, prompts, N, 0.5) for name in METHODS}
+    want = [naive_generate(name, model, p[None].to(DEV), N, threshold(name).get("threshold", math.inf))
+            for p in prompts]
     torch._dynamo.reset()
-    counters.clear()
-    static_decoding(inner, compile=True, mode="reduce-overhead")
+    if mode != "eager":
+        static_decoding(inner, compile=mode == "compiled", mode="reduce-overhead" if CUDA else None)
     try:
-        for name in [*METHODS, *METHODS]:
-            assert_rows_equal(generate_batch(name, model, batch, prompt_mask, N, 0.5), want[name], prompts,
-                              batch.shape[1])
-        assert counters["stats"]["unique_graphs"] == len(METHODS)
+        for _ in range(1 if mode == "eager" else 2):
+            tokens, stats = mod.generate(model, batch.to(DEV), cfg, prompt_mask.to(DEV), max_new_tokens=N,
+                                         **threshold(name), **kw)
+            P = batch.shape[1]
+            for b, (p, (x, step)) in enumerate(zip(prompts, want)):
+                assert torch.equal(tokens[b, P - len(p):], x[0]), (b, tokens[b].tolist(), x[0].tolist())
+                assert torch.equal(stats["step"][b, P - len(p):], step[0]), b
     finally:
         inner.step = None
         torch._dynamo.reset()
 
 
-# ----------------------------------------------------------------------------- bf16 decoding
-
-class TopGap(torch.nn.Module):
-    """Records the smallest gap between the two largest logits of every row the model returns."""
+class Margin(torch.nn.Module):
+    """A model that records the smallest gap between the two largest logits of any row it returns."""
 
     def __init__(self, model):
         super().__init__()
         self.model, self.new_cache, self.gap = model, model.new_cache, math.inf
 
-    def forward(self, *args, **kw):
-        out = self.model(*args, **kw)
-        top = out.float()[..., :MASK].topk(2, dim=-1).values                # [MASK] is never predicted
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        out = self.model(idx, pos, mask, cache, last)                              # (B, T, V)
+        top = out.float().topk(2, -1).values
         self.gap = min(self.gap, float((top[..., 0] - top[..., 1]).min()))
         return out
 
 
 @pytest.mark.parametrize("name", list(METHODS))
-def test_bf16_decoding_equals_fp32_greedy_tokens(name):
-    """Greedy (tau = inf), batched, left-padded: the bf16 model decodes fp32's tokens at fp32's steps. The
-    model is well separated: every row it returns has its top two logits at least 0.5 apart in fp32."""
-    inner = gpu_model(6)
-    model, N = CudaJitter(inner, 2), 9
-    _, batch, prompt_mask = left_padded([3, 6, 4])
-    gap = TopGap(model)
-    want = generate_batch(name, gap, batch, prompt_mask, N, math.inf)
-    assert gap.gap >= 0.5, gap.gap
-    inner.to(torch.bfloat16)
-    got = generate_batch(name, model, batch, prompt_mask, N, math.inf)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1]["step"], want[1]["step"])
+def test_bf16_greedy_tokens_equal_fp32(name):
+    """A well-separated tiny model (in float32 every logit row a forward returns has its top two logits at
+    least 1 apart, asserted; on a CPU the smallest gap is 3.5, the bfloat16 logit error about 0.05) decodes
+    the same greedy tokens (tau inf) with bfloat16 weights as with float32 ones (eval.py --dtype bfloat16):
+    batched left-padded rows with different prompt lengths."""
+    mod, cfg, kw = METHODS[name]
+    fp32 = tiny_model(6).to(DEV)
+    _, batch, prompt_mask = left_padded([2, 7, 5], seed=6)
+    batch, prompt_mask = batch.to(DEV), prompt_mask.to(DEV)
+    extra = {} if name == "ar" else {"threshold": math.inf}
+    measured = Margin(fp32)
+    want = mod.generate(measured, batch, cfg, prompt_mask, max_new_tokens=12, **extra, **kw)[0]
+    assert measured.gap >= 1, measured.gap                                       # well separated
+    bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
+    got = mod.generate(bf16, batch, cfg, prompt_mask, max_new_tokens=12, **extra, **kw)[0]
+    assert torch.equal(got, want)
 
 
-# ----------------------------------------------------------------------------- DDP over NCCL
-
-def test_ddp_one_rank_over_nccl_gives_the_plain_gradients(tmp_path):
-    """DistributedDataParallel (NCCL, world size 1), as train.py wraps the model: for every method one
-    backward gives the gradients of the unwrapped model (same weights, same noise draw)."""
-    import torch.distributed as dist
-    dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1,
-                            device_id=torch.device(DEV, 0))
-    try:
-        batch = padded_batch(64)
-        for name in METHODS:
-            model = gpu_model(3).train()
-            ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model))
-            plain = loss_and_grads(model, name, batch, False, False)
-            wrapped = loss_and_grads(ddp, name, batch, False, False)
-            torch.testing.assert_close(wrapped, plain, rtol=1e-5, atol=1e-6)
-    finally:
-        dist.destroy_process_group()
-
-
-# ----------------------------------------------------------------------------- compiled bf16 training
-
-TRAIN = ["--device", "cuda", "--compile", "--dtype", "bfloat16", "--max-iters", "50", "--warmup", "10",
-         "--eval-limit", "1", "--max-new-tokens", "4", "--save-every", "1000", "--ema", "0"]
-RUN = "import json, sys, train; print('LOSSES ' + json.dumps(train.main(sys.argv[1:])), flush=True)"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compiled_training(request, tmp_path_factory):
-    """python train.py --model M --compile --dtype bfloat16 ... (its main, to read back the losses), one process
-    per method, started when this module starts, so that they compile while the other tests run."""
-    wanted = CUDA and any(i.name.startswith("test_compiled_training") for i in request.session.items)
-    tmp = tmp_path_factory.mktemp("train")
-    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "4"}
-    runs = {}
-    for name in METHODS if wanted else []:
-        log = tmp / f"{name}.log"
-        with open(log, "w") as f:
-            runs[name] = (subprocess.Popen([sys.executable, "-c", RUN, "--model", name, "--out-dir", str(tmp / name),
-                                            *TRAIN], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT), log)
-    yield runs
-    for proc, _ in runs.values():
-        if proc.poll() is None:
-            proc.kill()
-
+# ----------------------------------------------------------------------------- training (train.py, background)
 
 @pytest.mark.parametrize("name", list(METHODS))
-def test_compiled_training_lowers_the_loss(name, compiled_training):
-    """50 finite losses; the mean of the last 5 below 0.8 x the mean of the first 5 (on CPU without
-    --compile: AR 5.07 -> 1.46, MDLM 4.83 -> 2.24)."""
-    proc, log = compiled_training[name]
-    rc = proc.wait(timeout=420)
-    text = log.read_text()
-    assert rc == 0, text[-3000:]
-    losses = json.loads(text.split("LOSSES ")[-1].splitlines()[0])
-    assert len(losses) == 50 and all(map(math.isfinite, losses))
-    assert sum(losses[-5:]) < 0.8 * sum(losses[:5]), losses
+def test_training_steps_lower_the_loss(name, trainings):
+    """50 steps of train.py --compile in bfloat16 (a 2-layer model, the shipped task, FlexAttention: train.py's
+    CUDA defaults): every loss finite, the mean of the last 10 below 0.75 x the mean of the first 10 (on a CPU
+    in float32 the four methods reach 0.47-0.53)."""
+    losses = losses_of(trainings[name])
+    assert len(losses) == 50 and all(math.isfinite(v) for v in losses)
+    assert sum(losses[-10:]) < 0.75 * sum(losses[:10]), (losses[:3], losses[-3:])
+
+
+def test_training_ddp_one_rank(trainings):
+    """train.py's DistributedDataParallel path (the model wrapped in DDP, losses all-reduced, the process group
+    destroyed at the end) with one rank over NCCL, --compile, bfloat16: 10 finite steps."""
+    losses = losses_of(trainings["ddp"])
+    assert len(losses) == 10 and all(math.isfinite(v) for v in losses)
