@@ -6,7 +6,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo test pareto pareto-speed bench step-cost bench-gpu example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
+.PHONY: help install install-test demo test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax shakespeare shakespeare-seeds infill-shakespeare
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -71,8 +71,11 @@ bench:  ## decoding and training throughput of the four methods, this tree besid
 step-cost:  ## CPU time of one batch-1 decoding step per method, split into forward, output head and sampler bookkeeping (~1 min)
 	$(PY) -m bench.step_cost --rounds 5 --json results/step_cost.json
 
-bench-gpu:  ## decode ms/step of AR and Set Diffusion at Qwen3-1.7B's shape, eager / compiled / CUDA graphs, implied tokens/s beside the paper's (CUDA GPU)
-	$(PY) -m bench.bench_gpu --json results/bench_gpu.json
+bench-gpu:  ## decode tokens/s of the four methods at Qwen3-1.7B's shape (batch 1, 8; eager, compiled, CUDA graphs) beside the paper's; training tokens/s and MFU at GSM8K's shape (CUDA GPU, no time limit)
+	$(PY) -m bench.bench_gpu --modes eager,compiled,cudagraphs --json results/bench_gpu.json
+
+gpu-check:  ## the prepared GPU check (<= 8 min on one H100-class GPU, nothing downloaded): tests/test_gpu.py, then the GPU benchmarks in the time left; writes results/gpu.md
+	$(PY) -m bench.gpu_check --out results/gpu.md
 
 infill:  ## fill a span of the shipped task with each `make pareto` checkpoint: the middle step (left-determined) and the starting amount (right-determined) (CPU)
 	@$(NEED_PARETO)
