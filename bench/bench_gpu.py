@@ -11,7 +11,7 @@ and 8 (--batch), for
 - MDLM (blocks of 32), BD3-LM (S = 4), Set Diffusion (smax 8, window 4) at tau = 0.9 (--threshold), the paper's
   Set Diffusion point. Random weights are never that sure, so every step decodes one token, each with the shape
   of a tau = 0.9 step (compiled Set Diffusion: 4 clean + 4 query slots).
-Modes (--modes), one after the other, torch._dynamo.reset() between them:
+Modes (--modes), for each batch size in turn (batch 1 in every mode first), torch._dynamo.reset() between them:
 - eager: dynamic shapes (model.step = None), the default sampler path;
 - static: static_decoding(model): every cached step padded to a fixed number of slots, run eagerly;
 - compiled: static_decoding(model, compile=True): torch.compile, one graph per (method, batch);
@@ -285,18 +285,19 @@ def run_decode(out, args, lists, dev, start):
         model = Transformer(ModelConfig(**(TINY if args.tiny else QWEN3_1_7B))).to(getattr(torch, args.dtype)).eval()
     out["params"], cost = model.num_params(), {}
     budget = args.budget - (args.train_reserve if "train" in lists["parts"] else 0)
-    for mode in lists["modes"]:
-        set_mode(model, mode)
-        for B in lists["batch"]:
-            prompt = torch.randint(0, model.cfg.vocab_size - 1, (B, args.prompt), device=dev)   # no [MASK]
+    for B in lists["batch"]:                                # batch 1 in every mode first: the paper's setting
+        prompt = torch.randint(0, model.cfg.vocab_size - 1, (B, args.prompt), device=dev)   # (B, P), no [MASK]
+        for mode in lists["modes"]:
+            set_mode(model, mode)
             for method in lists["methods"]:
                 attempt(out, "decode", {"mode": mode, "batch": B, "method": method}, lambda: decode_row(
                     method, mode, B, *time_decode(model, method, prompt, args.new_tokens, args.repeats,
                                                   args.threshold)), cost, start, budget)
                 out["sd_over_ar"] = sd_over_ar(out["decode"])
                 save(out, args.json)
-        c = torch._dynamo.utils.counters
-        out["graphs"][mode] = {"graphs": c["stats"]["unique_graphs"], "cudagraph_skips": c["inductor"]["cudagraph_skips"]}
+            c = torch._dynamo.utils.counters
+            out["graphs"][f"{mode}, batch {B}"] = {"graphs": c["stats"]["unique_graphs"],
+                                                   "cudagraph_skips": c["inductor"]["cudagraph_skips"]}
     model.step = None
     torch._dynamo.reset()
 

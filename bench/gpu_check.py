@@ -144,7 +144,7 @@ def render_bench(phase: dict, part: str) -> list:
     if part == "decode":
         lines += [decode_table(res["decode"]), "", "Set Diffusion ms/step / AR ms/step: "
                   + ", ".join(f"{k}: {v:.2f}" for k, v in res["sd_over_ar"].items()) + ".",
-                  "Compiled graphs per mode (one per method and batch expected; CUDA-graph skips 0): "
+                  "Compiled graphs (one per method expected; in brackets CUDA-graph skips, 0 expected): "
                   + ", ".join(f"{m}: {g['graphs']} ({g['cudagraph_skips']})" for m, g in res["graphs"].items()) + "."]
     else:
         peak = res.get("train_peak_flops")
