@@ -116,6 +116,7 @@ def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, 
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     cache = model.new_cache(B, P + N, slots=1)                                    # a step feeds 1 token
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
+    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
     mask = with_padding(attention_mask(P, dev), ~prompt_mask)                      # (B, 1, P, P)
     logits = model(prompt, pos[:, :P], mask, cache, last=1)[:, -1]                 # (B, V)
     cache.commit(P)

@@ -143,6 +143,7 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
 
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
     track = sampling.start(options, tokens, gen, cfg.mask_id, temperature)
+    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
     if F > 0:                                                    # prompt blocks before the first new token
         model(tokens[:, :F], pos[:, :F], block_mask(0, F), cache, last=1)
         cache.commit(F)

@@ -17,7 +17,7 @@ import time
 import torch
 
 from data import encode_prompts
-from sampling import SamplerOptions
+from sampling import EntropyStop, SamplerOptions
 
 
 # ----------------------------------------------------------------------------- a method's sampler settings
@@ -117,19 +117,24 @@ def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, see
 
 def unconditional(model, method, cfg, tok, n, max_new, device, seed=0, options=None, **kw) -> list[dict]:
     """n samples from BOS alone, one at a time (batch 1). Per sample: ids (the new tokens up to its stop, the
-    first EOS after the first start - 1; [MASK]s of columns never generated dropped), text, tokens_per_s,
+    first EOS after the first start - 1; [MASK]s of columns never generated dropped; a sample the entropy stop
+    ended loses its last window, the official legacy truncation: sampling.EntropyStop.cut), text, tokens_per_s,
     tokens_per_step, nfe."""
     samples = []
     g = torch.Generator(device=device).manual_seed(seed)
     for _ in range(n):
         prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
         start = max(options.stop_min_tokens if options else 0, 1)       # EOS before start does not stop a row
+        stop = eos_stop(tok.eos_id, start)
+        stop = EntropyStop(stop) if options and options.stop_entropy > 0 else stop   # reads the entropy cut
         (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, max_new_tokens=max_new,
-                                     generator=g, options=options, temperature=1.0,
-                                     stop=eos_stop(tok.eos_id, start), **kw)
+                                     generator=g, options=options, temperature=1.0, stop=stop, **kw)
         ids = tokens[0].tolist()
         ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
         new = [i for i in ids[1:ends[0] if ends else len(ids)] if i != tok.mask_id]
+        cut = stop.cut(0) if isinstance(stop, EntropyStop) and stop.ends else None
+        if cut is not None:              # stopped by low entropy: the official legacy cut, [MASK]s removed first
+            new = [i for i in ids if i != tok.mask_id][1:cut]
         samples.append({"ids": new, "text": tok.decode(new), "tokens_per_s": int(stats["n_gen"].sum()) / sec,
                         "tokens_per_step": stats["tokens_per_step"], "nfe": stats["nfe"]})
     return samples
@@ -150,8 +155,9 @@ def official_options(task: str, tok, method: str):
                               penalize_context=method == "ar")
     if task == "rocstories":   # the H100 wrapper: 1.2, with the visible right context counted
         return SamplerOptions(repetition_penalty=1.2, penalize_context=True)
-    if task == "owt":     # Table 4: AR p 0.90, no penalty, stop 0.005; the others p 0.95, 1.05, stop 0.01
-        ar = method == "ar"
+    if task == "owt":     # Table 4: AR p 0.90, no penalty, stop 0.005; the others p 0.95, 1.05, stop 0.01;
+        ar = method == "ar"   # all: the entropy stop (last 128 tokens < 4 nats)
         return SamplerOptions(top_p=0.90 if ar else 0.95, repetition_penalty=1.0 if ar else 1.05,
-                              stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128)
+                              stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128,
+                              stop_entropy=4.0, stop_entropy_window=128)
     return None

@@ -230,6 +230,7 @@ def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
     mask = with_padding(attention_mask(C, dev), ~seen)                             # (B, 1, C, C)
     track = sampling.start(options, tokens, gen, cfg.mask_id, temperature)
+    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)

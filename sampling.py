@@ -16,6 +16,12 @@ BD3-LM, Set Diffusion); both call `process` and `choose` below, so each option e
     low-confidence stop      (the official EntropyEosStoppingCriteria confidence rule, OWT unconditional) a
                              row stops once stop_patience consecutive new tokens, counted after the first
                              stop_min_tokens, were decoded with probability < stop_confidence.
+    entropy stop             (the official EntropyEosStoppingCriteria entropy rule, OWT unconditional) a row
+                             stops where its stop hook is checked (every AR token, MDLM/BD3-LM block ends, every W
+                             Set Diffusion steps: where the official calls its stopping criteria) once it has
+                             >= max(stop_min_tokens, 1) new tokens and >= stop_entropy_window tokens (prompt
+                             counted), and the unigram entropy (nats) of the last stop_entropy_window tokens up to
+                             the check, [MASK]s left out, is < stop_entropy (`EntropyStop`).
 
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), as in
 the official `_generate_unconditional`, computed as it does: exp(logits - logsumexp) in float32. The diffusion
@@ -36,7 +42,9 @@ class SamplerOptions:
     min_new_tokens: int = 0            # EOS forbidden before this many new tokens
     stop_confidence: float = 0.0       # low-confidence stop threshold; 0 = off
     stop_patience: int = 1             # consecutive low-confidence tokens that stop a row
-    stop_min_tokens: int = 0           # new tokens never counted by the stop rule
+    stop_min_tokens: int = 0           # new tokens never counted by the stop rules
+    stop_entropy: float = 0.0          # entropy stop threshold in nats (official 4); 0 = off
+    stop_entropy_window: int = 128     # the last tokens whose unigram entropy is measured (official 128)
     eos_id: int = -1                   # needed by the length penalty and min_new_tokens
 
 
@@ -57,6 +65,9 @@ def check(opt: SamplerOptions, temperature: float = 0.0):
         raise ValueError("min new tokens and stop min tokens must be >= 0, stop patience >= 1")
     if not 0 <= opt.stop_confidence < 1:
         raise ValueError(f"the low-confidence stop threshold must be in [0, 1), got {opt.stop_confidence}")
+    if opt.stop_entropy < 0 or opt.stop_entropy_window < 1:
+        raise ValueError(f"the entropy stop needs a threshold >= 0 (0 = off) and a window >= 1, got "
+                         f"{opt.stop_entropy} and {opt.stop_entropy_window}")
     if (opt.length_penalty or opt.min_new_tokens) and opt.eos_id < 0:
         raise ValueError("the length penalty and min new tokens need the tokenizer's eos_id")
 
@@ -156,3 +167,70 @@ def early_stop(track, conf, decoded):
 def stopped(track, done):
     """done (B,) plus the rows the low-confidence rule stopped."""
     return done if track is None else done | track.stopped
+
+
+# ----------------------------------------------------------------------------- the entropy stop
+
+def window_entropy(row, mask_id: int) -> float:
+    """Entropy (nats) of the unigram distribution of the tokens of row (a 1-D tensor), [MASK]s left out, as the
+    official _compute_entropy (torch.special.entr of the counts' frequencies); inf when nothing is left."""
+    row = row[row != mask_id]
+    if row.numel() == 0:
+        return float("inf")
+    counts = torch.unique(row, return_counts=True)[1].double()
+    return float(torch.special.entr(counts / counts.sum()).sum())
+
+
+class EntropyStop:
+    """A sampler stop hook (tokens, end) -> (B,) bool: the wrapped hook `base` (None: none) or the entropy rule.
+    The rule, for a row whose canvas [left-padded prompt (P) | new tokens] is decided up to column end: at least
+    max(stop_min_tokens, 1) new tokens (end - P), at least stop_entropy_window tokens from its first real column,
+    and window_entropy(tokens[end - window:end]) < stop_entropy. `ends` (B,) keeps the column each row first
+    stopped at by this rule alone (-1: it did not): rows the base hook or the low-confidence rule stop are not
+    counted, the official order (EOS, then low confidence, then entropy). `cut(b)` is the official legacy
+    truncation of such a row (low_entropy_truncation=legacy: its last window dropped)."""
+
+    def __init__(self, base=None):
+        self.base, self.track, self.ends = base, None, None
+
+    def attach(self, track, prompt, prompt_mask, mask_id: int):
+        """Bind to a sampler's track (its options and low-confidence stops), prompt (B, P) and [MASK] id."""
+        B, self.P = prompt.shape
+        self.mask_id = mask_id
+        self.first = ((~prompt_mask).sum(1) if prompt_mask is not None else
+                      torch.zeros(B, dtype=torch.long, device=prompt.device)).tolist()
+        self.track, self.ends = track, [-1] * B
+        return self
+
+    def __call__(self, tokens, end):
+        done = self.base(tokens, end) if self.base is not None else torch.zeros_like(end, dtype=torch.bool)
+        if self.track is None:                     # never attached: the option is off, or nothing to generate
+            return done
+        opt, low = self.track.opt, []
+        for b, e in enumerate(end.tolist()):
+            long_enough = e - self.P >= max(opt.stop_min_tokens, 1) and e - self.first[b] >= opt.stop_entropy_window
+            low.append(long_enough and window_entropy(tokens[b, e - opt.stop_entropy_window:e],
+                                                      self.mask_id) < opt.stop_entropy)
+        low = torch.tensor(low, device=done.device) & ~done
+        for b in (low & ~self.track.stopped).nonzero().flatten().tolist():
+            self.ends[b] = end[b].item() if self.ends[b] < 0 else self.ends[b]
+        return done | low
+
+    def cut(self, b: int):
+        """The official legacy truncation of row b: keep its columns before max(end - window, P + min tokens)
+        (the official min_truncate_idx), end the column the rule stopped it at; None if it did not."""
+        e = self.ends[b]
+        if e < 0:
+            return None
+        opt = self.track.opt
+        return min(max(e - opt.stop_entropy_window, self.P + max(opt.stop_min_tokens, 1)), e)
+
+
+def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int):
+    """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
+    (stop_entropy > 0 and new tokens to generate), else stop itself, so nothing changes with the option off.
+    A stop that is already an EntropyStop (generate.unconditional's, which reads its cut) is bound, not wrapped."""
+    if track is None or track.opt.stop_entropy <= 0 or max_new_tokens == 0:
+        return stop
+    hook = stop if isinstance(stop, EntropyStop) else EntropyStop(stop)
+    return hook.attach(track, prompt, prompt_mask, mask_id)

@@ -323,6 +323,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, prompt_mask=None, max_new_t
     tokens, real, pos, C = window_canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id, W)   # (B, C + W)
     masked = (tokens == cfg.mask_id) & real                                         # (B, C + W) still to decode
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
+    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
     key = commit_key(masked, W, cfg.smax / 2, commit_order, generator, seq_len)     # (B, C + W) commit order
     cache = step_cache(model, B, C, int(masked.sum(1).max()), W, threshold)
     cache_ok = prefill(model, tokens, pos, real & ~masked, cache)                   # (B, cached) valid entries
