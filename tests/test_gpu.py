@@ -59,7 +59,8 @@ DDP = ("import json, sys, torch.distributed as dist, train\n"
 def start(tmp, name: str, code: str, argv: list, *extra) -> dict:
     out = open(tmp / f"{name}.log", "w")
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(argv), *extra], cwd=ROOT, stdout=out,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1",
+                                                           "TORCHINDUCTOR_COMPILE_THREADS": "4"})   # 5 at once
     return {"proc": proc, "log": tmp / f"{name}.log", "file": out}
 
 
