@@ -9,12 +9,15 @@
     python eval.py --ckpt out/shakespeare/ar --task likelihood            # a text corpus: also bits/char (bytes)
     python eval.py --ckpt out/shakespeare/setdiffusion --task unconditional --ref-ckpt out/shakespeare/ar -n 20 \
         --threshold 0.9                                # samples from BOS: generative perplexity, entropy, tokens/s
+    python eval.py --ckpt owt:setdlm-smax32 --task unconditional -n 1000 --ppl-model gpt2-large --mauve-ref owt.jsonl
+                                                       # the paper's Table 4: GPT-2 Large gen. PPL, MAUVE (optional)
     python eval.py --ckpt owt:setdlm-smax16 --task piqa             # zero-shot multiple choice (paper/zeroshot.py)
     python eval.py --ckpt out/ar --task lm-eval --tasks NAME[,NAME] --include-path DIR   # lm-eval (paper/harness.py)
 
 Tasks: arith, gsm8k (accuracy of the generated answers), cnndm (ROUGE), rocstories --sentences 1|3 and infill
 (fill a masked span: paper/infill.py), likelihood (a task's test split, or a corpus: owt, lm1b,
-shakespeare, text:PATH), throughput, unconditional (samples scored by an AR checkpoint), hellaswag, piqa, siqa,
+shakespeare, text:PATH), throughput, unconditional (samples scored by an AR checkpoint, a Hugging Face
+causal LM and MAUVE: paper/hf_metrics.py), hellaswag, piqa, siqa,
 lm-eval (lm-eval-harness tasks through the method's likelihood and sampler: paper/harness.py; optional dependency).
 Tables of several --json files: python -m paper.results.
 """
@@ -30,7 +33,7 @@ from cli import (check_nonnegative, check_output_file, check_positive, check_tem
                  check_window, no_examples_left, prepare, speed_args, unconditional_tokens)
 from generate import official_options, sampler_kwargs, takes
 from metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table
-from paper import generation, harness, infill, zeroshot
+from paper import generation, harness, hf_metrics, infill, zeroshot
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA,
          "lm-eval"]
@@ -71,21 +74,32 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
 
 def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tuple:
     """--task unconditional: -n samples from BOS alone at batch 1 with the official OWT sampler options, scored by
-    the --ref-ckpt AR model (paper/generation.py). Returns (metrics, threshold, window) for report."""
+    the --ref-ckpt AR model (paper/generation.py), a Hugging Face causal LM (--ppl-model) and MAUVE against
+    --mauve-ref (paper/hf_metrics.py), each when given. Returns (metrics, threshold, window) for report."""
     threshold, window, _ = sampler_settings(args, config, method, cfg)
     max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
-    try:
-        ref_model, ref_method, ref_cfg, ref_config = checkpoint.load(args.ref_ckpt, device)
-    except (FileNotFoundError, ValueError) as e:
-        raise ValueError(f"--ref-ckpt: {e}") from None
-    generation.check_reference(config, ref_config, args.ref_ckpt, max_new)
+    references = hf_metrics.read_texts(args.mauve_ref) if args.mauve_ref else None   # a bad file: before sampling
+    ref = None
+    if args.ref_ckpt:
+        try:
+            ref_model, ref_method, ref_cfg, ref_config = checkpoint.load(args.ref_ckpt, device)
+        except (FileNotFoundError, ValueError) as e:
+            raise ValueError(f"--ref-ckpt: {e}") from None
+        generation.check_reference(config, ref_config, args.ref_ckpt, max_new)
+        ref = (ref_model, ref_method, ref_cfg)
     tok = get_tokenizer(config["tokenizer"])
     kw = sampler_kwargs(method, threshold, window, mdlm_block=args.mdlm_block, commit_order=args.commit_order,
                         seq_len=config["seq_len"], official_blocks=args.official_blocks)
     kw.pop("temperature")                           # samples are drawn at temperature 1
     options = official_options("owt", tok, config["method"])
-    m = generation.evaluate_unconditional(model, method, cfg, tok, (ref_model, ref_method, ref_cfg), args.n, max_new,
-                                          device, args.seed, args.warmup, options, **kw)
+    m = generation.evaluate_unconditional(model, method, cfg, tok, ref, args.n, max_new, device, args.seed,
+                                          args.warmup, options, **kw)
+    ids = m.pop("sample_ids")
+    if args.ppl_model:
+        m.update(hf_metrics.hf_gen_ppl(m["samples"], args.ppl_model, args.batch_size, device, ids, tok))
+    if references:
+        m.update(hf_metrics.mauve_score(m["samples"], references, args.mauve_encoder or hf_metrics.MAUVE_ENCODER,
+                                        device=device, batch_size=args.batch_size))
     print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
     return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new}, threshold, window_used(window, method, cfg)
 
@@ -103,6 +117,14 @@ def get_args(argv=None):
     p.add_argument("--data", default=None, help="likelihood on a corpus: owt, lm1b, shakespeare or text:PATH")
     p.add_argument("--ref-ckpt", default=None, help="unconditional: the AR checkpoint that scores the samples "
                    "(generative perplexity), trained on the same data with the same tokenizer")
+    p.add_argument("--ppl-model", default=None, help="unconditional: also the generative perplexity under this "
+                   "Hugging Face causal LM (Hub id or local directory; the paper's: gpt2-large), --batch-size samples "
+                   "per forward (optional: transformers)")
+    p.add_argument("--mauve-ref", default=None, help="unconditional: MAUVE against these reference texts (.txt one "
+                   "a line, .jsonl, .json), mean and std over 5 subsets of 1000 as the official Table 4 (optional: "
+                   "mauve-text, transformers)")
+    p.add_argument("--mauve-encoder", default=None, help="unconditional: the Hugging Face encoder whose features "
+                   f"MAUVE compares (default {hf_metrics.MAUVE_ENCODER}, the paper's)")
     p.add_argument("-n", type=int, default=20, help="unconditional: samples scored, at batch 1")
     p.add_argument("--samples", type=int, default=1, help="hellaswag/piqa/siqa: NELBO draws per option (1 = official)")
     p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
@@ -149,10 +171,16 @@ def check_args(args):
     check_positive("--mdlm-block", args.mdlm_block)
     check_positive("-n", args.n)
     check_positive("--rounds", args.rounds)
-    if (args.task == "unconditional") != (args.ref_ckpt is not None):
+    scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),
+                              ("--mauve-ref", args.mauve_ref), ("--mauve-encoder", args.mauve_encoder)) if v]
+    if args.task == "unconditional" and not set(scorers) - {"--mauve-encoder"}:
         raise ValueError("--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same data (it "
-                         "scores the samples)" if args.task == "unconditional" else
-                         "--ref-ckpt goes with --task unconditional (it scores unconditional samples)")
+                         "scores the samples), --ppl-model NAME (a Hugging Face causal LM) or --mauve-ref FILE")
+    if args.task != "unconditional" and scorers:
+        raise ValueError(f"{scorers[0]} goes with --task unconditional (it scores unconditional samples)")
+    if args.mauve_encoder and not args.mauve_ref:
+        raise ValueError("--mauve-encoder goes with --mauve-ref FILE (the reference texts MAUVE compares with)")
+    hf_metrics.check_installed(bool(args.ppl_model), bool(args.mauve_ref))
     check_nonnegative("--limit", args.limit, "0 = all")
     check_nonnegative("--warmup", args.warmup)
     check_temperature(args.temperature)
@@ -258,7 +286,8 @@ def report(args, config, method, task_name, m, threshold=math.inf, window=0, sam
          "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}   # smax, S, ...
     applies = {k: sampled and k in settings for k in ("threshold", "window", "commit_order", "official_blocks")}
     applies["stop_on_im_end"] = sampled and im_end
-    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config") and applies.get(k, True)]
+    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores")
+            and applies.get(k, True)]
     print(markdown_table(keys, [[m[k] for k in keys]]))
     write_json(args, m)
 

@@ -2,7 +2,8 @@
 `unconditional`, with the official OWT options) scored as the paper's Table 4 scores them.
 
     evaluate_unconditional(...)   generative perplexity under a reference AR checkpoint, unigram entropy,
-                                  tokens/step, tokens/s (batch 1), and the texts
+                                  tokens/step, tokens/s (batch 1), and the texts (MAUVE and generative
+                                  perplexity under Hugging Face models: paper/hf_metrics.py)
     check_reference(...)          the reference checkpoint must be AR, of the samples' tokenizer, long enough
 """
 import math
@@ -53,20 +54,23 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, max_new, device, see
                            **kw) -> dict:
     """eval.py --task unconditional: warmup + n samples from BOS at batch 1 (the first warmup only time the
     start), the last n scored: generative perplexity = exp(the reference model's NLL summed over all their
-    tokens / their number), the mean unigram entropy per sample, tokens/step, tokens/s (batch 1), and the texts."""
+    tokens / their number) when ref is given (None: none; paper/hf_metrics.py scores under Hugging Face models),
+    the mean unigram entropy per sample, tokens/step, tokens/s (batch 1), the texts and their ids (sample_ids)."""
     samples = unconditional(model, method, cfg, tok, warmup + n, max_new, device, seed, options, **kw)[warmup:]
-    scored = [reference_nll(ref, tok.eos_id, s["ids"], device) for s in samples]
-    nll, count = sum(x for x, _ in scored), sum(k for _, k in scored)
+    count = sum(len(s["ids"]) for s in samples)
     if count == 0:
         raise ValueError(f"the {n} samples hold no token to score (each stopped at once): raise -n or "
                          f"--max-new-tokens")
+    ppl = {}
+    if ref is not None:
+        nll = sum(reference_nll(ref, tok.eos_id, s["ids"], device)[0] for s in samples)
+        ppl = {"gen_ppl": math.exp(nll / count), "gen_nll": nll / count}
     rates = [s["tokens_per_s"] for s in samples]
     mean = sum(rates) / n
-    return {"gen_ppl": math.exp(nll / count), "gen_nll": nll / count,
-            "entropy": sum(unigram_entropy(s["ids"]) for s in samples) / n,
+    return {**ppl, "entropy": sum(unigram_entropy(s["ids"]) for s in samples) / n,
             "tokens_per_step": sum(s["tokens_per_step"] for s in samples) / n, "tokens_per_s": mean,
             "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / n) ** 0.5,
             "sample_tokens": count / n, "nfe": sum(s["nfe"] for s in samples), "n": n,
-            "samples": [s["text"] for s in samples]}
+            "samples": [s["text"] for s in samples], "sample_ids": [s["ids"] for s in samples]}
 
 

@@ -1,0 +1,355 @@
+"""The paper's generation metrics (paper/hf_metrics.py, eval.py --task unconditional --ppl-model / --mauve-ref) on
+tiny random Hugging Face models saved here (a GPT-2, a BERT), so the real loading code runs offline: generative
+perplexity == exp of the per-token NLL computed by hand (the samples' own ids when the tokenizers agree, their
+texts re-tokenised when not), MAUVE 1 on identical sets and near 0 on disjoint ones, the bootstrap's mean and std
+over 5 subsets; and the official entropy stop (sampling.EntropyStop) stopping a row exactly where its rule says,
+in every sampler. python -m pytest -q tests/test_generation_metrics.py"""
+import dataclasses
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import checkpoint
+import eval as evaluate
+import generate
+import sampling
+from data import byte_tokenizer
+from helpers import MASK, METHODS, Jitter, tiny_model
+from model import ModelConfig, Transformer
+from paper import hf_metrics
+from sampling import SamplerOptions
+
+try:
+    import transformers
+except ImportError:                    # test-only (requirements-test.txt), optional at runtime
+    transformers = None
+try:
+    import mauve
+except ImportError:
+    mauve = None
+needs_transformers = pytest.mark.skipif(transformers is None, reason="transformers (test-only) is not installed")
+needs_mauve = pytest.mark.skipif(transformers is None or mauve is None,
+                                 reason="mauve-text and transformers (test-only) are not installed")
+
+TOK = byte_tokenizer()
+WORDS_A = "apple river stone cloud green light happy morning"
+WORDS_B = "zebra quartz vortex jungle wizard oxygen sphinx yacht"
+
+
+def bytes_to_unicode() -> dict:
+    """GPT-2's byte -> printable character map (its byte-level BPE alphabet)."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def save_gpt2(path, merges=(), n_positions=32, seed=0):
+    """A tiny random GPT-2 and a byte-level BPE tokenizer: ids 0-255 are the bytes (our byte tokenizer's), then one
+    token per merge, then <|endoftext|> (256 without merges: our EOS)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    chars = bytes_to_unicode()
+    vocab = {chars[b]: b for b in range(256)}
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    bpe = Tokenizer(models.BPE(vocab, list(merges)))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>",
+                                               eos_token="<|endoftext|>")
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=16, n_layer=1, n_head=2,
+                                  bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
+    transformers.GPT2LMHeadModel(cfg).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return str(path)
+
+
+def save_modernbert(path, seed=0):
+    """A tiny random ModernBERT (the paper's MAUVE encoder's architecture) with a WordPiece tokenizer."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS_A.split(), *WORDS_B.split()]
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
+    torch.manual_seed(seed)
+    cfg = transformers.ModernBertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                        pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2,
+                                        eos_token_id=3, global_attn_every_n_layers=1)
+    transformers.ModernBertModel(cfg).save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return str(path)
+
+
+def save_bert(path, seed=0):
+    """A tiny random BERT and a WordPiece tokenizer over a few words; the second set's words share one large
+    embedding offset, so texts of the two sets are far apart in its features (a disjoint pair of toy sets)."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS_A.split(), *WORDS_B.split()]
+    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=64, initializer_range=0.5)
+    model = transformers.BertModel(cfg)
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight[5 + len(WORDS_A.split()):] += 4 * torch.randn(32)
+    model.save_pretrained(str(path))
+    tok.save_pretrained(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    return {"gpt2": save_gpt2(root / "gpt2"), "gpt2-merges": save_gpt2(root / "gpt2m", [("Ġ", "t"), ("h", "e")]),
+            "bert": save_bert(root / "bert"), "modernbert": save_modernbert(root / "modernbert")}
+
+
+def sentences(words: str, n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    w = words.split()
+    return [" ".join(rng.choice(w, size=int(rng.integers(4, 9)))) for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------- generative perplexity
+
+def nll_by_hand(path: str, seqs: list[list[int]], ctx: int) -> float:
+    """exp(mean NLL) with the saved model, one piece at a time (no batch, no padding): each piece of ctx - 1
+    tokens after the BOS, every token scored given the ones before it."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+    bos = model.config.bos_token_id
+    total, count = 0.0, 0
+    for s in seqs:
+        for k in range(0, len(s), ctx - 1):
+            x = torch.tensor([[bos] + s[k:k + ctx - 1]])
+            with torch.no_grad():
+                logp = torch.log_softmax(model(x).logits.float(), -1)
+            for j in range(1, x.shape[1]):
+                total -= float(logp[0, j - 1, x[0, j]])
+                count += 1
+    return math.exp(total / count)
+
+
+@needs_transformers
+def test_gen_ppl_scores_the_samples_own_ids_when_the_tokenizers_agree(hf):
+    ids = [list(b"the cat sat on the mat, and then the dog sat there too, all day"), [0xC3, 0x28, 104, 105], [7]]
+    texts = [TOK.decode(i) for i in ids]                # the second is not UTF-8: its text does not round-trip
+    m = hf_metrics.hf_gen_ppl(texts, hf["gpt2"], batch_size=2, ids=ids, tok=TOK)
+    assert m["ppl_retokenised"] is False and m["ppl_tokens"] == sum(map(len, ids))     # the first: 3 pieces of 31
+    assert m["gen_ppl_hf"] == pytest.approx(nll_by_hand(hf["gpt2"], ids, 32), rel=1e-5)
+    assert m["gen_nll_hf"] == pytest.approx(math.log(m["gen_ppl_hf"]))
+
+
+@needs_transformers
+def test_gen_ppl_retokenises_the_texts_when_the_tokenizers_differ(hf):
+    texts = ["the theme of the thesis", "then the heat", "a"]
+    ids = [TOK.encode_text(t) for t in texts]
+    m = hf_metrics.hf_gen_ppl(texts, hf["gpt2-merges"], batch_size=8, ids=ids, tok=TOK)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(hf["gpt2-merges"])
+    seqs = [hf_tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert m["ppl_retokenised"] is True and m["ppl_tokens"] == sum(map(len, seqs)) < sum(map(len, ids))  # merged
+    assert m["gen_ppl_hf"] == pytest.approx(nll_by_hand(hf["gpt2-merges"], seqs, 32), rel=1e-5)
+    assert hf_metrics.hf_gen_ppl(texts, hf["gpt2"])["ppl_retokenised"] is True        # no ids: texts
+
+
+@needs_transformers
+def test_a_model_that_cannot_load_is_one_line(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)     # a Hub id, offline
+    for name, flag in ((str(tmp_path / "nothing-here"), "--ppl-model"),
+                       ("no-such-org/no-such-model", "--mauve-encoder")):
+        with pytest.raises(ValueError) as e:
+            hf_metrics.load("causal" if flag == "--ppl-model" else "encoder", name, "cpu", flag)
+        assert str(e.value).startswith(f"{flag} {name}: cannot load it (") and "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- MAUVE
+
+@needs_mauve
+def test_mauve_is_one_on_identical_sets_and_near_zero_on_disjoint_ones(hf):
+    refs = sentences(WORDS_A, 30, seed=1)
+    same = hf_metrics.mauve_score(refs, refs, hf["bert"], subset=30)
+    assert same["mauve"] == pytest.approx(1.0) and same["mauve_std"] == pytest.approx(0.0)
+    assert same["mauve_n"] == 30 and len(same["mauve_scores"]) == 5
+    apart = hf_metrics.mauve_score(sentences(WORDS_B, 30, seed=2), refs, hf["bert"], subset=30)
+    # histograms with disjoint supports: KL(q | r) = -log(1 - w), KL(p | r) = -log w at every mixture weight w,
+    # so MAUVE is the area under the curve ((1 - w)^5, w^5) whatever the histograms
+    from sklearn.metrics import auc
+    w = np.linspace(1e-6, 1 - 1e-6, 25)
+    x, y = np.r_[1, (1 - w) ** 5, 0], np.r_[0, w ** 5, 1]
+    i, j = np.argsort(x), np.argsort(y)
+    assert apart["mauve"] == pytest.approx(0.5 * (auc(x[i], y[i]) + auc(y[j], x[j]))) and apart["mauve"] < 0.01
+
+
+@needs_mauve
+def test_mauve_bootstrap_is_the_mean_and_std_over_five_official_subsets(hf):
+    refs = sentences(WORDS_A, 40, seed=3) + sentences(WORDS_B, 20, seed=4)
+    texts = sentences(WORDS_A, 25, seed=5)
+    m = hf_metrics.mauve_score(texts, refs, hf["bert"], subset=30)
+    rng = np.random.default_rng(20260701)                              # the official reference seed
+    model, tok = hf_metrics.load("encoder", hf["bert"], "cpu", "--mauve-encoder")
+    q = hf_metrics.features(model, tok, texts, 8, "cpu")
+    want = []
+    for k in range(5):
+        idx = rng.choice(60, size=30, replace=False)[:25]              # n = min(30 references, 25 samples)
+        p = hf_metrics.features(model, tok, [refs[i] for i in idx], 8, "cpu")
+        want.append(mauve.compute_mauve(p_features=p, q_features=q, seed=1234 + k).mauve)
+    assert m["mauve_scores"] == pytest.approx(want, abs=1e-6) and m["mauve_n"] == 25
+    assert (m["mauve"], m["mauve_std"]) == pytest.approx((np.mean(want), np.std(want)), abs=1e-6)
+    assert len(set(np.round(want, 6))) > 1                              # the subsets differ
+
+
+@needs_transformers
+@pytest.mark.parametrize("encoder", ["bert", "modernbert"])
+def test_features_are_the_last_tokens_final_hidden_state_whatever_the_batch(hf, encoder):
+    model, tok = hf_metrics.load("encoder", hf[encoder], "cpu", "--mauve-encoder")
+    texts = ["apple", "zebra quartz vortex jungle wizard", "green light"]
+    batched = hf_metrics.features(model, tok, texts, 8, "cpu")
+    for k, t in enumerate(texts):
+        x = tok(t, return_tensors="pt")["input_ids"]                   # [CLS] ... [SEP]
+        with torch.no_grad():
+            h = model(input_ids=x, output_hidden_states=True).hidden_states[-1][0, -1]
+        np.testing.assert_allclose(batched[k], h.numpy(), atol=1e-5)
+
+
+def test_reference_files(tmp_path):
+    (tmp_path / "r.txt").write_text("one\n\n  \ntwo\n")
+    (tmp_path / "r.jsonl").write_text('"one"\n{"text": "two"}\n\n')
+    (tmp_path / "r.json").write_text(json.dumps({"task": "unconditional", "samples": ["one", "", "two"]}))
+    for name in ("r.txt", "r.jsonl", "r.json"):
+        assert hf_metrics.read_texts(str(tmp_path / name)) == ["one", "two"]
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(ValueError, match="not a list of texts"):
+        hf_metrics.read_texts(str(tmp_path / "bad.jsonl"))
+    with pytest.raises(ValueError, match="cannot read it"):
+        hf_metrics.read_texts(str(tmp_path / "missing.txt"))
+
+
+# ----------------------------------------------------------------------------- eval.py
+
+@needs_mauve
+def test_eval_unconditional_with_hf_scorers_end_to_end(hf, tmp_path, capsys):
+    cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
+    torch.manual_seed(0)
+    checkpoint.save(str(tmp_path / "ar"), Transformer(cfg), {
+        "model": dataclasses.asdict(cfg), "method": "ar", "tokenizer": "bytes", "data": "arith", "seq_len": 64,
+        "method_config": checkpoint.method_config("ar", TOK.mask_id)})
+    (tmp_path / "refs.txt").write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
+    out = tmp_path / "m.json"
+    evaluate.main(["--ckpt", str(tmp_path / "ar"), "--task", "unconditional", "-n", "4", "--warmup", "0",
+                   "--max-new-tokens", "40", "--ppl-model", hf["gpt2"], "--mauve-ref", str(tmp_path / "refs.txt"),
+                   "--mauve-encoder", hf["bert"], "--device", "cpu", "--json", str(out)])
+    m = json.loads(out.read_text())
+    assert "gen_ppl" not in m and m["ppl_model"] == hf["gpt2"] and m["ppl_retokenised"] is False
+    assert math.isfinite(m["gen_ppl_hf"]) and 0 <= m["mauve"] <= 1 and len(m["mauve_scores"]) == 5
+    assert m["mauve_n"] == 4 and m["mauve_encoder"] == hf["bert"] and len(m["samples"]) == 4
+    table = capsys.readouterr().out
+    assert "gen_ppl_hf" in table and "mauve_std" in table and "mauve_scores" not in table
+
+
+def eval_error(argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        evaluate.main([*argv, "--device", "cpu"])
+    message = str(e.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    return message
+
+
+def test_eval_flags_and_missing_packages_are_one_line(tmp_path, monkeypatch):
+    args = ["--ckpt", str(tmp_path / "x"), "--task", "unconditional"]
+    assert "--task unconditional needs --ref-ckpt DIR" in eval_error(args)
+    assert "--task unconditional needs --ref-ckpt DIR" in eval_error([*args, "--mauve-encoder", "b"])
+    assert "--mauve-encoder goes with --mauve-ref FILE" in eval_error(
+        [*args, "--ppl-model", "g", "--mauve-encoder", "b"])
+    assert "--ppl-model goes with --task unconditional" in eval_error(
+        ["--ckpt", str(tmp_path), "--task", "likelihood", "--ppl-model", "gpt2-large"])
+    monkeypatch.setitem(sys.modules, "mauve", None)                     # mauve-text not installed
+    assert eval_error([*args, "--mauve-ref", "r.txt"]) == ("error: MAUVE needs the optional package mauve-text: "
+                                                          "pip install mauve-text")
+    monkeypatch.setitem(sys.modules, "transformers", None)              # nor transformers
+    assert eval_error([*args, "--ppl-model", "gpt2-large"]) == ("error: generative perplexity needs the optional "
+                                                               "package transformers: pip install transformers")
+
+
+# ----------------------------------------------------------------------------- the entropy stop
+
+def test_window_entropy_on_literals():
+    assert sampling.window_entropy(torch.tensor([1, 1, 2, 2]), MASK) == pytest.approx(math.log(2))
+    assert sampling.window_entropy(torch.tensor([1, MASK, 2, MASK, 3]), MASK) == pytest.approx(math.log(3))
+    assert sampling.window_entropy(torch.tensor([5, 5, 5]), MASK) == 0
+    assert sampling.window_entropy(torch.tensor([MASK]), MASK) == math.inf
+
+
+def test_entropy_stop_rule_on_literal_canvases():
+    opt = SamplerOptions(stop_entropy=1.0, stop_entropy_window=4, stop_min_tokens=5)
+    prompt = torch.tensor([[9, 9], [0, 9]])                  # row 1 is left-padded: its prompt is one token
+    pmask = torch.tensor([[True, True], [False, True]])
+    tokens = torch.tensor([[9, 9, 1, 2, 3, 4, 5, 5, 5, 5],
+                           [0, 9, 1, 1, 1, 1, 1, 1, MASK, MASK]])
+    track = sampling.start(opt, tokens.clone(), torch.ones_like(tokens, dtype=torch.bool), MASK)
+    hook = sampling.entropy_stop(None, track, prompt, pmask, MASK, 8)
+    at = lambda *e: hook(tokens, torch.tensor(e)).tolist()               # noqa: E731
+    assert at(6, 6) == [False, False]           # 4 new tokens < 5
+    assert at(7, 7) == [False, True]            # row 0: window [2, 3, 4, 5] has entropy ln 4; row 1: 0
+    assert at(10, 10) == [True, True]           # row 0: [5, 5, 5, 5]; row 1: [1, 1] once [MASK]s are left out
+    assert hook.ends == [10, 7] and hook.cut(1) == 7 and hook.cut(0) == 7   # max(end - 4, P + 5) = 7
+    assert sampling.entropy_stop("base", None, prompt, pmask, MASK, 8) == "base"            # no options: off
+    off = sampling.start(SamplerOptions(), tokens, torch.ones_like(tokens, dtype=torch.bool), MASK)
+    assert sampling.entropy_stop("base", off, prompt, pmask, MASK, 8) == "base"
+
+
+def check_points(method: str, step, P: int, C: int, W: int, block: int):
+    """(last step, end) of every stop-hook call of a batch-1 greedy run whose columns were decoded at `step`."""
+    if method == "ar":
+        return [(int(step[e - 1]), e) for e in range(P + 1, C + 1)]
+    if method in ("mdlm", "bd3lm"):                                     # block ends (the BOS sits in block 0)
+        return [(int(step[:min(e, C)].max()), min(e, C)) for e in range(block, C + block, block)]
+    out = []                                                            # Set Diffusion: every W steps
+    for s in range(W, int(step.max()) + 1, W):
+        undecided = (step[P:] > s).nonzero()
+        left = P + int(undecided[0]) if len(undecided) else C
+        out.append((s, min(left + W, C)))
+    return out
+
+
+@pytest.mark.parametrize("method", ["ar", "mdlm", "bd3lm", "setdiffusion"])
+def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
+    mod, cfg, kw = METHODS[method]
+    model, N, w, m = Jitter(tiny_model(0), seed=1), 40, 6, 9
+    prompt = torch.tensor([[3]])
+    full, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, **kw)
+    step = torch.cat([torch.tensor([-1]), stats["step"][0, 1:]])
+    full, C = full[0], full.shape[1]
+    points = check_points(method, step, 1, C, cfg.smax // 2 if method == "setdiffusion" else 0, 4)
+    state = lambda s, e: torch.where((step <= s) & (torch.arange(C) < e), full, MASK)    # noqa: E731
+    eligible = [(s, e, sampling.window_entropy(state(s, e)[e - w:e], MASK)) for s, e in points if e - 1 >= m]
+    threshold = eligible[len(eligible) // 2][2] + 1e-9                  # fires by the middle check at the latest
+    s, e, _ = next(p for p in eligible if p[2] < threshold)
+    opt = SamplerOptions(stop_entropy=threshold, stop_entropy_window=w, stop_min_tokens=m)
+    hook = sampling.EntropyStop()
+    out, _ = mod.generate(model, prompt, cfg, max_new_tokens=N, options=opt, stop=hook, **kw)
+    assert out[0].tolist() == state(s, e).tolist() and e < C            # stopped there, nothing after
+    assert hook.ends == [e] and hook.cut(0) == max(e - w, 1 + m)
+    plain, _ = mod.generate(model, prompt, cfg, max_new_tokens=N, options=SamplerOptions(), **kw)
+    assert plain[0].tolist() == full.tolist()                           # the option off: the same tokens
+
+
+def test_unconditional_applies_the_official_legacy_cut():
+    """generate.unconditional on AR: with the rule firing at its first check (threshold above any entropy), a
+    sample not ended by EOS first keeps its new tokens before max(end - window, 1 + min tokens) = max(8 - 8, 4)."""
+    model, (mod, cfg, _) = Jitter(tiny_model(0), seed=1), METHODS["ar"]
+    tok = type("Tok", (), {"eos_id": 0, "mask_id": MASK, "decode": staticmethod(str)})()
+    kw = dict(stop_entropy_window=8, stop_min_tokens=3, top_p=0.9)
+    plain, cut = ([generate.unconditional(model, mod, cfg, tok, 1, 20, "cpu", seed, opt)[0]["ids"] for seed in range(4)]
+                  for opt in (SamplerOptions(**kw), SamplerOptions(stop_entropy=99.0, **kw)))
+    for p, c in zip(plain, cut):        # an EOS in columns 3..7 (an id list of <= 6) stops it before the rule
+        assert c == (p if len(p) <= 6 else p[:3])
+    assert any(len(p) > 6 for p in plain)
+    assert generate.official_options("owt", TOK, "ar").stop_entropy == 4.0
+    assert generate.official_options("owt", TOK, "bd3lm").stop_entropy_window == 128
