@@ -150,7 +150,7 @@ def test_flex_gradients_equal_dense_gradients_on_cuda(name, flex_calls):
     """On a GPU: loss and every gradient with flex on (compiled FlexAttention) == dense SDPA, float32, over
     layouts of several 128-blocks with padding. Not run here (no GPU); run it where one is lent."""
     mod, cfg = CASES[name]
-    model, L, dev = tiny_model(2).cuda().train(), 300, "cuda"
+    model, L, dev = tiny_model(2, head_dim=16).cuda().train(), 300, "cuda"       # compiled flex: head_dim >= 16
     x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3)).to(dev)
     prompt_mask = (torch.arange(L) < torch.tensor([[40], [70], [20]])).to(dev)
     pad_mask = (torch.arange(L) >= torch.tensor([[L], [200], [260]])).to(dev)
