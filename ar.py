@@ -117,7 +117,7 @@ def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, 
     cache = model.new_cache(B, P + N, slots=1)                                    # a step feeds 1 token
     track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
     stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
-    mask = with_padding(attention_mask(P, dev), ~prompt_mask)                      # (B, 1, P, P)
+    mask = None if bool(prompt_mask.all()) else with_padding(attention_mask(P, dev), ~prompt_mask)  # None: is_causal (flash)
     logits = model(prompt, pos[:, :P], mask, cache, last=1)[:, -1]                 # (B, V)
     cache.commit(P)
     nfe = 1
