@@ -14,17 +14,23 @@ import train
 from helpers import error_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--model", "setdiffusion", "--n-layer", "2", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
-        "--eval-limit", "2", "--max-new-tokens", "8", "--warmup", "1"]
+DATA = os.path.join(ROOT, "data", "examples", "dates.jsonl")      # 500 lines: each process encodes it fast
+TINY = ["--model", "setdiffusion", "--data", f"jsonl:{DATA}", "--n-layer", "2", "--n-embd", "32", "--n-head", "2",
+        "--batch-size", "2", "--eval-limit", "2", "--max-new-tokens", "8", "--warmup", "1"]
 
 
 def torchrun(out_dir, *flags):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", *TINY,
+    """Start train.py under torchrun with 2 CPU processes (its own free port); returns the Popen."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *TINY,
            "--out-dir", str(out_dir), *flags]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def finished(run) -> str:
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err[-3000:]
+    return out
 
 
 def saved(out_dir):
@@ -42,9 +48,9 @@ def close(a: dict, b: dict):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp")
-    assert "FSDP2" not in torchrun(d / "ddp", "--max-iters", "3").stdout
-    assert "sharded over 2 processes" in torchrun(d / "fsdp2", "--max-iters", "2", "--fsdp").stdout
-    resumed = torchrun(d / "fsdp3", "--max-iters", "3", "--fsdp", "--resume", "--out-dir", str(d / "fsdp2")).stdout
+    ddp, fsdp = torchrun(d / "ddp", "--max-iters", "3"), torchrun(d / "fsdp2", "--max-iters", "2", "--fsdp")
+    assert "FSDP2" not in finished(ddp) and "sharded over 2 processes" in finished(fsdp)        # side by side
+    resumed = finished(torchrun(d / "fsdp3", "--max-iters", "3", "--fsdp", "--resume", "--out-dir", str(d / "fsdp2")))
     assert "resuming from step 2" in resumed and "sharded over 2 processes" in resumed
     return d
 
