@@ -64,8 +64,9 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     """No checkpoint yet: no --resume; after a (1-step) run saved one: --resume, once. A relative --out-dir is
     looked up where torchrun runs train.py (the repository root), not in the launcher's working folder."""
     out = tmp_path / "run"
-    args = ["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
-            "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1", "--out-dir", str(out)]
+    dates = os.path.join(ROOT, "data", "examples", "dates.jsonl")             # small: encoded in no time
+    args = ["--model", "ar", "--data", f"jsonl:{dates}", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+            "--batch-size", "2", "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1", "--out-dir", str(out)]
     assert "--resume" not in slurm.command(args, JOB)
     train.main(args)
     assert slurm.command(args, JOB)[-1] == "--resume"
