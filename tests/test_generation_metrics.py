@@ -18,7 +18,7 @@ import eval as evaluate
 import generate
 import sampling
 from data import byte_tokenizer
-from helpers import MASK, METHODS, Jitter, tiny_model
+from helpers import MASK, METHODS, Jitter, error_of, tiny_model
 from model import ModelConfig, Transformer
 from paper import hf_metrics
 from sampling import SamplerOptions
@@ -254,11 +254,7 @@ def test_eval_unconditional_with_hf_scorers_end_to_end(hf, tmp_path, capsys):
 
 
 def eval_error(argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        evaluate.main([*argv, "--device", "cpu"])
-    message = str(e.value.code)
-    assert message.startswith("error: ") and "\n" not in message, message
-    return message
+    return error_of(evaluate.main, [*argv, "--device", "cpu"])       # one `error: ...` line
 
 
 def test_eval_flags_and_missing_packages_are_one_line(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import checkpoint
 import eval as evaluate
 from data import byte_tokenizer, textfile
-from helpers import text_checkpoints
+from helpers import error_of, text_checkpoints
 from model import ModelConfig, Transformer
 from paper import generation, results
 
@@ -41,11 +41,7 @@ def eval_json(tmp_path, argv) -> dict:
 
 
 def eval_error(argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        evaluate.main([*argv, "--device", "cpu"])
-    message = str(e.value.code)
-    assert message.startswith("error: ") and "\n" not in message, message
-    return message
+    return error_of(evaluate.main, [*argv, "--device", "cpu"])       # one `error: ...` line
 
 
 # ----------------------------------------------------------------------------- likelihood
