@@ -32,7 +32,8 @@ from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
 from cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                  check_window, no_examples_left, prepare, speed_args, unconditional_tokens)
 from generate import official_options, sampler_kwargs, takes
-from metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table
+from metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
+                     run_record, window_used)
 from paper import generation, harness, hf_metrics, infill, zeroshot
 
 TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throughput", "unconditional", *zeroshot.MCQA,
@@ -102,11 +103,6 @@ def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tu
                                         device=device, batch_size=args.batch_size))
     print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
     return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new}, threshold, window_used(window, method, cfg)
-
-
-def window_used(window: int, method, cfg) -> int:
-    """The Set Diffusion window a run decodes with: the one given, else smax / 2; 0 for the other methods."""
-    return window or (cfg.smax // 2 if "window" in takes(method.generate) else 0)
 
 
 def get_args(argv=None):
@@ -280,10 +276,8 @@ def report(args, config, method, task_name, m, threshold=math.inf, window=0, sam
     takes (the threshold for the diffusion methods, window and commit order for Set Diffusion, official_blocks
     for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds every setting."""
     settings = takes(method.generate)
-    m = {"task": task_name, "model": config["method"], "ckpt": args.ckpt, "threshold": threshold, "window": window,
-         "commit_order": args.commit_order, "stop_on_im_end": args.stop_on_im_end,
-         "official_blocks": args.official_blocks, **m,
-         "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}   # smax, S, ...
+    m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
+                      args.official_blocks), **m}
     applies = {k: sampled and k in settings for k in ("threshold", "window", "commit_order", "official_blocks")}
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores")

@@ -6,6 +6,8 @@ and the markdown table every result is printed as.
     interleaved_throughput(runs, ...)        several runs' batch-1 tokens/s, timed in turn, in one measurement
     evaluate_likelihood(model, method, ...)  NLL per token of a task's targets or a corpus' rows
     bits_per_char(nll, tok)                  nats/token as bits/char of a byte-level model
+    window_used(window, method, cfg)         the Set Diffusion window a run decodes with (default smax / 2)
+    run_record(config, ckpt, task, ...)      the settings every result JSON starts with (eval.py, paper/speed.py)
     markdown_table(head, rows)               one table format for eval.py, paper/results.py and bench/
 """
 import math
@@ -126,7 +128,21 @@ def bits_per_char(nll: float, tok) -> float | None:
     return nll / math.log(2) if tok.name == "bytes" else None
 
 
-# ----------------------------------------------------------------------------- results as markdown
+# ----------------------------------------------------------------------------- results as JSON and markdown
+
+def window_used(window: int, method, cfg) -> int:
+    """The Set Diffusion window a run decodes with: the one given, else smax / 2; 0 for the other methods."""
+    return window or (cfg.smax // 2 if "window" in takes(method.generate) else 0)
+
+
+def run_record(config: dict, ckpt: str, task: str, threshold=math.inf, window=0, commit_order="l2r",
+               stop_on_im_end=False, official_blocks=False) -> dict:
+    """The fields every result JSON starts with: what was measured, on which checkpoint, with which sampler
+    settings, and the method's own settings (smax, S, ...; the mask id left out)."""
+    return {"task": task, "model": config["method"], "ckpt": ckpt, "threshold": threshold, "window": window,
+            "commit_order": commit_order, "stop_on_im_end": stop_on_im_end, "official_blocks": official_blocks,
+            "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}
+
 
 def markdown_table(head: list, rows: list) -> str:
     """A markdown table: the header, its rule, one line per row. A float cell shows 4 significant digits, any

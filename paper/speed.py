@@ -20,8 +20,8 @@ import sys
 import checkpoint
 from cli import check_nonnegative, check_positive, check_threshold
 from data import get_task, get_tokenizer, is_corpus
-from generate import official_options, sampler_kwargs, takes
-from metrics import interleaved_throughput, markdown_table
+from generate import official_options, sampler_kwargs
+from metrics import interleaved_throughput, markdown_table, run_record, window_used
 
 
 def parse_run(spec: str) -> tuple[str, float | None]:
@@ -48,7 +48,7 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
             raise ValueError(f"{ckpt} was trained on the corpus {config['data']}: throughput needs a task's prompts")
         tau = tau if tau is not None else config.get("sampler", {}).get("threshold", math.inf)
         tok = get_tokenizer(config["tokenizer"])
-        window = cfg.smax // 2 if "window" in takes(method.generate) else 0
+        window = window_used(0, method, cfg)
         kw = sampler_kwargs(method, tau, window, options=official_options(config["data"], tok, config["method"]),
                             seq_len=config["seq_len"])
         name = f"{os.path.basename(os.path.normpath(ckpt))}-{tau:g}"
@@ -56,9 +56,7 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
             raise ValueError(f"run {spec} is given twice")
         runs[name] = {"model": model.eval(), "method": method, "cfg": cfg, "tok": tok, "task": config["data"],
                       "data_options": config.get("data_options"), "max_new_tokens": max_new, "kw": kw}
-        records[name] = {"task": "throughput", "model": config["method"], "ckpt": ckpt, "threshold": tau,
-                         "window": window, "commit_order": "l2r", "stop_on_im_end": False, "official_blocks": False,
-                         "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}
+        records[name] = run_record(config, ckpt, "throughput", tau, window)
     if len({r["task"] for r in runs.values()}) > 1:
         raise ValueError("the runs' checkpoints were trained on different tasks: compare runs of one task")
     return runs, records
