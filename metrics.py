@@ -5,6 +5,7 @@ and the markdown table every result is printed as.
     evaluate_accuracy / evaluate_throughput  the task's scores / tokens/s at batch 1 (median of rounds)
     interleaved_throughput(runs, ...)        several runs' batch-1 tokens/s, timed in turn, in one measurement
     evaluate_likelihood(model, method, ...)  NLL per token of a task's targets or a corpus' rows
+    held_out(model, ..., args, ...)          train.py's evaluation: held-out accuracy, or a corpus' validation NLL
     bits_per_char(nll, tok)                  nats/token as bits/char of a byte-level model
     window_used(window, method, cfg)         the Set Diffusion window a run decodes with (default smax / 2)
     run_record(config, ckpt, task, ...)      the settings every result JSON starts with (eval.py, paper/speed.py)
@@ -13,10 +14,11 @@ and the markdown table every result is printed as.
 import math
 import sys
 
+import numpy as np
 import torch
 
 from cli import no_examples_left
-from data import encode
+from data import encode, is_corpus
 from generate import generate, sampler_kwargs, takes
 
 
@@ -126,6 +128,46 @@ def bits_per_char(nll: float, tok) -> float | None:
     """Nats per token as bits per character, for a byte-level tokenizer (a byte is a character of ASCII text);
     None for any other tokenizer."""
     return nll / math.log(2) if tok.name == "bytes" else None
+
+
+# ----------------------------------------------------------------------------- train.py's evaluation
+
+def held_out(model, method, cfg, tok, task, args, device, config, show):
+    """train.py's periodic and final evaluation: held-out accuracy (and one sample) with the sampler flags given
+    to train.py (args); on a corpus, the validation NLL instead (validate). Returns the metrics."""
+    if is_corpus(config["data"]):
+        return validate(model, method, cfg, tok, task, args, device, config, show)
+    model.eval()
+    examples = task.load("test", args.data_dir)[:args.eval_limit]
+    m = evaluate_accuracy(model, method, cfg, tok, task, examples, config, device=device,
+                          threshold=args.threshold, window=args.window, max_new_tokens=args.max_new_tokens)
+    score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
+    print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "
+          f"{m['tokens_per_step']:.2f} tokens/step")
+    if show:
+        print("sample:\n" + examples[0]["prompt"] + m["completions"][0])
+    model.train()
+    return m
+
+
+def validate(model, method, cfg, tok, task, args, device, config, show):
+    """Validation NLL per token on --eval-limit held-out rows, spread evenly over the split: exact for AR, the
+    bound of each diffusion method's nll() (MDLM/BD3-LM: the 1/t-weighted NELBO; Set Diffusion: one sampled
+    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not counted."""
+    model.eval()
+    rows = task.load("test", args.data_dir, tok, config["seq_len"])
+    pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
+    m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
+                            batch_size=args.batch_size, seed=0, encode_fn=task.batch)
+    bound = "exact" if config["method"] == "ar" else "a bound"
+    bpc = bits_per_char(m["nll"], tok)
+    per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
+    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
+          f"on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} tokens)")
+    if show:
+        print(f"samples: python sample.py --ckpt {args.out_dir} --unconditional")
+    model.train()
+    return m
 
 
 # ----------------------------------------------------------------------------- results as JSON and markdown

@@ -7,6 +7,7 @@ a run after a saved step, and the progress line.
     check_fits / check_examples_fit   weights + AdamW + one micro-batch (or the encoded examples) against memory
     flex_on(attention, device)    whether training masks are FlexAttention block masks
     interrupts()                  Ctrl-C / SIGTERM -> stop after the current step, which is saved
+    finite / stop_run             a NaN or inf stops the run, naming the last good checkpoint
     Progress                      a tqdm bar on a terminal, plain lines every 10 s in a log
 """
 import contextlib
@@ -134,6 +135,28 @@ def flex_on(attention: str, device: str) -> bool:
         raise ValueError(f"--attention flex needs a CUDA device, not {device} (FlexAttention has no backward on "
                          f"CPU): use --attention sdpa or auto")
     return attention == "flex" or attention == "auto" and device.startswith("cuda")
+
+
+# ----------------------------------------------------------------------------- a NaN stops the run
+
+def stop_run(what: str, out_dir: str):
+    """A NaN/inf stops the run: say where the last complete (finite) checkpoint is, if there is one."""
+    d = checkpoint.newest(out_dir)
+    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else "no checkpoint was saved"
+    print(f"\n{what}: stopping; {where}", file=sys.stderr)
+    sys.exit(1)
+
+
+def finite(*models, reduce: bool = False) -> bool:
+    """Every weight finite; a sharded (FSDP) model checks its own shards and, with reduce, agrees with the
+    other ranks (all must stop together)."""
+    ok = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+             for m in models if m is not None for p in m.parameters())
+    if reduce:
+        t = torch.tensor(float(ok), device=next(models[0].parameters()).device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        ok = bool(t.item())
+    return ok
 
 
 # ----------------------------------------------------------------------------- signals and progress

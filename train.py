@@ -30,11 +30,11 @@ import credentials
 import setdiffusion
 from cli import check_train_args, data_spec
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood
+from metrics import held_out
 from model import PRESETS, ModelConfig, Transformer
 from pretrained import from_pretrained
-from runtime import (Progress, check_examples_fit, check_fits, flex_on, init_distributed, interrupts, shard,
-                     shard_optimizer_state)
+from runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed, interrupts, shard,
+                     shard_optimizer_state, stop_run)
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -265,7 +265,7 @@ def main(argv=None):
         try:
             if master:                                # FSDP's model is in shards: evaluate the saved one
                 final = checkpoint.load(args.out_dir, device)[0] if args.fsdp else ema or model
-                report(final, method, cfg, tok, task, args, device, config, show=True)
+                held_out(final, method, cfg, tok, task, args, device, config, show=True)
         except KeyboardInterrupt:
             sys.exit(f"interrupted during the final evaluation; the checkpoint in {args.out_dir} is complete")
         if ddp:
@@ -282,26 +282,6 @@ def import_wandb(args, master):
     except ImportError:
         raise ValueError("--wandb needs the wandb package: pip install wandb (or drop --wandb)") from None
     return wandb
-
-
-def stop_run(what: str, out_dir: str):
-    """A NaN/inf stops the run: say where the last complete (finite) checkpoint is, if there is one."""
-    d = checkpoint.newest(out_dir)
-    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else "no checkpoint was saved"
-    print(f"\n{what}: stopping; {where}", file=sys.stderr)
-    sys.exit(1)
-
-
-def finite(*models, reduce: bool = False) -> bool:
-    """Every weight finite; a sharded (FSDP) model checks its own shards and, with reduce, agrees with the
-    other ranks (all must stop together)."""
-    ok = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
-             for m in models if m is not None for p in m.parameters())
-    if reduce:
-        t = torch.tensor(float(ok), device=next(models[0].parameters()).device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
-        ok = bool(t.item())
-    return ok
 
 
 def loop(model, opt, ema, start, stop, run):
@@ -350,52 +330,12 @@ def loop(model, opt, ema, start, stop, run):
             progress.close()
             sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
         if master and args.eval_every and done % args.eval_every == 0 and done != args.max_iters:
-            m = report(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
+            m = held_out(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
                        show=False)
             if run["wandb"] is not None and "nll" in m:
                 run["wandb"].log({"val_nll": m["nll"]}, step=step)
     progress.close()
     return losses
-
-
-def report(model, method, cfg, tok, task, args, device, config, show):
-    """Held-out accuracy (and one sample) with the sampler flags given to train.py; on a corpus, the validation
-    NLL instead (validate). Returns the metrics."""
-    if is_corpus(config["data"]):
-        return validate(model, method, cfg, tok, task, args, device, config, show)
-    model.eval()
-    examples = task.load("test", args.data_dir)[:args.eval_limit]
-    m = evaluate_accuracy(model, method, cfg, tok, task, examples, config, device=device,
-                          threshold=args.threshold, window=args.window, max_new_tokens=args.max_new_tokens)
-    score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
-    print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "
-          f"{m['tokens_per_step']:.2f} tokens/step")
-    if show:
-        print("sample:\n" + examples[0]["prompt"] + m["completions"][0])
-    model.train()
-    return m
-
-
-def validate(model, method, cfg, tok, task, args, device, config, show):
-    """Validation NLL per token on --eval-limit held-out rows, spread evenly over the split: exact for AR, the
-    bound of each diffusion method's nll() (MDLM/BD3-LM: the 1/t-weighted NELBO; Set Diffusion: one sampled
-    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not counted."""
-    import numpy as np
-
-    model.eval()
-    rows = task.load("test", args.data_dir, tok, config["seq_len"])
-    pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
-    m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
-                            batch_size=args.batch_size, seed=0, encode_fn=task.batch)
-    bound = "exact" if config["method"] == "ar" else "a bound"
-    bpc = bits_per_char(m["nll"], tok)
-    per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
-    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
-          f"on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} tokens)")
-    if show:
-        print(f"samples: python sample.py --ckpt {args.out_dir} --unconditional")
-    model.train()
-    return m
 
 
 if __name__ == "__main__":
