@@ -11,7 +11,8 @@
 the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours
 (its plot: accuracy against tokens/step); `sweep` (--sweep) tabulates Set Diffusion's smax sweep;
 `generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files (generative
-perplexity, entropy and speed per threshold: the paper's OWT generation table) into two tables.
+perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per threshold: the paper's OWT
+generation table) into two tables.
 """
 import argparse
 import json
@@ -175,8 +176,9 @@ def save_plot(fig, ax, xlabel: str, ylabel: str, out_png: str):
 def generation(paths, out_md, out_png=None) -> str:
     """A corpus run's eval.py --json files (make shakespeare) as two markdown tables: the likelihood runs (NLL in
     nats/token, bits/char for a byte-level model, exact for AR and a bound for the others) and the unconditional
-    runs (per checkpoint and threshold: generative perplexity under the reference AR model, mean unigram entropy
-    per sample, tokens/step, tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
+    runs (per checkpoint and threshold: the scores the runs have, generative perplexity under the --ref-ckpt AR
+    model and under the --ppl-model Hugging Face LM and MAUVE, then mean unigram entropy per sample, tokens/step,
+    tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
     down. Runs of several seeds (checkpoints of one name in several folders) make one row each: the mean, with
     [min, max] over the seeds. With out_png, generative perplexity vs tokens/step, one line per checkpoint name
     (the seeds' range as error bars; needs matplotlib)."""
@@ -186,7 +188,10 @@ def generation(paths, out_md, out_png=None) -> str:
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str):
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}: not an eval.py --json file")
         if m["task"] == "unconditional":
-            check_keys(path, m, ("gen_ppl", "entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
+            check_keys(path, m, ("entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
+            if not any(k in m for k, _ in SCORERS):
+                raise ValueError(f"{path} holds none of {', '.join(k for k, _ in SCORERS)}: an unconditional run "
+                                 f"scored by --ref-ckpt, --ppl-model or --mauve-ref")
             tau = m.get("threshold", math.inf)
             if not isinstance(tau, (int, float)):
                 raise ValueError(f"{path}: threshold {tau!r} is not a number")
@@ -201,20 +206,39 @@ def generation(paths, out_md, out_png=None) -> str:
              "exact" if ORDER[i] == "ar" else "bound", spread(runs, "tokens", ".0f"), len(runs)]
             for (i, label), runs in sorted(likelihood.items())]
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
-    head = ["checkpoint", "tau", "gen. perplexity", "entropy", "tokens/step", "tokens/s (batch 1)", "samples", "seeds"]
-    body = [[label, f"{-tau:g}", spread(runs, "gen_ppl", ".3f"), spread(runs, "entropy", ".3f"),
-             spread(runs, "tokens_per_step", ".2f"), spread(runs, "tokens_per_s", ".1f")
-             + (f" ± {runs[0].get('tokens_per_s_std', float('nan')):.1f}" if len(runs) == 1 else ""),
-             spread(runs, "n", ".0f"), len(runs)] for (_, label, tau), runs in sorted(samples.items())]
     if samples:
-        ref = ", ".join(dict.fromkeys(str(r.get("ref_ckpt", "?")) for runs in samples.values() for r in runs))
-        text += ("\n\n" if text else "") + (f"Unconditional samples from BOS (generative perplexity under {ref}, "
-                                             f"entropy in nats)\n\n" + markdown_table(head, body))
+        text += ("\n\n" if text else "") + unconditional_table(samples)
     print(write(text, out_md))
     plt = pyplot() if out_png and samples else None
     if plt:
         plot_generation(plt, samples, out_png)
     return text
+
+
+SCORERS = [("gen_ppl", "gen. perplexity"), ("gen_ppl_hf", "gen. perplexity (HF)"), ("mauve", "MAUVE")]
+
+
+def unconditional_table(samples: dict) -> str:
+    """The unconditional runs' table: a column per score that some run has (generative perplexity under the
+    --ref-ckpt AR model, under the --ppl-model Hugging Face LM, MAUVE; a single run's MAUVE with its std over the
+    5 subsets), then entropy and speed; the caption names the scoring models."""
+    every = [r for runs in samples.values() for r in runs]
+    scores = [(k, name) for k, name in SCORERS if any(k in r for r in every)]
+    head = ["checkpoint", "tau", *(name for _, name in scores), "entropy", "tokens/step", "tokens/s (batch 1)",
+            "samples", "seeds"]
+    body = [[label, f"{-tau:g}",
+             *(spread(runs, k, ".3f") + (f" ± {runs[0]['mauve_std']:.3f}" if k == "mauve" and len(runs) == 1
+                                        and "mauve_std" in runs[0] else "") for k, _ in scores),
+             spread(runs, "entropy", ".3f"), spread(runs, "tokens_per_step", ".2f"), spread(runs, "tokens_per_s", ".1f")
+             + (f" ± {runs[0].get('tokens_per_s_std', float('nan')):.1f}" if len(runs) == 1 else ""),
+             spread(runs, "n", ".0f"), len(runs)] for (_, label, tau), runs in sorted(samples.items())]
+    named = {"gen_ppl": ("ref_ckpt", "generative perplexity under {}"),
+             "gen_ppl_hf": ("ppl_model", "gen. perplexity (HF) under {}"),
+             "mauve": ("mauve_encoder", "MAUVE on {} features")}
+    caption = [named[k][1].format(", ".join(dict.fromkeys(str(r.get(named[k][0], "?")) for r in every if k in r)))
+               for k, _ in scores]
+    return (f"Unconditional samples from BOS ({'; '.join(caption)}; entropy in nats)\n\n"
+            + markdown_table(head, body))
 
 
 SWEEP = [("accuracy, τ=∞", "acc-inf", "accuracy"), ("accuracy, τ=0.9", "acc-0.9", "accuracy"),
@@ -299,20 +323,26 @@ def mean_range(xs: list[float]) -> tuple[float, float, float]:
 
 
 def plot_generation(plt, samples: dict, out_png: str):
-    """Generative perplexity (mean over seeds, their range as error bars) vs tokens/step, a line per checkpoint."""
+    """Generative perplexity (mean over seeds, their range as error bars) vs tokens/step, a line per checkpoint:
+    under the reference AR model, else under the Hugging Face LM, whichever every run has (neither: no plot)."""
+    every = [r for runs in samples.values() for r in runs]
+    key = next((k for k in ("gen_ppl", "gen_ppl_hf") if all(k in r for r in every)), None)
+    if key is None:
+        print(f"note: no plot: {out_png} plots one generative perplexity that every run has", file=sys.stderr)
+        return
     fig, ax = plt.subplots(figsize=(6, 4))
     for label in dict.fromkeys(label for _, label, _ in sorted(samples)):
         pts = []
         for (_, name, tau), runs in samples.items():
             if name == label:
-                mean, lo, hi = mean_range([r["gen_ppl"] for r in runs])
+                mean, lo, hi = mean_range([r[key] for r in runs])
                 pts.append((mean_range([r["tokens_per_step"] for r in runs])[0], mean, mean - lo, hi - mean, -tau))
         pts.sort()
         xs, ys, lo, hi, taus = zip(*pts)
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=label)
         for x, y, tau in zip(xs, ys, taus):
             ax.annotate(f"{tau:g}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
-    save_plot(fig, ax, "tokens/step", "generative perplexity", out_png)
+    save_plot(fig, ax, "tokens/step", "generative perplexity" + (" (HF)" if key == "gen_ppl_hf" else ""), out_png)
 
 
 def infill(paths, out_md) -> str:
@@ -367,9 +397,9 @@ def main(argv=None):
                         "speed per span and checkpoint, seeds merged")
     p.add_argument("--sweep", action="store_true",
                    help="Set Diffusion's smax sweep: accuracy, tokens/step, likelihood and infilling per checkpoint")
-    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/step plot; --sweep: accuracy, tokens/step and infilling "
-                   "vs smax; --generation: generative "
-                   "perplexity vs tokens/step (needs matplotlib)")
+    p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/step plot; --sweep: accuracy, "
+                   "tokens/step and infilling vs smax; --generation: generative perplexity vs tokens/step (needs "
+                   "matplotlib)")
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
     args = p.parse_args(argv)
     try:

@@ -185,8 +185,39 @@ def test_generation_table_cli_plot_and_bad_file(tmp_path, capsys):
         json.dump({"task": "unconditional", "model": "bd3lm", "ckpt": "x"}, f)
     with pytest.raises(SystemExit) as e:
         results.main([str(tmp_path / "t.md"), *paths, "--generation"])
-    assert str(e.value.code) == (f"error: {paths[2]} lacks 'gen_ppl', 'entropy', 'tokens_per_step', 'tokens_per_s', "
+    assert str(e.value.code) == (f"error: {paths[2]} lacks 'entropy', 'tokens_per_step', 'tokens_per_s', "
                                  f"'n': not the eval.py --json file of an unconditional run")
+    with open(paths[2], "w") as f:
+        json.dump({"task": "unconditional", "model": "bd3lm", "ckpt": "x", "entropy": 3.0, "tokens_per_step": 1.0,
+                   "tokens_per_s": 5.0, "n": 4}, f)
+    assert "holds none of gen_ppl, gen_ppl_hf, mauve" in error_of(
+        results.main, [str(tmp_path / "t.md"), *paths, "--generation"])
+
+
+def test_generation_table_of_runs_scored_by_a_hugging_face_lm_and_mauve_only(tmp_path):
+    """eval.py --ppl-model / --mauve-ref without --ref-ckpt: the table has those columns (a single run's MAUVE with
+    its std over the 5 subsets), its caption names the scoring models, and the plot uses the HF perplexity."""
+    paths = []
+    for seed, (ppl, mauve) in enumerate(((40.0, 0.8), (44.0, 0.6))):
+        paths.append(str(tmp_path / f"{seed}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump({"task": "unconditional", "model": "setdiffusion", "ckpt": f"out/s{seed}/setdiffusion",
+                       "threshold": 0.9, "gen_ppl_hf": ppl, "ppl_model": "gpt2-large", "mauve": mauve,
+                       "mauve_std": 0.01, "mauve_encoder": "bert", "entropy": 5.0, "tokens_per_step": 2.0,
+                       "tokens_per_s": 9.0, "n": 8}, f)
+    lines = results.generation(paths, str(tmp_path / "t.md"), str(tmp_path / "t.png")).splitlines()
+    assert lines[0] == ("Unconditional samples from BOS (gen. perplexity (HF) under gpt2-large; MAUVE on bert "
+                        "features; entropy in nats)")
+    assert lines[2].startswith("| checkpoint | tau | gen. perplexity (HF) | MAUVE | entropy |")
+    assert lines[-1] == ("| setdiffusion | 0.9 | 42.000 [40.000, 44.000] | 0.700 [0.600, 0.800] | 5.000 | 2.00 | 9.0 "
+                         "| 8 | 2 |")
+    try:
+        import matplotlib  # noqa: F401
+        assert os.path.getsize(tmp_path / "t.png") > 0
+    except ImportError:
+        pass
+    alone = results.generation(paths[:1], str(tmp_path / "one.md")).splitlines()
+    assert alone[-1].startswith("| setdiffusion | 0.9 | 40.000 | 0.800 ± 0.010 | 5.000 |")
 
 
 def test_generation_table_averages_seeds_with_their_range(tmp_path):
