@@ -130,3 +130,15 @@ def text_checkpoints(tmp_path_factory, name: str, text: str, flags: list[str]):
         train.main(["--model", m, "--data", f"text:{d / name}", "--data-dir", str(d / "cache"),
                     "--out-dir", str(d / m), *flags])
     return d
+
+
+def one_step_checkpoints(tmp_path_factory, methods=("ar", "setdiffusion")):
+    """A folder with one checkpoint per method, trained one step on the shipped task (1 layer, 32 wide): for
+    tests of the scripts' input and output, not of what a model learns."""
+    import train
+    root = tmp_path_factory.mktemp("ckpts")
+    for m in methods:
+        train.main(["--model", m, "--out-dir", str(root / m), "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+                    "--batch-size", "4", "--eval-limit", "1", "--max-new-tokens", "8", "--warmup", "1",
+                    "--max-iters", "1"])
+    return root

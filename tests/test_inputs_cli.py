@@ -13,19 +13,14 @@ import paper.results
 import runtime
 import sample
 import train
-from helpers import error_of
+from helpers import error_of, one_step_checkpoints
 
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
-        "--max-new-tokens", "8", "--warmup", "1", "--max-iters", "1"]
 SEQ_LEN = 128                                                     # the arith task's context
 
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ckpts")
-    for name in ("setdiffusion", "ar"):
-        train.main(["--model", name, "--out-dir", str(root / name), *TINY])
-    return root
+    return one_step_checkpoints(tmp_path_factory)
 
 
 @pytest.mark.parametrize("script, flags, message", [

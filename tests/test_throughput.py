@@ -8,12 +8,9 @@ import torch
 
 import eval as evaluate
 import metrics
-import train
-from helpers import error_of
+from helpers import error_of, one_step_checkpoints
 from paper import results, speed
 
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
-        "--max-new-tokens", "8", "--warmup", "1", "--max-iters", "1"]
 
 
 def fake_clock(monkeypatch, cost: dict, load):
@@ -69,10 +66,7 @@ def test_too_few_prompts_is_one_line():
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("speed")
-    for name in ("ar", "setdiffusion"):
-        train.main(["--model", name, "--out-dir", str(root / name), *TINY])
-    return root
+    return one_step_checkpoints(tmp_path_factory)
 
 
 def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp_path, capsys):
