@@ -30,7 +30,7 @@ import checkpoint
 import credentials
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
 from cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
-                 check_window, no_examples_left, prepare, speed_args, unconditional_tokens)
+                 check_window, no_examples_left, prepare, speed_args)
 from generate import official_options, sampler_kwargs, takes
 from metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
                      run_record, window_used)
@@ -71,38 +71,6 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
                             exclusions, encode_fn=corpus.batch)
     bpc = bits_per_char(m["nll"], tok)
     return {**m, **({"bits_per_char": bpc} if bpc is not None else {}), "data": corpus.NAME, "batch_size": args.batch_size}
-
-
-def evaluate_unconditional(args, model, method, cfg, config: dict, device) -> tuple:
-    """--task unconditional: -n samples from BOS alone at batch 1 with the official OWT sampler options, scored by
-    the --ref-ckpt AR model (paper/generation.py), a Hugging Face causal LM (--ppl-model) and MAUVE against
-    --mauve-ref (paper/hf_metrics.py), each when given. Returns (metrics, threshold, window) for report."""
-    threshold, window, _ = sampler_settings(args, config, method, cfg)
-    max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
-    references = hf_metrics.read_texts(args.mauve_ref) if args.mauve_ref else None   # a bad file: before sampling
-    ref = None
-    if args.ref_ckpt:
-        try:
-            ref_model, ref_method, ref_cfg, ref_config = checkpoint.load(args.ref_ckpt, device)
-        except (FileNotFoundError, ValueError) as e:
-            raise ValueError(f"--ref-ckpt: {e}") from None
-        generation.check_reference(config, ref_config, args.ref_ckpt, max_new)
-        ref = (ref_model, ref_method, ref_cfg)
-    tok = get_tokenizer(config["tokenizer"])
-    kw = sampler_kwargs(method, threshold, window, mdlm_block=args.mdlm_block, commit_order=args.commit_order,
-                        seq_len=config["seq_len"], official_blocks=args.official_blocks)
-    kw.pop("temperature")                           # samples are drawn at temperature 1
-    options = official_options("owt", tok, config["method"])
-    m = generation.evaluate_unconditional(model, method, cfg, tok, ref, args.n, max_new, device, args.seed,
-                                          args.warmup, options, **kw)
-    ids = m.pop("sample_ids")
-    if args.ppl_model:
-        m.update(hf_metrics.hf_gen_ppl(m["samples"], args.ppl_model, args.batch_size, device, ids, tok))
-    if references:
-        m.update(hf_metrics.mauve_score(m["samples"], references, args.mauve_encoder or hf_metrics.MAUVE_ENCODER,
-                                        device=device, batch_size=args.batch_size))
-    print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
-    return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new}, threshold, window_used(window, method, cfg)
 
 
 def get_args(argv=None):
@@ -212,8 +180,9 @@ def main(argv=None):
         task_name = args.task or config["data"]
         exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
         if task_name == "unconditional":
-            return report(args, config, method, task_name, *evaluate_unconditional(args, model, method, cfg, config,
-                                                                                   device), sampled=True)
+            threshold, window, _ = sampler_settings(args, config, method, cfg)
+            m = generation.run(args, model, method, cfg, config, device, threshold, window)
+            return report(args, config, method, task_name, m, threshold, window_used(window, method, cfg), sampled=True)
         if task_name == "lm-eval":               # lm-eval-harness tasks: one row per task, filter and metric
             head, rows, m = harness.run(args, model, method, cfg, config, device, exclusions,
                                         *sampler_settings(args, config, method, cfg))

@@ -5,13 +5,18 @@
                                   tokens/step, tokens/s (batch 1), and the texts (MAUVE and generative
                                   perplexity under Hugging Face models: paper/hf_metrics.py)
     check_reference(...)          the reference checkpoint must be AR, of the samples' tokenizer, long enough
+    run(args, ...)                eval.py --task unconditional: the samples scored by every scorer given
 """
 import math
 from collections import Counter
 
 import torch
 
-from generate import unconditional
+import checkpoint
+from cli import unconditional_tokens
+from data import get_tokenizer
+from generate import official_options, sampler_kwargs, unconditional
+from paper import hf_metrics
 
 
 # ----------------------------------------------------------------------------- scoring unconditional samples
@@ -74,3 +79,34 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, max_new, device, see
             "samples": [s["text"] for s in samples], "sample_ids": [s["ids"] for s in samples]}
 
 
+# ----------------------------------------------------------------------------- eval.py --task unconditional
+
+def run(args, model, method, cfg, config: dict, device, threshold: float, window: int) -> dict:
+    """eval.py --task unconditional (its args): -n samples from BOS alone at batch 1 with the official OWT sampler
+    options, scored by the --ref-ckpt AR model (evaluate_unconditional), a Hugging Face causal LM (--ppl-model) and
+    MAUVE against --mauve-ref (paper/hf_metrics.py), each when given; sample 0 printed. Returns the metrics."""
+    max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
+    references = hf_metrics.read_texts(args.mauve_ref) if args.mauve_ref else None   # a bad file: before sampling
+    ref = None
+    if args.ref_ckpt:
+        try:
+            ref_model, ref_method, ref_cfg, ref_config = checkpoint.load(args.ref_ckpt, device)
+        except (FileNotFoundError, ValueError) as e:
+            raise ValueError(f"--ref-ckpt: {e}") from None
+        check_reference(config, ref_config, args.ref_ckpt, max_new)
+        ref = (ref_model, ref_method, ref_cfg)
+    tok = get_tokenizer(config["tokenizer"])
+    kw = sampler_kwargs(method, threshold, window, mdlm_block=args.mdlm_block, commit_order=args.commit_order,
+                        seq_len=config["seq_len"], official_blocks=args.official_blocks)
+    kw.pop("temperature")                           # samples are drawn at temperature 1
+    options = official_options("owt", tok, config["method"])
+    m = evaluate_unconditional(model, method, cfg, tok, ref, args.n, max_new, device, args.seed, args.warmup,
+                               options, **kw)
+    ids = m.pop("sample_ids")
+    if args.ppl_model:
+        m.update(hf_metrics.hf_gen_ppl(m["samples"], args.ppl_model, args.batch_size, device, ids, tok))
+    if references:
+        m.update(hf_metrics.mauve_score(m["samples"], references, args.mauve_encoder or hf_metrics.MAUVE_ENCODER,
+                                        device=device, batch_size=args.batch_size))
+    print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
+    return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new}
