@@ -19,7 +19,7 @@ install-test: install  ## install the test dependencies too
 	$(PY) -m pip install -q -r requirements-test.txt
 	$(PY) -m pip install -q --no-deps openai-whisper==20250625   # its gpt2.tiktoken: GPT-2 ranks offline
 
-demo: install  ## train Set Diffusion on the shipped task (2-core CPU, ~18 min), then sample and evaluate it
+demo: install  ## train Set Diffusion on the shipped task (2-core CPU, ~15 min), then sample and evaluate it
 	$(PY) train.py --model setdiffusion --out-dir out/setdiffusion
 	$(PY) sample.py --ckpt out/setdiffusion --threshold 0.8 --show-order
 	$(PY) eval.py --ckpt out/setdiffusion --threshold 0.8 --limit 200
