@@ -189,8 +189,8 @@ def generation(paths, out_md, out_png=None) -> str:
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}: not an eval.py --json file")
         if m["task"] == "unconditional":
             check_keys(path, m, ("entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
-            if not any(k in m for k, _ in SCORERS):
-                raise ValueError(f"{path} holds none of {', '.join(k for k, _ in SCORERS)}: an unconditional run "
+            if not any(s[0] in m for s in SCORERS):
+                raise ValueError(f"{path} holds none of {', '.join(s[0] for s in SCORERS)}: an unconditional run "
                                  f"scored by --ref-ckpt, --ppl-model or --mauve-ref")
             tau = m.get("threshold", math.inf)
             if not isinstance(tau, (int, float)):
@@ -215,7 +215,9 @@ def generation(paths, out_md, out_png=None) -> str:
     return text
 
 
-SCORERS = [("gen_ppl", "gen. perplexity"), ("gen_ppl_hf", "gen. perplexity (HF)"), ("mauve", "MAUVE")]
+SCORERS = [("gen_ppl", "gen. perplexity", "ref_ckpt", "generative perplexity under {}"),      # --ref-ckpt
+           ("gen_ppl_hf", "gen. perplexity (HF)", "ppl_model", "gen. perplexity (HF) under {}"),  # --ppl-model
+           ("mauve", "MAUVE", "mauve_encoder", "MAUVE on {} features")]                         # --mauve-ref
 
 
 def unconditional_table(samples: dict) -> str:
@@ -223,20 +225,17 @@ def unconditional_table(samples: dict) -> str:
     --ref-ckpt AR model, under the --ppl-model Hugging Face LM, MAUVE; a single run's MAUVE with its std over the
     5 subsets), then entropy and speed; the caption names the scoring models."""
     every = [r for runs in samples.values() for r in runs]
-    scores = [(k, name) for k, name in SCORERS if any(k in r for r in every)]
-    head = ["checkpoint", "tau", *(name for _, name in scores), "entropy", "tokens/step", "tokens/s (batch 1)",
+    scores = [s for s in SCORERS if any(s[0] in r for r in every)]
+    head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step", "tokens/s (batch 1)",
             "samples", "seeds"]
     body = [[label, f"{-tau:g}",
              *(spread(runs, k, ".3f") + (f" ± {runs[0]['mauve_std']:.3f}" if k == "mauve" and len(runs) == 1
-                                        and "mauve_std" in runs[0] else "") for k, _ in scores),
+                                        and "mauve_std" in runs[0] else "") for k, _, _, _ in scores),
              spread(runs, "entropy", ".3f"), spread(runs, "tokens_per_step", ".2f"), spread(runs, "tokens_per_s", ".1f")
              + (f" ± {runs[0].get('tokens_per_s_std', float('nan')):.1f}" if len(runs) == 1 else ""),
              spread(runs, "n", ".0f"), len(runs)] for (_, label, tau), runs in sorted(samples.items())]
-    named = {"gen_ppl": ("ref_ckpt", "generative perplexity under {}"),
-             "gen_ppl_hf": ("ppl_model", "gen. perplexity (HF) under {}"),
-             "mauve": ("mauve_encoder", "MAUVE on {} features")}
-    caption = [named[k][1].format(", ".join(dict.fromkeys(str(r.get(named[k][0], "?")) for r in every if k in r)))
-               for k, _ in scores]
+    caption = [phrase.format(", ".join(dict.fromkeys(str(r.get(source, "?")) for r in every if k in r)))
+               for k, _, source, phrase in scores]
     return (f"Unconditional samples from BOS ({'; '.join(caption)}; entropy in nats)\n\n"
             + markdown_table(head, body))
 
