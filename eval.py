@@ -26,13 +26,13 @@ import json
 import math
 import sys
 
-import checkpoint
-import credentials
+from common import checkpoint
+from common import credentials
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
-from cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
+from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                  check_window, no_examples_left, prepare, speed_args)
-from generate import official_options, sampler_kwargs, takes
-from metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
+from common.replies import official_options, sampler_kwargs, takes
+from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
                      run_record, window_used)
 from paper import generation, harness, hf_metrics, infill, zeroshot
 

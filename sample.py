@@ -27,13 +27,13 @@ import argparse
 import math
 import sys
 
-import checkpoint
-import credentials
+from common import checkpoint
+from common import credentials
 import sampling
 from data import get_corpus, get_task, get_tokenizer, is_corpus
-from cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
+from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
                  prompt_ids, read_prompts, speed_args, unconditional_tokens)
-from generate import generate, official_options, sampler_kwargs, unconditional
+from common.replies import generate, official_options, sampler_kwargs, unconditional
 from sampling import SamplerOptions
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]

@@ -25,15 +25,15 @@ import sys
 
 import torch
 
-import checkpoint
-import credentials
+from common import checkpoint
+from common import credentials
 import setdiffusion
-from cli import check_train_args, data_spec
+from common.cli import check_train_args, data_spec
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from metrics import held_out
+from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer
-from pretrained import from_pretrained
-from runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed, interrupts, shard,
+from common.pretrained import from_pretrained
+from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed, interrupts, shard,
                      shard_optimizer_state, stop_run)
 
 

@@ -132,10 +132,10 @@ def blocks(model, quick):
 def shipped(model, pareto, quick):
     """The shipped task with the `make pareto` checkpoints, batch 1 as eval.py --task throughput: Set Diffusion
     at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
-    import checkpoint
+    from common import checkpoint
     from data import get_task, get_tokenizer
     try:
-        from metrics import evaluate_throughput
+        from common.metrics import evaluate_throughput
     except ImportError:                      # a reference tree from before metrics.py: decoding.py, earlier eval.py
         try:
             from decoding import evaluate_throughput
@@ -192,7 +192,7 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto)))
         return
-    from metrics import markdown_table           # this tree's (not at the top: a worker imports another tree's)
+    from common.metrics import markdown_table           # this tree's (not at the top: a worker imports another tree's)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"new": ROOT} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
         runs = {name: [] for name in trees}

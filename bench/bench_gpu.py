@@ -50,8 +50,8 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from generate import timed
-from metrics import markdown_table
+from common.replies import timed
+from common.metrics import markdown_table
 from model import ModelConfig, Transformer, static_decoding
 
 QWEN3_1_7B = dict(vocab_size=151936, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, head_dim=128,
@@ -303,7 +303,7 @@ def run_decode(out, args, lists, dev, start):
 
 
 def run_train(out, args, lists, dev, start):
-    from runtime import flex_on
+    from common.runtime import flex_on
     from train import make_optimizer
     torch.manual_seed(0)
     with torch.device(dev):

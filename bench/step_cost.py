@@ -87,7 +87,7 @@ def main(argv=None):
     spent = instrument(net)
     with torch.no_grad():
         out = measure(mods, cfgs, net, spent, args.rounds, args.new)
-    from metrics import markdown_table
+    from common.metrics import markdown_table
     ar = out["ar"]
     rows = [[m, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}", f"{r['ms_sampler']:.3f}",
              f"{r['ms_step'] / ar['ms_step']:.2f}x", f"{r['ms_forward'] / ar['ms_forward']:.2f}x"]

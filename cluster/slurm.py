@@ -22,7 +22,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # train.py's folder, where torchrun runs
 sys.path.insert(0, ROOT)
-import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
+from common import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
 
 
 def expand_hostlist(spec: str) -> list[str]:

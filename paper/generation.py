@@ -12,10 +12,10 @@ from collections import Counter
 
 import torch
 
-import checkpoint
-from cli import unconditional_tokens
+from common import checkpoint
+from common.cli import unconditional_tokens
 from data import get_tokenizer
-from generate import official_options, sampler_kwargs, unconditional
+from common.replies import official_options, sampler_kwargs, unconditional
 from paper import hf_metrics
 
 

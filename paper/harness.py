@@ -37,9 +37,9 @@ from types import SimpleNamespace
 
 import torch
 
-from cli import check_nonnegative
+from common.cli import check_nonnegative
 from data import gsm8k
-from generate import generate, sampler_kwargs
+from common.replies import generate, sampler_kwargs
 from paper import zeroshot
 
 MISSING = "--task lm-eval needs lm-eval 0.4.x, an optional dependency: pip install \"lm-eval>=0.4.9,<0.5\""

@@ -24,7 +24,7 @@ import re
 
 import torch
 
-from generate import timed
+from common.replies import timed
 
 ARITH_SPANS = ("step", "number")
 

@@ -21,7 +21,7 @@ import os
 import sys
 
 from data import get_task
-from metrics import markdown_table
+from common.metrics import markdown_table
 
 NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method settings
 ORDER = ["ar", "mdlm", "bd3lm", "setdiffusion"]                           # the methods' order in a table

@@ -17,11 +17,11 @@ import math
 import os
 import sys
 
-import checkpoint
-from cli import check_nonnegative, check_positive, check_threshold
+from common import checkpoint
+from common.cli import check_nonnegative, check_positive, check_threshold
 from data import get_task, get_tokenizer, is_corpus
-from generate import official_options, sampler_kwargs
-from metrics import interleaved_throughput, markdown_table, run_record, window_used
+from common.replies import official_options, sampler_kwargs
+from common.metrics import interleaved_throughput, markdown_table, run_record, window_used
 
 
 def parse_run(spec: str) -> tuple[str, float | None]:

@@ -13,7 +13,7 @@ import math
 import torch
 
 from data import get_tokenizer, mcqa
-from generate import takes
+from common.replies import takes
 
 MCQA = mcqa.NAMES
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-import checkpoint
+from common import checkpoint
 from model import ModelConfig, Transformer
 
 import torch

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import checkpoint
+from common import checkpoint
 import sample
 import setdiffusion as sd
 import train

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-import credentials
+from common import credentials
 import train
 from helpers import error_of
 

@@ -6,8 +6,8 @@ import os
 import pytest
 import torch
 
-import checkpoint
-import cli
+from common import checkpoint
+from common import cli
 import eval as evaluate
 import sample
 import setdiffusion as sd

@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-import checkpoint
+from common import checkpoint
 from model import PRESETS, ModelConfig
-from pretrained import ALSO_NAMED, RELEASED, from_dit, from_state, timestep_embedding
+from common.pretrained import ALSO_NAMED, RELEASED, from_dit, from_state, timestep_embedding
 from fakehub import fake_hub
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the repository root
@@ -169,7 +169,8 @@ def test_released_dit_from_fake_hub_both_names(tmp_path):
     save_dit(fake_hub(hf, "kuleshov-group/lm1b-mdlm"), dit_weights(adaln=True, seed=3),
              {**cfg, "architectures": ["MDLM"], "model_type": "mdlm"}, bin_file=True)
     code = """
-import json, checkpoint
+import json
+from common import checkpoint
 out = {}
 for key in ("owt:setdlm-smax16", "lm1b:mdlm"):
     model, method, cfg, config = checkpoint.load(key)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import bd3lm
-import generate
+from common import replies
 import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
@@ -260,18 +260,18 @@ def test_cache_commit_fewer_than_written_then_overwrite():
 
 
 def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
-    """generate.stop_rule: GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at EOS."""
+    """replies.stop_rule: GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at EOS."""
     tok = byte_tokenizer()
     M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("q"))
     P = len(prompt) + 2
     reply = tok.encode("x ") + [M] + tok.encode(" \\boxed{4}") + [M] * 3
     rows = torch.tensor([[0, 0] + prompt + reply, [0, 0] + prompt + [M] * len(reply)])
     prompt_mask = torch.arange(P)[None].expand(2, P) >= 2
-    stop = generate.stop_rule(tok, gsm8k, prompt_mask)
+    stop = replies.stop_rule(tok, gsm8k, prompt_mask)
     end = torch.tensor([P + len(reply), P + len(reply)])
     assert stop(rows, end).tolist() == [True, False]
     assert stop(rows, end - 4).tolist() == [False, False]                    # the box ends after the window
-    ar_stop = generate.stop_rule(tok, gsm8k, prompt_mask, eos=True)
+    ar_stop = replies.stop_rule(tok, gsm8k, prompt_mask, eos=True)
     rows[1, P] = tok.eos_id
     assert ar_stop(rows, end).tolist() == [True, True]
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-import checkpoint
+from common import checkpoint
 import train
 from helpers import error_of
 

@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 
-import checkpoint
+from common import checkpoint
 import eval as evaluate
-import generate
+from common import replies
 import sample
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories
@@ -112,11 +112,11 @@ def test_cnndm_corpus_scores_on_literal_strings():
     assert cnndm.corpus_scores([], []) == {}
 
 def test_cnndm_official_options_are_threaded_to_the_sampler():
-    opt = generate.official_options("cnndm", TOK, "setdiffusion")
+    opt = replies.official_options("cnndm", TOK, "setdiffusion")
     assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1), 256,
                                                                                              False)
-    assert generate.official_options("cnndm", TOK, "ar").penalize_context                # HF generate: prompt too
-    owt = generate.official_options("owt", TOK, "ar"), generate.official_options("owt", TOK, "bd3lm")
+    assert replies.official_options("cnndm", TOK, "ar").penalize_context                # HF generate: prompt too
+    owt = replies.official_options("owt", TOK, "ar"), replies.official_options("owt", TOK, "bd3lm")
     assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
 
 
@@ -153,7 +153,7 @@ def test_cnndm_setdlm_released_under_its_push_code_name(tmp_path):
     save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
     write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"],
                                                 "tokenization_config": {"mask_token_id": V - 1}})
-    out = run_offline(tmp_path, "import checkpoint; m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
+    out = run_offline(tmp_path, "from common import checkpoint; m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
                                 "print(c['source'], cfg.smax, c['data'], c['seq_len'])").stdout.split()
     assert out == ["kuleshov-group/cnndm-setdlm-d4", "8", "cnndm", "768"]
 
@@ -266,7 +266,7 @@ def test_make_infill_number_rows_on_tiny_checkpoints(tmp_path, ckpts):
 # ----------------------------------------------------------------------------- unconditional samples
 
 def test_unconditional_eos_stop_ignores_the_first_tokens():
-    stop = generate.eos_stop(9, start=3)
+    stop = replies.eos_stop(9, start=3)
     tokens = torch.tensor([[9, 1, 9, 2, 9, 5], [9, 1, 9, 2, 3, 5]])         # column 0 is the BOS (= EOS)
     assert stop(tokens, torch.tensor([4, 4])).tolist() == [False, False]
     assert stop(tokens, torch.tensor([6, 6])).tolist() == [True, False]

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
+from common import checkpoint
 import eval as evaluate
-import generate
+from common import replies
 import sampling
 from data import byte_tokenizer
 from helpers import MASK, METHODS, Jitter, error_of, tiny_model
@@ -337,15 +337,15 @@ def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
 
 
 def test_unconditional_applies_the_official_legacy_cut():
-    """generate.unconditional on AR: with the rule firing at its first check (threshold above any entropy), a
+    """replies.unconditional on AR: with the rule firing at its first check (threshold above any entropy), a
     sample not ended by EOS first keeps its new tokens before max(end - window, 1 + min tokens) = max(8 - 8, 4)."""
     model, (mod, cfg, _) = Jitter(tiny_model(0), seed=1), METHODS["ar"]
     tok = type("Tok", (), {"eos_id": 0, "mask_id": MASK, "decode": staticmethod(str)})()
     kw = dict(stop_entropy_window=8, stop_min_tokens=3, top_p=0.9)
-    plain, cut = ([generate.unconditional(model, mod, cfg, tok, 1, 20, "cpu", seed, opt)[0]["ids"] for seed in range(4)]
+    plain, cut = ([replies.unconditional(model, mod, cfg, tok, 1, 20, "cpu", seed, opt)[0]["ids"] for seed in range(4)]
                   for opt in (SamplerOptions(**kw), SamplerOptions(stop_entropy=99.0, **kw)))
     for p, c in zip(plain, cut):        # an EOS in columns 3..7 (an id list of <= 6) stops it before the rule
         assert c == (p if len(p) <= 6 else p[:3])
     assert any(len(p) > 6 for p in plain)
-    assert generate.official_options("owt", TOK, "ar").stop_entropy == 4.0
-    assert generate.official_options("owt", TOK, "bd3lm").stop_entropy_window == 128
+    assert replies.official_options("owt", TOK, "ar").stop_entropy == 4.0
+    assert replies.official_options("owt", TOK, "bd3lm").stop_entropy_window == 128

@@ -15,10 +15,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import checkpoint
+from common import checkpoint
 import eval as evaluate
 from data import gsm8k
-from generate import sampler_kwargs
+from common.replies import sampler_kwargs
 from helpers import error_of, text_checkpoints
 from paper import harness, zeroshot
 

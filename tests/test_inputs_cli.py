@@ -10,7 +10,7 @@ import torch
 
 import eval as evaluate
 import paper.results
-import runtime
+from common import runtime
 import sample
 import train
 from helpers import error_of, one_step_checkpoints

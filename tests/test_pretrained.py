@@ -27,7 +27,7 @@ import torch
 from safetensors.torch import save_file
 
 import ar
-import checkpoint
+from common import checkpoint
 import eval as evaluate
 import paper.results
 import train
@@ -35,7 +35,7 @@ from data import get_tokenizer, gsm8k
 from fakehub import TINY, V, fake_hub, released_weights, run_offline, write_json
 from data.qwen import qwen3_tokenizer
 from model import ModelConfig, Transformer
-from pretrained import RELEASED, from_pretrained, from_state, qwen3_config
+from common.pretrained import RELEASED, from_pretrained, from_state, qwen3_config
 
 # ----------------------------------------------------------------------------- from_pretrained (Qwen3)
 
@@ -110,7 +110,7 @@ def test_from_pretrained_through_hub_cache(tmp_path):
     torch.save(x, tmp_path / "x.pt")
     run_offline(tmp_path, f"""
 import torch
-from pretrained import from_pretrained
+from common.pretrained import from_pretrained
 with torch.no_grad():
     torch.save(from_pretrained("Qwen/Qwen3-Tiny")(torch.load({str(tmp_path / 'x.pt')!r})), {str(tmp_path / 'y.pt')!r})
 """)
@@ -174,7 +174,8 @@ def hub(tmp_path_factory):
              "llama": "someone/llama-tiny", "missing": "gsm8k:mdlm"}
     out = os.path.join(home, "results.pt")
     run_offline(home, f"""
-import dataclasses, torch, checkpoint
+import dataclasses, torch
+from common import checkpoint
 results = {{}}
 for name, key in {loads!r}.items():
     try:

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import checkpoint
+from common import checkpoint
 import setdiffusion as sd
 import train
 from helpers import error_of

@@ -12,8 +12,8 @@ import re
 import pytest
 import torch
 
-import checkpoint
-import generate
+from common import checkpoint
+from common import replies
 import eval as evaluate
 import sample
 import test_shakespeare_eval
@@ -95,11 +95,11 @@ def test_a_reply_stops_at_eos(run, capsys, peak, method):
 
 
 def test_the_corpus_stop_rule_is_an_eos_decided_in_the_reply():
-    """generate.stop_rule with no task: EOS in the reply before its first [MASK]; the prompt's BOS not counted."""
+    """replies.stop_rule with no task: EOS in the reply before its first [MASK]; the prompt's BOS not counted."""
     prompt_mask = torch.ones(4, 2, dtype=torch.bool)
     tokens = torch.tensor([[BOS, 65, 66, BOS, 67], [BOS, 65, 66, MASK, BOS], [BOS, 65, 66, 67, 68],
                            [BOS, 65, 66, 67, BOS]])
-    stop = generate.stop_rule(TOK, None, prompt_mask)
+    stop = replies.stop_rule(TOK, None, prompt_mask)
     assert stop(tokens, torch.tensor([5, 5, 5, 4])).tolist() == [True, False, False, False]
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import checkpoint
+from common import checkpoint
 import eval as evaluate
 from data import byte_tokenizer, textfile
 from helpers import error_of, text_checkpoints

@@ -10,7 +10,7 @@ import json
 import pytest
 import tiktoken
 
-import checkpoint
+from common import checkpoint
 import eval as evaluate
 from data import Tokenizer, byte_tokenizer, textfile
 from helpers import error_of, text_checkpoints

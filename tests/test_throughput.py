@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import eval as evaluate
-import metrics
+from common import metrics
 from helpers import error_of, one_step_checkpoints
 from paper import results, speed
 

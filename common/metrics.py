@@ -17,9 +17,9 @@ import sys
 import numpy as np
 import torch
 
-from cli import no_examples_left
+from common.cli import no_examples_left
 from data import encode, is_corpus
-from generate import generate, sampler_kwargs, takes
+from common.replies import generate, sampler_kwargs, takes
 
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-import checkpoint
+from common import checkpoint
 from model import ModelConfig
 
 

@@ -28,10 +28,10 @@ import torch
 import ar
 import bd3lm
 import mdlm
-import pretrained
+from common import pretrained
 import setdiffusion
 from model import ModelConfig
-from pretrained import from_state, load_pt, load_safetensors, load_weights
+from common.pretrained import from_state, load_pt, load_safetensors, load_weights
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,

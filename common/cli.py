@@ -12,7 +12,7 @@ import re
 import torch
 
 from data import CORPORA, TASKS, custom
-from generate import takes
+from common.replies import takes
 from model import static_decoding
 
 # ----------------------------------------------------------------------------- range checks of shared flags
