@@ -11,27 +11,40 @@ Paper: the AR baseline of Set Diffusion (Arriola & Kuleshov, ICML 2026), §5.
 Differences from the official code: none in the loss; generation is this file's KV-cached loop (the official
 GSM8K runs call Hugging Face `generate`), batched with left-padded prompts.
 
-Sampler interface shared by all four method files:
-    generate(model, prompt, cfg, prompt_mask, max_new_tokens, ..., temperature, generator, stop, options)
-    -> tokens (B, P + N): the prompt then the new tokens; positions never generated hold cfg.mask_id
-       stats: nfe (forward passes that predict), tokens_per_step (mean over rows), step (B, P + N) the step
-       at which each token was decoded (-1 for the prompt), n_gen (B,) tokens generated per row.
-`prompt` is left-padded; prompt_mask (B, P) marks its real tokens. `stop(tokens, end) -> (B,) bool` is an
-optional stopping rule that sees the canvas up to index end (B,); options an optional
-sampling.SamplerOptions (penalties, top-p, the low-confidence stop).
+The sampler interface, the same in all four method files (diff them):
+    generate(model, prompt, cfg, settings, prompt_mask=None, stop=None, generator=None) -> tokens, stats
+`prompt` (B, P) is left-padded and prompt_mask (B, P) marks its real tokens; settings a sampling.Settings (how
+many new tokens, threshold, temperature, the paper presets' options; each method reads its KNOBS); `stop(tokens,
+end) -> (B,) bool` an optional stopping rule that sees the canvas up to column end (B,).
+tokens (B, P + N): the prompt then the new tokens; positions never generated hold cfg.mask_id. stats: nfe
+(forward passes that predict), tokens_per_step (mean over rows), step (B, P + N) the step at which each token
+was decoded (-1 for the prompt), n_gen (B,) tokens generated per row.
 """
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-import sampling
 from model import with_padding
+from sampling import Picker, Settings
 
+
+# ----------------------------------------------------------------------------- config
 
 @dataclass
 class ARConfig:
     mask_id: int    # the tokenizer's [MASK]: never sampled; fills positions that were not generated
+
+    def check(self, seq_len: int):
+        """Raise a ValueError with one line for a setting that cannot train at context seq_len (AR has none)."""
+
+
+# What the scripts need to know of a method is data here, never a branch on its name.
+KNOBS = frozenset({"max_new_tokens", "temperature", "options"})   # the Settings fields generate reads
+EXACT_NLL = True      # nll is the exact -log p(x0); the diffusion methods' nll is a bound
+CAN_INFILL = False    # generate cannot fill [MASK]s inside the prompt: it only continues the prompt
+HF_GENERATE = True    # the official runs decode it with Hugging Face generate (EOS stop, prompt penalised)
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
 def defaults(x0, prompt_mask, pad_mask):
@@ -49,18 +62,34 @@ def trim(pad_mask, *tensors):
     return [x[:, :end] for x in tensors]
 
 
+# ----------------------------------------------------------------------------- ordering: left to right
+
+# AR has no noise: its one order is the identity, x_i predicted from x_<i. Every other method here draws a
+# corruption (MDLM, BD3-LM) or an order (Set Diffusion) per sequence.
+
+
 # ----------------------------------------------------------------------------- mask
 
-def attention_mask(seq_len: int, device=None) -> torch.Tensor:
-    """Causal: query i may attend to keys 0..i. (L, L) bool. The model's mask=None is the same, faster."""
-    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+def mask_mod(cfg: ARConfig, seq_len: int):
+    """Causal, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: query i sees keys 0..i."""
+    def mod(b, h, q, k):
+        return q >= k
+    return mod
+
+
+def attention_mask(cfg: ARConfig, seq_len: int, device=None) -> torch.Tensor:
+    """mask_mod as a dense (L, L) bool. The model's mask=None is the same causal mask, faster (is_causal)."""
+    idx = torch.arange(seq_len, device=device)
+    return mask_mod(cfg, seq_len)(0, 0, idx[:, None], idx[None, :])
 
 
 # ----------------------------------------------------------------------------- loss
 
-def nll(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=None):
-    """Exact negative log-likelihood of the targets: (sum over targets (B,), number of targets (B,))."""
+def nll(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=None, exclude=None):
+    """Exact negative log-likelihood of the targets: (sum over counted targets (B,), their number (B,)).
+    exclude (B, L): targets not counted (the official eval drops pad-id targets)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
+    target = target if exclude is None else target & ~exclude
     x0, target = trim(pad_mask, x0, target)
     logits = model(x0[:, :-1])                                      # (B, L-1, V), causal
     nll_i = F.cross_entropy(logits.float().transpose(1, 2), x0[:, 1:], reduction="none")  # (B, L-1)
@@ -71,20 +100,10 @@ def nll(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=Non
 def loss(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=None):
     """Next-token cross-entropy, mean over each sequence's targets, then over the batch."""
     nll_sum, n = nll(model, x0, cfg, prompt_mask, pad_mask)
-    return (nll_sum / n.clamp(min=1)).mean(), {"tokens": int(n.sum())}
+    return (nll_sum / n.clamp(min=1)).mean(), {"tokens": n.sum()}
 
 
-# ----------------------------------------------------------------------------- generate
-
-def sample(logits, temperature: float, generator=None, track=None):
-    """Greedy (temperature 0) or temperature sampling from logits (B, V) -> (B,); a sampling.Track adds its
-    options (penalties, top-p, the low-confidence stop)."""
-    if track is None and temperature == 0:
-        return logits.argmax(-1)                                  # greedy needs no softmax
-    y, conf = sampling.choose(sampling.process(logits[:, None], track), temperature, generator, track)   # (B, 1)
-    sampling.early_stop(track, conf, torch.ones_like(conf, dtype=torch.bool))
-    return y[:, 0]
-
+# ----------------------------------------------------------------------------- prefill
 
 def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
     """[prompt | MASK * N]: tokens (B, C), real (B, C) not left padding, positions (B, C) from 0 per row."""
@@ -96,6 +115,18 @@ def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
     return tokens, real, (real.cumsum(1) - 1).clamp(min=0)
 
 
+def prefill(model, prompt, pos, prompt_mask, cache):
+    """Cache the prompt (B, P), causally, and return the logits (B, V) of its last token: the first prediction.
+    An unpadded batch passes no mask, so SDPA takes its is_causal path (the flash kernel on CUDA)."""
+    P = prompt.shape[1]
+    mask = None if bool(prompt_mask.all()) else with_padding(attention_mask(None, P, prompt.device), ~prompt_mask)
+    logits = model(prompt, pos, mask, cache, last=1)[:, -1]                          # (B, V)
+    cache.commit(P)
+    return logits
+
+
+# ----------------------------------------------------------------------------- generate
+
 def finish(tokens, step, steps, nfe):
     """The (tokens, stats) every sampler returns; steps (B,) counts the forwards each row was live in."""
     n_gen = (step >= 0).sum(1)
@@ -104,37 +135,45 @@ def finish(tokens, step, steps, nfe):
 
 
 @torch.no_grad()
-def generate(model, prompt, cfg: ARConfig, prompt_mask=None, max_new_tokens=64, temperature=0.0,
-             generator=None, stop=None, options=None):
-    """KV-cached decoding, one token per forward pass. options: a sampling.SamplerOptions."""
+def generate(model, prompt, cfg: ARConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
+    """KV-cached decoding, one token per forward pass: each step feeds the last token and predicts the next."""
     B, P = prompt.shape
-    tokens, real, pos = canvas(prompt, prompt_mask, max_new_tokens, cfg.mask_id)   # (B, P+N)
-    N, dev = max_new_tokens, prompt.device
-    prompt_mask = real[:, :P]
+    N, dev = settings.max_new_tokens, prompt.device
+    tokens, real, pos = canvas(prompt, prompt_mask, N, cfg.mask_id)                # (B, P + N)
+    pick = Picker(settings, tokens, real, cfg.mask_id, prompt, real[:, :P], stop, generator)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     cache = model.new_cache(B, P + N, slots=1)                                    # a step feeds 1 token
-    track = sampling.start(options, tokens, real, cfg.mask_id, temperature)
-    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
-    mask = None if bool(prompt_mask.all()) else with_padding(attention_mask(P, dev), ~prompt_mask)  # None: is_causal (flash)
-    logits = model(prompt, pos[:, :P], mask, cache, last=1)[:, -1]                 # (B, V)
-    cache.commit(P)
-    nfe = 1
+    logits, nfe = prefill(model, prompt, pos[:, :P], real[:, :P], cache), 1
     for i in range(N):
         steps += ~done
-        logits[:, cfg.mask_id] = float("-inf")
-        sampling.at(track, tokens, torch.full((B, 1), P + i, device=dev))
-        y = torch.where(done, cfg.mask_id, sample(logits, temperature, generator, track))   # (B,)
-        tokens[:, P + i] = y
+        y, _ = pick(logits[:, None], torch.full((B, 1), P + i, device=dev), ~done[:, None])   # (B, 1)
+        tokens[:, P + i] = torch.where(done, cfg.mask_id, y[:, 0])
         step[:, P + i] = torch.where(done, -1, i)
-        if stop is not None:
-            done |= stop(tokens, torch.full((B,), P + i + 1, device=dev))
-        done = sampling.stopped(track, done)
+        if pick.stop is not None:
+            done |= pick.stop(tokens, torch.full((B,), P + i + 1, device=dev))
+        done |= pick.stopped
         if done.all() or i == N - 1:
             break
         mask = real[:, None, None, :P + i + 1]                                   # (B, 1, 1, P+i+1)
-        logits = model(y[:, None], pos[:, P + i:P + i + 1], mask, cache)[:, -1]
+        logits = model(tokens[:, P + i:P + i + 1], pos[:, P + i:P + i + 1], mask, cache)[:, -1]
         cache.commit(1)
         nfe += 1
     return finish(tokens, step, steps, nfe)
+
+
+# ----------------------------------------------------------------------------- reference
+
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: ARConfig, settings: Settings):
+    """The sampler as the method states it, to read first: batch 1, greedy, no cache, one full forward per
+    token. `generate` is this loop batched and KV-cached (test_all.py checks them equal token for token)."""
+    x, P = prompt.clone(), prompt.shape[1]
+    for _ in range(settings.max_new_tokens):
+        logits = model(x)[:, -1].float()                                        # (1, V), causal
+        logits[:, cfg.mask_id] = float("-inf")
+        x = torch.cat([x, logits.argmax(-1, keepdim=True)], 1)
+    step = torch.cat([torch.full((1, P), -1), torch.arange(settings.max_new_tokens)[None]], 1)
+    return finish(x, step.to(x.device), torch.tensor([settings.max_new_tokens], device=x.device),
+                  settings.max_new_tokens)

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 
 import torch
 
-import sampling
 from ar import defaults, finish, trim
-from mdlm import block_canvas, decode, masked_nll, objective, official_count, standard
+from mdlm import block_canvas, masked_nll, objective, official_count, standard
 from model import padded
+from sampling import Picker, Settings, decode
 
+
+# ----------------------------------------------------------------------------- config
 
 @dataclass
 class BD3LMConfig:
@@ -35,6 +37,23 @@ class BD3LMConfig:
     block_size: int = 4   # S, tokens per block
     eps: float = 1e-3     # t ~ U[eps, 1]
     nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
+
+    def __post_init__(self):
+        if self.block_size < 1 or not 0 < self.eps < 1:
+            raise ValueError(f"block size must be >= 1 and eps in (0, 1), got {self.block_size}, {self.eps}")
+
+    def check(self, seq_len: int):
+        """Raise a ValueError with one line for a setting that cannot train at context seq_len."""
+        if self.block_size > seq_len:
+            raise ValueError(f"--block-size {self.block_size} is larger than the sequence length {seq_len}")
+
+
+# What the scripts need to know of a method is data here, never a branch on its name.
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official_blocks", "options"})
+EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
+CAN_INFILL = True     # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
+HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
 # ----------------------------------------------------------------------------- noising
@@ -65,22 +84,24 @@ def noise(x0, cfg: BD3LMConfig, target, generator=None, train=True):
 
 # ----------------------------------------------------------------------------- mask
 
-def attention_mask(seq_len: int, block_size: int, device=None) -> torch.Tensor:
-    """(2L, 2L) bool over [x0 | xt]: rows/cols 0..L-1 the clean copy, L..2L-1 the noisy copy."""
-    idx = torch.arange(2 * seq_len, device=device)
-    return mask_mod(seq_len, block_size)(0, 0, idx[:, None], idx[None, :])
-
-
-def mask_mod(seq_len: int, block_size: int):
-    """attention_mask as a FlexAttention mask_mod: (b, h, q_idx, kv_idx) -> may q attend to kv."""
+def mask_mod(cfg: BD3LMConfig, seq_len: int):
+    """The 2L training mask over [x0 | xt] as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: slots
+    0..L-1 the clean copy, L..2L-1 the noisy copy, both at positions 0..L-1."""
+    L, S = seq_len, cfg.block_size
     def mod(b, h, q, k):
-        xt_q, xt_k = q >= seq_len, k >= seq_len                          # noisy half
-        blk_q, blk_k = (q % seq_len) // block_size, (k % seq_len) // block_size   # block of each token
+        xt_q, xt_k = q >= L, k >= L                                      # noisy half
+        blk_q, blk_k = (q % L) // S, (k % L) // S                         # block of each token
         block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
         offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
         block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean
         return block_diagonal | offset_block_causal | block_causal
     return mod
+
+
+def attention_mask(cfg: BD3LMConfig, seq_len: int, device=None) -> torch.Tensor:
+    """mask_mod as a dense (2L, 2L) bool."""
+    idx = torch.arange(2 * seq_len, device=device)
+    return mask_mod(cfg, seq_len)(0, 0, idx[:, None], idx[None, :])
 
 
 # ----------------------------------------------------------------------------- loss
@@ -89,64 +110,71 @@ def denoise(model, x0, xt, cfg: BD3LMConfig, pad_mask):
     """The model call of the 2L layout [x0 | xt]: logits (B, L, V) of the noisy half."""
     B, L = x0.shape
     pos = torch.arange(L, device=x0.device).repeat(2).expand(B, 2 * L)          # (B, 2L) = [0..L-1 | 0..L-1]
-    mask = padded(mask_mod(L, cfg.block_size), pad_mask.repeat(1, 2))         # a mask_mod over the 2L slots
+    mask = padded(mask_mod(cfg, L), pad_mask.repeat(1, 2))                     # a mask_mod over the 2L slots
     return model(torch.cat([x0, xt], 1), pos, mask, last=L)                     # (B, L, V)
 
 
-def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
-    """NELBO, an upper bound on -log p(x0): (sum over targets (B,), number of targets (B,)).
-    Same as mdlm.nll, with this file's noise (one t per block) and denoise (the 2L layout)."""
+def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, exclude=None):
+    """NELBO, an upper bound on -log p(x0), from one noise draw: (sum over counted targets (B,), their number (B,)).
+    As mdlm.nll, with this file's noise (one t per block; q exactly, no forced masks) and denoise (2L)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
-    if xt is None:
-        xt, t = noise(x0, cfg, target, generator, train=False)                   # q exactly: no forced masks
-    x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
-    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
-    return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
+    xt, t = noise(x0, cfg, target, generator, train=False)                     # q exactly: no forced masks
+    counted = target if exclude is None else target & ~exclude
+    x0, xt, t, counted, pad_mask = trim(pad_mask, x0, xt, t, counted, pad_mask)   # drop trailing padding
+    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, counted, cfg.mask_id)
+    return (nll_i / t * masked).sum(1), counted.sum(1)             # weight -alpha'/(1-alpha) = 1/t
 
 
-def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
-    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once; as mdlm.loss."""
+def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None):
+    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once, mean over the batch. The
+    stats stay on the device (no host synchronisation per micro-batch)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
-    if xt is None:
-        xt, t = noise(x0, cfg, target, generator)
+    xt, t = noise(x0, cfg, target, generator)
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
-    return per_seq.mean(), {"masked": masked.sum().item() / max(target.sum().item(), 1)}
+    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
+
+
+# ----------------------------------------------------------------------------- prefill
+
+def block_mask(real, S: int, lo: int, e: int):
+    """Decoding mask (B, 1, e - lo, e) of queries lo..e-1 over keys 0..e-1 of a block canvas: a column sees the
+    real columns of its own and earlier blocks (clean blocks causal, a block bidirectional), and itself."""
+    cols = torch.arange(e, device=real.device)
+    blk = cols // S                                                             # block of each column
+    m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
+    return m | (cols[lo:e, None] == cols[None, :e])
+
+
+def prefill(model, tokens, pos, real, S: int, F: int, cache):
+    """Cache the canvas' first F columns (B, F): the prompt's whole blocks before the first one that holds a new
+    token (or a [MASK] of the prompt), block-causally. Nothing to do when F = 0."""
+    if F > 0:
+        model(tokens[:, :F], pos[:, :F], block_mask(real, S, 0, F), cache, last=1)
+        cache.commit(F)
 
 
 # ----------------------------------------------------------------------------- generate
 
 @torch.no_grad()
-def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, options=None, official_blocks=False):
+def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
     """Block by block: inside a block, steps of the confidence rule with the block's queries attending to
     the cache and to their own block; a finished block is committed to the KV cache by the next block's
     first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
-    prompt are infilled block by block too (a block sees only the blocks to its left). options: a
-    sampling.SamplerOptions.
+    prompt are infilled block by block too (a block sees only the blocks to its left).
 
-    official_blocks=True: the official align_inputs_to_blocks count for released checkpoints: max_new_tokens
-    counts from the start of the block holding the prompt's end (mdlm.official_count), so p mod S fewer new
-    tokens; the rest of the output stays [MASK]. Off (default): N new tokens."""
+    settings.official_blocks: the official align_inputs_to_blocks count for released checkpoints:
+    max_new_tokens counts from the start of the block holding the prompt's end (mdlm.official_count), so
+    p mod S fewer new tokens; the rest of the output stays [MASK]. Off (default): N new tokens."""
     B, P = prompt.shape
-    S, N, dev = cfg.block_size, max_new_tokens, prompt.device
+    N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)      # (B, C)
-    gen = official_count(real, new, S) if official_blocks else real                       # (B, C) to decode
+    gen = official_count(real, new, S) if settings.official_blocks else real             # (B, C) to decode
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
-    blk = torch.arange(C, device=dev) // S                                                # block of a column
-    cols = torch.arange(C, device=dev)
-
-    def block_mask(lo, e):  # queries lo..e-1, keys 0..e-1: clean blocks causal, a block sees itself
-        m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
-        return m | (cols[lo:e, None] == cols[None, :e])                                   # (B, 1, e-lo, e)
-
+    pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
-    track = sampling.start(options, tokens, gen, cfg.mask_id, temperature)
-    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
-    if F > 0:                                                    # prompt blocks before the first new token
-        model(tokens[:, :F], pos[:, :F], block_mask(0, F), cache, last=1)
-        cache.commit(F)
+    prefill(model, tokens, pos, real, S, F, cache)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -163,18 +191,40 @@ def generate(model, prompt, cfg: BD3LMConfig, prompt_mask=None, max_new_tokens=6
             if not cand.any():
                 break
             lo = cache.length                                    # < s: earlier blocks still to commit
-            logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(lo, e), cache, last=S)   # (B, S, V)
+            logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(real, S, lo, e), cache, last=S)   # (B, S, V)
             cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
-            sampling.at(track, tokens, torch.arange(s, e, device=dev).expand(B, -1))
-            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)
-            done = sampling.stopped(track, done)
+            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
+            done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
             nfe += 1
-        if stop is not None:
+        if pick.stop is not None:
             end = P + (e - new[:, 0]).clamp(0, N)                                           # (B,)
-            done |= stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
+            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
         if done.all():
             break
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
+
+
+# ----------------------------------------------------------------------------- reference
+
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
+    """The sampler as the method states it, to read first: batch 1, greedy, no cache. Every step one forward over
+    the canvas up to the end of the block (multiples of S) holding the leftmost [MASK]: earlier blocks clean and
+    causal between blocks, this block bidirectional. `generate` is this loop batched and cached, with the
+    block commit fused into the next block's first forward (test_all.py checks them equal)."""
+    S, m = cfg.block_size, cfg.mask_id
+    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == m).any():
+        s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
+        e = min(s + S, x.shape[1])
+        blk = torch.arange(e, device=x.device) // S
+        logits = model(x[:, :e], mask=blk[:, None] >= blk[None, :])[:, s:e]   # (1, e - s, V)
+        y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
+        x[:, s:e] = torch.where(dec, y, x[:, s:e])
+        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+        nfe += 1
+    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)

@@ -31,7 +31,8 @@ from common import credentials
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
 from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                  check_window, no_examples_left, prepare, speed_args)
-from common.replies import official_options, sampler_kwargs, takes
+from common.replies import official_options
+from sampling import Settings
 from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
                      run_record, window_used)
 from paper import generation, harness, hf_metrics, infill, zeroshot
@@ -41,7 +42,7 @@ TASKS = ["arith", "gsm8k", "cnndm", "rocstories", "infill", "likelihood", "throu
 
 
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str,
-                    threshold: float = math.inf, window: int = 0) -> dict:
+                    settings: Settings | None = None) -> dict:
     """--data owt|lm1b|shakespeare|text:PATH (or a checkpoint trained on one): the likelihood of the corpus' held-out
     token rows (data.get_corpus: OWT's validation split, LM1B's test split, a text's validation tail), each
     method's own estimate as its nll() defines it (AR exact; MDLM/BD3-LM the 1/t NELBO, t per block for BD3-LM;
@@ -60,10 +61,8 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER, f"--data {name}")
     rows = corpus.load("test", args.data_dir, tok, config["seq_len"])
     if task_name == "infill":
-        kw = sampler_kwargs(method, threshold, window, args.temperature, args.mdlm_block, args.commit_order,
-                            seq_len=config["seq_len"], official_blocks=args.official_blocks)
-        return infill.evaluate_text(model, method, cfg, tok, rows, config, device, corpus.NAME, args.span or "word",
-                                    args.limit, args.warmup, **kw)
+        return infill.evaluate_text(model, method, cfg, tok, rows, config, device, settings, corpus.NAME,
+                                    args.span or "word", args.limit, args.warmup)
     rows = rows[:args.limit] if args.limit else rows
     print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
           f"dtype {next(model.parameters()).dtype}")
@@ -157,16 +156,18 @@ def check_args(args):
     harness.check_args(args)                     # --tasks, --include-path, --num-fewshot; lm-eval installed
 
 
-def sampler_settings(args, config: dict, method, cfg) -> tuple:
-    """(threshold, window, max_new_tokens): each flag given, else the checkpoint's config.json sampler entry
-    (train.py's flags), else the default; checked, naming where a bad value came from (ValueError)."""
+def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:
+    """The sampler's Settings: the threshold, window and new-token count each from its flag, else the
+    checkpoint's config.json sampler entry (train.py's flags), else the default, checked, naming where a bad
+    value came from (ValueError); the other fields from their flags; options a task's official preset."""
     sampler = config.get("sampler", {})
     threshold = check_threshold(args.threshold if args.threshold is not None else sampler.get("threshold", math.inf),
                                 "--threshold" if args.threshold is not None else "config.json's sampler.threshold")
     window = check_window(args.window if args.window is not None else sampler.get("window", 0), method, cfg,
                           "--window" if args.window is not None else "config.json's sampler.window")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else sampler.get("max_new_tokens", 64)
-    return threshold, window, max_new
+    return Settings(max_new, threshold, args.temperature, window, args.commit_order, args.mdlm_block,
+                    args.official_blocks, config["seq_len"], options)
 
 
 def main(argv=None):
@@ -180,74 +181,69 @@ def main(argv=None):
         task_name = args.task or config["data"]
         exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
         if task_name == "unconditional":
-            threshold, window, _ = sampler_settings(args, config, method, cfg)
-            m = generation.run(args, model, method, cfg, config, device, threshold, window)
-            return report(args, config, method, task_name, m, threshold, window_used(window, method, cfg), sampled=True)
+            settings = sampler_settings(args, config, method, cfg)
+            m = generation.run(args, model, method, cfg, config, device, settings)
+            return report(args, config, method, cfg, task_name, m, settings, sampled=True)
         if task_name == "lm-eval":               # lm-eval-harness tasks: one row per task, filter and metric
             head, rows, m = harness.run(args, model, method, cfg, config, device, exclusions,
-                                        *sampler_settings(args, config, method, cfg))
+                                        sampler_settings(args, config, method, cfg))
             print(markdown_table(head, rows))
             return write_json(args, {"task": task_name, "model": config["method"], "ckpt": args.ckpt,
                                      "commit_order": args.commit_order, **m})
         if task_name in zeroshot.MCQA:
             m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, exclusions)
-            return report(args, config, method, task_name, m)
+            return report(args, config, method, cfg, task_name, m)
         if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):    # ROCStories: OWT models too
             if task_name == "infill":
-                threshold, window, _ = sampler_settings(args, config, method, cfg)
-                m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions, threshold, window)
-                return report(args, config, method, task_name, m, threshold, window_used(window, method, cfg),
-                              sampled=True)
+                settings = sampler_settings(args, config, method, cfg)
+                m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions, settings)
+                return report(args, config, method, cfg, task_name, m, settings, sampled=True)
             m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions)
-            return report(args, config, method, task_name, m)
+            return report(args, config, method, cfg, task_name, m)
         data_name = config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name
         data = get_task(data_name, config.get("data_options") if data_name == config["data"] else None)
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
-        threshold, window, max_new = sampler_settings(args, config, method, cfg)
+        settings = sampler_settings(args, config, method, cfg, official_options(data_name, tok, method))
         examples = examples[:args.limit] if args.limit else examples
         if task_name == "throughput" and len(examples) <= args.warmup:
             raise ValueError(no_examples_left(args.warmup, len(examples)))
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    kw = dict(threshold=threshold, window=window, temperature=args.temperature, mdlm_block=args.mdlm_block,
-              commit_order=args.commit_order, options=official_options(data_name, tok, config["method"]),
-              official_blocks=args.official_blocks)
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
         try:
-            m = infill.evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
-                                args.sentences, args.warmup, span=args.span or "step",
-                                **sampler_kwargs(method, seq_len=config["seq_len"], **kw))
+            m = infill.evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings,
+                                args.sentences, args.warmup, span=args.span or "step")
         except ValueError as e:
             sys.exit(f"error: {e}")
     elif task_name == "likelihood":
         m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device, args.batch_size,
                                 args.seed, exclusions)
     elif task_name == "throughput":
-        m = evaluate_throughput(model, method, cfg, tok, data, examples, config, device, args.warmup,
-                                args.batch_size, max_new, stop_opts, args.rounds, **kw)
+        m = evaluate_throughput(model, method, cfg, tok, data, examples, device, settings, args.warmup,
+                                args.batch_size, stop_opts, args.rounds)
     else:
-        m = evaluate_accuracy(model, method, cfg, tok, data, examples, config, device, batch_size=args.batch_size,
-                              max_new_tokens=max_new, seed=args.seed, stop_opts=stop_opts, **kw)
+        m = evaluate_accuracy(model, method, cfg, tok, data, examples, device, settings, args.batch_size,
+                              args.seed, stop_opts)
         completions = m.pop("completions")
         if data_name == "cnndm":            # the official corpus-level ROUGE (bootstrap) and sacreBLEU, beside ours
             from data.cnndm import corpus_scores
             scores = corpus_scores(completions, [e["answer"] for e in examples], seed=args.seed)
             m.update({f"corpus_{k}": v for k, v in scores.items()})
-    report(args, config, method, task_name, m, threshold, window_used(window, method, cfg),
-           sampled=task_name != "likelihood", im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
+    report(args, config, method, cfg, task_name, m, settings, sampled=task_name != "likelihood",
+           im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
 
 
-def report(args, config, method, task_name, m, threshold=math.inf, window=0, sampled=False, im_end=False):
+def report(args, config, method, cfg, task_name, m, settings: Settings | None = None, sampled=False, im_end=False):
     """Print the metrics as a markdown row (and write them with --json). The row shows only the sampler settings
-    that apply: none without sampling (sampled=False: likelihood, zero-shot), else those the method's generate
-    takes (the threshold for the diffusion methods, window and commit order for Set Diffusion, official_blocks
+    that apply: none without sampling (sampled=False: likelihood, zero-shot), else those in the method's KNOBS
+    (the threshold for the diffusion methods, window and commit order for Set Diffusion, official_blocks
     for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds every setting."""
-    settings = takes(method.generate)
+    threshold, window = (settings.threshold, window_used(settings.window, method, cfg)) if settings else (math.inf, 0)
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
                       args.official_blocks), **m}
-    applies = {k: sampled and k in settings for k in ("threshold", "window", "commit_order", "official_blocks")}
+    applies = {k: sampled and k in method.KNOBS for k in ("threshold", "window", "commit_order", "official_blocks")}
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores")
             and applies.get(k, True)]

@@ -22,24 +22,40 @@ block holding the prompt's end (p mod block fewer) and pads the canvas to the co
 which its bidirectional forward attends to: generate(official_blocks=True, seq_len=L) does the same. With
 p + N > L the official slides an L-wide window; ours attends to the whole canvas.
 
-The confidence decoding rule (`decode`), the SUBS helpers and the block-aligned canvas (`block_canvas`)
-defined here are shared by bd3lm.py and setdiffusion.py.
+The block-aligned canvas (`block_canvas`, `official_count`, `standard`) defined here is shared by bd3lm.py.
 """
 import math
 from dataclasses import dataclass
 
 import torch
 
-import sampling
 from ar import defaults, finish, trim
 from model import padded, with_padding
+from sampling import Picker, Settings, decode
 
+
+# ----------------------------------------------------------------------------- config
 
 @dataclass
 class MDLMConfig:
     mask_id: int          # the absorbing [MASK] token
     eps: float = 1e-3     # t ~ U[eps, 1]
     nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
+
+    def __post_init__(self):
+        if not 0 < self.eps < 1:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+
+    def check(self, seq_len: int):
+        """Raise a ValueError with one line for a setting that cannot train at context seq_len (none here)."""
+
+
+# What the scripts need to know of a method is data here, never a branch on its name.
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official_blocks", "seq_len", "options"})
+EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
+CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
+HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
 # ----------------------------------------------------------------------------- noising
@@ -55,14 +71,17 @@ def noise(x0, cfg: MDLMConfig, target, generator=None):
 
 # ----------------------------------------------------------------------------- mask
 
-def attention_mask(seq_len: int, device=None) -> torch.Tensor:
-    """Bidirectional: every token attends to every token. (L, L) bool."""
-    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+def mask_mod(cfg: MDLMConfig, seq_len: int):
+    """Bidirectional, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: every query sees every key."""
+    def mod(b, h, q, k):
+        return (q >= 0) & (k >= 0)
+    return mod
 
 
-def mask_mod(b, h, q, k):
-    """attention_mask as a FlexAttention mask_mod: every query attends to every key."""
-    return (q >= 0) & (k >= 0)
+def attention_mask(cfg: MDLMConfig, seq_len: int, device=None) -> torch.Tensor:
+    """mask_mod as a dense (L, L) bool."""
+    idx = torch.arange(seq_len, device=device)
+    return mask_mod(cfg, seq_len)(0, 0, idx[:, None], idx[None, :])
 
 
 # ----------------------------------------------------------------------------- loss
@@ -79,7 +98,7 @@ def subs(logits, xt, mask_id: int):
 
 def denoise(model, x0, xt, cfg: MDLMConfig, pad_mask):
     """The model call: logits (B, L, V) of every position of xt, attending bidirectionally."""
-    return model(xt, mask=padded(mask_mod, pad_mask))
+    return model(xt, mask=padded(mask_mod(cfg, x0.shape[1]), pad_mask))
 
 
 def masked_nll(logits, x0, xt, target, mask_id: int):
@@ -95,51 +114,32 @@ def objective(nll_i, masked, t, target, nelbo: bool):
     return (nll_i * masked).sum(1) / masked.sum(1).clamp(min=1)
 
 
-def nll(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
-    """NELBO, an upper bound on -log p(x0): (sum over targets (B,), number of targets (B,))."""
+def nll(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None, exclude=None):
+    """NELBO, an upper bound on -log p(x0), from one noise draw: (sum over counted targets (B,), their number (B,)).
+    exclude (B, L): targets noised as usual but not counted."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
-    if xt is None:
-        xt, t = noise(x0, cfg, target, generator)
-    x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
-    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
-    return (nll_i / t * masked).sum(1), target.sum(1)              # weight -alpha'/(1-alpha) = 1/t
+    xt, t = noise(x0, cfg, target, generator)
+    counted = target if exclude is None else target & ~exclude
+    x0, xt, t, counted, pad_mask = trim(pad_mask, x0, xt, t, counted, pad_mask)   # drop trailing padding
+    nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, counted, cfg.mask_id)
+    return (nll_i / t * masked).sum(1), counted.sum(1)             # weight -alpha'/(1-alpha) = 1/t
 
 
-def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None, xt=None, t=None):
-    """Masked-token cross-entropy (or the NELBO with cfg.nelbo). xt, t (B, L) may be given to fix the draw."""
+def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None):
+    """Masked-token cross-entropy (or the NELBO with cfg.nelbo), mean over the batch. The stats stay on the
+    device (no host synchronisation per micro-batch)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
-    if xt is None:
-        xt, t = noise(x0, cfg, target, generator)
+    xt, t = noise(x0, cfg, target, generator)
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
-    return per_seq.mean(), {"masked": masked.sum().item() / max(target.sum().item(), 1)}
+    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
 
 
-# ----------------------------------------------------------------------------- generate
+# ----------------------------------------------------------------------------- prefill
 
-def decode(logits, candidates, mask_id: int, threshold=math.inf, temperature=0.0, generator=None, track=None):
-    """The confidence rule of the diffusion samplers.
-
-    logits (B, K, V) at K slots, candidates (B, K) the still-masked slots that may be decoded now.
-    Predict a token at every slot (greedy, or sampled at `temperature`); its confidence is its probability,
-    exp(logits - logsumexp) in float32 with the [MASK] logit suppressed (sampling.choose), as the official.
-    Decode the most confident candidate of each row plus every candidate with confidence >= threshold, so
-    threshold = inf decodes exactly one token per row and step. Among tied top candidates the rightmost is
-    decoded: the official keeps the last of `conf.argsort()`. Returns tokens (B, K), decoded (B, K) bool.
-    A sampling.Track adds its options (penalties, top-p, the low-confidence stop).
-    """
-    logits = logits.float()
-    logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
-    y, conf = sampling.choose(sampling.process(logits, track), temperature, generator, track)   # (B, K)
-    conf = conf.masked_fill(~candidates, -1.0)
-    decoded = (conf >= threshold) & candidates
-    K = conf.shape[1]
-    top = K - 1 - conf.flip(-1).argmax(-1, keepdim=True)                    # (B, 1) rightmost maximum
-    decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
-    sampling.early_stop(track, conf, decoded)
-    return y, decoded
-
+# MDLM keeps no KV cache (every step recomputes the whole canvas bidirectionally), so there is nothing to
+# prefill: this section lays the canvas out in blocks, the layout BD3-LM caches block by block.
 
 def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     """Lay each row out so that its blocks (positions S*b .. S*b + S-1) share canvas columns across the batch
@@ -199,59 +199,79 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
     return tokens, rel.clamp(min=0), (rel >= 0) & (rel < width)
 
 
-@torch.no_grad()
-def generate(model, prompt, cfg: MDLMConfig, prompt_mask=None, max_new_tokens=64, threshold=math.inf,
-             temperature=0.0, generator=None, stop=None, block=32, options=None, official_blocks=False,
-             seq_len=None):
-    """Semi-autoregressive: decode blocks of `block` positions left to right, aligned to multiples of `block`
-    (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a block,
-    one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
-    [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
-    the visible tokens right of them count). options: a sampling.SamplerOptions.
+# ----------------------------------------------------------------------------- generate
 
-    official_blocks=True: the official layout for released checkpoints. max_new_tokens counts from the start
-    of the block holding the prompt's end (official_count: p mod block fewer new tokens, the rest of the
-    output stays [MASK]), and the canvas is padded with [MASK] to the context length seq_len (required),
-    every column attended to. Off (default): N new tokens, the canvas ends with the block holding the last."""
+@torch.no_grad()
+def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
+    """Semi-autoregressive: decode blocks of settings.block positions left to right, aligned to multiples of the
+    block (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a
+    block, one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
+    [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
+    the visible tokens right of them count).
+
+    settings.official_blocks: the official layout for released checkpoints. max_new_tokens counts from the
+    start of the block holding the prompt's end (official_count: p mod block fewer new tokens, the rest of the
+    output stays [MASK]), and the canvas is padded with [MASK] to the context length settings.seq_len
+    (required), every column attended to. Off (default): N new tokens, the canvas ends with the block holding
+    the last."""
     B, P = prompt.shape
-    N, dev = max_new_tokens, prompt.device
-    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, block, cfg.mask_id)   # (B, C)
-    if official_blocks:
-        if seq_len is None:
+    N, S, dev = settings.max_new_tokens, settings.block, prompt.device
+    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)   # (B, C)
+    if settings.official_blocks:
+        if settings.seq_len is None:
             raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the "
                              "context length")
-        tokens, pos, seen = official_canvas(tokens, real, seq_len, cfg.mask_id)   # (B, C')
+        tokens, pos, seen = official_canvas(tokens, real, settings.seq_len, cfg.mask_id)   # (B, C')
         real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
-        gen = official_count(real, new, block)                 # (B, C') the columns decoded: fewer new tokens
+        gen = official_count(real, new, S)                     # (B, C') the columns decoded: fewer new tokens
     else:
         C = int(real.any(0).nonzero().max()) + 1               # no cache here: drop columns no row uses
         tokens, real, pos = tokens[:, :C], real[:, :C], pos[:, :C]
         seen = gen = real
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
-    mask = with_padding(attention_mask(C, dev), ~seen)                             # (B, 1, C, C)
-    track = sampling.start(options, tokens, gen, cfg.mask_id, temperature)
-    stop = sampling.entropy_stop(stop, track, prompt, prompt_mask, cfg.mask_id, max_new_tokens)
+    mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
+    pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
-    for s in range(F, E, block):
-        e = min(s + block, E)
+    for s in range(F, E, S):
+        e = min(s + S, E)
         while True:
             cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
             if not cand.any():
                 break
             logits = model(tokens, pos, mask, last=C - s)[:, :e - s]                 # (B, e-s, V)
-            sampling.at(track, tokens, torch.arange(s, e, device=dev).expand(B, -1))
-            y, dec = decode(logits, cand, cfg.mask_id, threshold, temperature, generator, track)
-            done = sampling.stopped(track, done)
+            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
+            done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
             steps += cand.any(1)
             nfe += 1
-        if stop is not None:
+        if pick.stop is not None:
             end = P + (e - new[:, 0]).clamp(0, N)                                   # (B,) end of this block
-            done |= stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
+            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
         if done.all():
             break
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
+
+
+# ----------------------------------------------------------------------------- reference
+
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
+    """The sampler as the method states it, to read first: batch 1, greedy, and every step one bidirectional
+    forward over the whole canvas [prompt | N [MASK]], decoding in the block (multiples of settings.block)
+    that holds the leftmost [MASK]. `generate` is this loop batched (test_all.py checks them equal)."""
+    S, m = settings.block, cfg.mask_id
+    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == m).any():
+        s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
+        e = min(s + S, x.shape[1])
+        logits = model(x, mask=attention_mask(cfg, x.shape[1], x.device))[:, s:e]   # (1, e - s, V)
+        y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
+        x[:, s:e] = torch.where(dec, y, x[:, s:e])
+        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+        nfe += 1
+    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)

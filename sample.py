@@ -33,8 +33,8 @@ import sampling
 from data import get_corpus, get_task, get_tokenizer, is_corpus
 from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
                  prompt_ids, read_prompts, speed_args, unconditional_tokens)
-from common.replies import generate, official_options, sampler_kwargs, unconditional
-from sampling import SamplerOptions
+from common.replies import official_options, respond, unconditional
+from sampling import SamplerOptions, Settings
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
 
@@ -119,10 +119,10 @@ def get_args(argv=None):
     return p.parse_args(argv)
 
 
-def sampler_options(args, tok, method_name: str) -> SamplerOptions:
+def sampler_options(args, tok, method) -> SamplerOptions:
     """Plain sampling, or with --unconditional the official OWT options; --top-p and --repetition-penalty
     override either (checked: ValueError)."""
-    options = official_options("owt", tok, method_name) if args.unconditional else SamplerOptions()
+    options = official_options("owt", tok, method) if args.unconditional else SamplerOptions()
     options.top_p = options.top_p if args.top_p is None else args.top_p
     options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
                                   else args.repetition_penalty)
@@ -141,7 +141,7 @@ def prompt_texts(args, task) -> tuple[list[str], bool]:
     return [task.load("test")[0]["prompt"] if task is not None else ""], False
 
 
-def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> list[list[int]]:
+def encoded_prompts(args, task, tok, config, method, max_new: int, default: bool) -> list[list[int]]:
     """Token ids of each prompt (prompt_texts), after the corpus' BOS on a corpus checkpoint (task None); each
     checked against the context (ValueError: one line)."""
     prompts, raw = prompt_texts(args, task)
@@ -150,17 +150,17 @@ def encoded_prompts(args, task, tok, config, max_new: int, default: bool) -> lis
     for k, prompt in enumerate(prompts, 1):
         ids.append(head + prompt_ids(tok, prompt, config["seq_len"], k, raw))
         fit(k, len(ids[-1]), 0 if default else max_new, config["seq_len"])
-        if tok.mask_id in ids[-1] and config["method"] == "ar":
-            raise ValueError(f"prompt {k} has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
-                             f"continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
+        if tok.mask_id in ids[-1] and not method.CAN_INFILL:
+            raise ValueError(f"prompt {k} has [MASK]s to fill, and {config['method'].upper()} cannot fill masks "
+                             f"inside the prompt (it continues the left context only): use a Set Diffusion, BD3-LM "
+                             f"or MDLM checkpoint")
     return ids
 
 
 def sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new: int):
     """sample.py --unconditional: args.n samples at batch 1, each printed, then the mean tokens/s."""
-    kw = sampler_kwargs(method, args.threshold, args.window, seq_len=config["seq_len"])
-    kw.pop("temperature")
-    samples = unconditional(model, method, cfg, tok, args.n, max_new, device, args.seed, options, **kw)
+    settings = Settings(max_new, args.threshold, window=args.window, seq_len=config["seq_len"], options=options)
+    samples = unconditional(model, method, cfg, tok, args.n, settings, device, args.seed)
     for i, s in enumerate(samples):
         print(f"--- sample {i}\n{s['text']}")
     rate = sum(s["tokens_per_s"] for s in samples) / len(samples)
@@ -177,7 +177,7 @@ def main(argv=None):
         model, method, cfg, config = checkpoint.load(args.ckpt, device)
         model = prepare(model, args, device)
         tok = get_tokenizer(config["tokenizer"])
-        options = sampler_options(args, tok, config["method"])
+        options = sampler_options(args, tok, method)
         check_window(args.window, method, cfg)
         if args.unconditional:
             max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
@@ -185,16 +185,17 @@ def main(argv=None):
             task = None if is_corpus(config["data"]) else get_task(config["data"], config.get("data_options"))
             default = args.max_new_tokens is None
             max_new = config.get("sampler", {}).get("max_new_tokens", 64) if default else args.max_new_tokens
-            ids = encoded_prompts(args, task, tok, config, max_new, default)
+            ids = encoded_prompts(args, task, tok, config, method, max_new, default)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     if args.unconditional:
         return sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new)
-    kw = sampler_kwargs(method, args.threshold, args.window, args.temperature, commit_order=args.commit_order,
-                        options=options if options != SamplerOptions() else None, seq_len=config["seq_len"])
+    settings = Settings(max_new, args.threshold, args.temperature, args.window, args.commit_order,
+                        seq_len=config["seq_len"], options=options if options != SamplerOptions() else None)
     nfe, n, seconds, tps = 0, 0, 0.0, 0.0
     for i, chunk, room in batches(ids, args.batch_size, max_new, config["seq_len"], default):
-        _, stats, sec = generate(model, method, cfg, tok, task, chunk, device, room, args.seed + i, **kw)
+        settings.max_new_tokens = room
+        _, stats, sec = respond(model, method, cfg, tok, task, chunk, device, settings, args.seed + i)
         for b, row in enumerate(chunk):
             print(("\n" if i + b else "") + shown(tok, len(row), stats, b, room, args.show_order))
         nfe, n, seconds = nfe + stats["nfe"], n + int(stats["n_gen"].sum()), seconds + sec

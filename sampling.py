@@ -1,7 +1,13 @@
-"""Sampler options shared by all four methods: what happens to logits before they become tokens.
+"""Logits -> tokens, for all four samplers: how to decode (`Settings`), the confidence rule (`confident`), and the
+one object every sampler calls once per step (`Picker`).
 
-Every sampler turns logits into tokens in one of two places, `ar.sample` (AR) and `mdlm.decode` (MDLM,
-BD3-LM, Set Diffusion); both call `process` and `choose` below, so each option exists once:
+    Settings   what every method's generate(model, prompt, cfg, settings, prompt_mask, stop, generator) takes;
+               a method reads the fields named in its KNOBS (data on the method, not a branch on its name).
+    Picker     built once per generate call: pick(logits, cols, candidates) -> tokens, decoded. It applies the
+               paper presets' options below, then the confidence rule; pick.stopped (B,) are the rows its
+               low-confidence rule stopped, pick.stop the task's stop hook (entropy rule folded in) or None.
+
+The options (SamplerOptions; all off by default, the paper presets of CNN/DM, ROCStories and OWT turn them on):
 
     repetition penalty p     (HF RepetitionPenaltyLogitsProcessor) a token already seen has its logit divided
                              by p if positive, multiplied by p if negative. "Seen" = the tokens generated so far
@@ -26,11 +32,42 @@ BD3-LM, Set Diffusion); both call `process` and `choose` below, so each option e
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), as in
 the official `_generate_unconditional`, computed as it does: exp(logits - logsumexp) in float32. The diffusion
 samplers' threshold rule and their top-1 pick use the same number.
-max_new_tokens stays the samplers' own argument.
 """
+import math
 from dataclasses import dataclass
 
 import torch
+
+
+@dataclass
+class Settings:
+    """How to decode: the one argument every method's generate takes beside the prompt. A method reads the fields
+    in its KNOBS and ignores the rest (AR decodes one token per step whatever the threshold)."""
+    max_new_tokens: int = 64        # N new tokens after the prompt ([MASK]s inside the prompt are filled too)
+    threshold: float = math.inf     # tau: decode the top-1 plus every token with p >= tau (inf: one per step)
+    temperature: float = 0.0        # 0 = greedy
+    window: int = 0                 # Set Diffusion: W positions predicted per step; 0 = smax // 2
+    commit_order: str = "l2r"       # Set Diffusion: commit a step's tokens left to right, or "fht" (by T)
+    block: int = 32                 # MDLM: the semi-autoregressive block width (the paper's GSM8K baseline)
+    official_blocks: bool = False   # MDLM, BD3-LM: the official new-token count for released checkpoints
+    seq_len: int | None = None      # the model's context L: the "fht" schedule, MDLM's official canvas width
+    options: "SamplerOptions | None" = None   # the paper presets' penalties, nucleus and stops; None = off
+
+
+def check_settings(s: Settings):
+    """Raise a ValueError with one clear line for an out-of-range or non-finite setting."""
+    if not s.max_new_tokens >= 0:
+        raise ValueError(f"max new tokens must be >= 0, got {s.max_new_tokens}")
+    if math.isnan(s.threshold) or s.threshold <= 0:
+        raise ValueError(f"the threshold must be > 0 (inf = one token per step), got {s.threshold}")
+    if not (math.isfinite(s.temperature) and s.temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0, got {s.temperature}")
+    if s.window < 0 or s.block < 1:
+        raise ValueError(f"the window must be >= 0 (0 = smax / 2) and the block >= 1, got {s.window}, {s.block}")
+    if s.commit_order not in ("l2r", "fht"):
+        raise ValueError(f"commit order must be 'l2r' or 'fht', got {s.commit_order!r}")
+    if s.options is not None:
+        check(s.options, s.temperature)
 
 
 @dataclass
@@ -49,7 +86,11 @@ class SamplerOptions:
 
 
 def check(opt: SamplerOptions, temperature: float = 0.0):
-    """Raise a ValueError with one clear line for contradictory or out-of-range options."""
+    """Raise a ValueError with one clear line for contradictory, out-of-range or non-finite options."""
+    numbers = [opt.top_p, opt.repetition_penalty, opt.stop_confidence, opt.stop_entropy, temperature,
+               *opt.length_penalty]
+    if not all(math.isfinite(x) for x in numbers):
+        raise ValueError(f"sampler options must be finite numbers, got {opt}")
     if not 0 < opt.top_p <= 1:
         raise ValueError(f"top-p must be in (0, 1], got {opt.top_p}")
     if opt.top_p < 1 and temperature <= 0:
@@ -167,6 +208,66 @@ def early_stop(track, conf, decoded):
 def stopped(track, done):
     """done (B,) plus the rows the low-confidence rule stopped."""
     return done if track is None else done | track.stopped
+
+
+# ----------------------------------------------------------------------------- the confidence rule and the Picker
+
+def confident(conf, candidates, threshold: float):
+    """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the official).
+
+    conf (B, K): the probability of the token predicted at each of K slots; candidates (B, K): the slots that
+    may be decoded now. Decode the most confident candidate of each row plus every candidate with confidence >=
+    threshold, so threshold = inf decodes exactly one token per row and step (and a K = 1 step, AR's, its one
+    candidate). Among tied top candidates the rightmost is decoded: the official keeps the last of
+    `conf.argsort()`. Returns decoded (B, K) bool."""
+    conf = conf.masked_fill(~candidates, -1.0)
+    decoded = (conf >= threshold) & candidates
+    K = conf.shape[1]
+    top = K - 1 - conf.flip(-1).argmax(-1, keepdim=True)                    # (B, 1) rightmost maximum
+    return decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
+
+
+def decode(logits, candidates, mask_id: int, threshold: float = math.inf):
+    """Greedy decoding by the confidence rule with no options, as the reference samplers state it: logits (B, K, V)
+    -> tokens (B, K), decoded (B, K). A Picker with default Settings does the same."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
+    y, conf = choose(logits)
+    return y, confident(conf, candidates, threshold)
+
+
+class Picker:
+    """Logits -> tokens for one generate call; every sampler calls it once per step.
+
+    pick(logits (B, K, V), cols (B, K), candidates (B, K)) -> tokens (B, K), decoded (B, K): the [MASK] logit
+    suppressed (never predict it), the options applied (penalties need the canvas and each slot's column
+    `cols`), a token chosen per slot (greedy or sampled) and the confidence rule. pick.stopped (B,) bool: rows
+    the low-confidence rule has stopped. pick.stop: the task's stop hook with the entropy rule folded in, or None
+    (the sampler checks it where the official sampler checks its stopping criteria)."""
+
+    def __init__(self, settings: Settings, canvas, real, mask_id: int, prompt, prompt_mask=None, stop=None,
+                 generator=None):
+        check_settings(settings)
+        self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
+        self.track = start(settings.options, canvas, real, mask_id, settings.temperature)   # None: no options
+        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens)
+        self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
+
+    @property
+    def stopped(self):
+        return self.none_stopped if self.track is None else self.track.stopped
+
+    def __call__(self, logits, cols, candidates):
+        s, track = self.settings, self.track
+        logits = logits.float()
+        logits[..., self.mask_id] = float("-inf")                              # never predict [MASK]
+        if track is None and s.temperature == 0 and logits.shape[1] == 1:     # AR greedy: no softmax needed
+            return logits.argmax(-1), candidates.clone()
+        at(track, self.canvas, cols)
+        y, conf = choose(process(logits, track), s.temperature, self.generator, track)   # (B, K)
+        decoded = confident(conf, candidates, s.threshold)
+        early_stop(track, conf, decoded)
+        return y, decoded
 
 
 # ----------------------------------------------------------------------------- the entropy stop

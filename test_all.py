@@ -8,11 +8,71 @@ import math
 import pytest
 import torch
 
+import ar
 import bd3lm
 import mdlm
 import setdiffusion as sd
 from model import KVCache, ModelConfig, Transformer
-from tests.helpers import MASK, METHODS, V, Jitter, causal, left_padded, naive_generate, tiny_model
+from sampling import Settings
+
+# ----------------------------------------------------------------------------- tiny models (tests/ imports these)
+
+V, MASK = 24, 23                      # tiny vocabulary; the last id is [MASK]
+
+
+def tiny_model(seed=0, **kw):
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, **kw)).eval()
+    with torch.no_grad():
+        model.embed_tokens.weight.mul_(20)          # peaked distributions: thresholds and argmax are decisive
+    return model
+
+
+class Jitter(torch.nn.Module):
+    """A model plus a fixed random logit offset per position, so that confidences differ from slot to slot and
+    a threshold decodes some of a window but not all (the tiny model alone is about equally sure everywhere)."""
+
+    def __init__(self, model, seed=0):
+        super().__init__()
+        self.model, self.new_cache = model, model.new_cache
+        self.register_buffer("offset", torch.randn(64, V, generator=torch.Generator().manual_seed(seed)) * 3)
+
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        if pos is None:
+            start = cache.length if cache is not None else 0
+            pos = torch.arange(start, start + idx.shape[1], device=idx.device).expand(idx.shape)
+        out = self.model(idx, pos, mask, cache) + self.offset[pos]             # (B, T, V)
+        return out if last is None else out[:, -last:]
+
+
+def causal(n):
+    return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+# name -> (method module, its config, the Settings fields the tests decode it with)
+METHODS = {
+    "ar": (ar, ar.ARConfig(MASK), {}),
+    "mdlm": (mdlm, mdlm.MDLMConfig(MASK), {"block": 4}),
+    "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, 4), {}),
+    "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, 6), {}),
+}
+
+
+def left_padded(lens, seed=1):
+    """Random prompts of the given lengths, and their left-padded batch (B, P) with its prompt_mask (B, P)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, MASK, (n,), generator=g) for n in lens]
+    P = max(lens)
+    batch = torch.stack([torch.cat([torch.zeros(P - len(p), dtype=torch.long), p]) for p in prompts])
+    return prompts, batch, torch.arange(P)[None] >= torch.tensor([[P - n] for n in lens])
+
+
+def partial_steps(step, prompt_len: int) -> list[bool]:
+    """Per step of a batch-1 run: did tau decode more than one token but not every [MASK] it could see (the
+    window's, or the block's)? From the step matrix alone: a step k decoded the columns with step == k."""
+    s = step[0, prompt_len:]
+    return [1 < int((s == k).sum()) < int((s >= k).sum()) for k in range(int(s.max()) + 1)]
+
 
 # ----------------------------------------------------------------------------- the transformer
 
@@ -34,7 +94,7 @@ def test_cached_incremental_equals_full(layout):
         mask, chunks = blk[:, None] >= blk[None], [S] * (L // S)
     else:                                       # Set Diffusion in rank space: clean ranks, then all queries
         L2 = L // 2
-        x, pos, mask, chunks = x, torch.cat([pos[:, :L2]] * 2, 1), sd.attention_mask(L2), [2, 4, L2]
+        x, pos, mask, chunks = x, torch.cat([pos[:, :L2]] * 2, 1), sd.attention_mask(None, L2), [2, 4, L2]
     full = model(x, pos, mask)
     cache, out, start = KVCache(2, 2, L), [], 0
     for n in chunks:
@@ -75,30 +135,33 @@ def test_bd3lm_mask_with_block_one_is_strict_prefix():
                              [1, 0, 0, 0, 0, 1, 0, 0],
                              [1, 1, 0, 0, 0, 0, 1, 0],
                              [1, 1, 1, 0, 0, 0, 0, 1]], dtype=torch.bool)
-    assert torch.equal(bd3lm.attention_mask(4, 1), expected)
-    assert torch.equal(sd.attention_mask(4), expected)
+    assert torch.equal(bd3lm.attention_mask(bd3lm.BD3LMConfig(MASK, 1), 4), expected)
+    assert torch.equal(sd.attention_mask(sd.SetDiffusionConfig(MASK), 4), expected)
 
 
 def test_bd3lm_mask_blocks():
-    m = bd3lm.attention_mask(4, 2).int()
+    m = bd3lm.attention_mask(bd3lm.BD3LMConfig(MASK, 2), 4).int()
     assert m[6].tolist() == [1, 1, 0, 0, 0, 0, 1, 1]   # noisy token of block 1: clean block 0, its own block
     assert m[1].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]   # clean token of block 0 sees its whole block
 
 
 def test_bd3lm_one_block_is_mdlm():
-    """BD3-LM with S = L gives MDLM's loss and NELBO for the same t and mask draw."""
+    """BD3-LM with S = L gives MDLM's noise draw, loss and NELBO from the same generator seed (every row holds a
+    prompt token, so BD3-LM's training rule forces no extra [MASK])."""
     model, B, L = tiny_model(3), 3, 16
     x0 = torch.randint(0, MASK, (B, L))
-    prompt_mask = torch.arange(L)[None].expand(B, L) < torch.tensor([[2], [4], [0]])
+    prompt_mask = torch.arange(L)[None].expand(B, L) < torch.tensor([[2], [4], [1]])
     pad_mask = torch.arange(L)[None].expand(B, L) >= torch.tensor([[16], [12], [14]])
-    g = torch.Generator().manual_seed(0)
-    xt, t = bd3lm.noise(x0, bd3lm.BD3LMConfig(MASK, L), ~(prompt_mask | pad_mask), g)
+    target, seed = ~(prompt_mask | pad_mask), lambda: torch.Generator().manual_seed(0)
+    for a, b in zip(mdlm.noise(x0, mdlm.MDLMConfig(MASK), target, seed()),
+                    bd3lm.noise(x0, bd3lm.BD3LMConfig(MASK, L), target, seed())):
+        assert torch.equal(a, b)                                            # the same xt, the same t
     for nelbo in (False, True):
-        a = mdlm.loss(model, x0, mdlm.MDLMConfig(MASK, nelbo=nelbo), prompt_mask, pad_mask, xt=xt, t=t)[0]
-        b = bd3lm.loss(model, x0, bd3lm.BD3LMConfig(MASK, L, nelbo=nelbo), prompt_mask, pad_mask, xt=xt, t=t)[0]
+        a = mdlm.loss(model, x0, mdlm.MDLMConfig(MASK, nelbo=nelbo), prompt_mask, pad_mask, seed())[0]
+        b = bd3lm.loss(model, x0, bd3lm.BD3LMConfig(MASK, L, nelbo=nelbo), prompt_mask, pad_mask, seed())[0]
         torch.testing.assert_close(a, b)
-    a = mdlm.nll(model, x0, mdlm.MDLMConfig(MASK), prompt_mask, pad_mask, xt=xt, t=t)
-    b = bd3lm.nll(model, x0, bd3lm.BD3LMConfig(MASK, L), prompt_mask, pad_mask, xt=xt, t=t)
+    a = mdlm.nll(model, x0, mdlm.MDLMConfig(MASK), prompt_mask, pad_mask, seed())
+    b = bd3lm.nll(model, x0, bd3lm.BD3LMConfig(MASK, L), prompt_mask, pad_mask, seed())
     torch.testing.assert_close(a, b)
 
 
@@ -167,23 +230,38 @@ def test_order_puts_prompt_first_and_padding_last():
 
 @pytest.mark.parametrize("name", list(METHODS))
 @pytest.mark.parametrize("threshold", [math.inf, 0.5])
-def test_sampler_equals_naive_recompute(name, threshold):
-    """Each cached sampler against a naive recompute (Set Diffusion's: setdiffusion.generate_reference), token
-    for token and step for step, at threshold inf (one token a step) and 0.5 (tau picks inside a window)."""
+def test_sampler_equals_its_reference(name, threshold):
+    """Each batched, cached sampler against its method's generate_reference (batch 1, no cache, the whole forward
+    recomputed every step), token for token and step for step, at threshold inf (one token a step) and 0.5 (tau
+    picks inside a window or block; AR decodes one token a step whatever tau)."""
     mod, cfg, kw = METHODS[name]
     model, N, partial = Jitter(tiny_model(4)), 11, []
     for P in (3, 6):
         prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
-        if name == "ar" and threshold != math.inf:
-            continue
-        extra = {} if name == "ar" else {"threshold": threshold}
-        tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, **extra, **kw)
-        x, step = naive_generate(name, model, prompt, N, threshold, partial)
-        assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
+        settings = Settings(N, threshold, **kw)
+        tokens, stats = mod.generate(model, prompt, cfg, settings)
+        x, ref = mod.generate_reference(model, prompt, cfg, settings)
+        assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
         assert torch.equal(tokens[:, :P], prompt) and not (tokens == MASK).any()
         if threshold == math.inf:                        # one token per forward pass
             assert stats["nfe"] == N and stats["tokens_per_step"] == 1.0
-    assert name == "ar" or any(partial) == (threshold != math.inf)   # tau = 0.5 really selects inside a window
+        partial += partial_steps(stats["step"], P)
+    assert any(partial) == (threshold != math.inf and name != "ar")   # tau = 0.5 really selects some, not all
+
+
+def test_one_sampler_interface():
+    """Every method's generate and generate_reference take the same parameters, in the same order; what differs
+    between methods is data on the method (its KNOBS, EXACT_NLL, CAN_INFILL, HF_GENERATE, OFFICIAL_EXCLUDES)."""
+    import inspect
+    names = {f: [list(inspect.signature(getattr(m, f)).parameters) for m, _, _ in METHODS.values()]
+             for f in ("generate", "generate_reference", "loss", "nll", "mask_mod", "attention_mask")}
+    for f, params in names.items():
+        assert all(p == params[0] for p in params), (f, params)
+    assert names["generate"][0] == ["model", "prompt", "cfg", "settings", "prompt_mask", "stop", "generator"]
+    fields = set(Settings.__dataclass_fields__)
+    for mod, _, _ in METHODS.values():
+        assert mod.KNOBS <= fields and {"max_new_tokens", "options"} <= mod.KNOBS
+        assert {type(getattr(mod, k)) for k in ("EXACT_NLL", "CAN_INFILL", "HF_GENERATE", "OFFICIAL_EXCLUDES")} == {bool}
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -191,11 +269,10 @@ def test_batched_equals_each_row_alone(name):
     mod, cfg, kw = METHODS[name]
     model, N = Jitter(tiny_model(5), 1), 9
     prompts, batch, prompt_mask = left_padded([2, 7, 5])
-    P = batch.shape[1]
-    extra = {} if name == "ar" else {"threshold": 0.5}
-    tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, **extra, **kw)
+    P, settings = batch.shape[1], Settings(N, 0.5, **kw)
+    tokens, stats = mod.generate(model, batch, cfg, settings, prompt_mask)
     for b, p in enumerate(prompts):
-        alone, st = mod.generate(model, p[None], cfg, max_new_tokens=N, **extra, **kw)
+        alone, st = mod.generate(model, p[None], cfg, settings)
         assert torch.equal(tokens[b, P - len(p):], alone[0])
         assert torch.equal(stats["step"][b, P - len(p):], st["step"][0])
 
@@ -204,8 +281,8 @@ def test_setdiffusion_infills_between_visible_tokens():
     """[MASK] inside the prompt: both sides are cached first; the reference sampler agrees; the sides are kept."""
     model, cfg = tiny_model(6), METHODS["setdiffusion"][1]
     prompt = torch.tensor([[1, 2, 3, MASK, MASK, MASK, MASK, 7, 8]])   # the reference commits 0, 1, 2, 7, 8 first
-    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=2, threshold=0.5)
-    x, ref = sd.generate_reference(model, prompt, cfg, max_new_tokens=2, threshold=0.5)
+    tokens, stats = sd.generate(model, prompt, cfg, Settings(2, 0.5))
+    x, ref = sd.generate_reference(model, prompt, cfg, Settings(2, 0.5))
     assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
     assert tokens[0, [0, 1, 2, 7, 8]].tolist() == [1, 2, 3, 7, 8] and not (tokens == MASK).any()
 
@@ -215,8 +292,8 @@ def test_setdiffusion_reference_equals_generate_at_other_windows(window):
     """The window W is the reference's argument too: any W in [1, smax] gives the same run as generate."""
     model, cfg = Jitter(tiny_model(4)), METHODS["setdiffusion"][1]
     prompt = torch.randint(0, MASK, (1, 5), generator=torch.Generator().manual_seed(5))
-    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=11, threshold=0.5, window=window)
-    x, ref = sd.generate_reference(model, prompt, cfg, max_new_tokens=11, threshold=0.5, window=window)
+    tokens, stats = sd.generate(model, prompt, cfg, Settings(11, 0.5, window=window))
+    x, ref = sd.generate_reference(model, prompt, cfg, Settings(11, 0.5, window=window))
     assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
 
 
@@ -246,7 +323,7 @@ def test_setdiffusion_reference_logits_equal_generate():
         torch.manual_seed(4)
         model = QueryLogits(Jitter(Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2,
                                                            n_embd=32)).eval()))
-        runs.append((*sampler(model, prompt, cfg, max_new_tokens=12, threshold=0.2), model.steps))
+        runs.append((*sampler(model, prompt, cfg, Settings(12, 0.2)), model.steps))
     (tokens, stats, fast), (x, ref_stats, ref) = runs
     assert torch.equal(tokens, x) and torch.equal(stats["step"], ref_stats["step"])
     assert len(fast) == len(ref) == stats["nfe"] and 1 < stats["tokens_per_step"] < 3
@@ -259,20 +336,19 @@ def test_setdiffusion_commit_orders_and_stop_rule():
     model, cfg = tiny_model(7), METHODS["setdiffusion"][1]
     prompt = torch.randint(0, MASK, (2, 4))
     g = torch.Generator().manual_seed(0)
-    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=12, threshold=0.3, generator=g,
-                                commit_order="fht")
+    tokens, stats = sd.generate(model, prompt, cfg, Settings(12, 0.3, commit_order="fht"), generator=g)
     assert not (tokens == MASK).any() and stats["nfe"] <= 12
     calls = []
     stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
-    tokens, stats = sd.generate(model, prompt, cfg, max_new_tokens=12, stop=stop)
+    tokens, stats = sd.generate(model, prompt, cfg, Settings(12), stop=stop)
     assert stats["nfe"] == 4 and len(calls) == 1                         # checked after step W + 1 (W = 3)
     left = (tokens == MASK).float().argmax(1)                            # the window starts at the first [MASK]
     assert torch.equal(calls[0], left + 3) and stats["n_gen"].tolist() == [4, 4]
     for row, end in zip(tokens, calls[0]):
         assert (row[end:] == MASK).all()                                 # nothing decoded past the window
-    for bad in ({"window": 7}, {"commit_order": "random"}):
+    for bad in ({"window": 7}, {"commit_order": "random"}, {"threshold": float("nan")}):
         with pytest.raises(ValueError):
-            sd.generate(model, prompt, cfg, max_new_tokens=4, **bad)
+            sd.generate(model, prompt, cfg, Settings(4, **bad))
 
 
 # ----------------------------------------------------------------------------- learning

@@ -71,17 +71,26 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     return out
 
 
+def greedy(mod, model, prompt, cfg, new: int):
+    """One greedy call of mod.generate, tau = inf, in the interface of the tree being timed: one sampling.Settings
+    argument, or the keyword arguments of commits from before it (AR's took no threshold)."""
+    import sampling
+    if hasattr(sampling, "Settings"):
+        return mod.generate(model, prompt, cfg, sampling.Settings(new))
+    kw = {} if mod.__name__ == "ar" else {"threshold": float("inf")}
+    return mod.generate(model, prompt, cfg, max_new_tokens=new, **kw)
+
+
 def decode(dit, mods, cfgs, batches, quick, kind):
     """Decode tokens/s and ms/forward per method and batch size (tau = inf: one token per step)."""
     import torch
     out, new = {}, DECODE["new"] // (4 if quick else 1)
     for m in METHODS:
-        kw = {} if m == "ar" else {"threshold": float("inf")}
         for B in batches:
             prompt = torch.randint(0, 4096, (B, DECODE["prompt"]))
-            mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=new, **kw)          # warm-up (compiles)
+            greedy(mods[m], dit, prompt, cfgs[m], new)                               # warm-up (compiles)
             t0 = time.perf_counter()
-            _, stats = mods[m].generate(dit, prompt, cfgs[m], max_new_tokens=new, **kw)
+            _, stats = greedy(mods[m], dit, prompt, cfgs[m], new)
             sec = time.perf_counter() - t0
             out[f"decode {m} batch {B}{kind}: tokens/s"] = B * new / sec
             out[f"decode {m} batch {B}{kind}: ms/forward"] = 1000 * sec / stats["nfe"]
@@ -149,9 +158,15 @@ def shipped(model, pareto, quick):
         for kind in ("", " compiled"):
             if kind:
                 model.static_decoding(net, compile=True)
-            rounds = {"rounds": 1} if "rounds" in inspect.signature(evaluate_throughput).parameters else {}
-            r = evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",        # one pass, as
-                                    warmup=5, batch_size=1, max_new_tokens=64, threshold=tau, **rounds)  # older trees
+            params = inspect.signature(evaluate_throughput).parameters
+            if "settings" in params:                                          # one pass, as older trees
+                import sampling
+                r = evaluate_throughput(net, method, cfg, tok, task, examples, "cpu", sampling.Settings(64, tau),
+                                        warmup=5, batch_size=1, rounds=1)
+            else:                      # a reference tree from before sampling.Settings: keyword settings
+                rounds = {"rounds": 1} if "rounds" in params else {}
+                r = evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",
+                                        warmup=5, batch_size=1, max_new_tokens=64, threshold=tau, **rounds)
             rate[m, kind] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/s"] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/step"] = r["tokens_per_step"]

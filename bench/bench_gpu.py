@@ -53,6 +53,7 @@ import setdiffusion
 from common.replies import timed
 from common.metrics import markdown_table
 from model import ModelConfig, Transformer, static_decoding
+from sampling import Settings
 
 QWEN3_1_7B = dict(vocab_size=151936, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, head_dim=128,
                   intermediate_size=6144, rope_theta=1e6, tie_embeddings=True, qk_norm=True)
@@ -93,10 +94,7 @@ def set_mode(model, mode: str):
 def decode(model, method: str, prompt, N: int, threshold: float = 0.9) -> dict:
     """One greedy generate call of the method; its stats."""
     mod, cfg = method_of(method, model.cfg.vocab_size - 1)
-    kw = {} if method == "ar" else {"threshold": threshold}
-    if method == "setdiffusion":
-        kw["window"] = 4
-    return mod.generate(model, prompt, cfg, max_new_tokens=N, **kw)[1]
+    return mod.generate(model, prompt, cfg, Settings(N, threshold, window=4 if "window" in mod.KNOBS else 0))[1]
 
 
 def time_decode(model, method: str, prompt, N: int, repeats: int, threshold: float):

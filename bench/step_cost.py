@@ -22,6 +22,7 @@ import time
 import torch
 
 from bench.bench import DECODE, METHODS
+from sampling import Settings
 
 SHAPE = dict(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, norm="layer", mlp="gelu",
              qk_norm=False, tie_embeddings=False)
@@ -49,21 +50,17 @@ def measure(mods, cfgs, model, spent, rounds: int, new: int) -> dict:
     prompt = torch.randint(0, 4096, (1, DECODE["prompt"]), generator=torch.Generator().manual_seed(0))
     runs = {m: [] for m in METHODS}
     for m in METHODS:                                                    # warm-up
-        mods[m].generate(model, prompt, cfgs[m], max_new_tokens=new, **kwargs(m))
+        mods[m].generate(model, prompt, cfgs[m], Settings(new))
     for _ in range(rounds):
         for m in METHODS:
             spent["forward"] = spent["head"] = 0.0
             t0 = time.process_time()
-            _, stats = mods[m].generate(model, prompt, cfgs[m], max_new_tokens=new, **kwargs(m))
+            _, stats = mods[m].generate(model, prompt, cfgs[m], Settings(new))
             total, nfe = time.process_time() - t0, stats["nfe"]
             runs[m].append({"ms_step": total, "ms_forward": spent["forward"], "ms_head": spent["head"],
                             "ms_sampler": total - spent["forward"]})
             runs[m][-1] = {k: 1000 * v / nfe for k, v in runs[m][-1].items()} | {"nfe": nfe}
     return {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
-
-
-def kwargs(m: str) -> dict:
-    return {} if m == "ar" else {"threshold": float("inf")}
 
 
 def main(argv=None):

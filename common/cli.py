@@ -12,7 +12,6 @@ import re
 import torch
 
 from data import CORPORA, TASKS, custom
-from common.replies import takes
 from model import static_decoding
 
 # ----------------------------------------------------------------------------- range checks of shared flags
@@ -27,9 +26,9 @@ def check_threshold(tau: float, name: str = "--threshold") -> float:
 
 
 def check_window(window: int, method, cfg, name: str = "--window") -> int:
-    """A sampling window must be in [1, smax] (0 = the default smax / 2); a method whose generate takes no
-    window (all but Set Diffusion) refuses one."""
-    if window and "window" not in takes(method.generate):
+    """A sampling window must be in [1, smax] (0 = the default smax / 2); a method without a window in its KNOBS
+    (all but Set Diffusion) refuses one."""
+    if window and "window" not in method.KNOBS:
         raise ValueError(f"{name} {window}: only Set Diffusion has a window")
     if window and not 1 <= window <= cfg.smax:
         raise ValueError(f"{name} {window}: the window must be in [1, smax={cfg.smax}]")

@@ -19,20 +19,18 @@ import torch
 
 from common.cli import no_examples_left
 from data import encode, is_corpus
-from common.replies import generate, sampler_kwargs, takes
+from common.replies import respond
+from sampling import Settings
 
 
-def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, threshold=math.inf, window=0,
-                      max_new_tokens=64, batch_size=32, temperature=0.0, seed=0, mdlm_block=32, commit_order="l2r",
-                      stop_opts=None, options=None, official_blocks=False):
+def evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings: Settings, batch_size=32, seed=0,
+                      stop_opts=None):
     """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
-    kw = sampler_kwargs(method, threshold, window, temperature, mdlm_block, commit_order, options, config["seq_len"],
-                        official_blocks)
     completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
-        texts, stats, sec = generate(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device,
-                                     max_new_tokens, seed + i, stop_opts, **kw)
+        texts, stats, sec = respond(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device, settings,
+                                    seed + i, stop_opts)
         completions += texts
         for name, score in task.SCORES.items():
             hits[name] += sum(score(t, e["answer"]) for t, e in zip(texts, chunk))
@@ -43,17 +41,17 @@ def evaluate_accuracy(model, method, cfg, tok, task, examples, config, device, t
             "nfe": nfe, "n": n, "completions": completions}
 
 
-def evaluate_throughput(model, method, cfg, tok, task, examples, config, device, warmup=5, batch_size=16,
-                        max_new_tokens=64, stop_opts=None, rounds=3, **kw):
+def evaluate_throughput(model, method, cfg, tok, task, examples, device, settings: Settings, warmup=5,
+                        batch_size=16, stop_opts=None, rounds=3):
     """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), repeated for `rounds` rounds:
     the median round and the range over rounds (interleaved_throughput with one run); then at batch_size."""
-    run = {"model": model, "method": method, "cfg": cfg, "tok": tok, "task": task, "max_new_tokens": max_new_tokens,
-           "kw": {**sampler_kwargs(method, seq_len=config["seq_len"], **kw), "stop_opts": stop_opts}}
+    run = {"model": model, "method": method, "cfg": cfg, "tok": tok, "task": task, "settings": settings,
+           "stop_opts": stop_opts}
     prompts = [e["prompt"] for e in examples]
     m = interleaved_throughput({"run": run}, prompts, device, warmup, rounds)["run"]
     measured = prompts[warmup:][:batch_size]
     for _ in range(2):                      # the first batched call warms up (and compiles) that shape
-        _, stats, sec = generate(model, method, cfg, tok, task, measured, device, max_new_tokens, **run["kw"])
+        _, stats, sec = respond(model, method, cfg, tok, task, measured, device, settings, stop_opts=stop_opts)
     return {**m, "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured)}
 
 
@@ -63,7 +61,7 @@ def interleaved_throughput(runs: dict, prompts: list, device, warmup=5, rounds=3
     by prompt), so that a slow phase of a shared machine falls on all runs alike. A round's figure is the
     paper's: the mean over prompts of each sample's tokens / seconds. Per run: the median round (tokens_per_s),
     the rounds' range (tokens_per_s_min, _max), the per-sample spread of the median round (tokens_per_s_std),
-    tokens per step and forward passes. runs: {name: {model, method, cfg, tok, task, max_new_tokens, kw}}."""
+    tokens per step and forward passes. runs: {name: {model, method, cfg, tok, task, settings, stop_opts}}."""
     from tqdm import tqdm
     if len(prompts) <= warmup:
         raise ValueError(no_examples_left(warmup, len(prompts)))
@@ -73,8 +71,8 @@ def interleaved_throughput(runs: dict, prompts: list, device, warmup=5, rounds=3
 
     def one(n, prompt, seed):
         r = runs[n]
-        return generate(r["model"], r["method"], r["cfg"], r["tok"], r["task"], [prompt], device,
-                        r["max_new_tokens"], seed=seed, **r["kw"])
+        return respond(r["model"], r["method"], r["cfg"], r["tok"], r["task"], [prompt], device, r["settings"],
+                       seed, r.get("stop_opts"))
     with tqdm(total=len(names) * (warmup + rounds * len(measured)), desc="throughput", unit="run", file=sys.stderr,
               disable=None, dynamic_ncols=True) as bar:
         for p in prompts[:warmup]:
@@ -108,7 +106,7 @@ def round_summary(rates: list, steps: list, nfe: int) -> dict:
 def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0,
                         exclusions="none", encode_fn=encode):
     """Per-token negative log-likelihood of the targets (exact for AR, an upper bound for the others).
-    exclusions="official" (a method whose nll takes `exclude`: Set Diffusion, as the official eval): pad-id
+    exclusions="official" (a method with OFFICIAL_EXCLUDES: Set Diffusion, as the official eval): pad-id
     targets (EOS when pad = EOS) are not counted, nor position 0 (keep_clean_bos); "none" counts every target.
     encode_fn(tok, examples[i:j], seq_len) makes a batch (e.g. a corpus' token rows: data/corpus.batch)."""
     total, count = 0.0, 0
@@ -116,7 +114,7 @@ def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batc
     for i in range(0, len(examples), batch_size):
         batch = {k: v.to(device) for k, v in encode_fn(tok, examples[i:i + batch_size], seq_len).items()}
         x0, extra = batch["x0"], {}
-        if exclusions == "official" and "exclude" in takes(method.nll):
+        if exclusions == "official" and method.OFFICIAL_EXCLUDES:
             extra["exclude"] = (x0 == tok.pad_id) | (torch.arange(x0.shape[1], device=device) == 0)
         nll, n = method.nll(model, x0, cfg, batch["prompt_mask"], batch["pad_mask"], generator=g, **extra)
         total, count = total + nll.sum().item(), count + n.sum().item()
@@ -139,8 +137,8 @@ def held_out(model, method, cfg, tok, task, args, device, config, show):
         return validate(model, method, cfg, tok, task, args, device, config, show)
     model.eval()
     examples = task.load("test", args.data_dir)[:args.eval_limit]
-    m = evaluate_accuracy(model, method, cfg, tok, task, examples, config, device=device,
-                          threshold=args.threshold, window=args.window, max_new_tokens=args.max_new_tokens)
+    settings = Settings(args.max_new_tokens, args.threshold, window=args.window, seq_len=config["seq_len"])
+    m = evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)
     score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
     print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "
           f"{m['tokens_per_step']:.2f} tokens/step")
@@ -159,7 +157,7 @@ def validate(model, method, cfg, tok, task, args, device, config, show):
     pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
     m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
                             batch_size=args.batch_size, seed=0, encode_fn=task.batch)
-    bound = "exact" if config["method"] == "ar" else "a bound"
+    bound = "exact" if method.EXACT_NLL else "a bound"
     bpc = bits_per_char(m["nll"], tok)
     per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
     print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
@@ -174,7 +172,7 @@ def validate(model, method, cfg, tok, task, args, device, config, show):
 
 def window_used(window: int, method, cfg) -> int:
     """The Set Diffusion window a run decodes with: the one given, else smax / 2; 0 for the other methods."""
-    return window or (cfg.smax // 2 if "window" in takes(method.generate) else 0)
+    return window or (cfg.smax // 2 if "window" in method.KNOBS else 0)
 
 
 def run_record(config: dict, ckpt: str, task: str, threshold=math.inf, window=0, commit_order="l2r",

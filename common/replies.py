@@ -1,44 +1,21 @@
-"""Batched generation as the scripts call it: prompts (strings or token ids) are left-padded into one batch, run
-through a method's own sampler (`generate` in ar.py, mdlm.py, bd3lm.py, setdiffusion.py) with the task's stop
-rule, and come back as reply texts, the sampler's stats and the seconds it took. The samplers live in the
-method files and the logit options (penalties, nucleus, low-confidence stop) in sampling.py; this file only
-connects them to prompts, tasks and clocks.
+"""Replies to prompts, as the scripts get them: prompts (strings or token ids) are left-padded into one batch, run
+through a method's own sampler (`generate` in ar.py, mdlm.py, bd3lm.py, setdiffusion.py, all with one signature)
+with the task's stop rule, and come back as reply texts, the sampler's stats and the seconds it took. The
+samplers live in the method files and the logits -> tokens rules in sampling.py; this file only connects them
+to prompts, tasks and clocks.
 
-    sampler_kwargs(method, threshold, ...)   the settings method.generate takes, read from its signature
-    generate(model, method, ...)             replies to a batch of prompts, stats and seconds
-    unconditional(model, method, ...)        samples from BOS alone at batch 1 (sample.py, eval.py)
+    respond(model, method, cfg, tok, task, prompts, device, settings)   replies to a batch of prompts
+    unconditional(model, method, cfg, tok, n, settings, device)          samples from BOS alone at batch 1
     official_options(task, tok, method)      the official sampler options of CNN/DM, ROCStories, OWT samples
     timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
 """
-import inspect
-import math
+import dataclasses
 import time
 
 import torch
 
 from data import encode_prompts
-from sampling import EntropyStop, SamplerOptions
-
-
-# ----------------------------------------------------------------------------- a method's sampler settings
-
-def takes(fn) -> set:
-    """The names of fn's parameters: which settings a method's generate or nll accepts."""
-    return set(inspect.signature(fn).parameters)
-
-
-def sampler_kwargs(method, threshold=math.inf, window=0, temperature=0.0, mdlm_block=32, commit_order="l2r",
-                   options=None, seq_len=None, official_blocks=False):
-    """The settings among these that method.generate takes, by its parameter names (AR: temperature and options
-    only). seq_len: the model's context L (Set Diffusion's FHT commit order uses the L-long schedule; MDLM's
-    official canvas is L wide); official_blocks: MDLM and BD3-LM count the N new tokens from the start of the
-    prompt's last block, as the official align_inputs_to_blocks. window 0 and options None leave the method's
-    defaults (smax / 2; plain sampling)."""
-    given = {"temperature": temperature, "threshold": threshold, "window": window or None, "block": mdlm_block,
-             "commit_order": commit_order, "seq_len": seq_len, "official_blocks": official_blocks,
-             "options": options or None}
-    accepted = takes(method.generate)
-    return {k: v for k, v in given.items() if k in accepted and v is not None}
+from sampling import EntropyStop, SamplerOptions, Settings
 
 
 # ----------------------------------------------------------------------------- batched generation
@@ -98,37 +75,36 @@ def stop_rule(tok, task, prompt_mask, eos=False, **opts):
     return stop
 
 
-def generate(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, stop_opts=None, **kw):
-    """Generate replies to a list of prompts: strings (special-token text encoded as the token), or token id
-    lists (sample.py's, encoded as it chose). task: the stop rule's (stop_rule; None: stop at EOS). Returns
-    completions, stats and seconds."""
+def respond(model, method, cfg, tok, task, prompts, device, settings: Settings, seed=0, stop_opts=None):
+    """Replies to a list of prompts: strings (special-token text encoded as the token), or token id lists
+    (sample.py's, encoded as it chose), decoded with method.generate under settings. task: the stop rule's
+    (stop_rule; None: stop at EOS). Returns completions, stats and seconds."""
     batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else encode_prompts(tok, prompts)
     prompt, prompt_mask = (t.to(device) for t in batch)
-    stop = stop_rule(tok, task, prompt_mask, eos=method.__name__ == "ar", **(stop_opts or {})) \
-        if max_new_tokens else None          # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's hook needs N > 0)
+    stop = stop_rule(tok, task, prompt_mask, eos=method.HF_GENERATE, **(stop_opts or {})) \
+        if settings.max_new_tokens else None    # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's needs N > 0)
     g = torch.Generator(device=device).manual_seed(seed)
-    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, prompt_mask,
-                                     max_new_tokens=max_new_tokens, generator=g, stop=stop, **kw)
+    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, settings, prompt_mask, stop, g)
     texts = [tok.decode(completion_ids(tok, row)) for row in tokens[:, prompt.shape[1]:]]
     return texts, {**stats, "tokens": tokens}, seconds
 
 
 # ----------------------------------------------------------------------------- samples from BOS alone
 
-def unconditional(model, method, cfg, tok, n, max_new, device, seed=0, options=None, **kw) -> list[dict]:
-    """n samples from BOS alone, one at a time (batch 1). Per sample: ids (the new tokens up to its stop, the
+def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0) -> list[dict]:
+    """n samples from BOS alone, one at a time (batch 1), at temperature 1 with settings' options. Per sample: ids (the new tokens up to its stop, the
     first EOS after the first start - 1; [MASK]s of columns never generated dropped; a sample the entropy stop
     ended loses its last window, the official legacy truncation: sampling.EntropyStop.cut), text, tokens_per_s,
     tokens_per_step, nfe."""
-    samples = []
+    samples, options = [], settings.options
+    settings = dataclasses.replace(settings, temperature=1.0)
     g = torch.Generator(device=device).manual_seed(seed)
     for _ in range(n):
         prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
         start = max(options.stop_min_tokens if options else 0, 1)       # EOS before start does not stop a row
         stop = eos_stop(tok.eos_id, start)
         stop = EntropyStop(stop) if options and options.stop_entropy > 0 else stop   # reads the entropy cut
-        (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, max_new_tokens=max_new,
-                                     generator=g, options=options, temperature=1.0, stop=stop, **kw)
+        (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, settings, None, stop, g)
         ids = tokens[0].tolist()
         ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
         new = [i for i in ids[1:ends[0] if ends else len(ids)] if i != tok.mask_id]
@@ -148,15 +124,16 @@ def eos_stop(eos_id: int, start: int = 1):
 
 # ----------------------------------------------------------------------------- the official options
 
-def official_options(task: str, tok, method: str):
-    """The official decoding options of a task (the official eval scripts' settings), or None (plain greedy)."""
+def official_options(task: str, tok, method):
+    """The official decoding options of a task (the official eval scripts' settings), or None (plain greedy).
+    The official AR runs decode with Hugging Face generate (method.HF_GENERATE), whose presets differ."""
     if task == "cnndm":   # diffusion samplers penalise the reply (running_generation), HF generate the prompt too
         return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
-                              penalize_context=method == "ar")
+                              penalize_context=method.HF_GENERATE)
     if task == "rocstories":   # the H100 wrapper: 1.2, with the visible right context counted
         return SamplerOptions(repetition_penalty=1.2, penalize_context=True)
     if task == "owt":     # Table 4: AR p 0.90, no penalty, stop 0.005; the others p 0.95, 1.05, stop 0.01;
-        ar = method == "ar"   # all: the entropy stop (last 128 tokens < 4 nats)
+        ar = method.HF_GENERATE   # all: the entropy stop (last 128 tokens < 4 nats)
         return SamplerOptions(top_p=0.90 if ar else 0.95, repetition_penalty=1.0 if ar else 1.05,
                               stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128,
                               stop_entropy=4.0, stop_entropy_window=128)

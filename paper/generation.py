@@ -7,6 +7,7 @@
     check_reference(...)          the reference checkpoint must be AR, of the samples' tokenizer, long enough
     run(args, ...)                eval.py --task unconditional: the samples scored by every scorer given
 """
+import dataclasses
 import math
 from collections import Counter
 
@@ -14,8 +15,9 @@ import torch
 
 from common import checkpoint
 from common.cli import unconditional_tokens
+from common.replies import official_options, unconditional
 from data import get_tokenizer
-from common.replies import official_options, sampler_kwargs, unconditional
+from sampling import Settings
 from paper import hf_metrics
 
 
@@ -31,7 +33,7 @@ def unigram_entropy(ids) -> float:
 def check_reference(config: dict, ref_config: dict, ref_path: str, max_new: int) -> None:
     """The --ref-ckpt that scores the samples must be AR (an exact likelihood), use the samples' tokenizer and hold
     the BOS and max_new tokens in its context (ValueError: one line)."""
-    if ref_config["method"] != "ar":
+    if not checkpoint.METHODS[ref_config["method"]].EXACT_NLL:
         raise ValueError(f"--ref-ckpt {ref_path} is a {ref_config['method']} checkpoint: generative perplexity needs "
                          f"an AR model (its likelihood is exact); give an AR checkpoint trained on the same data")
     if ref_config["tokenizer"] != config["tokenizer"]:
@@ -55,13 +57,12 @@ def reference_nll(ref, bos: int, ids: list, device) -> tuple[float, int]:
     return float(nll.sum()), int(n.sum())
 
 
-def evaluate_unconditional(model, method, cfg, tok, ref, n, max_new, device, seed=0, warmup=0, options=None,
-                           **kw) -> dict:
+def evaluate_unconditional(model, method, cfg, tok, ref, n, settings: Settings, device, seed=0, warmup=0) -> dict:
     """eval.py --task unconditional: warmup + n samples from BOS at batch 1 (the first warmup only time the
     start), the last n scored: generative perplexity = exp(the reference model's NLL summed over all their
     tokens / their number) when ref is given (None: none; paper/hf_metrics.py scores under Hugging Face models),
     the mean unigram entropy per sample, tokens/step, tokens/s (batch 1), the texts and their ids (sample_ids)."""
-    samples = unconditional(model, method, cfg, tok, warmup + n, max_new, device, seed, options, **kw)[warmup:]
+    samples = unconditional(model, method, cfg, tok, warmup + n, settings, device, seed)[warmup:]
     count = sum(len(s["ids"]) for s in samples)
     if count == 0:
         raise ValueError(f"the {n} samples hold no token to score (each stopped at once): raise -n or "
@@ -81,7 +82,7 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, max_new, device, see
 
 # ----------------------------------------------------------------------------- eval.py --task unconditional
 
-def run(args, model, method, cfg, config: dict, device, threshold: float, window: int) -> dict:
+def run(args, model, method, cfg, config: dict, device, settings: Settings) -> dict:
     """eval.py --task unconditional (its args): -n samples from BOS alone at batch 1 with the official OWT sampler
     options, scored by the --ref-ckpt AR model (evaluate_unconditional), a Hugging Face causal LM (--ppl-model) and
     MAUVE against --mauve-ref (paper/hf_metrics.py), each when given; sample 0 printed. Returns the metrics."""
@@ -96,12 +97,8 @@ def run(args, model, method, cfg, config: dict, device, threshold: float, window
         check_reference(config, ref_config, args.ref_ckpt, max_new)
         ref = (ref_model, ref_method, ref_cfg)
     tok = get_tokenizer(config["tokenizer"])
-    kw = sampler_kwargs(method, threshold, window, mdlm_block=args.mdlm_block, commit_order=args.commit_order,
-                        seq_len=config["seq_len"], official_blocks=args.official_blocks)
-    kw.pop("temperature")                           # samples are drawn at temperature 1
-    options = official_options("owt", tok, config["method"])
-    m = evaluate_unconditional(model, method, cfg, tok, ref, args.n, max_new, device, args.seed, args.warmup,
-                               options, **kw)
+    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=official_options("owt", tok, method))
+    m = evaluate_unconditional(model, method, cfg, tok, ref, args.n, settings, device, args.seed, args.warmup)
     ids = m.pop("sample_ids")
     if args.ppl_model:
         m.update(hf_metrics.hf_gen_ppl(m["samples"], args.ppl_model, args.batch_size, device, ids, tok))

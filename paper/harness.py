@@ -31,6 +31,7 @@ script rewrites it (data/gsm8k.harness_rewrite) before lm-eval's strict-match / 
     harness_lm(setup)                       the lm_eval LM over a Setup (a loaded checkpoint and its settings)
 """
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from types import SimpleNamespace
@@ -39,7 +40,8 @@ import torch
 
 from common.cli import check_nonnegative
 from data import gsm8k
-from common.replies import generate, sampler_kwargs
+from common.replies import respond
+from sampling import Settings
 from paper import zeroshot
 
 MISSING = "--task lm-eval needs lm-eval 0.4.x, an optional dependency: pip install \"lm-eval>=0.4.9,<0.5\""
@@ -59,8 +61,7 @@ class Setup:
     samples: int = 1                 # NELBO draws (orders) per continuation; the official zero-shot uses 1
     seed: int = 0
     exclusions: str = "none"         # "official": Set Diffusion's NLL skips pad-id targets (zeroshot.option_scores)
-    sampler: dict = field(default_factory=dict)     # method.generate's settings (generate.sampler_kwargs)
-    max_new: int = 64                # new tokens when a task gives no max_gen_toks
+    settings: Settings = field(default_factory=Settings)   # the sampler's; its max_new_tokens when a task gives none
     stop_opts: dict = field(default_factory=dict)   # GSM8K's stop rule options ({"im_end": True})
 
 
@@ -143,7 +144,7 @@ def pair_nll(setup: Setup, pairs: list) -> torch.Tensor:
     out = [torch.zeros(0, dtype=torch.float64)]
     for s in range(0, len(pairs), setup.batch_size):
         batch = pairs[s:s + setup.batch_size]
-        width = max(len(p) + len(a) for p, a in batch) if setup.config["method"] == "ar" else setup.config["seq_len"]
+        width = max(len(p) + len(a) for p, a in batch) if setup.method.EXACT_NLL else setup.config["seq_len"]
         per_token = zeroshot.option_scores(setup.model, setup.method, setup.cfg, setup.tok, batch, width,
                                            setup.device, setup.samples, g, setup.exclusions)       # (b,)
         out.append(per_token * torch.tensor([len(a) for _, a in batch], dtype=torch.float64))
@@ -168,7 +169,7 @@ def loglikelihood(setup: Setup, requests) -> list[tuple[float, bool]]:
     """lm-eval's loglikelihood: (log p of the continuation, is_greedy) per (context, continuation) request."""
     pairs = [encode_pair(setup.tok, *r.args, setup.config["seq_len"]) for r in requests]
     nll = pair_nll(setup, pairs)
-    greedy = ar_greedy(setup, pairs) if setup.config["method"] == "ar" and pairs else [False] * len(pairs)
+    greedy = ar_greedy(setup, pairs) if setup.method.EXACT_NLL and pairs else [False] * len(pairs)
     return [(-float(x), bool(gr)) for x, gr in zip(nll, greedy)]
 
 
@@ -216,13 +217,13 @@ def cut(text: str, until: tuple) -> str:
 
 def generation_requests(setup: Setup, requests) -> dict:
     """The requests grouped by (official GSM8K?, until strings, new tokens N): {key: [(index, prompt ids)]}.
-    N = max_gen_toks (else setup.max_new); the prompt keeps its last L - min(N, L/2) tokens; N <= L - prompt."""
+    N = max_gen_toks (else setup.settings.max_new_tokens); the prompt keeps its last L - min(N, L/2) tokens; N <= L - prompt."""
     L, groups = setup.config["seq_len"], {}
     for i, r in enumerate(requests):
         context, kw = r.args
         until = kw.get("until") or []
         until = (until,) if isinstance(until, str) else tuple(until)
-        max_new = int(kw.get("max_gen_toks") or setup.max_new)
+        max_new = int(kw.get("max_gen_toks") or setup.settings.max_new_tokens)
         gsm = official_gsm8k(setup, r)
         ids = setup.tok.encode(gsm8k.make_prompt(r.doc["question"])) if gsm else \
             (setup.tok.encode_text(context) or [setup.tok.eos_id])
@@ -239,8 +240,9 @@ def generate_until(setup: Setup, requests) -> list[str]:
         rule = gsm8k if gsm else until_rule(setup.tok, until)
         for s in range(0, len(items), setup.batch_size):
             chunk = items[s:s + setup.batch_size]
-            texts, _, _ = generate(setup.model, setup.method, setup.cfg, setup.tok, rule, [ids for _, ids in chunk],
-                                   setup.device, n, setup.seed + s, setup.stop_opts if gsm else None, **setup.sampler)
+            settings = dataclasses.replace(setup.settings, max_new_tokens=n)
+            texts, _, _ = respond(setup.model, setup.method, setup.cfg, setup.tok, rule, [ids for _, ids in chunk],
+                                  setup.device, settings, setup.seed + s, setup.stop_opts if gsm else None)
             for (i, _), text in zip(chunk, texts):
                 replies[i] = gsm8k.harness_rewrite(text) if gsm else cut(text, until)
     return replies
@@ -283,8 +285,7 @@ def result_rows(out: dict, model_name: str) -> list[list]:
     return rows
 
 
-def run(args, model, method, cfg, config: dict, device, exclusions: str, threshold: float, window: int,
-        max_new: int) -> tuple:
+def run(args, model, method, cfg, config: dict, device, exclusions: str, settings: Settings) -> tuple:
     """eval.py --task lm-eval: lm_eval.simple_evaluate of args.tasks on the checkpoint (--num-fewshot, --limit per
     task, --batch-size, --samples, --seed, the sampler flags). Returns (HEAD, rows, metrics for --json)."""
     version = lm_eval_version()
@@ -292,10 +293,8 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, thresho
     names = task_names(args.tasks)
     tm = task_manager(names, args.include_path)
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
-    sampler = sampler_kwargs(method, threshold, window, args.temperature, args.mdlm_block, args.commit_order,
-                             seq_len=config["seq_len"], official_blocks=args.official_blocks)
     setup = Setup(model, method, cfg, tok, config, device, args.batch_size, args.samples, args.seed, exclusions,
-                  sampler, max_new, {"im_end": True} if args.stop_on_im_end else {})
+                  settings, {"im_end": True} if args.stop_on_im_end else {})
     print(f"lm-eval {version}: {', '.join(names)}, batch size {args.batch_size}, "
           f"dtype {next(model.parameters()).dtype}")
     try:
@@ -307,6 +306,7 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, thresho
                            f"a task reads the Hugging Face Hub unless its YAML names local files") from None
     results = {t: {k: plain(v) for k, v in res.items()} for t, res in out["results"].items()}
     m = {"tasks": names, "lm_eval": version, "num_fewshot": args.num_fewshot, "limit": args.limit,
-         "samples": args.samples, "threshold": threshold, "window": window, "max_new_tokens": max_new,
+         "samples": args.samples, "threshold": settings.threshold, "window": settings.window,
+         "max_new_tokens": settings.max_new_tokens,
          "results": results, "n_samples": out.get("n-samples", {})}
     return HEAD, result_rows(out, config["method"]), m

@@ -19,31 +19,32 @@ AR continues the left context for the span's length (it cannot see a right conte
     text_items(tok, rows, span, limit)     a corpus' items: the word or line nearest each row's middle
     evaluate_text(...)                     eval.py --task infill on a corpus checkpoint
 """
+import dataclasses
 import importlib.util
 import re
 
 import torch
 
 from common.replies import timed
+from sampling import Settings
 
 ARITH_SPANS = ("step", "number")
 
 
-def infill(model, method, cfg, tok, method_name, ex, device, options=None, **kw):
+def infill(model, method, cfg, tok, ex, device, settings: Settings):
     """Fill ex's span between ex["left"] and ex["right"] (token id lists). Returns span ids, stats, seconds.
-    AR cannot see a right context: it continues from the left one for len(span) tokens (as the official)."""
+    A method that cannot infill (AR) continues from the left context for len(span) tokens (as the official)."""
     left, n, right = ex["left"], len(ex["span"]), ex["right"]
-    ids = left if method_name == "ar" else left + [tok.mask_id] * n + right
+    ids = left + [tok.mask_id] * n + right if method.CAN_INFILL else left
+    settings = dataclasses.replace(settings, max_new_tokens=0 if method.CAN_INFILL else n)
     prompt = torch.tensor([ids], device=device)
-    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg,
-                                     max_new_tokens=n if method_name == "ar" else 0, options=options, **kw)
+    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, settings)
     return tokens[0, len(left):len(left) + n].tolist(), stats, seconds
 
 
-def evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=0, options=None, **kw):
+def evaluate_infill(model, method, cfg, tok, items, config, device, scores, settings: Settings, warmup=0):
     """Mean of each scorer(filled text, ex) over items, tokens/step, and tokens/s at batch 1 after warm-up."""
-    name = config["method"]
-    if name == "ar":
+    if not method.CAN_INFILL:
         print("note: AR cannot infill: it continues from the left context only, for the span's length")
     for ex in items:
         if len(ex["left"]) + len(ex["span"]) + len(ex["right"]) > config["seq_len"]:
@@ -53,10 +54,10 @@ def evaluate_infill(model, method, cfg, tok, items, config, device, scores, warm
         raise ValueError(f"--warmup {warmup} leaves no example to score: only {len(items)} example(s) are "
                          f"evaluated; raise --limit above --warmup (or lower --warmup)")
     for ex in items[:warmup]:
-        infill(model, method, cfg, tok, name, ex, device, options, **kw)
+        infill(model, method, cfg, tok, ex, device, settings)
     totals, rates, steps = dict.fromkeys(scores, 0.0), [], []
     for ex in items[warmup:]:
-        span, stats, sec = infill(model, method, cfg, tok, name, ex, device, options, **kw)
+        span, stats, sec = infill(model, method, cfg, tok, ex, device, settings)
         text = tok.decode([i for i in span if i != tok.mask_id])
         for key, score in scores.items():
             totals[key] += float(score(text, ex))
@@ -136,8 +137,8 @@ SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: t
 }
 
 
-def evaluate(task_name, data, examples, model, method, cfg, tok, config, device, sentences=1, warmup=0,
-             span="step", **kw):
+def evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings: Settings, sentences=1,
+             warmup=0, span="step"):
     """eval.py --task rocstories | infill on a task: the infilling items of the task, then evaluate_infill. The
     metrics carry the span kind."""
     if task_name == "rocstories":
@@ -147,7 +148,7 @@ def evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
                          f"was trained on {config['data']}")
     else:
         items, scores = arith_items(examples, tok, span), SPAN_SCORES[span]
-    m = evaluate_infill(model, method, cfg, tok, items, config, device, scores, warmup=warmup, **kw)
+    m = evaluate_infill(model, method, cfg, tok, items, config, device, scores, settings, warmup)
     return m if task_name == "rocstories" else {"span": span, **m}
 
 
@@ -251,12 +252,12 @@ def text_scores() -> dict:
     return scores
 
 
-def evaluate_text(model, method, cfg, tok, rows, config, device, name: str, span: str = "word", limit: int = 0,
-                  warmup: int = 0, **kw) -> dict:
+def evaluate_text(model, method, cfg, tok, rows, config, device, settings: Settings, name: str, span: str = "word",
+                  limit: int = 0, warmup: int = 0) -> dict:
     """eval.py --task infill on a corpus checkpoint: the word or line items of the held-out rows (text_items),
     scored by text_scores at batch 1 (evaluate_infill). The metrics carry the span kind and the corpus name."""
     items, read = text_items(tok, rows, span, limit)
     print(f"{name} held-out split: a whole {span} masked in {len(items)} of the first {read} of its {len(rows)} rows "
           f"(the first {warmup} of them warm-up)")
-    m = evaluate_infill(model, method, cfg, tok, items, config, device, text_scores(), warmup=warmup, **kw)
+    m = evaluate_infill(model, method, cfg, tok, items, config, device, text_scores(), settings, warmup)
     return {"span": span, **m, "data": name}

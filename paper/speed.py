@@ -20,7 +20,8 @@ import sys
 from common import checkpoint
 from common.cli import check_nonnegative, check_positive, check_threshold
 from data import get_task, get_tokenizer, is_corpus
-from common.replies import official_options, sampler_kwargs
+from common.replies import official_options
+from sampling import Settings
 from common.metrics import interleaved_throughput, markdown_table, run_record, window_used
 
 
@@ -49,13 +50,13 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
         tau = tau if tau is not None else config.get("sampler", {}).get("threshold", math.inf)
         tok = get_tokenizer(config["tokenizer"])
         window = window_used(0, method, cfg)
-        kw = sampler_kwargs(method, tau, window, options=official_options(config["data"], tok, config["method"]),
-                            seq_len=config["seq_len"])
+        settings = Settings(max_new, tau, window=window, seq_len=config["seq_len"],
+                            options=official_options(config["data"], tok, method))
         name = f"{os.path.basename(os.path.normpath(ckpt))}-{tau:g}"
         if name in runs:
             raise ValueError(f"run {spec} is given twice")
         runs[name] = {"model": model.eval(), "method": method, "cfg": cfg, "tok": tok, "task": config["data"],
-                      "data_options": config.get("data_options"), "max_new_tokens": max_new, "kw": kw}
+                      "data_options": config.get("data_options"), "settings": settings}
         records[name] = run_record(config, ckpt, "throughput", tau, window)
     if len({r["task"] for r in runs.values()}) > 1:
         raise ValueError("the runs' checkpoints were trained on different tasks: compare runs of one task")

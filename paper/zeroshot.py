@@ -13,7 +13,6 @@ import math
 import torch
 
 from data import get_tokenizer, mcqa
-from common.replies import takes
 
 MCQA = mcqa.NAMES
 
@@ -50,7 +49,7 @@ def encode_options(tok, prompt: str, options: list[str], L: int) -> list[tuple[l
 def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: int, generator,
                   exclusions="none") -> torch.Tensor:
     """NLL of each option given its prompt, averaged over `samples` draws, / its number of tokens: (R,).
-    exclusions="official": a method whose nll takes `exclude` (Set Diffusion) does not count pad-id (EOS) answer
+    exclusions="official": a method with OFFICIAL_EXCLUDES (Set Diffusion) does not count pad-id (EOS) answer
     tokens, as the official eval."""
     R = len(pairs)
     x0 = torch.full((R, width), tok.pad_id, dtype=torch.long)                 # (R, width)
@@ -60,7 +59,7 @@ def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: i
         x0[r, :len(p) + len(a)] = torch.tensor(p + a)
         prompt_mask[r, :len(p)], pad_mask[r, :len(p) + len(a)] = True, False
     x0, prompt_mask, pad_mask = x0.to(device), prompt_mask.to(device), pad_mask.to(device)
-    extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and "exclude" in takes(method.nll) else {}
+    extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and method.OFFICIAL_EXCLUDES else {}
     total = torch.zeros(R, device=device, dtype=torch.float64)
     for _ in range(samples):
         nll, _ = method.nll(model, x0, cfg, prompt_mask, pad_mask, generator=generator, **extra)
@@ -98,4 +97,4 @@ def evaluate(args, task_name: str, model, method, cfg, config: dict, device, exc
     print(f"{task_name}: {len(examples)} questions, batch size {args.batch_size} options, {args.samples} "
           f"sample(s) per option, dtype {next(model.parameters()).dtype}")
     return evaluate_mcqa(model, method, cfg, tok, examples, config["seq_len"], device,
-                         config["method"] != "ar", args.batch_size, args.samples, args.seed, exclusions)
+                         not method.EXACT_NLL, args.batch_size, args.samples, args.seed, exclusions)

@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 
+from sampling import Settings
 from common import checkpoint
 from common import cli
 import eval as evaluate
@@ -202,8 +203,8 @@ def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
     text = cli.expand_masks(tok, "ab{mask:5}")
     assert tok.encode(text) == tok.encode("ab") + [tok.mask_id] * 5
     assert tok.encode(cli.expand_masks(tok, "<|mask|>x{mask:0}")) == [tok.mask_id, ord("x")]
-    gap, _ = sd.generate(model, torch.tensor([tok.encode(text)]), cfg, max_new_tokens=0, threshold=0.3)
-    new, _ = sd.generate(model, torch.tensor([tok.encode("ab")]), cfg, max_new_tokens=5, threshold=0.3)
+    gap, _ = sd.generate(model, torch.tensor([tok.encode(text)]), cfg, Settings(0, threshold=0.3))
+    new, _ = sd.generate(model, torch.tensor([tok.encode('ab')]), cfg, Settings(5, threshold=0.3))
     assert torch.equal(gap, new) and (gap != tok.mask_id).all()
 
 

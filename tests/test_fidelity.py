@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import bd3lm
+from sampling import Settings, decode
 from common import replies
 import mdlm
 import setdiffusion as sd
@@ -125,9 +126,6 @@ def test_setdiffusion_lean_forward_equals_the_full_layout():
     full = sd.denoise(model, x0, sigma, target, cfg, pad_mask)                          # (B, L, V)
     lean = sd.denoise(model, x0, sigma, target, cfg, pad_mask, 2, 10)                   # ranks [2, 10)
     torch.testing.assert_close(lean, full[:, 2:10], rtol=1e-5, atol=1e-5)
-    assert sd.attention_mask(6, first=2, end=5).shape == (8, 8)
-    keep = [0, 1, 2, 3, 4, 8, 9, 10]                                      # clean ranks < 5, [MASK] ranks 2..4
-    assert torch.equal(sd.attention_mask(6, first=2, end=5), sd.attention_mask(6)[keep][:, keep])
 
 
 def test_order_distribution_matches_the_schedule():
@@ -157,10 +155,10 @@ def test_decode_rule_on_literal_logits():
     logits[..., MASK] = 50.0                                                 # most likely, never chosen
     cand = torch.tensor([[True, True, False, True]])
     for tau, expected in [(0.6, [1, 0, 0, 1]), (math.inf, [1, 0, 0, 0]), (0.99, [1, 0, 0, 0]), (0.5, [1, 1, 0, 1])]:
-        y, dec = mdlm.decode(logits.clone(), cand, MASK, tau)
+        y, dec = decode(logits.clone(), cand, MASK, tau)
         assert dec[0].int().tolist() == expected, tau
         assert y[0].tolist() == [0, 0, 1, 2]
-    y, dec = mdlm.decode(logits.clone(), torch.tensor([[False, True, False, False]]), MASK, math.inf)
+    y, dec = decode(logits.clone(), torch.tensor([[False, True, False, False]]), MASK, math.inf)
     assert dec[0].int().tolist() == [0, 1, 0, 0]                             # the top candidate, not the top slot
 
 
@@ -177,13 +175,13 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     row = logits[0, :, :3]
     conf = (row - row.logsumexp(-1, keepdim=True)).exp()[:, 0]
     assert conf[0] == conf[3] and torch.softmax(row, -1)[0, 0] > torch.softmax(row, -1)[3, 0]
-    y, dec = mdlm.decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, math.inf)
+    y, dec = decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, math.inf)
     assert y[0].tolist() == [0, 0, 0, 0] and dec[0].int().tolist() == [0, 0, 0, 1]
-    y, dec = mdlm.decode(logits.clone(), torch.tensor([[True, True, True, False]]), MASK, math.inf)
+    y, dec = decode(logits.clone(), torch.tensor([[True, True, True, False]]), MASK, math.inf)
     assert dec[0].int().tolist() == [1, 0, 0, 0]                             # no tie left: the top one
-    y, dec = mdlm.decode(logits.clone(), torch.tensor([[False, True, True, False]]), MASK, math.inf)
+    y, dec = decode(logits.clone(), torch.tensor([[False, True, True, False]]), MASK, math.inf)
     assert dec[0].int().tolist() == [0, 0, 1, 0]                             # identical logits: the rightmost
-    y, dec = mdlm.decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, float(conf[0]))
+    y, dec = decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, float(conf[0]))
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
 
 class Spy(torch.nn.Module):
@@ -234,8 +232,7 @@ def test_commit_order(commit_order):
     cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24, 40
     spy = Spy(tiny_model(12), W)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
-    sd.generate(spy, prompt, cfg, max_new_tokens=N, threshold=0.05, generator=torch.Generator().manual_seed(7),
-                commit_order=commit_order, seq_len=L)
+    sd.generate(spy, prompt, cfg, Settings(N, threshold=0.05, commit_order=commit_order, seq_len=L), generator=torch.Generator().manual_seed(7))
     T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0]                                     # (N,)
     key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
     multi = [c for c in spy.commits if len(c) > 1]
@@ -277,8 +274,9 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
 
 
 @pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm"])
-def test_trailing_padding_changes_no_loss(name):
-    """The losses cut trailing padding before the forward: the same numbers as with the padding in."""
+def test_trailing_padding_changes_no_loss(name, monkeypatch):
+    """The losses cut trailing padding before the forward: the same numbers as with the padding in (the noise
+    draw held fixed: the wider batch would draw other random numbers)."""
     import ar
     mod = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm}[name]
     cfg = {"ar": ar.ARConfig(MASK), "mdlm": mdlm.MDLMConfig(MASK), "bd3lm": bd3lm.BD3LMConfig(MASK, 4)}[name]
@@ -287,14 +285,14 @@ def test_trailing_padding_changes_no_loss(name):
     prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
     pad_mask = torch.arange(L)[None] >= torch.tensor([[8], [10]])
     wide = [torch.cat([x, x[:, -1:].expand(-1, extra)], 1) for x in (x0, prompt_mask, pad_mask)]
-    kw, kw_wide = {}, {}
     if name != "ar":
         xt, t = mod.noise(x0, cfg, ~(prompt_mask | pad_mask), torch.Generator().manual_seed(4))
-        kw, kw_wide = {"xt": xt, "t": t}, {"xt": torch.cat([xt, xt[:, -1:].expand(-1, extra)], 1),
-                                          "t": torch.cat([t, t[:, -1:].expand(-1, extra)], 1)}
-    torch.testing.assert_close(mod.loss(model, x0, cfg, prompt_mask, pad_mask, **kw)[0],
-                               mod.loss(model, wide[0], cfg, *wide[1:], **kw_wide)[0])
-    for a, b in zip(mod.nll(model, x0, cfg, prompt_mask, pad_mask, **kw), mod.nll(model, wide[0], cfg, *wide[1:], **kw_wide)):
+        fixed = {L: (xt, t), L + extra: (torch.cat([xt, xt[:, -1:].expand(-1, extra)], 1),
+                                         torch.cat([t, t[:, -1:].expand(-1, extra)], 1))}
+        monkeypatch.setattr(mod, "noise", lambda x0, *a, **k: fixed[x0.shape[1]])
+    torch.testing.assert_close(mod.loss(model, x0, cfg, prompt_mask, pad_mask)[0],
+                               mod.loss(model, wide[0], cfg, *wide[1:])[0])
+    for a, b in zip(mod.nll(model, x0, cfg, prompt_mask, pad_mask), mod.nll(model, wide[0], cfg, *wide[1:])):
         torch.testing.assert_close(a, b)
 
 
@@ -312,17 +310,17 @@ def test_official_blocks_count_new_tokens_from_the_prompt_end_block(name):
     lens = [6, 8, 5]
     batch = torch.randint(0, MASK, (3, 8), generator=g)
     prompt_mask = torch.arange(8)[None] >= torch.tensor([[8 - p] for p in lens])          # left-padded
-    tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, threshold=0.5, **kw, **official)
+    tokens, stats = mod.generate(model, batch, cfg, Settings(N, threshold=0.5, **kw, **official), prompt_mask)
     assert tokens.shape == (3, 8 + N) and stats["n_gen"].tolist() == [N - p % S for p in lens] == [6, 8, 7]
     for row, n in zip(tokens, stats["n_gen"].tolist()):
         assert not (row[8:8 + n] == MASK).any() and (row[8 + n:] == MASK).all()
-    ours = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, threshold=0.5, **kw)[1]
+    ours = mod.generate(model, batch, cfg, Settings(N, threshold=0.5, **kw), prompt_mask)[1]
     assert ours["n_gen"].tolist() == [N] * 3
     prompt = batch[1:2]                                                                    # p = 8 = 2 S
     if name == "mdlm":
         official["seq_len"] = 8 + N
-    a, sa = mod.generate(model, prompt, cfg, max_new_tokens=N, threshold=0.5, **kw, **official)
-    b, sb = mod.generate(model, prompt, cfg, max_new_tokens=N, threshold=0.5, **kw)
+    a, sa = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw, **official))
+    b, sb = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw))
     assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
 
 
@@ -337,8 +335,7 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
     def spy(idx, pos=None, mask=None, cache=None, last=None):                              # the canvas each step
         seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
         return model(idx, pos, mask, cache, last)
-    tokens, stats = mdlm.generate(spy, prompt, cfg, max_new_tokens=N, threshold=0.5, block=S,
-                                  official_blocks=True, seq_len=L)
+    tokens, stats = mdlm.generate(spy, prompt, cfg, Settings(N, threshold=0.5, block=S, official_blocks=True, seq_len=L))
     assert seen and all(s == (L, True, list(range(L))) for s in seen)                       # padded and attended
     x = torch.cat([prompt, torch.full((1, L - P), MASK)], 1)                               # (1, L)
     F = P // S * S
@@ -348,10 +345,10 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
         e = min(s + S, end)
         while (x[:, s:e] == MASK).any():
             logits = model(x, torch.arange(L)[None], torch.ones(L, L, dtype=torch.bool))[:, s:e]
-            y, dec = mdlm.decode(logits, x[:, s:e] == MASK, MASK, 0.5)
+            y, dec = decode(logits, x[:, s:e] == MASK, MASK, 0.5)
             x[:, s:e] = torch.where(dec, y, x[:, s:e])
             nfe += 1
     assert end - P == N - P % S == 6 and stats["n_gen"].item() == 6 and stats["nfe"] == nfe
     assert torch.equal(tokens, x[:, :P + N])
     with pytest.raises(ValueError, match="seq_len"):
-        mdlm.generate(model, prompt, cfg, max_new_tokens=N, block=S, official_blocks=True)
+        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official_blocks=True))

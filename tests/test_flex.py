@@ -52,15 +52,24 @@ def grid(mask_mod, pad, n):
 
 @pytest.mark.parametrize("L, S", [(1, 1), (5, 2), (8, 4), (7, 3), (6, 6), (9, 1)])
 def test_bd3lm_mask_mod_is_the_dense_mask(L, S):
-    assert torch.equal(bd3lm.attention_mask(L, S), dense_bd3lm(L, S))
+    cfg = bd3lm.BD3LMConfig(MASK, S)
+    assert torch.equal(bd3lm.attention_mask(cfg, L), dense_bd3lm(L, S))
     pad = pad_both_sides(3, L, L).repeat(1, 2)                                  # (B, 2L), as denoise
-    assert torch.equal(grid(bd3lm.mask_mod(L, S), pad, 2 * L), with_padding(dense_bd3lm(L, S), pad))
+    assert torch.equal(grid(bd3lm.mask_mod(cfg, L), pad, 2 * L), with_padding(dense_bd3lm(L, S), pad))
+
+
+def lean_sd(L, first, end, pad_2L):
+    """Set Diffusion's 2L mask_mod trimmed as denoise trims it: slots [clean ranks < end | [MASK] ranks
+    [first, end)] read the 2L mask (padding pad_2L, in sigma order) at their 2L slots."""
+    keep = torch.cat([torch.arange(end), L + torch.arange(first, end)])
+    mod = padded(sd.mask_mod(sd.SetDiffusionConfig(MASK), L), pad_2L)
+    return lambda b, h, q, k: mod(b, h, keep[q], keep[k])
 
 
 @pytest.mark.parametrize("L, first, end", [(6, 0, 6), (6, 2, 5), (9, 3, 9), (5, 0, 1), (7, 6, 7), (8, 4, 5)])
 def test_setdiffusion_mask_mod_is_the_dense_mask(L, first, end):
     """The lean layout (clean ranks < end, [MASK] ranks [first, end)) with padding gathered in sigma order."""
-    assert torch.equal(sd.attention_mask(L, first=first, end=end), dense_sd(L, first, end))
+    assert torch.equal(sd.attention_mask(sd.SetDiffusionConfig(MASK), L), dense_sd(L, 0, L))
     B = 3
     pad = pad_both_sides(B, L, L + first)
     prompt = (torch.arange(L) < 2) & ~pad                                       # (B, L)
@@ -68,12 +77,14 @@ def test_setdiffusion_mask_mod_is_the_dense_mask(L, first, end):
     pad_s = pad.gather(1, sigma)
     pad_2 = torch.cat([pad_s[:, :end], pad_s[:, first:end]], 1)                # as denoise
     n = 2 * end - first
-    assert torch.equal(grid(sd.mask_mod(first, end), pad_2, n), with_padding(dense_sd(L, first, end), pad_2))
+    assert torch.equal(grid(lean_sd(L, first, end, pad_s.repeat(1, 2)), pad_2, n),
+                       with_padding(dense_sd(L, first, end), pad_2))
 
 
 def test_mdlm_mask_mod_is_the_dense_mask():
     pad = pad_both_sides(4, 10, 0)
-    assert torch.equal(grid(mdlm.mask_mod, pad, 10), with_padding(mdlm.attention_mask(10), pad))
+    cfg = mdlm.MDLMConfig(MASK)
+    assert torch.equal(grid(mdlm.mask_mod(cfg, 10), pad, 10), with_padding(mdlm.attention_mask(cfg, 10), pad))
 
 
 @pytest.mark.parametrize("layout", ["bd3lm", "setdiffusion"])
@@ -83,11 +94,11 @@ def test_block_mask_attention_equals_dense_sdpa(layout):
     L, B = 70, 2
     if layout == "bd3lm":
         n, pad = 2 * L, pad_both_sides(B, L, 1).repeat(1, 2)
-        mod = padded(bd3lm.mask_mod(L, 4), pad)
+        mod = padded(bd3lm.mask_mod(bd3lm.BD3LMConfig(MASK, 4), L), pad)
     else:
         first, end = 10, 65
-        n, pad = 2 * end - first, pad_both_sides(B, 2 * end - first, 2)
-        mod = padded(sd.mask_mod(first, end), pad)
+        n, pad = 2 * end - first, pad_both_sides(B, 2 * L, 2)
+        mod = lean_sd(L, first, end, pad)
     block = layout_mask(mod, B, n, n, flex=True)
     assert isinstance(block, BlockMask)
     g = torch.Generator().manual_seed(0)

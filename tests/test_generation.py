@@ -16,6 +16,8 @@ import sample
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories
 from model import ModelConfig, Transformer
+from helpers import METHODS
+from sampling import Settings
 from paper import infill
 
 TOK = byte_tokenizer()
@@ -112,11 +114,11 @@ def test_cnndm_corpus_scores_on_literal_strings():
     assert cnndm.corpus_scores([], []) == {}
 
 def test_cnndm_official_options_are_threaded_to_the_sampler():
-    opt = replies.official_options("cnndm", TOK, "setdiffusion")
+    opt = replies.official_options("cnndm", TOK, METHODS["setdiffusion"][0])
     assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1), 256,
                                                                                              False)
-    assert replies.official_options("cnndm", TOK, "ar").penalize_context                # HF generate: prompt too
-    owt = replies.official_options("owt", TOK, "ar"), replies.official_options("owt", TOK, "bd3lm")
+    assert replies.official_options("cnndm", TOK, METHODS["ar"][0]).penalize_context                # HF generate: prompt too
+    owt = replies.official_options("owt", TOK, METHODS["ar"][0]), replies.official_options("owt", TOK, METHODS["bd3lm"][0])
     assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
 
 
@@ -237,7 +239,7 @@ def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
         assert m["task"] == "infill" and m["n"] == 2 and {"exact", "answer_right", "tokens_per_s"} <= set(m)
         assert m["span"] == "step"
     with pytest.raises(ValueError, match="shipped arith task or of a text corpus; this checkpoint was trained on gsm8k"):
-        infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu")
+        infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu", Settings())
 
 
 def test_arith_number_items_mask_the_starting_amount_that_only_the_reply_reveals():

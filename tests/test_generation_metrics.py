@@ -21,7 +21,7 @@ from data import byte_tokenizer
 from helpers import MASK, METHODS, Jitter, error_of, tiny_model
 from model import ModelConfig, Transformer
 from paper import hf_metrics
-from sampling import SamplerOptions
+from sampling import Settings, SamplerOptions
 
 try:
     import transformers
@@ -319,7 +319,7 @@ def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
     mod, cfg, kw = METHODS[method]
     model, N, w, m = Jitter(tiny_model(0), seed=1), 40, 6, 9
     prompt = torch.tensor([[3]])
-    full, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, **kw)
+    full, stats = mod.generate(model, prompt, cfg, Settings(N, **kw))
     step = torch.cat([torch.tensor([-1]), stats["step"][0, 1:]])
     full, C = full[0], full.shape[1]
     points = check_points(method, step, 1, C, cfg.smax // 2 if method == "setdiffusion" else 0, 4)
@@ -329,10 +329,10 @@ def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
     s, e, _ = next(p for p in eligible if p[2] < threshold)
     opt = SamplerOptions(stop_entropy=threshold, stop_entropy_window=w, stop_min_tokens=m)
     hook = sampling.EntropyStop()
-    out, _ = mod.generate(model, prompt, cfg, max_new_tokens=N, options=opt, stop=hook, **kw)
+    out, _ = mod.generate(model, prompt, cfg, Settings(N, options=opt, **kw), stop=hook)
     assert out[0].tolist() == state(s, e).tolist() and e < C            # stopped there, nothing after
     assert hook.ends == [e] and hook.cut(0) == max(e - w, 1 + m)
-    plain, _ = mod.generate(model, prompt, cfg, max_new_tokens=N, options=SamplerOptions(), **kw)
+    plain, _ = mod.generate(model, prompt, cfg, Settings(N, options=SamplerOptions(), **kw))
     assert plain[0].tolist() == full.tolist()                           # the option off: the same tokens
 
 
@@ -342,10 +342,10 @@ def test_unconditional_applies_the_official_legacy_cut():
     model, (mod, cfg, _) = Jitter(tiny_model(0), seed=1), METHODS["ar"]
     tok = type("Tok", (), {"eos_id": 0, "mask_id": MASK, "decode": staticmethod(str)})()
     kw = dict(stop_entropy_window=8, stop_min_tokens=3, top_p=0.9)
-    plain, cut = ([replies.unconditional(model, mod, cfg, tok, 1, 20, "cpu", seed, opt)[0]["ids"] for seed in range(4)]
+    plain, cut = ([replies.unconditional(model, mod, cfg, tok, 1, Settings(20, options=opt), "cpu", seed)[0]["ids"] for seed in range(4)]
                   for opt in (SamplerOptions(**kw), SamplerOptions(stop_entropy=99.0, **kw)))
     for p, c in zip(plain, cut):        # an EOS in columns 3..7 (an id list of <= 6) stops it before the rule
         assert c == (p if len(p) <= 6 else p[:3])
     assert any(len(p) > 6 for p in plain)
-    assert replies.official_options("owt", TOK, "ar").stop_entropy == 4.0
-    assert replies.official_options("owt", TOK, "bd3lm").stop_entropy_window == 128
+    assert replies.official_options("owt", TOK, METHODS["ar"][0]).stop_entropy == 4.0
+    assert replies.official_options("owt", TOK, METHODS["bd3lm"][0]).stop_entropy_window == 128

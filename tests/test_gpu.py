@@ -21,6 +21,7 @@ import sys
 
 import pytest
 import torch
+from sampling import Settings
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import ar
@@ -179,10 +180,10 @@ def test_ar_causal_prefill_takes_flash_attention():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             got = model(x).float()
     torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
-    tokens, _ = ar.generate(model, x[:, :40], ar.ARConfig(MASK), max_new_tokens=8)
+    tokens, _ = ar.generate(model, x[:, :40], ar.ARConfig(MASK), Settings(8))
     flash = FlashPrefill(model)
     try:
-        flash_tokens, _ = ar.generate(flash, x[:, :40], ar.ARConfig(MASK), max_new_tokens=8)
+        flash_tokens, _ = ar.generate(flash, x[:, :40], ar.ARConfig(MASK), Settings(8))
     except RuntimeError as e:
         pytest.fail(f"ar.generate's prefill did not take the flash kernel: it passed the mask {flash.masks} "
                     f"(flash takes mask=None, is_causal): {str(e).splitlines()[0]}")
@@ -214,8 +215,7 @@ def test_cached_decoding_equals_naive_recompute(name, mode):
         static_decoding(inner, compile=mode == "compiled", mode="reduce-overhead" if CUDA else None)
     try:
         for _ in range(1 if mode == "eager" else 2):
-            tokens, stats = mod.generate(model, batch.to(DEV), cfg, prompt_mask.to(DEV), max_new_tokens=N,
-                                         **threshold(name), **kw)
+            tokens, stats = mod.generate(model, batch.to(DEV), cfg, Settings(N, **threshold(name), **kw), prompt_mask.to(DEV))
             P = batch.shape[1]
             for b, (p, (x, step)) in enumerate(zip(prompts, want)):
                 assert torch.equal(tokens[b, P - len(p):], x[0]), (b, tokens[b].tolist(), x[0].tolist())
@@ -251,10 +251,10 @@ def test_bf16_greedy_tokens_equal_fp32(name):
     batch, prompt_mask = batch.to(DEV), prompt_mask.to(DEV)
     extra = {} if name == "ar" else {"threshold": math.inf}
     measured = Margin(fp32)
-    want = mod.generate(measured, batch, cfg, prompt_mask, max_new_tokens=12, **extra, **kw)[0]
+    want = mod.generate(measured, batch, cfg, Settings(12, **extra, **kw), prompt_mask)[0]
     assert measured.gap >= 1, measured.gap                                       # well separated
     bf16 = copy.deepcopy(fp32).to(torch.bfloat16)
-    got = mod.generate(bf16, batch, cfg, prompt_mask, max_new_tokens=12, **extra, **kw)[0]
+    got = mod.generate(bf16, batch, cfg, Settings(12, **extra, **kw), prompt_mask)[0]
     assert torch.equal(got, want)
 
 

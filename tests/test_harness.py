@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from common import checkpoint
 import eval as evaluate
 from data import gsm8k
-from common.replies import sampler_kwargs
+from sampling import Settings
 from helpers import error_of, text_checkpoints
 from paper import harness, zeroshot
 
@@ -67,8 +67,7 @@ def offline(monkeypatch):
 def setup_of(run, m: str, batch_size=3, **kw) -> harness.Setup:
     model, method, cfg, config = checkpoint.load(str(run / m))
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "test")
-    return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size,
-                         sampler=sampler_kwargs(method, mdlm_block=4, seq_len=L), **kw)
+    return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size, **{"settings": Settings(block=4, seq_len=L), **kw})
 
 
 def request(kind: str, *args, doc=None, task=None) -> Instance:
@@ -147,13 +146,13 @@ def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
     """A reply with `until` is the unstopped reply cut before the first until string, and its row stopped there
     (fewer new tokens than max_gen_toks)."""
     s = setup_of(run, m)
-    n_gen, real = [], harness.generate
+    n_gen, real = [], harness.respond
 
     def spy(*a, **k):
         texts, stats, sec = real(*a, **k)
         n_gen.append(stats["n_gen"].tolist())
         return texts, stats, sec
-    monkeypatch.setattr(harness, "generate", spy)
+    monkeypatch.setattr(harness, "respond", spy)
     prompts = ["0. Now is the", "1. Now is the winter"]
     free = harness.generate_until(s, [request("generate_until", p, {"until": [], "max_gen_toks": 24})
                                       for p in prompts])
@@ -167,9 +166,10 @@ def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
 def test_generation_fits_the_context(run, monkeypatch):
     """The prompt keeps its last L - min(N, L/2) tokens, N is cut to L - prompt, a task's max_gen_toks wins over
     setup.max_new, an empty context is a BOS."""
-    s = setup_of(run, "ar", max_new=5)
+    s = setup_of(run, "ar", settings=Settings(5, block=4, seq_len=L))
     seen = []
-    monkeypatch.setattr(harness, "generate", lambda *a, **k: (seen.append((a[5], a[7])), ([""] * len(a[5]), {}, 0))[1])
+    monkeypatch.setattr(harness, "respond",
+                        lambda *a, **k: (seen.append((a[5], a[7].max_new_tokens)), ([""] * len(a[5]), {}, 0))[1])
     harness.generate_until(s, [request("generate_until", "y" * 100, {"until": ["\n"], "max_gen_toks": 40}),
                                request("generate_until", "y" * 100, {"until": ["\n"]}),
                                request("generate_until", "", {"until": "\n", "max_gen_toks": 3})])
@@ -229,7 +229,7 @@ def test_official_gsm8k_prompt_stop_and_rewrite(run, monkeypatch):
     def fake(model, method, cfg, tok, rule, prompts, *a, **k):
         seen.append((rule, prompts))
         return ["so $\\boxed{18}$. Question: next"] * len(prompts), {}, 0
-    monkeypatch.setattr(harness, "generate", fake)
+    monkeypatch.setattr(harness, "respond", fake)
     doc = {"question": "Janet has 3 ducks.", "answer": "3 + 15 = 18\n#### 18"}
     got = harness.generate_until(s, [request("generate_until", "Question: Janet has 3 ducks.\nAnswer:",
                                              {"until": ["Question:"]}, doc=doc, task=t) for t in ("gsm8k", "other")])

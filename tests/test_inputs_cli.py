@@ -115,8 +115,8 @@ def test_prompt_text_is_plain_text_except_masks(ckpts, monkeypatch, capsys):
     """Rows Q4, Q10: literal <|endoftext|> stays text; raw bytes from argv (surrogate escapes) reach the byte
     tokenizer as those bytes, not U+FFFD; <|mask|> and {mask:N} still become [MASK]s."""
     seen = []
-    real = sample.generate
-    monkeypatch.setattr(sample, "generate", lambda *a, **k: (seen.append(a[5]), real(*a, **k))[1])
+    real = sample.respond
+    monkeypatch.setattr(sample, "respond", lambda *a, **k: (seen.append(a[5]), real(*a, **k))[1])
     for prompt, ids in [("A<|endoftext|>B", list(b"A<|endoftext|>B")),
                         ("\udcff\udcfe x", [0xFF, 0xFE, ord(" "), ord("x")]),     # argv's b"\xff\xfe x"
                         ("x<|mask|>{mask:2}y", [ord("x"), 257, 257, 257, ord("y")])]:

@@ -24,6 +24,7 @@ import os
 
 import pytest
 import torch
+from sampling import Settings
 from safetensors.torch import save_file
 
 import ar
@@ -86,7 +87,7 @@ def test_from_pretrained_matches_transformers(tmp_path, tie, shard, style):
     prompt = x[:1, :6]
     want = hf.generate(prompt, do_sample=False, max_new_tokens=8, pad_token_id=0)[0, 6:]
     assert (want != V - 1).all()                     # the id ar.generate suppresses (its [MASK]) is never chosen
-    tokens, _ = ar.generate(model, prompt, ar.ARConfig(mask_id=V - 1), max_new_tokens=8)
+    tokens, _ = ar.generate(model, prompt, ar.ARConfig(mask_id=V - 1), Settings(8))
     assert tokens[0, 6:].tolist() == want.tolist()
 
 

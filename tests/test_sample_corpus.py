@@ -54,13 +54,13 @@ def peak(monkeypatch):
 @pytest.fixture
 def calls(monkeypatch):
     """Per batch sample.py generates: its prompt ids, its number of new tokens and the tokens it got back."""
-    seen, real = [], sample.generate
+    seen, real = [], sample.respond
 
     def spy(*a, **k):
         out = real(*a, **k)
-        seen.append({"prompts": a[5], "room": a[7], "tokens": out[1]["tokens"]})
+        seen.append({"prompts": a[5], "room": a[7].max_new_tokens, "tokens": out[1]["tokens"]})
         return out
-    monkeypatch.setattr(sample, "generate", spy)
+    monkeypatch.setattr(sample, "respond", spy)
     return seen
 
 

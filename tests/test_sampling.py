@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import sampling
-from sampling import SamplerOptions
+from sampling import Settings, SamplerOptions
 from helpers import MASK, METHODS, left_padded, naive_generate, tiny_model
 
 EOS = 0
@@ -123,10 +123,10 @@ def test_sampler_with_options_equals_naive_recompute(name, opt):
     model, N, P, opt = tiny_model(4), 11, 4, OPTIONS[opt]
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
     extra = {} if name == "ar" else {"threshold": 0.5}
-    tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, options=opt, **extra, **kw)
-    x, step = naive_generate(name, Processed(model, opt, P, int(name == "ar")), prompt, N, extra.get("threshold"))
+    tokens, stats = mod.generate(model, prompt, cfg, Settings(N, options=opt, **extra, **kw))
+    x, step = naive_generate(name, Processed(model, opt, P, int(name == "ar")), prompt, N, extra.get("threshold", math.inf))
     assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
-    plain, _ = mod.generate(model, prompt, cfg, max_new_tokens=N, **extra, **kw)
+    plain, _ = mod.generate(model, prompt, cfg, Settings(N, **extra, **kw))
     assert not torch.equal(plain, tokens)                      # the options changed something
 
 
@@ -139,9 +139,9 @@ def test_batched_equals_each_row_alone_with_options(name):
     prompts, batch, prompt_mask = left_padded([2, 7, 5])
     P = batch.shape[1]
     extra = {} if name == "ar" else {"threshold": 0.5}
-    tokens, stats = mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, options=opt, **extra, **kw)
+    tokens, stats = mod.generate(model, batch, cfg, Settings(N, options=opt, **extra, **kw), prompt_mask)
     for b, p in enumerate(prompts):
-        alone, st = mod.generate(model, p[None], cfg, max_new_tokens=N, options=opt, **extra, **kw)
+        alone, st = mod.generate(model, p[None], cfg, Settings(N, options=opt, **extra, **kw))
         assert torch.equal(tokens[b, P - len(p):], alone[0])
         assert torch.equal(stats["step"][b, P - len(p):], st["step"][0])
 
@@ -150,13 +150,13 @@ def test_ar_low_confidence_stop_stops_where_the_confidences_say():
     mod, cfg, _ = METHODS["ar"]
     model, N, P = tiny_model(8), 12, 3
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(2))
-    full, _ = mod.generate(model, prompt, cfg, max_new_tokens=N)
+    full, _ = mod.generate(model, prompt, cfg, Settings(N))
     logits = model(full[:, :-1]).float()
     logits[..., MASK] = -math.inf
     conf = torch.softmax(logits, -1).amax(-1)[0, P - 1:]                   # (N,) each new token's confidence
     thr = float(conf.detach().median())
     opt = SamplerOptions(stop_confidence=thr, stop_patience=2, stop_min_tokens=1)
-    tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, options=opt)
+    tokens, stats = mod.generate(model, prompt, cfg, Settings(N, options=opt))
     strikes, stop_at = 0, N
     for i, c in enumerate(conf.tolist()):
         strikes = strikes + 1 if (i >= 1 and c < thr) else 0
@@ -174,7 +174,7 @@ def test_block_samplers_infill_masks_inside_the_prompt_as_naive_recompute(name):
     model = tiny_model(6)
     prompt = torch.tensor([[1, 2, 3, 4, 5, MASK, MASK, MASK, MASK, MASK, 7, 8, 9]])
     for N in (0, 2):
-        tokens, stats = mod.generate(model, prompt, cfg, max_new_tokens=N, threshold=0.5, **kw)
+        tokens, stats = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw))
         x, step = naive_generate(name, model, prompt, N, 0.5)
         assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
         assert tokens[0, [0, 1, 2, 3, 4, 10, 11, 12]].tolist() == [1, 2, 3, 4, 5, 7, 8, 9]

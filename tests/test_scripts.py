@@ -1,7 +1,6 @@
 """The command-line scripts on tiny models: training resumes exactly, a NaN stops cleanly, checkpoints survive
 a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q tests/test_scripts.py
 """
-import functools
 import json
 import math
 import os
@@ -149,16 +148,15 @@ def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, m
     for m in ("setdiffusion", "mdlm", "bd3lm"):
         run_train(tmp_path / m, "--model", m, "--max-iters", "1")
 
-        @functools.wraps(checkpoint.METHODS[m].generate)     # its signature: what eval.py reads to pass settings
         def spy(*a, _real=checkpoint.METHODS[m].generate, _m=m, **k):
-            seen[_m] = k
+            seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
         monkeypatch.setattr(checkpoint.METHODS[m], "generate", spy)
         evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official-blocks",
                        "--commit-order", "fht"])
-    assert seen["setdiffusion"]["seq_len"] == 128 and seen["setdiffusion"]["commit_order"] == "fht"
-    assert seen["mdlm"]["official_blocks"] and seen["mdlm"]["seq_len"] == 128
-    assert seen["bd3lm"]["official_blocks"]
+    assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
+    assert seen["mdlm"].official_blocks and seen["mdlm"].seq_len == 128
+    assert seen["bd3lm"].official_blocks
     assert "official_blocks" in capsys.readouterr().out                    # the row names the setting
 
 

@@ -4,6 +4,7 @@ and the compiled steps the same as eager, with one graph for every step. python 
 import pytest
 import torch
 
+from sampling import Settings
 from model import static_decoding
 from helpers import MASK, METHODS, Jitter, left_padded, tiny_model
 
@@ -11,7 +12,7 @@ from helpers import MASK, METHODS, Jitter, left_padded, tiny_model
 def run(name, model, batch, prompt_mask, N=9):
     mod, cfg, kw = METHODS[name]
     extra = {} if name == "ar" else {"threshold": 0.5}
-    return mod.generate(model, batch, cfg, prompt_mask, max_new_tokens=N, **extra, **kw)
+    return mod.generate(model, batch, cfg, Settings(N, **extra, **kw), prompt_mask)
 
 
 @pytest.mark.parametrize("name", list(METHODS))

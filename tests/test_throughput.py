@@ -14,21 +14,21 @@ from paper import results, speed
 
 
 def fake_clock(monkeypatch, cost: dict, load):
-    """metrics.generate replaced: run r (its "method" is the name) takes cost[r] * load(k, j) seconds for prompt
+    """metrics.respond replaced: run r (its "method" is the name) takes cost[r] * load(k, j) seconds for prompt
     j of round k (k counted from the calls of each prompt) and makes 10 tokens in 2 steps. Returns the call log."""
     calls, seen = [], {}
 
-    def fake(model, method, cfg, tok, task, prompts, device, max_new_tokens, seed=0, **kw):
+    def fake(model, method, cfg, tok, task, prompts, device, settings, seed=0, stop_opts=None):
         j = prompts[0]
         k = seen[(method, j)] = seen.get((method, j), -1) + 1
         calls.append((method, j))
         return ["x"], {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0, "nfe": 2}, cost[method] * load(k, j)
-    monkeypatch.setattr(metrics, "generate", fake)
+    monkeypatch.setattr(metrics, "respond", fake)
     return calls
 
 
 def runs_of(names):
-    return {n: {"model": None, "method": n, "cfg": None, "tok": None, "task": None, "max_new_tokens": 8, "kw": {}}
+    return {n: {"model": None, "method": n, "cfg": None, "tok": None, "task": None, "settings": None}
             for n in names}
 
 
