@@ -27,7 +27,6 @@ import torch
 
 from common import checkpoint
 from common import credentials
-import setdiffusion
 from common.cli import check_train_args, data_spec
 from data import CORPORA, TASKS, custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
@@ -145,12 +144,8 @@ def setup(args, device, flex: bool = False):
     else:
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
-    cfg = checkpoint.method_config(args.model, tok.mask_id, smax=args.smax, block_size=args.block_size,
-                                   nelbo=args.nelbo, infill=args.infill)
-    if args.model == "setdiffusion":
-        setdiffusion.schedule(seq_len, args.smax)          # raises a clear ValueError for a bad smax
-    if args.model == "bd3lm" and args.block_size > seq_len:
-        raise ValueError(f"--block-size {args.block_size} is larger than the sequence length {seq_len}")
+    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax, block_size=args.block_size,
+                                   nelbo=args.nelbo, infill=args.infill)   # checked by the method's config
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
     elif args.max_new_tokens > seq_len:

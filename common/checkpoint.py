@@ -382,8 +382,12 @@ def check_resume(out_dir: str, config: dict):
                          f"(see its config.json), or choose another --out-dir")
 
 
-def method_config(name: str, mask_id: int, **settings) -> dict:
-    """asdict of a method's config, keeping only the settings that method has."""
+def method_config(name: str, mask_id: int, seq_len: int | None = None, **settings) -> dict:
+    """asdict of a method's config, keeping only the settings that method has, checked by the config itself
+    (its __post_init__, and with seq_len check(seq_len) against the context: a ValueError of one line)."""
     cls = METHOD_CONFIGS[name]
     fields = cls.__dataclass_fields__
-    return asdict(cls(mask_id=mask_id, **{k: v for k, v in settings.items() if k in fields}))
+    cfg = cls(mask_id=mask_id, **{k: v for k, v in settings.items() if k in fields})
+    if seq_len is not None:
+        cfg.check(seq_len)
+    return asdict(cfg)

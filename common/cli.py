@@ -11,6 +11,7 @@ import re
 
 import torch
 
+from common import checkpoint
 from data import CORPORA, TASKS, custom
 from model import static_decoding
 
@@ -112,11 +113,12 @@ def check_train_args(args):
         if not (math.isfinite(value) and ok):
             raise ValueError(f"{flag} must be a finite number {rule}, got {value}")
     check_threshold(args.threshold)
-    if args.window and args.model != "setdiffusion":
+    method = checkpoint.METHODS[args.model]
+    if args.window and "window" not in method.KNOBS:
         raise ValueError(f"--window {args.window}: only Set Diffusion has a window")
     if not 0 <= args.infill <= 1:
         raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
-    if args.infill and args.model != "setdiffusion":
+    if args.infill and "infill" not in checkpoint.METHOD_CONFIGS[args.model].__dataclass_fields__:
         raise ValueError(f"--infill {args.infill}: only Set Diffusion trains infilling orders")
     if args.fsdp and args.eval_every:
         raise ValueError("--fsdp evaluates once, at the end, from the saved checkpoint: drop --eval-every")
