@@ -14,8 +14,8 @@ GSM8K runs call Hugging Face `generate`), batched with left-padded prompts.
 The sampler interface, the same in all four method files (diff them):
     generate(model, prompt, cfg, settings, prompt_mask=None, stop=None, generator=None) -> tokens, stats
 `prompt` (B, P) is left-padded and prompt_mask (B, P) marks its real tokens; settings a sampling.Settings (how
-many new tokens, threshold, temperature, the paper presets' options; each method reads its KNOBS); `stop(tokens,
-end) -> (B,) bool` an optional stopping rule that sees the canvas up to column end (B,).
+many new tokens, threshold, temperature, the paper presets' options; each method reads its KNOBS);
+`stop(tokens, end) -> (B,) bool` an optional stopping rule that sees the canvas up to column end (B,).
 tokens (B, P + N): the prompt then the new tokens; positions never generated hold cfg.mask_id. stats: nfe
 (forward passes that predict), tokens_per_step (mean over rows), step (B, P + N) the step at which each token
 was decoded (-1 for the prompt), n_gen (B,) tokens generated per row.
@@ -36,7 +36,8 @@ class ARConfig:
     mask_id: int    # the tokenizer's [MASK]: never sampled; fills positions that were not generated
 
     def check(self, seq_len: int):
-        """Raise a ValueError with one line for a setting that cannot train at context seq_len (AR has none)."""
+        """Raise a ValueError with one line for a setting that cannot train at context seq_len (AR has
+        none)."""
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
@@ -116,10 +117,12 @@ def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
 
 
 def prefill(model, prompt, pos, prompt_mask, cache):
-    """Cache the prompt (B, P), causally, and return the logits (B, V) of its last token: the first prediction.
-    An unpadded batch passes no mask, so SDPA takes its is_causal path (the flash kernel on CUDA)."""
+    """Cache the prompt (B, P), causally, and return the logits (B, V) of its last token: the first
+    prediction. An unpadded batch passes no mask, so SDPA takes its is_causal path (the flash kernel on
+    CUDA)."""
     P = prompt.shape[1]
-    mask = None if bool(prompt_mask.all()) else with_padding(attention_mask(None, P, prompt.device), ~prompt_mask)
+    causal = attention_mask(None, P, prompt.device)                                # (P, P)
+    mask = None if bool(prompt_mask.all()) else with_padding(causal, ~prompt_mask)
     logits = model(prompt, pos, mask, cache, last=1)[:, -1]                          # (B, V)
     cache.commit(P)
     return logits
@@ -136,7 +139,8 @@ def finish(tokens, step, steps, nfe):
 
 @torch.no_grad()
 def generate(model, prompt, cfg: ARConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
-    """KV-cached decoding, one token per forward pass: each step feeds the last token and predicts the next."""
+    """KV-cached decoding, one token per forward pass: each step feeds the last token and predicts the
+    next."""
     B, P = prompt.shape
     N, dev = settings.max_new_tokens, prompt.device
     tokens, real, pos = canvas(prompt, prompt_mask, N, cfg.mask_id)                # (B, P + N)

@@ -51,7 +51,7 @@ class BD3LMConfig:
 # What the scripts need to know of a method is data here, never a branch on its name.
 KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official_blocks", "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
-CAN_INFILL = True     # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
+CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
@@ -74,7 +74,7 @@ def noise(x0, cfg: BD3LMConfig, target, generator=None, train=True):
         pad = n_blk * S - L                                                      # view as (B, n_blk, S)
         blk_target = torch.nn.functional.pad(target, (0, pad)).view(B, n_blk, S)
         blk_masked = torch.nn.functional.pad(masked, (0, pad)).view(B, n_blk, S)
-        need = blk_target.all(-1) & ~blk_masked.any(-1)                          # (B, n_blk) all targets, no mask
+        need = blk_target.all(-1) & ~blk_masked.any(-1)  # (B, n_blk) all targets, no mask
         r = torch.randint(0, S, (B, n_blk, 1), generator=generator, device=dev)  # re-mask r + 1 positions
         rank = torch.rand(B, n_blk, S, generator=generator, device=dev).argsort(-1).argsort(-1)
         force = (rank <= r) & need[..., None]                                    # (B, n_blk, S)
@@ -115,8 +115,9 @@ def denoise(model, x0, xt, cfg: BD3LMConfig, pad_mask):
 
 
 def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None, exclude=None):
-    """NELBO, an upper bound on -log p(x0), from one noise draw: (sum over counted targets (B,), their number (B,)).
-    As mdlm.nll, with this file's noise (one t per block; q exactly, no forced masks) and denoise (2L)."""
+    """NELBO, an upper bound on -log p(x0), from one noise draw: (sum over counted targets (B,), their number
+    (B,)). As mdlm.nll, with this file's noise (one t per block; q exactly, no forced masks) and denoise
+    (2L)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     xt, t = noise(x0, cfg, target, generator, train=False)                     # q exactly: no forced masks
     counted = target if exclude is None else target & ~exclude
@@ -126,8 +127,8 @@ def nll(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=
 
 
 def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator=None):
-    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once, mean over the batch. The
-    stats stay on the device (no host synchronisation per micro-batch)."""
+    """Masked-token cross-entropy (or the NELBO with cfg.nelbo) over all blocks at once, mean over the batch.
+    The stats stay on the device (no host synchronisation per micro-batch)."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     xt, t = noise(x0, cfg, target, generator)
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
@@ -139,8 +140,9 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
 # ----------------------------------------------------------------------------- prefill
 
 def block_mask(real, S: int, lo: int, e: int):
-    """Decoding mask (B, 1, e - lo, e) of queries lo..e-1 over keys 0..e-1 of a block canvas: a column sees the
-    real columns of its own and earlier blocks (clean blocks causal, a block bidirectional), and itself."""
+    """Decoding mask (B, 1, e - lo, e) of queries lo..e-1 over keys 0..e-1 of a block canvas: a column sees
+    the real columns of its own and earlier blocks (clean blocks causal, a block bidirectional), and
+    itself."""
     cols = torch.arange(e, device=real.device)
     blk = cols // S                                                             # block of each column
     m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
@@ -148,8 +150,8 @@ def block_mask(real, S: int, lo: int, e: int):
 
 
 def prefill(model, tokens, pos, real, S: int, F: int, cache):
-    """Cache the canvas' first F columns (B, F): the prompt's whole blocks before the first one that holds a new
-    token (or a [MASK] of the prompt), block-causally. Nothing to do when F = 0."""
+    """Cache the canvas' first F columns (B, F): the prompt's whole blocks before the first one that holds a
+    new token (or a [MASK] of the prompt), block-causally. Nothing to do when F = 0."""
     if F > 0:
         model(tokens[:, :F], pos[:, :F], block_mask(real, S, 0, F), cache, last=1)
         cache.commit(F)
@@ -158,7 +160,8 @@ def prefill(model, tokens, pos, real, S: int, F: int, cache):
 # ----------------------------------------------------------------------------- generate
 
 @torch.no_grad()
-def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
+def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=None, stop=None,
+             generator=None):
     """Block by block: inside a block, steps of the confidence rule with the block's queries attending to
     the cache and to their own block; a finished block is committed to the KV cache by the next block's
     first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
@@ -179,11 +182,11 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
-    # The fused block commit. The cache holds the columns < lo = cache.length. Each forward = [columns lo..s-1,
-    # the blocks finished since the last forward (clean) -> committed to the cache | this block s..e-1 (its
-    # [MASK]s and the tokens decoded so far) -> dropped]. So a block's first forward commits the previous block
-    # (lo < s; nothing for the first block), its later ones commit nothing (lo == s): a finished block costs no
-    # forward of its own (the official fused_block_cache).
+    # The fused block commit. The cache holds the columns < lo = cache.length. Each forward = [columns
+    # lo..s-1, the blocks finished since the last forward (clean) -> committed to the cache | this block
+    # s..e-1 (its [MASK]s and the tokens decoded so far) -> dropped]. So a block's first forward commits the
+    # previous block (lo < s; nothing for the first block), its later ones commit nothing (lo == s): a
+    # finished block costs no forward of its own (the official fused_block_cache).
     for s in range(F, E, S):
         e = s + S
         while True:
@@ -191,7 +194,8 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
             if not cand.any():
                 break
             lo = cache.length                                    # < s: earlier blocks still to commit
-            logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(real, S, lo, e), cache, last=S)   # (B, S, V)
+            # (B, S, V)
+            logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(real, S, lo, e), cache, last=S)
             cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
             y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
             done |= pick.stopped
@@ -201,7 +205,8 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
             nfe += 1
         if pick.stop is not None:
             end = P + (e - new[:, 0]).clamp(0, N)                                           # (B,)
-            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
+            # [MASK]s in the prompt filled
+            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)
         if done.all():
             break
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
@@ -211,10 +216,10 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
 
 @torch.no_grad()
 def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
-    """The sampler as the method states it, to read first: batch 1, greedy, no cache. Every step one forward over
-    the canvas up to the end of the block (multiples of S) holding the leftmost [MASK]: earlier blocks clean and
-    causal between blocks, this block bidirectional. `generate` is this loop batched and cached, with the
-    block commit fused into the next block's first forward (test_all.py checks them equal)."""
+    """The sampler as the method states it, to read first: batch 1, greedy, no cache. Every step one forward
+    over the canvas up to the end of the block (multiples of S) holding the leftmost [MASK]: earlier blocks
+    clean and causal between blocks, this block bidirectional. `generate` is this loop batched and cached,
+    with the block commit fused into the next block's first forward (test_all.py checks them equal)."""
     S, m = cfg.block_size, cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
     step, nfe = torch.full_like(x, -1), 0

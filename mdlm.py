@@ -8,7 +8,8 @@ Noise: linear schedule alpha_t = 1 - t (probability that a token is still clean)
 sequence. SUBS parameterisation: the [MASK] logit is -inf and clean tokens are copied through.
 Objective (per sequence, then averaged over the batch; M = masked targets, targets = not prompt, not pad):
     training (official):   L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
-    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} (-alpha'_t / (1 - alpha_t)) * -log p_theta(x0_i | xt)
+    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} (-alpha'_t / (1 - alpha_t)) * -log p_theta(x0_i |
+    xt)
                              = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
 
 Limits: Set Diffusion samples *orders* from a per-position schedule; with a single shared schedule for every
@@ -51,7 +52,8 @@ class MDLMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official_blocks", "seq_len", "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official_blocks", "seq_len",
+                   "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
@@ -61,7 +63,8 @@ OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclud
 # ----------------------------------------------------------------------------- noising
 
 def noise(x0, cfg: MDLMConfig, target, generator=None):
-    """xt: each target masked with probability t (alpha_t = 1 - t), one t per sequence. Returns xt, t (B, L)."""
+    """xt: each target masked with probability t (alpha_t = 1 - t), one t per sequence. Returns xt, t (B,
+    L)."""
     B, L = x0.shape
     u = torch.rand(B, 1, generator=generator, device=x0.device)
     t = (cfg.eps + (1 - cfg.eps) * u).expand(B, L)                        # (B, L), same t for the row
@@ -72,7 +75,8 @@ def noise(x0, cfg: MDLMConfig, target, generator=None):
 # ----------------------------------------------------------------------------- mask
 
 def mask_mod(cfg: MDLMConfig, seq_len: int):
-    """Bidirectional, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: every query sees every key."""
+    """Bidirectional, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: every query sees every
+    key."""
     def mod(b, h, q, k):
         return (q >= 0) & (k >= 0)
     return mod
@@ -115,8 +119,8 @@ def objective(nll_i, masked, t, target, nelbo: bool):
 
 
 def nll(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=None, exclude=None):
-    """NELBO, an upper bound on -log p(x0), from one noise draw: (sum over counted targets (B,), their number (B,)).
-    exclude (B, L): targets noised as usual but not counted."""
+    """NELBO, an upper bound on -log p(x0), from one noise draw: (sum over counted targets (B,), their number
+    (B,)). exclude (B, L): targets noised as usual but not counted."""
     prompt_mask, pad_mask, target = defaults(x0, prompt_mask, pad_mask)
     xt, t = noise(x0, cfg, target, generator)
     counted = target if exclude is None else target & ~exclude
@@ -153,7 +157,7 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     dev = prompt.device
     p = prompt_mask.sum(1) if prompt_mask is not None else torch.full((B,), P, device=dev)   # (B,)
     hole = (prompt == mask_id) & (torch.arange(P, device=dev) >= P - p[:, None])   # (B, P) [MASK]s to infill
-    lead = torch.where(hole.any(1), hole.float().argmax(1) - (P - p), p)          # (B,) first position to decode
+    lead = torch.where(hole.any(1), hole.float().argmax(1) - (P - p), p)  # (B,) first position to decode
     first = lead // S * S                                        # (B,) start of the first generated block
     F = int(first.max())
     off = F - first                                              # (B,) multiple of S
@@ -172,7 +176,8 @@ def official_count(real, new, S: int):
     start of the block holding each row's first new token, so a prompt of length p gets N - (p mod S) new
     tokens when S divides N (min(S floor(p/S) + S ceil(N/S), p + N) - p in general)."""
     N = new.shape[1]
-    end = torch.minimum(new[:, :1] // S * S + math.ceil(N / S) * S, new[:, :1] + N)     # (B, 1) first column after
+    # (B, 1) first column after
+    end = torch.minimum(new[:, :1] // S * S + math.ceil(N / S) * S, new[:, :1] + N)
     return real & (torch.arange(real.shape[1], device=real.device) < end)
 
 
@@ -181,7 +186,7 @@ def standard(prompt, tokens, step, new, real):
     the prompt's part is read from the canvas too, so [MASK]s infilled inside the prompt come back filled."""
     B, P = prompt.shape
     off = real.float().argmax(1, keepdim=True)                                  # (B, 1) first real column
-    src = off + real.sum(1, keepdim=True) - new.shape[1] - P + torch.arange(P, device=prompt.device)   # (B, P)
+    src = off + real.sum(1, keepdim=True) - new.shape[1] - P + torch.arange(P, device=prompt.device)  # (B, P)
     vis, src = src >= off, src.clamp(min=0)
     return (torch.cat([torch.where(vis, tokens.gather(1, src), prompt), tokens.gather(1, new)], 1),
             torch.cat([torch.where(vis, step.gather(1, src), -1), step.gather(1, new)], 1))
@@ -203,8 +208,8 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
 
 @torch.no_grad()
 def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
-    """Semi-autoregressive: decode blocks of settings.block positions left to right, aligned to multiples of the
-    block (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a
+    """Semi-autoregressive: decode blocks of settings.block positions left to right, aligned to multiples of
+    the block (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a
     block, one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
     [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
     the visible tokens right of them count).
@@ -250,7 +255,8 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
             nfe += 1
         if pick.stop is not None:
             end = P + (e - new[:, 0]).clamp(0, N)                                   # (B,) end of this block
-            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)   # [MASK]s in the prompt filled
+            # [MASK]s in the prompt filled
+            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)
         if done.all():
             break
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)

@@ -1,5 +1,5 @@
-"""Logits -> tokens, for all four samplers: how to decode (`Settings`), the confidence rule (`confident`), and the
-one object every sampler calls once per step (`Picker`).
+"""Logits -> tokens, for all four samplers: how to decode (`Settings`), the confidence rule (`confident`), and
+the one object every sampler calls once per step (`Picker`).
 
     Settings   what every method's generate(model, prompt, cfg, settings, prompt_mask, stop, generator) takes;
                a method reads the fields named in its KNOBS (data on the method, not a branch on its name).
@@ -7,12 +7,14 @@ one object every sampler calls once per step (`Picker`).
                paper presets' options below, then the confidence rule; pick.stopped (B,) are the rows its
                low-confidence rule stopped, pick.stop the task's stop hook (entropy rule folded in) or None.
 
-The options (SamplerOptions; all off by default, the paper presets of CNN/DM, ROCStories and OWT turn them on):
+The options (SamplerOptions; all off by default, the paper presets of CNN/DM, ROCStories and OWT turn them
+on):
 
     repetition penalty p     (HF RepetitionPenaltyLogitsProcessor) a token already seen has its logit divided
-                             by p if positive, multiplied by p if negative. "Seen" = the tokens generated so far
-                             (the official diffusion samplers' running_generation), plus the prompt's visible
-                             tokens with penalize_context (HF generate's input_ids, the official AR and infilling).
+                             by p if positive, multiplied by p if negative. "Seen" = the tokens generated so
+                             far (the official diffusion samplers' running_generation), plus the prompt's
+                             visible tokens with penalize_context (HF generate's input_ids, the official AR
+                             and infilling).
     length penalty (s, f)    (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
                              wrapper does) at a slot with n > s new tokens before it, the EOS logit gets
                              |logit| * (f^(n - s) - 1) added: pushed up whatever its sign.
@@ -23,11 +25,11 @@ The options (SamplerOptions; all off by default, the paper presets of CNN/DM, RO
                              row stops once stop_patience consecutive new tokens, counted after the first
                              stop_min_tokens, were decoded with probability < stop_confidence.
     entropy stop             (the official EntropyEosStoppingCriteria entropy rule, OWT unconditional) a row
-                             stops where its stop hook is checked (every AR token, MDLM/BD3-LM block ends, every W
-                             Set Diffusion steps: where the official calls its stopping criteria) once it has
-                             >= max(stop_min_tokens, 1) new tokens and >= stop_entropy_window tokens (prompt
-                             counted), and the unigram entropy (nats) of the last stop_entropy_window tokens up to
-                             the check, [MASK]s left out, is < stop_entropy (`EntropyStop`).
+                             stops where its stop hook is checked (every AR token, MDLM/BD3-LM block ends,
+                             every W Set Diffusion steps: where the official calls its stopping criteria) once
+                             it has >= max(stop_min_tokens, 1) new tokens and >= stop_entropy_window tokens
+                             (prompt counted), and the unigram entropy (nats) of the last stop_entropy_window
+                             tokens up to the check, [MASK]s left out, is < stop_entropy (`EntropyStop`).
 
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), as in
 the official `_generate_unconditional`, computed as it does: exp(logits - logsumexp) in float32. The diffusion
@@ -41,8 +43,8 @@ import torch
 
 @dataclass
 class Settings:
-    """How to decode: the one argument every method's generate takes beside the prompt. A method reads the fields
-    in its KNOBS and ignores the rest (AR decodes one token per step whatever the threshold)."""
+    """How to decode: the one argument every method's generate takes beside the prompt. A method reads the
+    fields in its KNOBS and ignores the rest (AR decodes one token per step whatever the threshold)."""
     max_new_tokens: int = 64        # N new tokens after the prompt ([MASK]s inside the prompt are filled too)
     threshold: float = math.inf     # tau: decode the top-1 plus every token with p >= tau (inf: one per step)
     temperature: float = 0.0        # 0 = greedy
@@ -63,7 +65,8 @@ def check_settings(s: Settings):
     if not (math.isfinite(s.temperature) and s.temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0, got {s.temperature}")
     if s.window < 0 or s.block < 1:
-        raise ValueError(f"the window must be >= 0 (0 = smax / 2) and the block >= 1, got {s.window}, {s.block}")
+        raise ValueError(f"the window must be >= 0 (0 = smax / 2) and the block >= 1, got {s.window}, "
+                         f"{s.block}")
     if s.commit_order not in ("l2r", "fht"):
         raise ValueError(f"commit order must be 'l2r' or 'fht', got {s.commit_order!r}")
     if s.options is not None:
@@ -126,7 +129,8 @@ class Track:
 
 
 def start(opt, tokens, real, mask_id: int, temperature=0.0):
-    """A Track for a canvas tokens (B, C) whose [MASK]s (real (B, C)) are to be generated; None without options."""
+    """A Track for a canvas tokens (B, C) whose [MASK]s (real (B, C)) are to be generated; None without
+    options."""
     if opt is None:
         return None
     check(opt, temperature)
@@ -179,14 +183,16 @@ def nucleus(probs, top_p: float):
 def choose(logits, temperature=0.0, generator=None, track=None):
     """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p.
     Probabilities are exp(logits - logsumexp(logits)) in float32, the official `_forward` arithmetic: near
-    p = 1 it rounds differently from softmax, and the diffusion samplers' confidence ties follow its rounding."""
+    p = 1 it rounds differently from softmax, and the diffusion samplers' confidence ties follow its
+    rounding."""
     logits = logits.float()
     scaled = logits / temperature if temperature > 0 else logits                   # (..., V)
     probs = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
     if track is not None and track.opt.top_p < 1:
         probs = nucleus(probs, track.opt.top_p)
     if temperature > 0:
-        y = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(probs.shape[:-1])
+        flat = probs.reshape(-1, probs.shape[-1])                                  # (N, V)
+        y = torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
     else:
         y = probs.argmax(-1)                                                      # as the official
     return y, probs.gather(-1, y[..., None]).squeeze(-1)
@@ -210,15 +216,17 @@ def stopped(track, done):
     return done if track is None else done | track.stopped
 
 
-# ----------------------------------------------------------------------------- the confidence rule and the Picker
+# ----------------------------------------------------------------------------- the confidence rule and the
+# Picker
 
 def confident(conf, candidates, threshold: float):
-    """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the official).
+    """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the
+    official).
 
     conf (B, K): the probability of the token predicted at each of K slots; candidates (B, K): the slots that
-    may be decoded now. Decode the most confident candidate of each row plus every candidate with confidence >=
-    threshold, so threshold = inf decodes exactly one token per row and step (and a K = 1 step, AR's, its one
-    candidate). Among tied top candidates the rightmost is decoded: the official keeps the last of
+    may be decoded now. Decode the most confident candidate of each row plus every candidate with confidence
+    >= threshold, so threshold = inf decodes exactly one token per row and step (and a K = 1 step, AR's, its
+    one candidate). Among tied top candidates the rightmost is decoded: the official keeps the last of
     `conf.argsort()`. Returns decoded (B, K) bool."""
     conf = conf.masked_fill(~candidates, -1.0)
     decoded = (conf >= threshold) & candidates
@@ -228,7 +236,8 @@ def confident(conf, candidates, threshold: float):
 
 
 def decode(logits, candidates, mask_id: int, threshold: float = math.inf):
-    """Greedy decoding by the confidence rule with no options, as the reference samplers state it: logits (B, K, V)
+    """Greedy decoding by the confidence rule with no options, as the reference samplers state it: logits (B,
+    K, V)
     -> tokens (B, K), decoded (B, K). A Picker with default Settings does the same."""
     logits = logits.float()
     logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
@@ -242,8 +251,8 @@ class Picker:
     pick(logits (B, K, V), cols (B, K), candidates (B, K)) -> tokens (B, K), decoded (B, K): the [MASK] logit
     suppressed (never predict it), the options applied (penalties need the canvas and each slot's column
     `cols`), a token chosen per slot (greedy or sampled) and the confidence rule. pick.stopped (B,) bool: rows
-    the low-confidence rule has stopped. pick.stop: the task's stop hook with the entropy rule folded in, or None
-    (the sampler checks it where the official sampler checks its stopping criteria)."""
+    the low-confidence rule has stopped. pick.stop: the task's stop hook with the entropy rule folded in, or
+    None (the sampler checks it where the official sampler checks its stopping criteria)."""
 
     def __init__(self, settings: Settings, canvas, real, mask_id: int, prompt, prompt_mask=None, stop=None,
                  generator=None):
@@ -273,8 +282,9 @@ class Picker:
 # ----------------------------------------------------------------------------- the entropy stop
 
 def window_entropy(row, mask_id: int) -> float:
-    """Entropy (nats) of the unigram distribution of the tokens of row (a 1-D tensor), [MASK]s left out, as the
-    official _compute_entropy (torch.special.entr of the counts' frequencies); inf when nothing is left."""
+    """Entropy (nats) of the unigram distribution of the tokens of row (a 1-D tensor), [MASK]s left out, as
+    the official _compute_entropy (torch.special.entr of the counts' frequencies); inf when nothing is
+    left."""
     row = row[row != mask_id]
     if row.numel() == 0:
         return float("inf")
@@ -283,13 +293,13 @@ def window_entropy(row, mask_id: int) -> float:
 
 
 class EntropyStop:
-    """A sampler stop hook (tokens, end) -> (B,) bool: the wrapped hook `base` (None: none) or the entropy rule.
-    The rule, for a row whose canvas [left-padded prompt (P) | new tokens] is decided up to column end: at least
-    max(stop_min_tokens, 1) new tokens (end - P), at least stop_entropy_window tokens from its first real column,
-    and window_entropy(tokens[end - window:end]) < stop_entropy. `ends` (B,) keeps the column each row first
-    stopped at by this rule alone (-1: it did not): rows the base hook or the low-confidence rule stop are not
-    counted, the official order (EOS, then low confidence, then entropy). `cut(b)` is the official legacy
-    truncation of such a row (low_entropy_truncation=legacy: its last window dropped)."""
+    """A sampler stop hook (tokens, end) -> (B,) bool: the wrapped hook `base` (None: none) or the entropy
+    rule. The rule, for a row whose canvas [left-padded prompt (P) | new tokens] is decided up to column end:
+    at least max(stop_min_tokens, 1) new tokens (end - P), at least stop_entropy_window tokens from its first
+    real column, and window_entropy(tokens[end - window:end]) < stop_entropy. `ends` (B,) keeps the column
+    each row first stopped at by this rule alone (-1: it did not): rows the base hook or the low-confidence
+    rule stop are not counted, the official order (EOS, then low confidence, then entropy). `cut(b)` is the
+    official legacy truncation of such a row (low_entropy_truncation=legacy: its last window dropped)."""
 
     def __init__(self, base=None):
         self.base, self.track, self.ends = base, None, None
@@ -309,7 +319,8 @@ class EntropyStop:
             return done
         opt, low = self.track.opt, []
         for b, e in enumerate(end.tolist()):
-            long_enough = e - self.P >= max(opt.stop_min_tokens, 1) and e - self.first[b] >= opt.stop_entropy_window
+            long_enough = (e - self.P >= max(opt.stop_min_tokens, 1)
+                           and e - self.first[b] >= opt.stop_entropy_window)
             low.append(long_enough and window_entropy(tokens[b, e - opt.stop_entropy_window:e],
                                                       self.mask_id) < opt.stop_entropy)
         low = torch.tensor(low, device=done.device) & ~done
@@ -330,7 +341,8 @@ class EntropyStop:
 def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int):
     """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
     (stop_entropy > 0 and new tokens to generate), else stop itself, so nothing changes with the option off.
-    A stop that is already an EntropyStop (generate.unconditional's, which reads its cut) is bound, not wrapped."""
+    A stop that is already an EntropyStop (generate.unconditional's, which reads its cut) is bound, not
+    wrapped."""
     if track is None or track.opt.stop_entropy <= 0 or max_new_tokens == 0:
         return stop
     hook = stop if isinstance(stop, EntropyStop) else EntropyStop(stop)

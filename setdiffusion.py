@@ -34,15 +34,15 @@ time; A is the area under its masking probability there (b k / (k + 1): BD3-LM's
 S = d). At any time, the positions in transition hold d / 2 [MASK]s on average (L b k / (k + 1) = d / 2, the
 paper's inference budget C). The sampler's window W = d covers twice that, from the leftmost [MASK].
 
-Limits: smax = 2 (d = 1) gives the identity order: the *factorisation order* is AR's (tested), though the model
-still predicts x_j at a [MASK] query placed at position j, not from a shifted input as ar.py does. Were every
-position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic limit.
-Fixed contiguous sets whose members attend to each other: BD3-LM; its mask at S = 1 is this file's mask.
-Differences from the official code: the sampler runs a batch (each row its own window; the official asserts
-batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left crop).
-With commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
-schedule over the model's seq_len positions as the official (over N positions when N > L, where the official
-has no schedule, or when no seq_len is given).
+Limits: smax = 2 (d = 1) gives the identity order: the *factorisation order* is AR's (tested), though the
+model still predicts x_j at a [MASK] query placed at position j, not from a shifted input as ar.py does. Were
+every position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic
+limit. Fixed contiguous sets whose members attend to each other: BD3-LM; its mask at S = 1 is this file's
+mask. Differences from the official code: the sampler runs a batch (each row its own window; the official
+asserts batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left
+crop). With commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of
+the schedule over the model's seq_len positions as the official (over N positions when N > L, where the
+official has no schedule, or when no seq_len is given).
 Beyond the paper (off by default; the last section of this file): cfg.infill = F trains a fraction F of rows
 in an infilling order. F = 0 is the paper's loss, draw for draw.
 """
@@ -63,11 +63,12 @@ from sampling import Picker, Settings, decode
 class SetDiffusionConfig:
     mask_id: int    # the [MASK] token of the query stream
     smax: int = 8   # max set size / reorder reach, = 2d; the window defaults to smax // 2 = d
-    infill: float = 0.0   # NOT the paper: the fraction of training rows given an infilling order (infill_span)
+    infill: float = 0.0  # NOT the paper: the fraction of training rows given an infilling order (infill_span)
 
     def __post_init__(self):
         if self.smax < 2 or not 0 <= self.infill <= 1:
-            raise ValueError(f"smax must be >= 2 and infill a fraction in [0, 1], got {self.smax}, {self.infill}")
+            raise ValueError(f"smax must be >= 2 and infill a fraction in [0, 1], got {self.smax}, "
+                             f"{self.infill}")
 
     def check(self, seq_len: int):
         """Raise a ValueError with one line for a setting that cannot train at context seq_len."""
@@ -75,11 +76,13 @@ class SetDiffusionConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "commit_order", "seq_len", "options"})
-EXACT_NLL = False     # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "commit_order", "seq_len",
+                   "options"})
+EXACT_NLL = False  # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible token on both sides cached first
 HF_GENERATE = False   # the official runs decode it with its own set sampler
-OFFICIAL_EXCLUDES = True   # the official eval does not count pad-id targets (EOS) nor position 0 (nll's exclude)
+# the official eval does not count pad-id targets (EOS) nor position 0 (nll's exclude)
+OFFICIAL_EXCLUDES = True
 
 
 # ----------------------------------------------------------------------------- ordering
@@ -87,13 +90,14 @@ OFFICIAL_EXCLUDES = True   # the official eval does not count pad-id targets (EO
 def schedule(seq_len: int, smax: int, d: float | None = None):
     """Staggered schedule constants: loc (L,) float64, b, k. d defaults to smax / 2 (the paper's models).
 
-    Position j's support [loc_j, loc_j + b]: the locs are (1 - b) / (L - 1) apart, so two supports overlap, and
-    the order may swap their positions, iff the positions are less than b (L - 1) / (1 - b) apart: smax for the
-    general b, so a token is never revealed before one smax or more positions to its left. d in {1, smax} takes
-    the official schedule's other branch, k = 1 and b = 2A: at d = 1 (smax = 2) b (L - 1) / (1 - b) = 1, the
-    supports abut and sigma is the identity (AR); at d = smax the supports are wider than smax positions, so
-    the reach exceeds smax - 1 (measured over 20,000 orders: 8 at L 128, smax 8; 18 at L 128, smax 16). The
-    sampler's "fht" commit order reaches that branch when its window is at most smax / 4 (commit_key)."""
+    Position j's support [loc_j, loc_j + b]: the locs are (1 - b) / (L - 1) apart, so two supports overlap,
+    and the order may swap their positions, iff the positions are less than b (L - 1) / (1 - b) apart: smax
+    for the general b, so a token is never revealed before one smax or more positions to its left. d in {1,
+    smax} takes the official schedule's other branch, k = 1 and b = 2A: at d = 1 (smax = 2) b (L - 1) / (1 -
+    b) = 1, the supports abut and sigma is the identity (AR); at d = smax the supports are wider than smax
+    positions, so the reach exceeds smax - 1 (measured over 20,000 orders: 8 at L 128, smax 8; 18 at L 128,
+    smax 16). The sampler's "fht" commit order reaches that branch when its window is at most smax / 4
+    (commit_key)."""
     if not 2 <= smax <= seq_len:
         raise ValueError(f"smax must be in [2, seq_len={seq_len}], got {smax}")
     d = smax / 2 if d is None else d
@@ -104,7 +108,7 @@ def schedule(seq_len: int, smax: int, d: float | None = None):
         b = smax / (seq_len + smax - 1)         # support width: smax positions' spacing
         if b <= A:
             raise ValueError(f"no staggered schedule with smax={smax} and d={d} over {seq_len} positions")
-        k = A / (b - A)                         # area of b (1 - (1 - u)^k) over the support = b k / (k + 1) = A
+        k = A / (b - A)  # area of b (1 - (1 - u)^k) over the support = b k / (k + 1) = A
     loc = (1 - b) * (1 - torch.arange(seq_len, dtype=torch.float64) / max(seq_len - 1, 1))   # (L,)
     return loc, b, k
 
@@ -147,13 +151,14 @@ def mask_mod(cfg: SetDiffusionConfig, seq_len: int):
     """The 2L training mask in *rank* space, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: slots
     0..L-1 the clean stream in sigma order, L..2L-1 the [MASK] stream in sigma order. It is BD3-LM's mask with
     S = 1 (test_all.py), and it is the same for every row: the rows differ only in sigma, which the layout
-    carries in the token order and the positions [sigma | sigma], so one mask (one BlockMask) serves the batch."""
+    carries in the token order and the positions [sigma | sigma], so one mask (one BlockMask) serves the
+    batch."""
     L = seq_len
     def mod(b, h, q, k):
         xt_q, xt_k = q >= L, k >= L                                      # stream of each slot
         rank_q, rank_k = q % L, k % L                                    # rank in sigma
-        causal = ~xt_q & ~xt_k & (rank_q >= rank_k)                      # clean -> clean, earlier or same rank
-        offset_causal = xt_q & ~xt_k & (rank_q > rank_k)                 # [MASK] query -> strictly earlier clean
+        causal = ~xt_q & ~xt_k & (rank_q >= rank_k)  # clean -> clean, earlier or same rank
+        offset_causal = xt_q & ~xt_k & (rank_q > rank_k)  # [MASK] query -> strictly earlier clean
         diagonal = (rank_q == rank_k) & (xt_q == xt_k)                   # each slot sees itself
         return causal | offset_causal | diagonal
     return mod
@@ -215,7 +220,8 @@ def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, gen
 def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None):
     """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch.
     cfg.infill > 0 (not the paper): that fraction of rows in an infilling order instead (infill_span)."""
-    span = infill_span(defaults(x0, prompt_mask, pad_mask)[1], cfg.infill, generator) if cfg.infill > 0 else None
+    pad_mask = defaults(x0, prompt_mask, pad_mask)[1]
+    span = infill_span(pad_mask, cfg.infill, generator) if cfg.infill > 0 else None   # the last section
     nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, span=span)
     per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)
     return per_seq.mean(), {"tokens": target_s.sum()}
@@ -306,21 +312,25 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     """Sliding-window set decoding with a KV commit every step: generate_reference, batched and cached.
 
     Every visible token of the prompt, left and right of any [MASK] gaps, is cached first (prefill); then the
-    gaps and the N new tokens are filled by the window. Each step is one forward over [tokens decoded last step
-    (clean) | masked positions of the window]; the clean ones are committed to the cache, the queries' entries
-    dropped. settings.commit_order "l2r" commits a step's tokens left to right, "fht" by decreasing
-    first-hitting time (commit_key). `stop` is checked every W steps up to the window's end, as the official."""
+    gaps and the N new tokens are filled by the window. Each step is one forward over [tokens decoded last
+    step (clean) | masked positions of the window]; the clean ones are committed to the cache, the queries'
+    entries dropped. settings.commit_order "l2r" commits a step's tokens left to right, "fht" by decreasing
+    first-hitting time (commit_key). `stop` is checked every W steps up to the window's end, as the
+    official."""
     W = settings.window or cfg.smax // 2
     if not 1 <= W <= cfg.smax:
         raise ValueError(f"window must be in [1, smax={cfg.smax}], got {W}")
     B, dev = prompt.shape[0], prompt.device
-    tokens, real, pos, C = window_canvas(prompt, prompt_mask, settings.max_new_tokens, cfg.mask_id, W)  # (B, C+W)
-    masked = (tokens == cfg.mask_id) & real                                        # (B, C + W) still to decode
+    # (B, C+W)
+    tokens, real, pos, C = window_canvas(prompt, prompt_mask, settings.max_new_tokens, cfg.mask_id, W)
+    masked = (tokens == cfg.mask_id) & real  # (B, C + W) still to decode
     pick = Picker(settings, tokens, real, cfg.mask_id, prompt, prompt_mask, stop, generator)
-    key = commit_key(masked, W, cfg.smax / 2, settings.commit_order, generator, settings.seq_len)   # (B, C + W)
+    # (B, C + W)
+    key = commit_key(masked, W, cfg.smax / 2, settings.commit_order, generator, settings.seq_len)
     cache = step_cache(model, B, C, int(masked.sum(1).max()), W, settings.threshold)
     cache_ok = prefill(model, tokens, pos, real & ~masked, cache)                  # (B, cached) valid entries
-    step, steps, done = torch.full_like(tokens, -1), torch.zeros(B, dtype=torch.long, device=dev), ~masked.any(1)
+    step, done = torch.full_like(tokens, -1), ~masked.any(1)
+    steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
     # The fused commit. At the top of the loop `win` and `dec` (B, W) still hold LAST step's window and what
     # it decoded: those tokens, in commit order, are fed clean and committed by this step's forward, beside
     # this step's W [MASK] queries (dropped), so a commit costs no forward of its own. The cache plus these
@@ -328,7 +338,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     win, dec = tokens.new_zeros(B, 0), masked.new_zeros(B, 0)                      # no last step yet
     nfe, shift = 0, torch.arange(W, device=dev)
     while not done.all():
-        commit_idx, commit_ok = gather_slots(dec, key.gather(1, win))      # (B, n) in last window, commit order
+        commit_idx, commit_ok = gather_slots(dec, key.gather(1, win))  # (B, n) in last window, commit order
         commit_cols = win.gather(1, commit_idx)                            # (B, n) their canvas columns
         win = masked.float().argmax(1, keepdim=True) + shift               # (B, W) from the leftmost [MASK]
         cand = masked.gather(1, win) & ~done[:, None]                      # (B, W) to predict
@@ -365,7 +375,7 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
     W, m = settings.window or cfg.smax // 2, cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
     C, dev = x.shape[1], x.device
-    clean = [c for c in range(C) if x[0, c] != m]                           # committed columns, in commit order
+    clean = [c for c in range(C) if x[0, c] != m]  # committed columns, in commit order
     step, nfe = torch.full_like(x, -1), 0
     while (x == m).any():
         left = int((x[0] == m).nonzero()[0])                                # the window: W columns from here
@@ -391,19 +401,19 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
 
 # Staggered orders never show a query a clean token more than about smax positions to its right, so a model
 # trained on them alone cannot read a far right context when it fills a gap (make infill: the right-determined
-# span sits at chance). train.py --infill F gives a fraction F of the rows an *infilling* order: one random span
-# is revealed after every other token (order's `span`: its T shifted below every other target's), so its
+# span sits at chance). train.py --infill F gives a fraction F of the rows an *infilling* order: one random
+# span is revealed after every other token (order's `span`: its T shifted below every other target's), so its
 # queries see the whole visible context on both sides, as the sampler's prefill gives them when infilling.
 # F = 0 draws nothing here, so the loss is the paper's draw for draw. Neither the paper nor the official code
 # has this.
 
 def infill_span(pad_mask, fraction: float, generator=None):
-    """A fraction of the rows each get one random span, (B, L) bool: length n ~ U{1, ..., max(1, R // 4)} over a
-    row's R real tokens, start uniform with at least one real token after the span. A span over the prompt makes
-    those prompt tokens targets."""
+    """A fraction of the rows each get one random span, (B, L) bool: length n ~ U{1, ..., max(1, R // 4)} over
+    a row's R real tokens, start uniform with at least one real token after the span. A span over the prompt
+    makes those prompt tokens targets."""
     B, L = pad_mask.shape
     u = torch.rand(B, 3, generator=generator, device=pad_mask.device)             # (B, 3)
-    real = (~pad_mask).sum(1)                                                      # (B,) real tokens (a prefix)
+    real = (~pad_mask).sum(1)  # (B,) real tokens (a prefix)
     n = 1 + (u[:, 1] * (real // 4).clamp(min=1)).long()                            # (B,) span length
     start = (u[:, 2] * (real - n).clamp(min=1)).long()                             # (B,) its first position
     j = torch.arange(L, device=pad_mask.device)
