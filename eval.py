@@ -28,10 +28,9 @@ import sys
 
 from common import checkpoint
 from common import credentials
-from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus
+from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                  check_window, no_examples_left, prepare, speed_args)
-from common.replies import official_options
 from sampling import Settings
 from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
                      run_record, window_used)
@@ -204,7 +203,7 @@ def main(argv=None):
         data = get_task(data_name, config.get("data_options") if data_name == config["data"] else None)
         tok = get_tokenizer(config["tokenizer"])
         examples = data.load("test", args.data_dir)
-        settings = sampler_settings(args, config, method, cfg, official_options(data_name, tok, method))
+        settings = sampler_settings(args, config, method, cfg, sampler_preset(data_name, tok, method))
         examples = examples[:args.limit] if args.limit else examples
         if task_name == "throughput" and len(examples) <= args.warmup:
             raise ValueError(no_examples_left(args.warmup, len(examples)))

@@ -30,10 +30,10 @@ import sys
 from common import checkpoint
 from common import credentials
 import sampling
-from data import get_corpus, get_task, get_tokenizer, is_corpus
+from data import get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
                  prompt_ids, read_prompts, speed_args, unconditional_tokens)
-from common.replies import official_options, respond, unconditional
+from common.replies import respond, unconditional
 from sampling import SamplerOptions, Settings
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]
@@ -122,7 +122,7 @@ def get_args(argv=None):
 def sampler_options(args, tok, method) -> SamplerOptions:
     """Plain sampling, or with --unconditional the official OWT options; --top-p and --repetition-penalty
     override either (checked: ValueError)."""
-    options = official_options("owt", tok, method) if args.unconditional else SamplerOptions()
+    options = sampler_preset("owt", tok, method) if args.unconditional else SamplerOptions()
     options.top_p = options.top_p if args.top_p is None else args.top_p
     options.repetition_penalty = (options.repetition_penalty if args.repetition_penalty is None
                                   else args.repetition_penalty)

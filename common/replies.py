@@ -6,7 +6,6 @@ to prompts, tasks and clocks.
 
     respond(model, method, cfg, tok, task, prompts, device, settings)   replies to a batch of prompts
     unconditional(model, method, cfg, tok, n, settings, device)          samples from BOS alone at batch 1
-    official_options(task, tok, method)      the official sampler options of CNN/DM, ROCStories, OWT samples
     timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
 """
 import dataclasses
@@ -15,7 +14,7 @@ import time
 import torch
 
 from data import encode_prompts
-from sampling import EntropyStop, SamplerOptions, Settings
+from sampling import EntropyStop, Settings
 
 
 # ----------------------------------------------------------------------------- batched generation
@@ -120,21 +119,3 @@ def eos_stop(eos_id: int, start: int = 1):
     """A sampler stop hook for a 1-token (BOS) prompt: a row stops at an EOS in column >= start, i.e. after the
     first start - 1 new tokens (the official EntropyEosStoppingCriteria: ignore_prompt_eos, confidence_min_tokens)."""
     return lambda tokens, end: torch.stack([(row[start:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
-
-
-# ----------------------------------------------------------------------------- the official options
-
-def official_options(task: str, tok, method):
-    """The official decoding options of a task (the official eval scripts' settings), or None (plain greedy).
-    The official AR runs decode with Hugging Face generate (method.HF_GENERATE), whose presets differ."""
-    if task == "cnndm":   # diffusion samplers penalise the reply (running_generation), HF generate the prompt too
-        return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
-                              penalize_context=method.HF_GENERATE)
-    if task == "rocstories":   # the H100 wrapper: 1.2, with the visible right context counted
-        return SamplerOptions(repetition_penalty=1.2, penalize_context=True)
-    if task == "owt":     # Table 4: AR p 0.90, no penalty, stop 0.005; the others p 0.95, 1.05, stop 0.01;
-        ar = method.HF_GENERATE   # all: the entropy stop (last 128 tokens < 4 nats)
-        return SamplerOptions(top_p=0.90 if ar else 0.95, repetition_penalty=1.0 if ar else 1.05,
-                              stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128,
-                              stop_entropy=4.0, stop_entropy_window=128)
-    return None

@@ -184,3 +184,14 @@ def encode_prompts(tok: Tokenizer, prompts: list[str]) -> tuple[torch.Tensor, to
     P = max(len(tok.encode(p)) for p in prompts)
     batch = encode(tok, [{"prompt": p} for p in prompts], P, with_target=False)
     return batch["x0"], batch["prompt_mask"]
+
+
+PRESETS = ("cnndm", "rocstories", "owt")    # the data modules with the paper's sampler options
+
+
+def sampler_preset(name: str, tok, method):
+    """The paper's decoding options for data `name` (its module's sampler_options(tok, method): CNN/DM,
+    ROCStories, OWT samples), or None: plain greedy decoding."""
+    if name not in PRESETS:
+        return None
+    return importlib.import_module(f"data.{name}").sampler_options(tok, method)

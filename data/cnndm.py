@@ -25,6 +25,8 @@ import glob
 import os
 import re
 
+from sampling import SamplerOptions
+
 NAME = "cnndm"
 SEQ_LEN = 768
 TOKENIZER = "qwen3:Qwen/Qwen3-0.6B-Base"
@@ -157,3 +159,13 @@ def corpus_scores(completions: list[str], answers: list[str], seed: int = 0) -> 
     except ImportError:
         return result
     return {**result, "bleu": float(sacrebleu.corpus_bleu(predictions, [list(answers)], smooth_method="exp").score)}
+
+
+# ----------------------------------------------------------------------------- the paper's sampler preset
+
+def sampler_options(tok, method) -> SamplerOptions:
+    """The official CNN/DM decoding options: repetition penalty 1.2 and the exponential length penalty (80, 1.1).
+    The diffusion samplers penalise the reply (running_generation); the official AR runs decode with Hugging
+    Face generate (method.HF_GENERATE), which penalises the prompt too."""
+    return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
+                          penalize_context=method.HF_GENERATE)

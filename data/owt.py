@@ -14,6 +14,7 @@ generation here, so no SCORES, is_correct or is_finished (train.py and generatio
 import os
 
 from data import corpus
+from sampling import SamplerOptions
 
 NAME = "owt"
 SEQ_LEN = 1024
@@ -47,3 +48,15 @@ def bos(tok) -> int:
 
 
 batch = corpus.batch
+
+
+# ----------------------------------------------------------------------------- the paper's sampler preset
+
+def sampler_options(tok, method) -> SamplerOptions:
+    """The official unconditional OWT samples (Table 4): AR (Hugging Face generate, method.HF_GENERATE) top-p
+    0.90, no penalty, low-confidence stop 0.005; the diffusion samplers top-p 0.95, repetition penalty 1.05,
+    stop 0.01; all: 4 strikes after 128 tokens, and the entropy stop (the last 128 tokens < 4 nats)."""
+    ar = method.HF_GENERATE
+    return SamplerOptions(top_p=0.90 if ar else 0.95, repetition_penalty=1.0 if ar else 1.05,
+                          stop_confidence=0.005 if ar else 0.01, stop_patience=4, stop_min_tokens=128,
+                          stop_entropy=4.0, stop_entropy_window=128)

@@ -14,6 +14,8 @@ Tokenizer-agnostic: `examples(tok, ...)` returns token ids for whatever tokenize
 import csv
 import os
 
+from sampling import SamplerOptions
+
 NAME = "rocstories"
 FILE = "cloze_test_val__spring2016.csv"
 WHERE = "https://cs.rochester.edu/nlp/rocstories/ (Story Cloze Test, Spring 2016 validation set; a form)"
@@ -52,3 +54,11 @@ def examples(tok, stories: list[list[str]], sentences: int) -> list[dict]:
         out.append({"left": [tok.eos_id] + tok.encode(left), "span": tok.encode(middle),
                     "right": tok.encode(right) + [tok.eos_id], "answer": middle.strip()})
     return out
+
+
+# ----------------------------------------------------------------------------- the paper's sampler preset
+
+def sampler_options(tok, method) -> SamplerOptions:
+    """The official ROCStories infilling options (the H100 wrapper): repetition penalty 1.2, the visible right
+    context counted as seen."""
+    return SamplerOptions(repetition_penalty=1.2, penalize_context=True)

@@ -15,8 +15,8 @@ import torch
 
 from common import checkpoint
 from common.cli import unconditional_tokens
-from common.replies import official_options, unconditional
-from data import get_tokenizer
+from common.replies import unconditional
+from data import get_tokenizer, sampler_preset
 from sampling import Settings
 from paper import hf_metrics
 
@@ -97,7 +97,7 @@ def run(args, model, method, cfg, config: dict, device, settings: Settings) -> d
         check_reference(config, ref_config, args.ref_ckpt, max_new)
         ref = (ref_model, ref_method, ref_cfg)
     tok = get_tokenizer(config["tokenizer"])
-    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=official_options("owt", tok, method))
+    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=sampler_preset("owt", tok, method))
     m = evaluate_unconditional(model, method, cfg, tok, ref, args.n, settings, device, args.seed, args.warmup)
     ids = m.pop("sample_ids")
     if args.ppl_model:

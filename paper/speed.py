@@ -19,8 +19,7 @@ import sys
 
 from common import checkpoint
 from common.cli import check_nonnegative, check_positive, check_threshold
-from data import get_task, get_tokenizer, is_corpus
-from common.replies import official_options
+from data import get_task, get_tokenizer, is_corpus, sampler_preset
 from sampling import Settings
 from common.metrics import interleaved_throughput, markdown_table, run_record, window_used
 
@@ -51,7 +50,7 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
         tok = get_tokenizer(config["tokenizer"])
         window = window_used(0, method, cfg)
         settings = Settings(max_new, tau, window=window, seq_len=config["seq_len"],
-                            options=official_options(config["data"], tok, method))
+                            options=sampler_preset(config["data"], tok, method))
         name = f"{os.path.basename(os.path.normpath(ckpt))}-{tau:g}"
         if name in runs:
             raise ValueError(f"run {spec} is given twice")

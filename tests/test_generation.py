@@ -14,7 +14,7 @@ import eval as evaluate
 from common import replies
 import sample
 import train
-from data import arith, byte_tokenizer, cnndm, rocstories
+from data import arith, byte_tokenizer, cnndm, rocstories, sampler_preset
 from model import ModelConfig, Transformer
 from helpers import METHODS
 from sampling import Settings
@@ -114,11 +114,11 @@ def test_cnndm_corpus_scores_on_literal_strings():
     assert cnndm.corpus_scores([], []) == {}
 
 def test_cnndm_official_options_are_threaded_to_the_sampler():
-    opt = replies.official_options("cnndm", TOK, METHODS["setdiffusion"][0])
+    opt = sampler_preset("cnndm", TOK, METHODS["setdiffusion"][0])
     assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1), 256,
                                                                                              False)
-    assert replies.official_options("cnndm", TOK, METHODS["ar"][0]).penalize_context                # HF generate: prompt too
-    owt = replies.official_options("owt", TOK, METHODS["ar"][0]), replies.official_options("owt", TOK, METHODS["bd3lm"][0])
+    assert sampler_preset("cnndm", TOK, METHODS["ar"][0]).penalize_context                # HF generate: prompt too
+    owt = sampler_preset("owt", TOK, METHODS["ar"][0]), sampler_preset("owt", TOK, METHODS["bd3lm"][0])
     assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
 
 

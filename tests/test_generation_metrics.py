@@ -17,7 +17,7 @@ from common import checkpoint
 import eval as evaluate
 from common import replies
 import sampling
-from data import byte_tokenizer
+from data import byte_tokenizer, sampler_preset
 from helpers import MASK, METHODS, Jitter, error_of, tiny_model
 from model import ModelConfig, Transformer
 from paper import hf_metrics
@@ -347,5 +347,5 @@ def test_unconditional_applies_the_official_legacy_cut():
     for p, c in zip(plain, cut):        # an EOS in columns 3..7 (an id list of <= 6) stops it before the rule
         assert c == (p if len(p) <= 6 else p[:3])
     assert any(len(p) > 6 for p in plain)
-    assert replies.official_options("owt", TOK, METHODS["ar"][0]).stop_entropy == 4.0
-    assert replies.official_options("owt", TOK, METHODS["bd3lm"][0]).stop_entropy_window == 128
+    assert sampler_preset("owt", TOK, METHODS["ar"][0]).stop_entropy == 4.0
+    assert sampler_preset("owt", TOK, METHODS["bd3lm"][0]).stop_entropy_window == 128
