@@ -31,8 +31,9 @@ from common import checkpoint
 from common import credentials
 import sampling
 from data import get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
-from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, fit, prepare,
-                 prompt_ids, read_prompts, speed_args, unconditional_tokens)
+from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, prepare,
+                        speed_args, unconditional_tokens)
+from data.prompts import fit, prompt_ids, read_prompts
 from common.replies import respond, unconditional
 from sampling import SamplerOptions, Settings
 

@@ -1,5 +1,5 @@
-"""Command-line input the three scripts share (train.py, sample.py, eval.py): range checks of their flags, the
---compile/--dtype settings, and prompt text to token ids ({mask:N} and <|mask|> gaps, prompt files).
+"""Command-line input the three scripts share (train.py, sample.py, eval.py): range checks of their flags and the
+--compile/--dtype settings. Prompt text to token ids lives beside the tokenizers, in data/prompts.py.
 
 Every check raises ValueError with one line that names the flag; the scripts print it as `error: ...` and exit
 with code 1, so bad input never shows a traceback.
@@ -7,7 +7,6 @@ with code 1, so bad input never shows a traceback.
 import argparse
 import math
 import os
-import re
 
 import torch
 
@@ -142,89 +141,6 @@ def prepare(model, args, device):
     if args.compile:
         static_decoding(model, compile=True, mode="reduce-overhead" if device.startswith("cuda") else None)
     return model
-
-
-# ----------------------------------------------------------------------------- prompts to token ids
-
-MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
-MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")
-
-
-def plain_ids(tok, text: str, raw: bool) -> list[int]:
-    """Token ids of text with no special tokens: special-token text such as <|endoftext|> stays plain text.
-    raw: text came from the command line, where bytes that are not UTF-8 arrive as surrogate escapes; a
-    byte-level tokenizer gets those bytes back (os.fsencode), another tokenizer refuses them."""
-    if tok.name == "bytes":
-        return list(os.fsencode(text) if raw else text.encode("utf-8"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        bad = os.fsencode(text[e.start:e.end])
-        raise ValueError(f"--prompt holds bytes that are not UTF-8 text ({bad.hex(' ')}): the {tok.name} tokenizer "
-                         f"reads text; pass UTF-8") from None
-    if hasattr(tok, "encode_text"):     # data.Tokenizer's ordinary-text encoding (Qwen3: NFC first)
-        return tok.encode_text(text)
-    if hasattr(tok.enc, "encode_ordinary"):
-        return tok.enc.encode_ordinary(text)
-    return tok.encode(text)             # a WordPiece tokenizer: its own rules for special-token text
-
-
-def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> list[int]:
-    """Token ids of prompt k: <|mask|>, the tokenizer's own [MASK] text and {mask:N} become N [MASK] tokens
-    (N checked against the context before any is made); all other text is plain text."""
-    own = getattr(tok, "mask_text", None) or (tok.enc.decode([tok.mask_id]) if hasattr(tok.enc, "encode_ordinary")
-                                              else "")
-    pattern = re.compile(MASKS.pattern + (f"|{re.escape(own)}" if own and own != "<|mask|>" else ""))
-    ids, at = [], 0
-    for m in pattern.finditer(prompt):
-        ids += plain_ids(tok, prompt[at:m.start()], raw)
-        at = m.end()
-        n = 1 if m[1] is None else int(m[1]) if len(m[1]) <= 12 else seq_len + 1
-        if len(ids) + n > seq_len:
-            raise ValueError(f"prompt {k} has more than {seq_len} tokens with its {m[0]}: more than the model's "
-                             f"context (seq_len={seq_len}); shorten it")
-        ids += [tok.mask_id] * n
-    return ids + plain_ids(tok, prompt[at:], raw)
-
-
-def fit(k: int, n: int, max_new: int, seq_len: int):
-    """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
-    if n > seq_len:
-        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
-    if n + max_new > seq_len:
-        flag = f"--max-new-tokens {max_new}"
-        raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
-                         f"model's context (seq_len={seq_len}): at most {seq_len - n} new tokens fit; pass "
-                         f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
-
-
-def expand_masks(tok, prompt: str) -> str:
-    """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
-    mask = tok.enc.decode([tok.mask_id])
-    return re.sub(r"\{mask:(\d+)\}", lambda m: mask * int(m[1]), prompt.replace("<|mask|>", mask))
-
-
-def read_prompts(path: str) -> list[str]:
-    """One prompt per line of a UTF-8 text file of at most MAX_PROMPT_FILE bytes; a literal \\n in a line
-    stands for a newline. Every problem is a ValueError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_FILE + 1)
-    except OSError as e:
-        raise ValueError(f"cannot read --prompt-file {path}: {e.strerror or e}") from None
-    if len(data) > MAX_PROMPT_FILE:
-        raise ValueError(f"--prompt-file {path} is larger than {MAX_PROMPT_FILE >> 20} MB: give a text file of "
-                         f"prompts, one per line")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a text "
-                         f"file of prompts, one per line") from None
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
-    if not prompts:
-        raise ValueError(f"{path} holds no prompt: write one prompt per line")
-    return prompts
 
 
 def unconditional_tokens(max_new_tokens, seq_len: int) -> int:

@@ -8,7 +8,7 @@ import torch
 
 from sampling import Settings
 from common import checkpoint
-from common import cli
+from data import prompts
 import eval as evaluate
 import sample
 import setdiffusion as sd
@@ -200,9 +200,9 @@ def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)).eval()
     cfg = sd.SetDiffusionConfig(mask_id=tok.mask_id, smax=4)
-    text = cli.expand_masks(tok, "ab{mask:5}")
+    text = prompts.expand_masks(tok, "ab{mask:5}")
     assert tok.encode(text) == tok.encode("ab") + [tok.mask_id] * 5
-    assert tok.encode(cli.expand_masks(tok, "<|mask|>x{mask:0}")) == [tok.mask_id, ord("x")]
+    assert tok.encode(prompts.expand_masks(tok, "<|mask|>x{mask:0}")) == [tok.mask_id, ord("x")]
     gap, _ = sd.generate(model, torch.tensor([tok.encode(text)]), cfg, Settings(0, threshold=0.3))
     new, _ = sd.generate(model, torch.tensor([tok.encode('ab')]), cfg, Settings(5, threshold=0.3))
     assert torch.equal(gap, new) and (gap != tok.mask_id).all()
