@@ -8,8 +8,7 @@ Noise: linear schedule alpha_t = 1 - t (probability that a token is still clean)
 sequence. SUBS parameterisation: the [MASK] logit is -inf and clean tokens are copied through.
 Objective (per sequence, then averaged over the batch; M = masked targets, targets = not prompt, not pad):
     training (official):   L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
-    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} (-alpha'_t / (1 - alpha_t)) * -log p_theta(x0_i |
-    xt)
+    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} -alpha'_t / (1 - alpha_t) * -log p_theta(x0_i | xt)
                              = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
 
 Limits: Set Diffusion samples *orders* from a per-position schedule; with a single shared schedule for every
