@@ -211,13 +211,7 @@ def early_stop(track, conf, decoded):
         track.stopped |= track.strikes >= opt.stop_patience
 
 
-def stopped(track, done):
-    """done (B,) plus the rows the low-confidence rule stopped."""
-    return done if track is None else done | track.stopped
-
-
-# ----------------------------------------------------------------------------- the confidence rule and the
-# Picker
+# ----------------------------------------------------------------------------- the confidence rule, the Picker
 
 def confident(conf, candidates, threshold: float):
     """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the
@@ -236,9 +230,8 @@ def confident(conf, candidates, threshold: float):
 
 
 def decode(logits, candidates, mask_id: int, threshold: float = math.inf):
-    """Greedy decoding by the confidence rule with no options, as the reference samplers state it: logits (B,
-    K, V)
-    -> tokens (B, K), decoded (B, K). A Picker with default Settings does the same."""
+    """Greedy decoding by the confidence rule with no options, as the reference samplers state it:
+    logits (B, K, V) -> tokens (B, K), decoded (B, K). A Picker with default Settings does the same."""
     logits = logits.float()
     logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
     y, conf = choose(logits)
