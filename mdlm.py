@@ -203,6 +203,23 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
     return tokens, rel.clamp(min=0), (rel >= 0) & (rel < width)
 
 
+def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
+    """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: no column more), or
+    with settings.official_blocks the official layout (official_canvas, official_count). Returns tokens,
+    real, pos (B, C), F, new (B, N), gen (B, C) the columns to decode, seen (B, C) the columns attended to."""
+    N, S = settings.max_new_tokens, settings.block
+    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)       # (B, C)
+    if not settings.official_blocks:
+        C = int(real.any(0).nonzero().max()) + 1
+        return tokens[:, :C], real[:, :C], pos[:, :C], F, new, real[:, :C], real[:, :C]
+    if settings.seq_len is None:
+        raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the context "
+                         "length")
+    tokens, pos, seen = official_canvas(tokens, real, settings.seq_len, mask_id)       # (B, C')
+    real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
+    return tokens, real, pos, F, new, official_count(real, new, S), seen    # fewer columns decoded
+
+
 # ----------------------------------------------------------------------------- generate
 
 @torch.no_grad()
@@ -220,18 +237,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     the last."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, settings.block, prompt.device
-    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)   # (B, C)
-    if settings.official_blocks:
-        if settings.seq_len is None:
-            raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the "
-                             "context length")
-        tokens, pos, seen = official_canvas(tokens, real, settings.seq_len, cfg.mask_id)   # (B, C')
-        real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
-        gen = official_count(real, new, S)                     # (B, C') the columns decoded: fewer new tokens
-    else:
-        C = int(real.any(0).nonzero().max()) + 1               # no cache here: drop columns no row uses
-        tokens, real, pos = tokens[:, :C], real[:, :C], pos[:, :C]
-        seen = gen = real
+    tokens, real, pos, F, new, gen, seen = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
     mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
