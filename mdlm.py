@@ -204,7 +204,7 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
 
 
 def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
-    """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: no column more), or
+    """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more), or
     with settings.official_blocks the official layout (official_canvas, official_count). Returns tokens,
     real, pos (B, C), F, new (B, N), gen (B, C) the columns to decode, seen (B, C) the columns attended to."""
     N, S = settings.max_new_tokens, settings.block

@@ -211,7 +211,7 @@ def early_stop(track, conf, decoded):
         track.stopped |= track.strikes >= opt.stop_patience
 
 
-# ----------------------------------------------------------------------------- the confidence rule, the Picker
+# ------------------------------------------------------------------------- the confidence rule, the Picker
 
 def confident(conf, candidates, threshold: float):
     """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the
