@@ -78,10 +78,11 @@ bench-gpu:  ## decode tokens/s of the four methods at Qwen3-1.7B's shape (batch 
 gpu-check:  ## the prepared GPU check (<= 8 min on one H100-class GPU, nothing downloaded): tests/test_gpu.py, then the GPU benchmarks in the time left; writes results/gpu.md
 	$(PY) -m bench.gpu_check --out results/gpu.md
 
-infill:  ## fill a span of the shipped task with each `make pareto` checkpoint: the middle step (left-determined) and the starting amount (right-determined) (CPU)
+ARITH_SPANS ?= step number operand verb
+infill:  ## fill a span of the shipped task with each `make pareto` checkpoint: the middle step (left-determined); the starting amount, the last action's amount and the first verb (right-determined) (CPU)
 	@$(NEED_PARETO)
 	mkdir -p results/infill-arith
-	for m in ar mdlm bd3lm setdiffusion; do for s in step number; do \
+	for m in ar mdlm bd3lm setdiffusion; do for s in $(ARITH_SPANS); do \
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task infill --span $$s --limit 500 --warmup 5 \
 	    --json results/infill-arith/$$m-$$s.json || exit 1; done; done
 	$(PY) -m paper.results results/infill-arith.md results/infill-arith/*.json --infill

@@ -109,10 +109,11 @@ def get_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate per problem (unconditional: default seq_len - 1)")
     p.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
-    p.add_argument("--span", choices=["step", "number", "word", "line"], default=None,
+    p.add_argument("--span", choices=["step", "number", "operand", "verb", "word", "line"], default=None,
                    help="infill: what is masked. The shipped task: its middle reasoning step (step, the default: "
                         "decided by the left context) or its starting amount in the problem (number: decided by the "
-                        "reply to its right); a text corpus: one word (word, the default) or one line (line)")
+                        "reply to its right), its last action's amount (operand) or first verb (verb), both decided by the reply; "
+                        "a text corpus: one word (word, the default) or one line (line)")
     p.add_argument("--warmup", type=int, default=5, help="throughput, infill, unconditional: warm-up examples "
                    "(samples) before timing")
     p.add_argument("--rounds", type=int, default=3, help="throughput: times the measured prompts are decoded; the "

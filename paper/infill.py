@@ -8,6 +8,10 @@ AR continues the left context for the span's length (it cannot see a right conte
     eval.py --task infill --span number    the shipped task's starting amount, masked in the problem statement with
                                            the whole reply visible: decided by the RIGHT context (the reply's
                                            first step starts with it), 40-90 positions to the span's right
+    eval.py --task infill --span operand   the amount of the problem's last action: decided by the reply's step
+                                           that uses it, farther right than the starting amount's
+    eval.py --task infill --span verb      the verb of the first action, a word: the reply's first step decides
+                                           its operation (op_right), not the word (exact)
     eval.py --task rocstories              ROCStories' middle sentence(s) (data/rocstories.py): ROUGE
     eval.py --task infill --span word      a corpus checkpoint (shakespeare, text:PATH, owt, lm1b): one whole word of
     eval.py --task infill --span line      each held-out row, or one whole line, masked (text_items): exact,
@@ -26,9 +30,10 @@ import re
 import torch
 
 from common.replies import timed
+from data import arith
 from sampling import Settings
 
-ARITH_SPANS = ("step", "number")
+ARITH_SPANS = ("step", "number", "operand", "verb")
 
 
 def infill(model, method, cfg, tok, ex, device, settings: Settings):
@@ -122,18 +127,64 @@ def arith_number(examples: list[dict], tok) -> list[dict]:
     return out
 
 
+# The verbs of the shipped task's problems, by the operation they stand for (data/arith.py's templates).
+VERB_OP = {phrase.split(" {b}")[0].replace(" them", ""): op
+           for table in (arith.PERSON, arith.BOX) for op, phrases in table.items() for phrase in phrases}
+ACT = re.compile(r"\b(" + "|".join(sorted(VERB_OP, key=len, reverse=True)) + r")\b( (\d+))?")
+
+
+def arith_acts(prompt: str) -> list[re.Match]:
+    """The actions of a problem statement, in order: each match's group 1 is the verb, group 3 its amount (None
+    for "doubles them" / "triples them")."""
+    return list(ACT.finditer(prompt, prompt.index(".") + 1))
+
+
+def arith_operand(examples: list[dict], tok) -> list[dict]:
+    """Each arith test problem with the amount of its last action that has one masked ("takes [MASK]"), the
+    reply visible: the reply's step with that action says it ("14-6=8."), farther to the right than the
+    starting amount's step. A problem whose actions are all doublings or triplings has no such span and no
+    item."""
+    out = []
+    for ex in examples:
+        acts = [m for m in arith_acts(ex["prompt"]) if m[3]]
+        if not acts:
+            continue
+        a, b = acts[-1].span(3)
+        out.append({"left": tok.encode(ex["prompt"][:a]), "span": tok.encode(ex["prompt"][a:b]),
+                    "right": tok.encode(ex["prompt"][b:] + ex["target"]) + [tok.eos_id], "answer": ex["prompt"][a:b]})
+    return out
+
+
+def arith_verb(examples: list[dict], tok) -> list[dict]:
+    """Each arith test problem with the verb of its first action masked ("She [MASK] 7, gives 5"), a word
+    rather than a number: the reply's first step says its operation ("12+7=19." is a +), not the word itself,
+    so besides exact it is scored by op_right, whether the filled verb stands for that operation."""
+    out = []
+    for ex in examples:
+        first = arith_acts(ex["prompt"])[0]
+        a, b = first.span(1)
+        out.append({"left": tok.encode(ex["prompt"][:a]), "span": tok.encode(first[1]),
+                    "right": tok.encode(ex["prompt"][b:] + ex["target"]) + [tok.eos_id], "answer": first[1],
+                    "op": VERB_OP[first[1]]})
+    return out
+
+
 def arith_items(examples: list[dict], tok, span: str) -> list[dict]:
-    """The shipped task's infilling items of one span kind: "step" (left-determined) or "number" (right-determined)."""
+    """The shipped task's infilling items of one span kind: "step" (left-determined), or "number", "operand",
+    "verb" (right-determined: only the reply says them)."""
     if span not in ARITH_SPANS:
-        raise ValueError(f"--span {span}: the shipped arith task masks a reasoning step or a number of the problem "
-                         f"({' or '.join(ARITH_SPANS)})")
-    return arith_infill(examples, tok) if span == "step" else arith_number(examples, tok)
+        raise ValueError(f"--span {span}: the shipped arith task masks a reasoning step, a number, an operand or a "
+                         f"verb of the problem ({', '.join(ARITH_SPANS)})")
+    return {"step": arith_infill, "number": arith_number, "operand": arith_operand, "verb": arith_verb}[span](
+        examples, tok)
 
 
 SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: the completed chain is still valid
     "step": {"exact": lambda text, ex: text == ex["step"],
              "answer_right": lambda text, ex: chain_ok(ex["before"] + [text] + ex["after"], ex["answer"])},
     "number": {"exact": lambda text, ex: text == ex["answer"]},
+    "operand": {"exact": lambda text, ex: text == ex["answer"]},
+    "verb": {"exact": lambda text, ex: text == ex["answer"], "op_right": lambda text, ex: VERB_OP.get(text) == ex["op"]},
 }
 
 

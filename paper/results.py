@@ -350,8 +350,8 @@ def infill(paths, out_md) -> str:
     exact match, answer_right (the shipped task's step span), char accuracy and ROUGE-L (text spans), tokens/step
     and tokens/s at batch 1; a metric column no run has is left out. Runs of one checkpoint name in several
     folders (seeds) make one row: the mean, with [min, max] where the seeds differ."""
-    spans = ["step", "number", "word", "line", "rocstories"]                  # the spans' order in the table
-    metrics = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"),
+    spans = ["step", "number", "operand", "verb", "word", "line", "rocstories"]   # the spans' order in the table
+    metrics = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"), ("op_right", "op_right", ".3f"),
                ("char acc.", "char_accuracy", ".3f"), ("ROUGE-L", "rougeL", ".3f"),
                ("tokens/step", "tokens_per_step", ".2f"), ("tokens/s (batch 1)", "tokens_per_s", ".1f"),
                ("n", "n", ".0f")]

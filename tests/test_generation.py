@@ -252,8 +252,32 @@ def test_arith_number_items_mask_the_starting_amount_that_only_the_reply_reveals
         assert ex["target"].startswith(number) and number not in TOK.decode(it["left"])   # the reply reveals it
         assert infill.SPAN_SCORES["number"]["exact"](number, it)
         assert not infill.SPAN_SCORES["number"]["exact"](str(int(number) + 1), it)
-    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step or a number"):
+    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb"):
         infill.arith_items(examples, TOK, "word")
+
+
+def test_arith_operand_and_verb_items_mask_what_only_the_reply_reveals():
+    """operand: the last action's amount, which the reply's step with that action repeats; verb: the first
+    action's verb, whose operation the reply's first step shows. Each item rebuilds the example; the scorers
+    accept the reference (and, for the verb, any verb of its operation) and refuse another."""
+    examples = arith.load("test")[:40]
+    operands, verbs = infill.arith_items(examples, TOK, "operand"), infill.arith_items(examples, TOK, "verb")
+    assert len(verbs) == 40 and 30 <= len(operands) <= 40         # all-doubling problems have no operand
+    for it in operands + verbs:
+        text = TOK.decode(it["left"] + it["span"] + it["right"][:-1])
+        assert any(text == ex["prompt"] + ex["target"] for ex in examples) and it["right"][-1] == TOK.eos_id
+    for it in operands:
+        reply = TOK.decode(it["right"]).split("\n")[1]
+        assert TOK.decode(it["span"]).isdigit() and (f"-{it['answer']}=" in reply or f"+{it['answer']}=" in reply)
+        assert infill.SPAN_SCORES["operand"]["exact"](it["answer"], it)
+    for it in verbs:
+        first_step = TOK.decode(it["right"]).split("\n")[1].split(" ")[0]            # "16*2=32."
+        assert first_step[len(first_step.split(it["op"][0])[0])] == it["op"][0]     # its operator is the verb's
+        same = next(v for v, op in infill.VERB_OP.items() if op == it["op"] and v != it["answer"]) \
+            if it["op"] in "+-" else it["answer"]
+        other = next(v for v, op in infill.VERB_OP.items() if op != it["op"])
+        score = infill.SPAN_SCORES["verb"]
+        assert score["exact"](it["answer"], it) and score["op_right"](same, it) and not score["op_right"](other, it)
 
 
 def test_make_infill_number_rows_on_tiny_checkpoints(tmp_path, ckpts):

@@ -154,7 +154,7 @@ def test_eval_infill_word_span_on_the_shipped_task_is_one_line(tmp_path):
     checkpoint.save(str(tmp_path / "arith"), Transformer(cfg), {
         "model": dataclasses.asdict(cfg), "method": "mdlm", "tokenizer": "bytes", "data": "arith", "seq_len": 128,
         "method_config": checkpoint.method_config("mdlm", TOK.mask_id)})
-    assert "--span word: the shipped arith task masks a reasoning step or a number of the problem" in error_of(
+    assert "--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb of the problem" in error_of(
         evaluate.main, ["--ckpt", str(tmp_path / "arith"), "--task", "infill", "--span", "word", "--device", "cpu"])
 
 
