@@ -88,7 +88,8 @@ def get_args(argv=None):
     p.add_argument("--mauve-encoder", default=None, help="unconditional: the Hugging Face encoder whose features "
                    f"MAUVE compares (default {hf_metrics.MAUVE_ENCODER}, the paper's)")
     p.add_argument("-n", type=int, default=20, help="unconditional: samples scored, at batch 1")
-    p.add_argument("--samples", type=int, default=1, help="hellaswag/piqa/siqa: NELBO draws per option (1 = official)")
+    p.add_argument("--mc-samples", "--samples", dest="samples", type=int, default=1, help="hellaswag/piqa/siqa, "
+                   "lm-eval: NELBO draws averaged per option (1 = the official), noise seeded per request")
     p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
     p.add_argument("--batch-size", type=int, default=32, help="problems generated at once")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
@@ -134,6 +135,7 @@ def check_args(args):
     check_positive("--mdlm-block", args.mdlm_block)
     check_positive("-n", args.n)
     check_positive("--rounds", args.rounds)
+    check_positive("--mc-samples", args.samples)
     scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),
                               ("--mauve-ref", args.mauve_ref), ("--mauve-encoder", args.mauve_encoder)) if v]
     if args.task == "unconditional" and not set(scorers) - {"--mauve-encoder"}:

@@ -9,7 +9,9 @@ harness asks a model three things (lm_eval.api.model.LM); each runs through the 
         continuation (as lm-eval's HF model does); context ids (a BOS = EOS when empty, cut from the left to fit L)
         and continuation ids are scored by zeroshot.option_scores exactly as the official zero-shot MCQA scores an
         option: AR exact (rows padded to the batch's longest), MDLM/BD3-LM the NELBO, Set Diffusion one order
-        (rows padded to L); --samples draws averaged; log p = -(NLL per token x tokens). is_greedy: AR, whether
+        (rows padded to L); --mc-samples NELBO draws averaged (default 1, the official zero-shot's), each
+        request's noise seeded from its own tokens (zeroshot.request_seed: the same log p alone, in any batch,
+        in any order); log p = -(NLL per token x tokens). is_greedy: AR, whether
         every continuation token is the argmax; the diffusion bounds name no greedy string: False.
     loglikelihood_rolling(text) -> log p: the text after a BOS, in disjoint windows of L - 1 targets each after
         the token before it (the last window after as many as fit L: lm-eval's get_rolling_token_windows with
@@ -58,7 +60,7 @@ class Setup:
     config: dict                     # the checkpoint's config.json
     device: object = "cpu"
     batch_size: int = 32             # requests scored / generated at once
-    samples: int = 1                 # NELBO draws (orders) per continuation; the official zero-shot uses 1
+    samples: int = 1                 # NELBO draws (t or orders) per continuation (--mc-samples); the official: 1
     seed: int = 0
     exclusions: str = "none"         # "official": Set Diffusion's NLL skips pad-id targets (zeroshot.option_scores)
     settings: Settings = field(default_factory=Settings)   # the sampler's; its max_new_tokens when a task gives none
@@ -99,8 +101,6 @@ def check_args(args):
                          f"files)")
     if args.num_fewshot is not None:
         check_nonnegative("--num-fewshot", args.num_fewshot)
-    if args.samples < 1:
-        raise ValueError(f"--samples must be at least 1, got {args.samples}")
     lm_eval_version()
 
 
@@ -138,15 +138,14 @@ def encode_pair(tok, context: str, continuation: str, L: int) -> tuple[list, lis
 
 def pair_nll(setup: Setup, pairs: list) -> torch.Tensor:
     """The NLL (AR exact, else the method's bound) of each pair's continuation given its context, summed over its
-    tokens: (R,) float64. zeroshot.option_scores in batches of batch_size, one generator seeded with `seed` per
-    call; the diffusion methods' rows padded to L, AR's to the batch's longest (as zeroshot.evaluate_mcqa)."""
-    g = torch.Generator(device=setup.device).manual_seed(setup.seed)
+    tokens: (R,) float64. zeroshot.option_scores in batches of batch_size (AR's rows padded to the batch's
+    longest, the diffusion methods' to L, as zeroshot.evaluate_mcqa), each request's noise from its own seed."""
     out = [torch.zeros(0, dtype=torch.float64)]
     for s in range(0, len(pairs), setup.batch_size):
         batch = pairs[s:s + setup.batch_size]
         width = max(len(p) + len(a) for p, a in batch) if setup.method.EXACT_NLL else setup.config["seq_len"]
         per_token = zeroshot.option_scores(setup.model, setup.method, setup.cfg, setup.tok, batch, width,
-                                           setup.device, setup.samples, g, setup.exclusions)       # (b,)
+                                           setup.device, setup.samples, setup.seed, setup.exclusions)   # (b,)
         out.append(per_token * torch.tensor([len(a) for _, a in batch], dtype=torch.float64))
     return torch.cat(out)
 
@@ -287,7 +286,7 @@ def result_rows(out: dict, model_name: str) -> list[list]:
 
 def run(args, model, method, cfg, config: dict, device, exclusions: str, settings: Settings) -> tuple:
     """eval.py --task lm-eval: lm_eval.simple_evaluate of args.tasks on the checkpoint (--num-fewshot, --limit per
-    task, --batch-size, --samples, --seed, the sampler flags). Returns (HEAD, rows, metrics for --json)."""
+    task, --batch-size, --mc-samples, --seed, the sampler flags). Returns (HEAD, rows, metrics for --json)."""
     version = lm_eval_version()
     from lm_eval.evaluator import simple_evaluate
     names = task_names(args.tasks)

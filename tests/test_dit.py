@@ -394,9 +394,9 @@ def test_mcqa_score_is_the_length_normalised_nll(gpt2):
     pairs = encode_options(gpt2, "Question: why?\nAnswer:", ["yes", "no way at all"], 32)
     expect = torch.tensor([-logp[a].mean().item() for _, a in pairs], dtype=torch.float64)
     for method, cfg in ((setdiffusion, setdiffusion.SetDiffusionConfig(mask_id=50257, smax=8)),):
-        got = option_scores(model, method, cfg, gpt2, pairs, 32, "cpu", 1, torch.Generator().manual_seed(0))
+        got = option_scores(model, method, cfg, gpt2, pairs, 32, "cpu", 1, 0)
         assert torch.allclose(got, expect, atol=1e-4)
-    got = option_scores(model, ar, ar.ARConfig(mask_id=50257), gpt2, pairs, 20, "cpu", 1, None)
+    got = option_scores(model, ar, ar.ARConfig(mask_id=50257), gpt2, pairs, 20, "cpu", 1, 0)
     expect_ar = torch.tensor([-torch.log_softmax(w["backbone.output_layer.linear.bias"], -1)[a].mean().item()
                               for _, a in pairs], dtype=torch.float64)
     assert torch.allclose(got, expect_ar, atol=1e-4)
@@ -461,7 +461,7 @@ def test_missing_data_folder(tmp_path, gpt2):
 
 @needs_gpt2
 def test_bad_samples(tmp_path, gpt2):
-    assert "--samples must be at least 1, got 0" in eval_error(
+    assert "--mc-samples must be at least 1, got 0" in eval_error(
         ["--ckpt", owt_dit(tmp_path, "owt-ar"), "--task", "piqa", "--samples", "0"])
 
 

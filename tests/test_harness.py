@@ -90,7 +90,7 @@ def write_tasks(d, gen_docs: list[dict]) -> str:
 @pytest.mark.parametrize("m", METHODS)
 def test_loglikelihood_is_our_zero_shot_scoring(run, m):
     """Each (context, continuation) is scored as zeroshot.option_scores scores an MCQA option (same batches, same
-    generator): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is BOS;
+    seed): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is BOS;
     AR's is also the naive sum of log-probs, and is_greedy the naive argmax check."""
     s = setup_of(run, m)
     long = "x" * 60
@@ -101,12 +101,11 @@ def test_loglikelihood_is_our_zero_shot_scoring(run, m):
     pairs = [(enc("0. Now is the"), enc(" winter")), (enc("Now"), enc(" is the winter of our discontent")),
              ([s.tok.eos_id], enc("Now")), (enc(long)[-(L - 5):], enc(" York")),
              (enc("1. Now is the winter of our"), enc(" discontent"))]
-    g = torch.Generator().manual_seed(0)
     want = []
     for b in range(0, len(pairs), 3):
         batch = pairs[b:b + 3]
         width = max(len(p) + len(a) for p, a in batch) if m == "ar" else L
-        per_token = zeroshot.option_scores(s.model, s.method, s.cfg, s.tok, batch, width, "cpu", 1, g)
+        per_token = zeroshot.option_scores(s.model, s.method, s.cfg, s.tok, batch, width, "cpu", 1, 0)
         want += (-(per_token * torch.tensor([len(a) for _, a in batch], dtype=torch.float64))).tolist()
     assert [ll for ll, _ in got] == want
     if m == "ar":
@@ -118,6 +117,41 @@ def test_loglikelihood_is_our_zero_shot_scoring(run, m):
                 assert greedy == (logp.argmax(-1).tolist() == a)
     else:
         assert not any(greedy for _, greedy in got)
+
+
+REQUESTS = [("0. Now is the", " winter"), ("Now", " is the winter of our discontent"), ("", "Now"),
+            ("3. Now is the winter of", " our discontent"), ("made glorious", " summer by this sun of York;")]
+
+
+@pytest.mark.parametrize("m", METHODS)
+def test_loglikelihood_does_not_depend_on_the_batch_or_the_order(run, m):
+    """The same requests scored at batch 1, at batch 4 and shuffled at batch 4 get the same log p each: the
+    diffusion bounds' noise is seeded per request, so they are equal to the bit (AR, exact, to float rounding
+    of its padded batches); a request scored twice in one batch gets the same number twice."""
+    reqs = [request("loglikelihood", *a) for a in REQUESTS]
+    alone = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=1), reqs)]
+    batched = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), reqs)]
+    order = [3, 0, 4, 2, 1]
+    shuffled = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), [reqs[i] for i in order])]
+    twice = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), [reqs[1], reqs[1]])]
+    unshuffled = [shuffled[order.index(i)] for i in range(len(reqs))]
+    if m == "ar":
+        assert batched == pytest.approx(alone, abs=1e-4) and unshuffled == pytest.approx(alone, abs=1e-4)
+    else:
+        assert batched == alone and unshuffled == alone and twice == [alone[1], alone[1]]
+    assert len(set(alone)) == len(alone)
+
+
+@pytest.mark.parametrize("m", ["mdlm", "setdiffusion"])
+def test_mc_samples_average_draws_of_the_nelbo(run, m):
+    """--mc-samples K: the mean of K NELBO draws of each request (different draws: K = 4 is not K = 1, and
+    another seed moves K = 1), still the same at batch 1 and batch 4."""
+    reqs = [request("loglikelihood", *a) for a in REQUESTS]
+    one = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), reqs)]
+    four = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4, samples=4), reqs)]
+    four_alone = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=1, samples=4), reqs)]
+    other_seed = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4, seed=1), reqs)]
+    assert four == four_alone and four != one and other_seed != one
 
 
 def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
