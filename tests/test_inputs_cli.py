@@ -15,6 +15,8 @@ import sample
 import train
 from helpers import error_of, one_step_checkpoints
 
+pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
+
 SEQ_LEN = 128                                                     # the arith task's context
 
 

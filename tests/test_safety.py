@@ -24,6 +24,8 @@ import setdiffusion as sd
 import train
 from helpers import error_of
 
+pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
+
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
         "--max-new-tokens", "8", "--warmup", "2"]
 SD = ["--model", "setdiffusion", *TINY]          # the flags of the shared checkpoint

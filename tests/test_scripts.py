@@ -18,6 +18,8 @@ import sample
 import setdiffusion as sd
 import train
 
+pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
+
 
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "4",
         "--max-new-tokens", "8", "--warmup", "2"]
