@@ -1,6 +1,7 @@
-"""Bad input to sample.py and eval.py (and paper/results.py's tables) gets one clear line, `error: ...` with exit code 1,
-before any work is done; one test per class of failure (the row ids are those of the adversarial
-report of issue 15: F, Q, PF, E). python -m pytest -q tests/test_inputs_cli.py
+"""Bad input to sample.py and eval.py (and paper/results.py's tables) gets one clear line, `error: ...` with
+exit code 1, before any work is done; one test per class of failure: counts and floats out of range, prompts
+that do not fit the context, prompt files that are not text, devices not here, outputs that cannot be written,
+and train.py runs larger than this machine's memory. python -m pytest -q tests/test_inputs_cli.py
 """
 import json
 import shutil
@@ -38,7 +39,7 @@ def ckpts(tmp_path_factory):
     ("eval", ["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
 ])
 def test_counts_out_of_range(ckpts, capsys, script, flags, message):
-    """Rows F7-F9, E15, E16, E1-E3, E6: a count out of range is refused before the checkpoint is loaded."""
+    """A count out of range is refused before the checkpoint is loaded."""
     main = sample.main if script == "sample" else evaluate.main
     assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
     assert capsys.readouterr().out == ""                                          # nothing ran
@@ -51,13 +52,14 @@ def test_counts_out_of_range(ckpts, capsys, script, flags, message):
                                      "token per step"),
 ])
 def test_non_finite_sampler_floats(ckpts, script, flags, message):
-    """Row F11: NaN passed `t >= 0`-style checks and was taken as greedy."""
+    """A NaN or infinite temperature or threshold is one line, never taken as greedy decoding (NaN passes a
+    `t >= 0`-style check the wrong way)."""
     main = sample.main if script == "sample" else evaluate.main
     assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
 
 
 def test_threshold_from_config_is_blamed_on_config(ckpts, tmp_path):
-    """Row T1's second half: a bad sampler.threshold stored in config.json is not blamed on a --threshold never
+    """A bad sampler.threshold stored in config.json is blamed on config.json, not on a --threshold never
     passed."""
     ckpt = tmp_path / "ckpt"
     shutil.copytree(ckpts / "setdiffusion", ckpt)
@@ -70,7 +72,7 @@ def test_threshold_from_config_is_blamed_on_config(ckpts, tmp_path):
 
 
 def test_prompt_and_reply_must_fit_the_context(ckpts):
-    """Rows F18, F19, Q8: prompt + --max-new-tokens past seq_len, and {mask:N} checked before the masks are made."""
+    """Prompt + --max-new-tokens past seq_len, and {mask:N} checked before the masks are made."""
     ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", "abc"]
     for n in ("1000000000", "500"):
         assert error_of(sample.main, [*ckpt, "--max-new-tokens", n]) == (
@@ -81,7 +83,7 @@ def test_prompt_and_reply_must_fit_the_context(ckpts):
     sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "4"])
     sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long])   # it shrinks to the 4 that fit
     assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "5"])
-    for n in ("99999999999999", "9" * 5000):                 # MemoryError / int()'s digit limit before
+    for n in ("99999999999999", "9" * 5000):                 # no MemoryError, nor int()'s digit limit
         assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", f"x {{mask:{n}}} y"]) == (
             f"error: prompt 1 has more than {SEQ_LEN} tokens with its {{mask:{n}}}: more than the model's context "
             f"(seq_len={SEQ_LEN}); shorten it")
@@ -100,7 +102,8 @@ def test_default_reply_length_follows_each_prompt(ckpts, tmp_path, capsys):
 
 
 def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
-    """Rows PF4, PF5, PF7 (and PF1): each named, one line; /dev/zero is not read forever."""
+    """A binary file, a folder, a missing file and an endless one (/dev/zero, not read forever): each named in
+    one line."""
     binary = tmp_path / "binary.bin"
     binary.write_bytes(b"ok\n\xa1\xff\x00")
     cases = [(binary, f"--prompt-file {binary} is not UTF-8 text (invalid start byte at byte 3): give a text file "
@@ -114,7 +117,7 @@ def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
 
 
 def test_prompt_text_is_plain_text_except_masks(ckpts, monkeypatch, capsys):
-    """Rows Q4, Q10: literal <|endoftext|> stays text; raw bytes from argv (surrogate escapes) reach the byte
+    """Literal <|endoftext|> stays text; raw bytes from argv (surrogate escapes) reach the byte
     tokenizer as those bytes, not U+FFFD; <|mask|> and {mask:N} still become [MASK]s."""
     seen = []
     real = sample.respond
@@ -129,13 +132,14 @@ def test_prompt_text_is_plain_text_except_masks(ckpts, monkeypatch, capsys):
 
 @pytest.mark.parametrize("device", ["foo", *([] if torch.cuda.is_available() else ["cuda"])])
 def test_device_not_here(ckpts, device):
-    """Row E11 (and T25's --device foo): one line naming the flag."""
+    """A device name that is not one, or a GPU this machine lacks: one line naming --device."""
     for main in (sample.main, evaluate.main):
         assert error_of(main, ["--ckpt", str(ckpts / "ar"), "--device", device]).startswith(f"error: --device {device}: ")
 
 
 def test_eval_outputs_and_warmup_checked_before_the_evaluation(ckpts, tmp_path, capsys):
-    """Rows E4, E5: --json into a missing folder, or a warm-up that leaves nothing to measure, before any work."""
+    """--json into a missing folder or onto a folder, or a warm-up that leaves nothing to measure: one line
+    before any work."""
     ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--limit", "2"]
     missing = tmp_path / "no" / "such" / "x.json"
     cases = [(["--json", str(missing)], f"--json {missing}: the folder {missing.parent} does not exist; create it "
@@ -152,7 +156,8 @@ def test_eval_outputs_and_warmup_checked_before_the_evaluation(ckpts, tmp_path, 
 
 
 def test_summarize_of_a_bad_json_names_the_file(tmp_path):
-    """Rows E7-E9: garbage, a partial run, not an object, a missing file."""
+    """paper/results.py names the file that is not JSON, a partial run, not an object, or missing; writes no
+    table."""
     files = {"bad.json": "garbage{", "partial.json": '{"task": "arith"}', "list.json": "[1, 2]"}
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -169,7 +174,8 @@ def test_summarize_of_a_bad_json_names_the_file(tmp_path):
 
 
 def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
-    """The issue's friction: no window for AR, no threshold on likelihood, stop_on_im_end only for GSM8K."""
+    """A result row's header names only the settings that apply: no window for AR, no threshold on likelihood,
+    stop_on_im_end only for GSM8K."""
     heads = {}
     for name, task in [("ar", "arith"), ("setdiffusion", "arith"), ("setdiffusion", "likelihood")]:
         evaluate.main(["--ckpt", str(ckpts / name), "--task", task, "--limit", "1", "--max-new-tokens", "4"])
@@ -179,7 +185,7 @@ def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
     assert heads["setdiffusion", "likelihood"].startswith("| task | model | nll |")
 
 
-# ----------------------------------------------------------------------------- issue 22, item 6
+# ----------------------------------------------------------------------------- runs larger than memory
 
 @pytest.fixture
 def nothing_allocated(monkeypatch):
@@ -196,8 +202,9 @@ def nothing_allocated(monkeypatch):
          "0.0 GiB of weights and optimizer state, more than the 16 GiB here: lower --seq-len or --batch-size"),
 ])
 def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, nothing_allocated, flags, message):
-    """A huge --seq-len/--n-embd died in numpy with a 14.6 TiB MemoryError traceback; now the weights (16 bytes a
-    parameter) or the activations, at least the float32 logits (4 x 16 x 1e8 x 258 bytes), are refused first."""
+    """A huge --seq-len or --n-embd is one line before anything is allocated: the weights (16 bytes a
+    parameter) or the activations, at least the float32 logits (4 x 16 x 1e8 x 258 bytes), more than the
+    memory here."""
     argv = ["--model", "ar", "--seq-len", "100000000", *flags, "--max-iters", "1", "--out-dir", str(tmp_path / "o")]
     assert error_of(train.main, argv) == "error: " + message
 

@@ -1,8 +1,7 @@
-"""Nothing lost (issue 15, commit c823de6): train.py never replaces what it did not write, a kill or a fault
-during a save always leaves a usable checkpoint, a second run is locked out, non-finite weights never reach a
-checkpoint, Ctrl-C/SIGTERM save and resume exactly, and bad flags, train states, config.json files and
-distributed environments are one line (`error: ...` or a ValueError) before any work. One test per class of
-failure (the row ids are those of the adversarial report: O, K, P, C, S8, N1, T, D, H5).
+"""Nothing lost: train.py never replaces what it did not write, a kill or a fault during a save always leaves
+a usable checkpoint, a second run is locked out, non-finite weights never reach a checkpoint, Ctrl-C/SIGTERM
+save and resume exactly, and bad flags, train states, config.json files and distributed environments are one
+line (`error: ...` or a ValueError) before any work. One test per class of failure.
 python -m pytest -q tests/test_safety.py
 """
 import json
@@ -83,7 +82,7 @@ def all_finite(d) -> bool:
 # ----------------------------------------------------------------------------- 1. --out-dir train.py did not write
 
 def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_path, monkeypatch):
-    """O1-O7: a folder with a user's file, a regular file, a user's .tmp or .old next to a checkpoint are refused
+    """A folder with a user's file, a regular file, a user's .tmp or .old next to a checkpoint are refused
     before training and are still there, byte for byte; an unwritable place fails at start-up; an empty folder
     is accepted."""
     mydata = tmp_path / "mydata"
@@ -147,7 +146,7 @@ def kill_state(out, kind, parts):
         os.rename(scratch, str(out) + ".old")
         save_at(out, 4, parts)
         return 4
-    if kind == "only tmp":              # K4: killed after the .old was deleted, before out.tmp -> out
+    if kind == "only tmp":              # killed after the .old was deleted, before out.tmp -> out
         save_at(scratch, 4, parts)
         os.rename(scratch, str(out) + ".tmp")
         return 4
@@ -162,7 +161,7 @@ def kill_state(out, kind, parts):
 
 @pytest.mark.parametrize("kind", ["old+tmp", "only tmp", "partial tmp", "marked old", "complete tmp"])
 def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path, capsys, kind):
-    """K3, K4: every state a kill mid-save leaves holds a complete checkpoint; newest/resolve/load pick the
+    """Every state a kill mid-save leaves holds a complete checkpoint; newest/resolve/load pick the
     newest complete one, and --resume continues from it and leaves a clean out_dir."""
     out = tmp_path / "kb"
     step = kill_state(out, kind, parts)
@@ -180,7 +179,7 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
 
 @pytest.mark.parametrize("fault", ["config.json rename", "out -> out.old", "out.tmp -> out", "disk full"])
 def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, monkeypatch, fault):
-    """O8 and the renames of a save: an OSError at any of them leaves the previous checkpoint complete and
+    """A full disk, or an OSError at any of the renames of a save, leaves the previous checkpoint complete and
     loadable, the newest complete one is what load reads, and the next save cleans up."""
     out = tmp_path / "ck"
     save_at(out, 2, parts)
@@ -219,7 +218,7 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
 # ----------------------------------------------------------------------------- 3. one train.py per --out-dir
 
 def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch):
-    """K5, K6: while a run holds the lock a second claim (or train.py) is refused in one line; the lock is held
+    """While a run holds the lock a second claim (or train.py) is refused in one line; the lock is held
     during training and released however train.main ends, an error included."""
     out = str(tmp_path / "cc")
     busy = (f"another train.py is writing {out} (it holds {out}.lock): wait for it to finish, or choose "
@@ -252,10 +251,10 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("save_every, stops_at", [
     ("1", "the weights are not finite after step 2"),                 # caught before the step-3 save
-    ("2", r"loss is (nan|inf) at step 3"),                            # N1: caught by the next loss
+    ("2", r"loss is (nan|inf) at step 3"),                            # caught by the next step's loss
 ])
 def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, capsys, save_every, stops_at):
-    """N1, T27: the optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1 with one
+    """The optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1 with one
     line naming the last good checkpoint and its step, whose weights (EMA and raw) are all finite."""
     out = str(tmp_path / "nan")
     real = train.make_optimizer
@@ -301,7 +300,7 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_path, monkeypatch, signum):
-    """K1, K2: Ctrl-C or SIGTERM during step 4 ends the run after it with one line; the checkpoint holds step 4
+    """Ctrl-C or SIGTERM during step 4 ends the run after it with one line; the checkpoint holds step 4
     and --resume gives the uninterrupted run's losses exactly."""
     out = str(tmp_path / "kint")
     calls, real_loss = [], sd.loss
@@ -325,41 +324,41 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
 # ----------------------------------------------------------------------------- 6. train.py flags
 
 @pytest.mark.parametrize("flags, message", [
-    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),                                      # T12
-    (["--save-every", "0"], "--save-every must be at least 1, got 0"),                                      # T14
-    (["--max-iters", "0"], "--max-iters must be at least 1, got 0"),                                        # T16
-    (["--max-iters", "-1"], "--max-iters must be at least 1, got -1"),                                      # T17
-    (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),                                      # T18
-    (["--eval-limit", "0"], "--eval-limit must be at least 1, got 0"),                                      # T15
-    (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1, got -5"),                            # T11
-    (["--seq-len", "-1"], "--seq-len must be 0 or more (0 = the task's), got -1"),                                          # T21
-    (["--smax", "1"], "--smax must be at least 2, got 1"),                                                  # T4
-    (["--window", "-1"], "--window must be 0 or more (0 = smax / 2), got -1"),                                            # T3
+    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--save-every", "0"], "--save-every must be at least 1, got 0"),
+    (["--max-iters", "0"], "--max-iters must be at least 1, got 0"),
+    (["--max-iters", "-1"], "--max-iters must be at least 1, got -1"),
+    (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),
+    (["--eval-limit", "0"], "--eval-limit must be at least 1, got 0"),
+    (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1, got -5"),
+    (["--seq-len", "-1"], "--seq-len must be 0 or more (0 = the task's), got -1"),
+    (["--smax", "1"], "--smax must be at least 2, got 1"),
+    (["--window", "-1"], "--window must be 0 or more (0 = smax / 2), got -1"),
     (["--model", "ar", "--window", "9"], "--window 9: only Set Diffusion has a window"),
     (["--window", "9"], "--window 9 is larger than --smax 8"),
-    (["--model", "bd3lm", "--block-size", "0"], "--block-size must be at least 1, got 0"),                  # T7
-    (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be at least 1, got -2"),                # T8
-    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),                                   # T13
+    (["--model", "bd3lm", "--block-size", "0"], "--block-size must be at least 1, got 0"),
+    (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be at least 1, got -2"),
+    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
     (["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
-    (["--final-lr", "nan"], "--final-lr must be a finite number >= 0, got nan"),                      # T27
-    (["--ema", "1.5"], "--ema must be a finite number in [0, 1) (0 = off), got 1.5"),                 # T19
+    (["--final-lr", "nan"], "--final-lr must be a finite number >= 0, got nan"),
+    (["--ema", "1.5"], "--ema must be a finite number in [0, 1) (0 = off), got 1.5"),
     (["--grad-clip", "inf"], "--grad-clip must be a finite number >= 0 (0 = off), got inf"),
     (["--dist-timeout", "0"], "--dist-timeout must be a finite number > 0, got 0.0"),
     (["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one token "
-                             "per step"),                                                              # T2
+                             "per step"),
     (["--threshold", "0"], "--threshold 0.0: a confidence threshold must be in (0, 1], or inf for one token "
-                           "per step"),                                                                # T1
-    (["--device", "foo"], "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),     # T25
+                           "per step"),
+    (["--device", "foo"], "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),
     (["--device", "cuda:99"], f"--device cuda:99: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
-                              f"CPU-only build or no driver?): use --device cpu or auto"),             # T24
+                              f"CPU-only build or no driver?): use --device cpu or auto"),
     # checked once the task is known (after the --out-dir claim, still before any training)
     (["--model", "bd3lm", "--block-size", "999"], f"--block-size 999 is larger than the sequence length {SEQ_LEN}"),
     (["--max-new-tokens", "999"], f"--max-new-tokens 999 is more than the sequence length {SEQ_LEN}"),
     (["--n-layer", "1000000000"], None),                                                              # too big
-    (["--wandb", "x"], "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),       # H5
+    (["--wandb", "x"], "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),
 ])
 def test_a_train_flag_out_of_range_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, flags, message):
-    """T1-T27, H5: one `error: ...` line, before training, and no checkpoint directory."""
+    """One `error: ...` line, before training, and no checkpoint directory."""
     monkeypatch.setitem(sys.modules, "wandb", None)                  # as if not installed
     no_training(monkeypatch)
     out = tmp_path / "ck"
@@ -385,7 +384,7 @@ class Evil:
 
 
 def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path, capsys):
-    """P1-P8: an empty, truncated, code-carrying or key-less train_state.pt, and another run's checkpoint
+    """An empty, truncated, code-carrying or key-less train_state.pt, and another run's checkpoint
     (method, settings or shape), are one line that never suggests weights_only=False; no code runs and the
     checkpoint is left as it was."""
     marker = tmp_path / "PWNED"
@@ -430,11 +429,11 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
     for flags, diff in [
         (["--model", "ar", *TINY], "method: 'setdiffusion' in the checkpoint, 'ar' from the flags; "
                                    "method_config.infill: 0.0 in the checkpoint, None from the flags; "
-                                   "method_config.smax: 8 in the checkpoint, None from the flags"),        # P7
+                                   "method_config.smax: 8 in the checkpoint, None from the flags"),
         ([*SD, "--smax", "4"], "method_config.smax: 8 in the checkpoint, 4 from the flags"),
         ([*SD, "--n-embd", "64"], "model.head_dim: 16 in the checkpoint, 32 from the flags; "
                                   "model.intermediate_size: 128 in the checkpoint, 256 from the flags; "
-                                  "model.n_embd: 32 in the checkpoint, 64 from the flags"),                 # P8
+                                  "model.n_embd: 32 in the checkpoint, 64 from the flags"),
     ]:
         got = error_of(train.main, [*flags, "--max-iters", "4", "--out-dir", str(tmp_path / "other"), "--resume"])
         assert got == "error: " + theirs.format(diff)
@@ -463,32 +462,32 @@ class TooSlow(BaseException):
 
 
 @pytest.mark.parametrize("change, message", [
-    ([1, 2], WHERE + " holds list, not an object: it was not written by train.py"),                   # C4
-    (None, WHERE + " holds NoneType, not an object: it was not written by train.py"),                 # C5
-    ({"data": KeyError}, WHERE + " has no 'data': it was not written by train.py, or was edited"),    # C12
+    ([1, 2], WHERE + " holds list, not an object: it was not written by train.py"),
+    (None, WHERE + " holds NoneType, not an object: it was not written by train.py"),
+    ({"data": KeyError}, WHERE + " has no 'data': it was not written by train.py, or was edited"),
     ({"tokenizer": KeyError}, WHERE + " has no 'tokenizer': it was not written by train.py, or was edited"),
     ({"method_config.mask_id": 100000}, WHERE + ": method_config.mask_id must be a token id in [0, 258), "
-                                                "got 100000"),                                         # C16
+                                                "got 100000"),
     ({"method_config.mask_id": -1}, WHERE + ": method_config.mask_id must be a token id in [0, 258), got -1"),
-    ({"method_config.smax": "8"}, WHERE + ": method_config.smax must be int, got '8'"),                # C18
-    ({"method_config.smax": 0}, WHERE + ": method_config.smax must be >= 2, got 0"),                   # C19
-    ({"seq_len": "128"}, WHERE + ": seq_len must be int, got '128'"),                                  # C20
+    ({"method_config.smax": "8"}, WHERE + ": method_config.smax must be int, got '8'"),
+    ({"method_config.smax": 0}, WHERE + ": method_config.smax must be >= 2, got 0"),
+    ({"seq_len": "128"}, WHERE + ": seq_len must be int, got '128'"),
     ({"sampler.max_new_tokens": "16"}, WHERE + ": sampler must be an object with a threshold number and window / "
                                                "max_new_tokens integers >= 0, got {{'threshold': inf, "
-                                               "'window': 0, 'max_new_tokens': '16'}}"),               # C23
-    ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),   # C26
-    ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),                          # C9
+                                               "'window': 0, 'max_new_tokens': '16'}}"),
+    ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),
+    ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),
     ({"model.n_layer": 1000000000}, "weights do not fit the model: the weights hold 1 layers, the config "
-                                    "n_layer=1000000000"),                                             # C11
+                                    "n_layer=1000000000"),
     ("int64", "weights do not fit the model: embed_tokens.weight is stored as torch.int64, not floating point"),
 ])
 def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, message):
-    """C4-C26, S8: checkpoint.load refuses a config.json of the wrong type, shape or range, or integer weights,
+    """checkpoint.load refuses a config.json of the wrong type, shape or range, or integer weights,
     with one ValueError line, quickly (n_layer 1e9 builds nothing), and changes no file."""
     d = tmp_path / "bad"
     shutil.copytree(base, d)
     config = json.loads((d / "config.json").read_text())
-    if change == "int64":                                            # S8: 2-D weights stored as integers
+    if change == "int64":                                            # 2-D weights stored as integers
         w = load_file(d / "model.safetensors")
         w["embed_tokens.weight"] = (w["embed_tokens.weight"] * 100).long()
         save_file(w, d / "model.safetensors")
@@ -504,7 +503,7 @@ def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, me
     def too_slow(*a):
         raise TooSlow("checkpoint.load took more than 10 s")
     previous = signal.signal(signal.SIGALRM, too_slow)
-    signal.alarm(10)                                                 # C11 hung: fail instead of hanging
+    signal.alarm(10)                                       # n_layer 1e9 must build nothing: fail, not hang
     try:
         with pytest.raises(ValueError) as e:
             checkpoint.load(str(d))
@@ -524,17 +523,17 @@ def free_port() -> int:
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)"),   # D1
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0, RANK=0: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE (torchrun "
-                          "--nproc_per_node=N train.py ... sets them)"),                                   # D4
+                          "--nproc_per_node=N train.py ... sets them)"),
     ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2, RANK=2: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
                                        "(torchrun --nproc_per_node=N train.py ... sets them)"),
     ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT: start the processes with "
-                                       "torchrun --nproc_per_node=2 train.py ..., which sets them"),        # D2
-    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "free"}, None),           # D3
+                                       "torchrun --nproc_per_node=2 train.py ..., which sets them"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "free"}, None),
 ])
 def test_a_distributed_environment_without_peers_is_one_line(tmp_path, monkeypatch, env, message):
-    """D1-D4: a bad WORLD_SIZE/RANK, a missing MASTER_ADDR, or peers that never come (within --dist-timeout)
+    """A bad WORLD_SIZE/RANK, a missing MASTER_ADDR, or peers that never come (within --dist-timeout)
     are one line, within seconds, before the --out-dir is touched."""
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(k, raising=False)
