@@ -1,10 +1,10 @@
-"""bench/bench_gpu.py and bench/gpu_check.py on CPU: a tiny smoke run gives one consistent row per case (tokens/s,
-MFU and fed tokens as identities of the measured seconds and shapes), a failing case is one line and the run
-goes on, the budget skips what would pass it, bad input is one error line; `make gpu-check`'s driver end to end
-in its --dry-run. python -m pytest -q tests/test_bench_gpu.py
+"""bench/bench_gpu.py and bench/gpu_check.py on CPU: a tiny smoke run gives one row per case whose numbers
+(ms/step, tokens/s, FLOPs, MFU, the paper's implied tokens/s) equal values worked out by hand from a fake
+clock's seconds and the shapes, a failing case is one line and the run goes on, the budget skips what would
+pass it, bad input is one error line; `make gpu-check`'s driver end to end in its --dry-run.
+python -m pytest -q tests/test_bench_gpu.py
 """
 import json
-import statistics
 import time
 
 import pytest
@@ -18,51 +18,77 @@ TRAIN = ["--device", "cpu", "--tiny", "--parts", "train", "--train-len", "32", "
          "--train-answer", "12", "--train-batch", "2", "--train-steps", "2"]
 
 
-def test_decode_rows_are_consistent(tmp_path, capsys):
-    """Every (mode, batch, method) once; tokens/s = tokens / seconds and ms/step = 1000 seconds / nfe exactly; one
-    forward and one token per row per step (random weights never reach tau 0.9); the paper's columns at batch 1
-    for AR and Set Diffusion only; the JSON file holds what main returns."""
+SCALE = {"ar": 1.0, "setdiffusion": 1.5, "mdlm": 2.0, "bd3lm": 2.5}      # each method's seconds over AR's
+ROWS = ("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |")
+
+
+def fake_clock(monkeypatch, seconds: list):
+    """bench_gpu's timer as a clock: the k-th timed call of a case (k = 0: the warm-up) takes seconds[k] times
+    the method's SCALE, so every row's numbers can be worked out by hand."""
+    calls = {}
+
+    def timed(device, fn, *args):
+        method = next(a for a in args if isinstance(a, str))
+        k = calls[method] = calls.get(method, -1) + 1
+        return fn(*args), seconds[k % len(seconds)] * SCALE[method]
+    monkeypatch.setattr(bench_gpu, "timed", timed)
+
+
+def test_decode_rows_by_hand(tmp_path, capsys, monkeypatch):
+    """Every (mode, batch, method) once. With a warm-up of 5 s and repeats of 0.06, 0.30 and 0.12 s (times
+    the method's SCALE), a row is the median repeat (not the mean, 0.16 s), the warm-up apart: 3 steps of one
+    token per row (random weights never reach tau 0.9) in 0.12 s are 40 ms/step, 25 steps/s and 25 x batch
+    tokens/s for AR; at batch 1 the paper's 1.95 tokens/step at Set Diffusion's 60 ms/step imply 32.5
+    tokens/s, 32.5 / 87.47 of the paper's; Set Diffusion / AR ms/step is 1.5 in every mode and batch. The
+    JSON file holds what main returns."""
+    fake_clock(monkeypatch, [5.0, 0.06, 0.30, 0.12])
     path = tmp_path / "out" / "bench_gpu.json"
-    out = bench_gpu.main(SMOKE + ["--parts", "decode", "--modes", "eager,static", "--batch", "1,2", "--json", str(path)])
+    out = bench_gpu.main(SMOKE + ["--parts", "decode", "--modes", "eager,static", "--batch", "1,2",
+                                  "--repeats", "3", "--json", str(path)])
     assert out["failures"] == [] and out["skipped"] == [] and out["train"] == []
     assert sorted((r["mode"], r["batch"], r["method"]) for r in out["decode"]) == sorted(
         (m, b, k) for m in ("eager", "static") for b in (1, 2) for k in bench_gpu.METHODS)
     for r in out["decode"]:
-        assert r["nfe"] == 3 and r["tokens"] == 3 * r["batch"] and r["tokens_per_step"] == 1.0
-        assert r["ms_per_step"] == 1000 * r["seconds"] / r["nfe"] > 0 and r["steps_per_s"] == 1000 / r["ms_per_step"]
-        assert r["tokens_per_s"] == r["tokens"] / r["seconds"]
-        assert ("implied_tokens_per_s" in r) == (r["batch"] == 1 and r["method"] in bench_gpu.PAPER)
-        if "implied_tokens_per_s" in r:
-            p = bench_gpu.PAPER[r["method"]]
-            assert r["implied_tokens_per_s"] == p["tokens_per_step"] * 1000 / r["ms_per_step"]
-            assert r["ours_over_paper"] == r["implied_tokens_per_s"] / p["tokens_per_s"]
-    ms = {(r["method"], r["mode"], r["batch"]): r["ms_per_step"] for r in out["decode"]}
-    assert out["sd_over_ar"] == {f"{m}, batch {b}": ms["setdiffusion", m, b] / ms["ar", m, b]
-                                 for m in ("eager", "static") for b in (1, 2)}
+        s, B = SCALE[r["method"]], r["batch"]
+        assert r["nfe"] == 3 and r["tokens"] == 3 * B and r["tokens_per_step"] == 1.0
+        assert r["seconds"] == pytest.approx(0.12 * s) and r["warmup_s"] == pytest.approx(5 * s)
+        assert r["ms_per_step"] == pytest.approx(40 * s) and r["steps_per_s"] == pytest.approx(25 / s)
+        assert r["tokens_per_s"] == pytest.approx(25 * B / s)
+    at_1 = {r["method"]: r for r in out["decode"] if r["batch"] == 1 and r["mode"] == "eager"}
+    assert [m for m, r in at_1.items() if "implied_tokens_per_s" in r] == ["ar", "setdiffusion"]
+    assert at_1["ar"]["implied_tokens_per_s"] == pytest.approx(25.0)
+    assert at_1["ar"]["ours_over_paper"] == pytest.approx(25.0 / 55.52)
+    assert at_1["setdiffusion"]["implied_tokens_per_s"] == pytest.approx(32.5)
+    assert at_1["setdiffusion"]["ours_over_paper"] == pytest.approx(32.5 / 87.47)
+    assert out["sd_over_ar"] == pytest.approx({f"{m}, batch {b}": 1.5 for m in ("eager", "static")
+                                               for b in (1, 2)})
     assert json.loads(path.read_text()) == json.loads(json.dumps(out))
-    table = capsys.readouterr().out
-    assert sum(line.startswith(("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |")) for line in table.splitlines()) == 16
+    assert sum(line.startswith(ROWS) for line in capsys.readouterr().out.splitlines()) == 16
 
 
-def test_train_rows_count_tokens_and_flops():
-    """Per method: tokens = rows x (prompt + answer); the tokens each forward takes (AR: L - 1 after trimming the
-    padding, MDLM: L, BD3-LM: [x0 | xt] = 2L, Set Diffusion: the clean stream + the answer's [MASK] stream);
-    FLOPs = rows x T x (6N + 12 layers heads head_dim T); MFU = FLOP/s / the given peak."""
-    out = bench_gpu.main(TRAIN + ["--peak-tflops", "2"])
+def test_train_rows_by_hand(monkeypatch):
+    """Per method, 2 rows of prompt 8 + answer 12: 40 tokens; the tokens T each forward takes (AR: L - 1 = 19
+    after trimming the padding, MDLM: L = 20, BD3-LM: [x0 | xt] = 40, Set Diffusion: the clean stream + the
+    answer's [MASK] stream = 32); FLOPs a step = 2 T (6 N + 12 layers heads head_dim T) (PaLM, appendix B)
+    with the tiny model's N = 106,880 parameters and 12 x 2 x 4 x 16 = 1536. With steps of 0.9, 0.3 and 0.4 s
+    (times the method's SCALE) a row is the median, 0.4 s (not the mean): AR's 40 tokens are 100 tokens/s,
+    and its MFU at a 2 TFLOP/s peak is 25,477,632 / 0.4 / 2e12."""
+    fake_clock(monkeypatch, [9.0, 0.9, 0.3, 0.4])
+    out = bench_gpu.main(TRAIN + ["--train-steps", "3", "--peak-tflops", "2"])
     assert out["failures"] == [] and [r["method"] for r in out["train"]] == bench_gpu.METHODS
-    cfg, n = ModelConfig(**bench_gpu.TINY), out["train_params"]
-    B, L, A = 2, 8 + 12, 12
-    fed = {"ar": L - 1, "mdlm": L, "bd3lm": 2 * L, "setdiffusion": L + A}
+    layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64 + 2 * 16     # q, k, v, o, MLP, norms
+    assert out["train_params"] == 512 * 64 + 2 * layer + 64 == 106_880           # tied embedding, final norm
+    T = {"ar": 19, "mdlm": 20, "bd3lm": 40, "setdiffusion": 32}
+    flops = {m: 2 * t * (6 * 106_880 + 1536 * t) for m, t in T.items()}
+    assert flops["ar"] == 25_477_632
     for r in out["train"]:
-        T = fed[r["method"]]
-        assert r["tokens"] == B * L and r["fed_tokens"] == B * T
-        assert r["ms_per_step"] == 1000 * statistics.median(r["seconds"]) and len(r["seconds"]) == 2
-        sec = r["ms_per_step"] / 1000
-        flops = B * T * (6 * n + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * T)
-        assert r["tflops_per_step"] == pytest.approx(flops / 1e12, rel=1e-12)
-        assert r["tflops_per_s"] == pytest.approx(flops / sec / 1e12, rel=1e-12)
-        assert r["mfu"] == pytest.approx(flops / sec / 2e12, rel=1e-12)
-        assert r["tokens_per_s"] == pytest.approx(B * L / sec, rel=1e-12)
+        s = SCALE[r["method"]]
+        assert r["tokens"] == 40 and r["fed_tokens"] == 2 * T[r["method"]]
+        assert r["seconds"] == pytest.approx([0.9 * s, 0.3 * s, 0.4 * s])
+        assert r["warmup_s"] == pytest.approx(9 * s)
+        assert r["ms_per_step"] == pytest.approx(400 * s) and r["tokens_per_s"] == pytest.approx(100 / s)
+        assert r["tflops_per_step"] == pytest.approx(flops[r["method"]] / 1e12, rel=1e-12)
+        assert r["mfu"] == pytest.approx(flops[r["method"]] / (0.4 * s) / 2e12, rel=1e-12)
 
 
 def test_a_failing_case_is_one_line_and_the_run_goes_on(monkeypatch, capsys):
