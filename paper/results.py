@@ -91,7 +91,8 @@ def summarize(paths, out_md, out_png=None, paper=None):
             row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"],
                        lo=m.get("tokens_per_s_min"), hi=m.get("tokens_per_s_max"))
         else:
-            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"])
+            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], task=m["task"],
+                       n=m.get("n"), file=path)
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
     ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
     nan = float("nan")
@@ -122,26 +123,38 @@ def spread_of(r: dict) -> str:
 
 
 def plot_pareto(plt, rows: list[dict], out_png: str):
-    """Accuracy vs tokens/step (exact, unlike tokens/s), one line per checkpoint, tau at each point. A checkpoint
-    whose best accuracy is more than 0.3 below the best one's (MDLM on the shipped task) gets its own panel, so
-    that the y range of the main panel separates the others."""
-    curves = {}
+    """Accuracy vs tokens/step (exact, unlike tokens/s), one line per checkpoint, tau beside each point.
+    A checkpoint whose best accuracy is more than 0.3 below the best one's (MDLM on the shipped task) gets its
+    own panel, so that the y range of the main panel separates the others. The title names the task, the
+    scorer and the runs."""
+    curves, runs = {}, {}
     for r in rows:
         if "accuracy" in r:
             curves.setdefault(r["ckpt"], []).append((r["tokens_per_step"], r["accuracy"], r["tau"]))
+            runs.setdefault(r["ckpt"], set()).add(r["file"])
     panels = pareto_panels(curves)
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 + 3 * (len(panels) - 1), 4), squeeze=False,
-                             gridspec_kw={"width_ratios": [2] + [1] * (len(panels) - 1)})
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 + 3 * (len(panels) - 1), 4.6), squeeze=False, dpi=DPI,
+                             width_ratios=[2] + [1] * (len(panels) - 1), layout="constrained")
     colours = dict(zip(curves, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
+    labels = []
     for k, (ax, names) in enumerate(zip(axes[0], panels)):
         ax.set_title("accuracy far below: own y scale" if k else "", fontsize=8)
+        labels.append([])
         for c in names:
             xs, ys, taus = zip(*sorted(curves[c]))
             ax.plot(xs, ys, "o-", label=c, color=colours[c])
-            for x, y, tau in zip(xs, ys, taus):
-                ax.annotate("τ=∞" if tau == math.inf else f"{tau:g}", (x, y), fontsize=7,
-                            textcoords="offset points", xytext=(3, -9))
-        save_plot(fig, ax, "tokens/step", "accuracy", out_png)
+            labels[-1].append([(x, y, tau_text(tau)) for x, y, tau in zip(xs, ys, taus)])
+        finish_axes(ax, "tokens/step", "accuracy")
+    task, n = next((r["task"], r["n"]) for r in rows if "accuracy" in r)
+    title(fig, f"{task}: accuracy against tokens per step, τ (the confidence threshold) beside each point",
+          f"scorer: {task}'s is_correct on {n} held-out problems", seeds_note(runs))
+    for ax, series in zip(axes[0], labels):
+        place_labels(ax, series)
+    save_figure(fig, out_png)
+
+
+def tau_text(tau: float) -> str:
+    return "τ=∞" if tau == math.inf else f"{tau:g}"
 
 
 def pareto_panels(curves: dict) -> list[list]:
@@ -163,14 +176,115 @@ def pyplot():
     return plt
 
 
-def save_plot(fig, ax, xlabel: str, ylabel: str, out_png: str):
+DPI = 120          # the figures' resolution: labels are placed in pixels at this resolution, and saved at it
+
+
+def finish_axes(ax, xlabel: str, ylabel: str):
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+
+
+def title(fig, *lines: str):
+    """What a figure shows, above it: the task and the quantity plotted, the scorer, the runs (seeds). The
+    legend goes below, outside the axes, so that it covers no point and no label; then the layout is frozen so
+    that the labels placed next (in pixels) stay where they were placed."""
+    fig.suptitle("\n".join(lines), fontsize=8)
+    handles = {}
+    for ax in fig.axes:
+        for h, name in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(name, h)
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=len(handles), fontsize=8)
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+
+
+def seeds_note(runs: dict) -> str:
+    """runs: a curve's or a point's name -> the eval.py --json files behind it. The Makefile writes each
+    training seed's files to its own folder (results/shakespeare, results/shakespeare-s2, ...), so the folders
+    name the seeds: "seeds: one run each (results/pareto)", or "seeds: mean of 3 runs (results/shakespeare,
+    results/shakespeare-s2, results/shakespeare-s3), bars min-max", per group of names where they differ."""
+    groups = {}
+    for name, files in runs.items():
+        groups.setdefault(tuple(sorted({os.path.dirname(f) or "." for f in files})), []).append(name)
+    parts = []
+    for folders, names in sorted(groups.items(), key=lambda g: -len(g[0])):
+        what = (f"mean of {len(folders)} runs ({', '.join(folders)}), bars min-max" if len(folders) > 1
+                else f"one run each ({folders[0]})" if len(groups) == 1 else f"one run ({folders[0]})")
+        parts.append(what if len(groups) == 1 else f"{', '.join(names)}: {what}")
+    return "seeds: " + "; ".join(parts)
+
+
+def place_labels(ax, series: list[list[tuple]], fontsize: int = 7) -> list:
+    """Write each point's label beside it where it covers no other label, no marker, no line and nothing
+    outside the axes: the first free spot on rings of offsets around the point, ring after ring outwards
+    (beyond the first ring a thin line joins label and point). series: lists of (x, y, text), one per curve,
+    drawn as lines through its points; the points of one curve that fall on the same pixels share one label
+    ("0.9, 0.7"). Call it once the layout is final (title() freezes it). Returns the Annotations."""
+    from matplotlib.transforms import Bbox
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = []                                  # pixel boxes a label must not cover: markers, lines, labels
+    for curve in series:
+        px = [ax.transData.transform((x, y)) for x, y, _ in sorted(curve)]
+        taken += [Bbox.from_bounds(x - 4, y - 4, 8, 8) for x, y in px]
+        for (x0, y0), (x1, y1) in zip(px, px[1:]):
+            steps = max(1, int(math.hypot(x1 - x0, y1 - y0) // 3))
+            taken += [Bbox.from_bounds(x0 + (x1 - x0) * i / steps - 1, y0 + (y1 - y0) * i / steps - 1, 2, 2)
+                      for i in range(steps + 1)]
+    placed = []
+    for curve in series:
+        for (x, y), text in merge_close(ax, curve, 8):
+            ann = None
+            for ring, (dx, dy) in offsets():
+                if ann is not None:
+                    ann.remove()
+                ha = "left" if dx > 0.3 * abs(dy) else "right" if dx < -0.3 * abs(dy) else "center"
+                va = "bottom" if dy > 0.3 * abs(dx) else "top" if dy < -0.3 * abs(dx) else "center"
+                line = dict(arrowstyle="-", lw=0.5, color="0.5", shrinkA=0, shrinkB=3) if ring else None
+                ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points",
+                                  fontsize=fontsize, ha=ha, va=va, annotation_clip=False, arrowprops=line)
+                box = label_box(ann, renderer).padded(1)
+                inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+                if inside and not any(box.overlaps(t) for t in taken):
+                    break
+            taken.append(label_box(ann, renderer))
+            placed.append(ann)
+    return placed
+
+
+def label_box(ann, renderer):
+    """The pixels an Annotation's text covers (its leader line left out)."""
+    from matplotlib.text import Text
+    ann.update_positions(renderer)
+    return Text.get_window_extent(ann, renderer)
+
+
+def merge_close(ax, curve: list[tuple], pixels: float) -> list[tuple]:
+    """One curve's labels: (x, y) -> text, where points closer than `pixels` on screen share one label."""
+    out = []
+    for x, y, text in curve:
+        px = ax.transData.transform((x, y))
+        near = next((o for o in out if abs(o[2][0] - px[0]) < pixels and abs(o[2][1] - px[1]) < pixels), None)
+        if near:
+            near[1] += f", {text}"
+        else:
+            out.append([(x, y), text, px])
+    return [(xy, text) for xy, text, _ in out]
+
+
+def offsets():
+    """(ring, (dx, dy)) in points: right, left, above, below, then 12 more directions, ring by ring."""
+    first = [0, 180, 90, 270]
+    angles = first + [a for a in range(0, 360, 30) if a not in first]
+    for ring, r in enumerate((4, 8, 13, 19, 26, 34, 43, 53, 64)):
+        for a in angles:
+            yield ring, (round(r * math.cos(math.radians(a)), 2), round(r * math.sin(math.radians(a)), 2))
+
+
+def save_figure(fig, out_png: str):
     os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
-    fig.savefig(out_png, dpi=120)
+    fig.savefig(out_png, dpi=DPI)
 
 
 def generation(paths, out_md, out_png=None) -> str:
@@ -180,13 +294,14 @@ def generation(paths, out_md, out_png=None) -> str:
     model and under the --ppl-model Hugging Face LM and MAUVE, then mean unigram entropy per sample, tokens/step,
     tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
     down. Runs of several seeds (checkpoints of one name in several folders) make one row each: the mean, with
-    [min, max] over the seeds. With out_png, generative perplexity vs tokens/step, one line per checkpoint name
-    (the seeds' range as error bars; needs matplotlib)."""
+    [min, max] over the seeds. With out_png, generative perplexity and tokens/step against tau, one line per
+    checkpoint name (the seeds' range as error bars; needs matplotlib)."""
     likelihood, samples = {}, {}
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str):
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}: not an eval.py --json file")
+        m["file"] = path                                   # the figure names the folders its runs came from
         if m["task"] == "unconditional":
             check_keys(path, m, ("entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
             if not any(s[0] in m for s in SCORERS):
@@ -211,7 +326,9 @@ def generation(paths, out_md, out_png=None) -> str:
     print(write(text, out_md))
     plt = pyplot() if out_png and samples else None
     if plt:
-        plot_generation(plt, samples, out_png)
+        corpus = ", ".join(dict.fromkeys(str(r["data"]) for runs in likelihood.values() for r in runs
+                                         if "data" in r))
+        plot_generation(plt, samples, out_png, corpus)
     return text
 
 
@@ -264,6 +381,7 @@ def sweep(paths: list[str], out_md: str, out_png=None) -> str:
     runs = {}
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt", "method_config"))
+        m["file"] = path                                   # the figure names the folders its runs came from
         if m["model"] != "setdiffusion" or "smax" not in m["method_config"]:
             raise ValueError(f"{path}: a run of {m['model']}; the smax sweep takes Set Diffusion runs only")
         row = runs.setdefault(label_of(m["ckpt"]), {"smax": m["method_config"]["smax"],
@@ -284,26 +402,51 @@ def sweep(paths: list[str], out_md: str, out_png=None) -> str:
 
 
 def plot_sweep(plt, rows: dict, out_png: str):
-    """Accuracy, tokens/step and infilling exact match against smax: a line per setting over the paper's models
-    (--infill 0), the --infill checkpoints as stars; the seeds' range as error bars."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    """Accuracy, tokens/step and infilling exact match against smax: a line per setting over the paper's
+    models (--infill 0), the --infill checkpoints as stars; the seeds' range as error bars. The title names
+    the task, the scorers and the runs."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), dpi=DPI, layout="constrained")
     panels = [(axes[0], [SWEEP[0], SWEEP[1]], "accuracy"), (axes[1], [SWEEP[2]], "tokens/step"),
               (axes[2], [SWEEP[4], SWEEP[5]], "infilling exact match")]
+    smaxes = sorted({r["smax"] for r in rows.values()})
     for ax, series, ylabel in panels:
-        for name, kind, key in series:
+        for j, (name, kind, key) in enumerate(series):
             for infill, style in ((False, "o-"), (True, "*")):
                 pts = []
                 for r in rows.values():
                     xs = [m[key] for m in r.get(kind, []) if key in m]
                     if xs and (r["infill"] > 0) == infill:
                         mean, lo, hi = mean_range(xs)
-                        pts.append((r["smax"], mean, mean - lo, hi - mean))
+                        # the --infill stars of a panel's series side by side, not on top of each other
+                        shift = 2 ** (0.1 * (j - (len(series) - 1) / 2)) if infill else 1
+                        pts.append((r["smax"] * shift, mean, mean - lo, hi - mean))
                 if pts:
                     x, y, lo, hi = zip(*sorted(pts))
                     ax.errorbar(x, y, yerr=[lo, hi], fmt=style, capsize=3, markersize=10 if infill else 6,
                                 label=name.split(": ")[-1] + (", --infill" if infill else ""))
         ax.set_xscale("log", base=2)
-        save_plot(fig, ax, "smax", ylabel, out_png)
+        ax.set_xticks(smaxes, [str(s) for s in smaxes])
+        ax.minorticks_off()
+        finish_axes(ax, "smax", ylabel)
+        ax.legend(fontsize=8)
+    accuracy = [m for r in rows.values() for kind in ("acc-inf", "acc-0.9") for m in r.get(kind, [])]
+    infills = [m for r in rows.values() for kind in ("infill-step", "infill-number") for m in r.get(kind, [])]
+    task = accuracy[0]["task"] if accuracy else "?"
+    runs = {f"smax {r['smax']}" + (f" --infill {r['infill']:g}" if r["infill"] else ""):
+            [m["file"] for k, v in r.items() if isinstance(v, list) for m in v] for r in rows.values()}
+    fig.suptitle("\n".join([
+        f"{task}: Set Diffusion against smax (the orders' reach; window smax/2)",
+        f"scorers: accuracy = {task}'s is_correct on {counts(accuracy)} held-out problems; tokens/step "
+        f"at τ = 0.9; infilling = exact match of the masked span on {counts(infills)} problems (zero-shot, "
+        f"oracle length)",
+        seeds_note(runs)]), fontsize=8)
+    save_figure(fig, out_png)
+
+
+def counts(runs: list[dict]) -> str:
+    """The runs' numbers of problems: "500", or "495-500" where they differ."""
+    ns = sorted({m["n"] for m in runs if "n" in m})
+    return "?" if not ns else f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
 
 
 def spread(runs: list[dict], key: str, fmt: str) -> str:
@@ -321,27 +464,51 @@ def mean_range(xs: list[float]) -> tuple[float, float, float]:
     return sum(xs) / len(xs), min(xs), max(xs)
 
 
-def plot_generation(plt, samples: dict, out_png: str):
-    """Generative perplexity (mean over seeds, their range as error bars) vs tokens/step, a line per checkpoint:
-    under the reference AR model, else under the Hugging Face LM, whichever every run has (neither: no plot)."""
+def plot_generation(plt, samples: dict, out_png: str, corpus: str = ""):
+    """Two panels against tau, one line per checkpoint: generative perplexity (under the reference AR model,
+    else under the Hugging Face LM, whichever every run has; neither: no plot) and tokens/step; the mean over
+    seeds, their range as error bars, each checkpoint's points shifted a little sideways so that no bar hides
+    another. tau is the x axis, so no point needs a label. The title names the corpus, the scorer and the
+    runs."""
     every = [r for runs in samples.values() for r in runs]
     key = next((k for k in ("gen_ppl", "gen_ppl_hf") if all(k in r for r in every)), None)
     if key is None:
         print(f"note: no plot: {out_png} plots one generative perplexity that every run has", file=sys.stderr)
         return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label in dict.fromkeys(label for _, label, _ in sorted(samples)):
-        pts = []
-        for (_, name, tau), runs in samples.items():
-            if name == label:
-                mean, lo, hi = mean_range([r[key] for r in runs])
-                pts.append((mean_range([r["tokens_per_step"] for r in runs])[0], mean, mean - lo, hi - mean, -tau))
-        pts.sort()
-        xs, ys, lo, hi, taus = zip(*pts)
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, label=label)
-        for x, y, tau in zip(xs, ys, taus):
-            ax.annotate(f"{tau:g}", (x, y), fontsize=7, textcoords="offset points", xytext=(3, 3))
-    save_plot(fig, ax, "tokens/step", "generative perplexity" + (" (HF)" if key == "gen_ppl_hf" else ""), out_png)
+    taus = sorted({-tau for _, _, tau in samples}, reverse=True)                 # inf first
+    names = list(dict.fromkeys(label for _, label, _ in sorted(samples)))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), dpi=DPI, layout="constrained")
+    runs = {}
+    for i, label in enumerate(names):
+        shift = (i - (len(names) - 1) / 2) * 0.06
+        for ax, y in zip(axes, (key, "tokens_per_step")):
+            pts = []
+            for (_, name, tau), group in sorted(samples.items(), key=lambda kv: -kv[0][2], reverse=True):
+                if name == label:
+                    mean, lo, hi = mean_range([r[y] for r in group])
+                    pts.append((taus.index(-tau) + shift, mean, mean - lo, hi - mean))
+                    runs.setdefault(label, set()).update(r["file"] for r in group)
+            xs, ys, lo, hi = zip(*pts)
+            ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", capsize=3, markersize=5, label=label)
+    for ax, ylabel in zip(axes, ("generative perplexity" + (" (HF)" if key == "gen_ppl_hf" else "")
+                                 + ", lower is better", "tokens per step")):
+        ax.set_xticks(range(len(taus)), ["∞" if t == math.inf else f"{t:g}" for t in taus])
+        finish_axes(ax, "τ (confidence threshold)", ylabel)
+    what = f"unconditional samples from BOS ({counts(every)} per point, batch 1)"
+    title(fig, f"{corpus or 'a text corpus'}: {what}", f"scorer: {scorer_of(key, every)}", seeds_note(runs))
+    save_figure(fig, out_png)
+
+
+def scorer_of(key: str, runs: list[dict]) -> str:
+    """Who scored the samples: the Hugging Face model, one AR checkpoint, or each run's own AR checkpoint."""
+    if key == "gen_ppl_hf":
+        return "generative perplexity under " + ", ".join(dict.fromkeys(str(r.get("ppl_model"))
+                                                                        for r in runs))
+    refs = list(dict.fromkeys(str(r.get("ref_ckpt")) for r in runs))
+    beside = all(os.path.dirname(str(r.get("ref_ckpt"))) == os.path.dirname(r["ckpt"]) for r in runs)
+    if len(refs) > 1 and beside:
+        return f"generative perplexity under the AR checkpoint of the same training run ({', '.join(refs)})"
+    return "generative perplexity under " + ", ".join(refs)
 
 
 def infill(paths, out_md) -> str:
@@ -397,8 +564,8 @@ def main(argv=None):
     p.add_argument("--sweep", action="store_true",
                    help="Set Diffusion's smax sweep: accuracy, tokens/step, likelihood and infilling per checkpoint")
     p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/step plot; --sweep: accuracy, "
-                   "tokens/step and infilling vs smax; --generation: generative perplexity vs tokens/step (needs "
-                   "matplotlib)")
+                   "tokens/step and infilling vs smax; --generation: generative perplexity and tokens/step vs "
+                   "tau (needs matplotlib)")
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
     args = p.parse_args(argv)
     try:

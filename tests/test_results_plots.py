@@ -25,12 +25,84 @@ def test_pareto_plot_is_accuracy_against_tokens_per_step(tmp_path, monkeypatch):
                 continue
             p = tmp_path / f"{model}-{tau}.json"
             p.write_text(json.dumps({"task": "arith", "model": model, "ckpt": f"out/{model}", "threshold": tau,
-                                     "accuracy": acc, "tokens_per_step": tps}))
+                                     "accuracy": acc, "tokens_per_step": tps, "n": 500}))
             paths.append(str(p))
-    drawn = []
-    monkeypatch.setattr(results, "save_plot", lambda fig, ax, x, y, out: drawn.append((x, y, len(ax.lines))))
-    results.summarize(paths, str(tmp_path / "t.md"), str(tmp_path / "p.png"))
-    assert drawn == [("tokens/step", "accuracy", 2), ("tokens/step", "accuracy", 1)]   # MDLM alone on the right
+    fig = drawn_figure(monkeypatch, lambda: results.summarize(paths, str(tmp_path / "t.md"),
+                                                               str(tmp_path / "p.png")))
+    panels = [(ax.get_xlabel(), ax.get_ylabel(), len(ax.lines)) for ax in fig.axes]
+    assert panels == [("tokens/step", "accuracy", 2), ("tokens/step", "accuracy", 1)]   # MDLM on the right
+    heading = fig._suptitle.get_text()
+    assert "arith" in heading and "is_correct on 500 held-out problems" in heading       # task and scorer
+    assert f"seeds: one run each ({tmp_path})" in heading                                 # where its runs are
+    labels = sorted(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert labels == ["0.9", "0.9", "τ=∞", "τ=∞", "τ=∞"]                                  # tau at every point
+
+
+def drawn_figure(monkeypatch, draw):
+    """The matplotlib figure that draw() saves (not written to disk)."""
+    saved = []
+    monkeypatch.setattr(results, "save_figure", lambda fig, out: saved.append(fig))
+    draw()
+    assert len(saved) == 1
+    return saved[0]
+
+
+def test_point_labels_never_overprint_each_other_nor_a_point():
+    """Clustered points (the Shakespeare runs: five thresholds within 0.03 tokens/step, two methods 1 apart in
+    perplexity): every label lands where it covers no other label, no marker, and stays inside the axes."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    taus = ["τ=∞", "0.9", "0.7", "0.5", "0.3", "0.1"]
+    curves = [[(1.00, 6.20, taus[0]), (1.002, 5.87, taus[1]), (1.01, 6.07, taus[2]), (1.03, 6.14, taus[3]),
+               (1.08, 6.60, taus[4]), (1.48, 11.37, taus[5])],
+              [(1.00, 6.72, taus[0]), (1.004, 6.96, taus[1]), (1.01, 6.86, taus[2]), (1.03, 7.08, taus[3]),
+               (1.07, 6.95, taus[4]), (1.38, 10.48, taus[5])],
+              [(1.00, 7.65, taus[0])], [(1.00, 3.98, taus[0])]]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=results.DPI, layout="constrained")
+    for curve in curves:
+        ax.plot(*zip(*[(x, y) for x, y, _ in curve]), "o-")
+    results.title(fig, "a task", "a scorer", "seeds")
+    anns = results.place_labels(ax, curves)
+    renderer = fig.canvas.get_renderer()
+    boxes = [results.label_box(a, renderer) for a in anns]
+    points = [ax.transData.transform((x, y)) for curve in curves for x, y, _ in curve]
+    frame = ax.get_window_extent(renderer)
+    merged = [t for curve in curves for _, t in results.merge_close(ax, curve, 8)]
+    assert sorted(a.get_text() for a in anns) == sorted(merged)
+    for i, b in enumerate(boxes):
+        assert frame.contains(b.x0, b.y0) and frame.contains(b.x1, b.y1), anns[i].get_text()
+        assert not any(b.overlaps(other) for other in boxes[i + 1:]), anns[i].get_text()
+        covered = [(px, py) for px, py in points if b.x0 - 3 < px < b.x1 + 3 and b.y0 - 3 < py < b.y1 + 3]
+        assert not covered, anns[i].get_text()
+    plt.close(fig)
+
+
+def test_generation_plot_names_corpus_scorer_and_seeds_and_puts_tau_on_the_axis(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    paths = []
+    for seed in ("shakes", "shakes-s2"):
+        d = tmp_path / seed
+        d.mkdir()
+        for model, taus in (("ar", [math.inf]), ("setdiffusion", [math.inf, 0.5])):
+            for tau in taus:
+                p = d / f"{model}-{tau}.json"
+                p.write_text(json.dumps({
+                    "task": "unconditional", "model": model, "ckpt": f"out/{seed}/{model}", "threshold": tau,
+                    "gen_ppl": 5.0, "entropy": 3.0, "tokens_per_step": 1.1, "tokens_per_s": 100.0, "n": 20,
+                    "ref_ckpt": f"out/{seed}/ar"}))
+                paths.append(str(p))
+        p = d / "ar-nll.json"
+        p.write_text(json.dumps({"task": "likelihood", "model": "ar", "ckpt": f"out/{seed}/ar", "nll": 1.5,
+                                 "perplexity": 4.5, "tokens": 10, "data": "shakespeare"}))
+        paths.append(str(p))
+    fig = drawn_figure(monkeypatch, lambda: results.generation(paths, str(tmp_path / "g.md"),
+                                                                str(tmp_path / "g.png")))
+    heading = fig._suptitle.get_text()
+    assert heading.startswith("shakespeare: unconditional samples from BOS (20 per point")
+    assert "under the AR checkpoint of the same training run (out/shakes/ar, out/shakes-s2/ar)" in heading
+    assert f"seeds: mean of 2 runs ({tmp_path / 'shakes'}, {tmp_path / 'shakes-s2'}), bars min-max" in heading
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["∞", "0.5"]
+    ylabels = [ax.get_ylabel() for ax in fig.axes]
+    assert ylabels == ["generative perplexity, lower is better", "tokens per step"]
 
 
 def sweep_run(folder, name, smax, infill, task, **metrics):
@@ -52,14 +124,19 @@ def test_smax_sweep_table_merges_seeds_and_orders_by_smax(tmp_path, monkeypatch)
                       sweep_run(d, name, smax, infill, "arith", threshold=0.9, accuracy=acc - 0.01, tokens_per_step=3.5),
                       sweep_run(d, name, smax, infill, "likelihood", nll=0.03, perplexity=1.03, tokens=10),
                       sweep_run(d, name, smax, infill, "infill", span="number", exact=0.1 + infill)]
-    drawn = []
-    monkeypatch.setattr(results, "save_plot", lambda fig, ax, x, y, out: drawn.append((x, y)))
+    saved = []
+    monkeypatch.setattr(results, "save_figure", lambda fig, out: saved.append(fig))
     text = results.sweep(paths, str(tmp_path / "smax.md"), str(tmp_path / "smax.png") if _has_mpl() else None)
     lines = text.splitlines()
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| sd8", "| sd8-infill", "| sd32"]
     assert "| 0.970 [0.960, 0.980] | 0.960 [0.950, 0.970] | 3.50 | 0.0300 |  | 0.600 | 2 |" in lines[3]
-    assert drawn == ([("smax", "accuracy"), ("smax", "tokens/step"), ("smax", "infilling exact match")]
-                     if _has_mpl() else [])
+    if _has_mpl():
+        (fig,) = saved
+        assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes] == [
+            ("smax", "accuracy"), ("smax", "tokens/step"), ("smax", "infilling exact match")]
+        heading = fig._suptitle.get_text()
+        assert heading.startswith("arith: Set Diffusion against smax") and "arith's is_correct" in heading
+        assert f"seeds: mean of 2 runs ({tmp_path / 's1'}, {tmp_path / 's2'}), bars min-max" in heading
     bad = tmp_path / "ar.json"
     bad.write_text(json.dumps({"task": "arith", "model": "ar", "ckpt": "out/ar", "method_config": {}}))
     with pytest.raises(ValueError, match="ar.json: a run of ar; the smax sweep takes Set Diffusion runs only"):
