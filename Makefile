@@ -136,7 +136,7 @@ SHAKESPEARE_DATA_DIR ?=
 SHAKESPEARE_CACHE = $(if $(SHAKESPEARE_DATA_DIR),--data-dir $(SHAKESPEARE_DATA_DIR))
 SHAKESPEARE_TRAIN = --data shakespeare $(SHAKESPEARE_CACHE) --n-layer 4 --n-embd 128 --n-head 4 --seq-len 128 \
 	--batch-size 8 --max-iters $(SHAKESPEARE_ITERS) --eval-limit 200 --save-every 100000 --seed $(SHAKESPEARE_SEED)
-SHAKESPEARE_SAMPLE = --task unconditional --ref-ckpt $(SHAKESPEARE_OUT)/ar -n $(SHAKESPEARE_N) --warmup 1
+SHAKESPEARE_SAMPLE = --task unconditional --ref-ckpt $(SHAKESPEARE_OUT)/ar -n $(SHAKESPEARE_N) --warmup 1 --no-redraw
 
 shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000 steps), bits/char, samples scored by the AR model over tau (~27 min on 2 CPU cores)
 	mkdir -p $(SHAKESPEARE_RESULTS)

@@ -8,9 +8,10 @@
     python eval.py --ckpt owt:setdlm-smax16 --task likelihood --data owt   # OWT/LM1B perplexity
     python eval.py --ckpt out/shakespeare/ar --task likelihood            # a text corpus: also bits/char (bytes)
     python eval.py --ckpt out/shakespeare/setdiffusion --task unconditional --ref-ckpt out/shakespeare/ar -n 20 \
-        --threshold 0.9                                # samples from BOS: generative perplexity, entropy, tokens/s
+        --threshold 0.9 --no-redraw                    # samples from BOS: generative perplexity, entropy, tokens/s
     python eval.py --ckpt owt:setdlm-smax32 --task unconditional -n 1000 --ppl-model gpt2-large --mauve-ref owt.jsonl
-                                                       # the paper's Table 4: GPT-2 Large gen. PPL, MAUVE (optional)
+                                                       # the paper's Table 4: GPT-2 Large gen. PPL, MAUVE (optional);
+                                                       # samples of entropy < 4 or <= 50 tokens redrawn as the official
     python eval.py --ckpt owt:setdlm-smax16 --task piqa             # zero-shot multiple choice (paper/zeroshot.py)
     python eval.py --ckpt out/ar --task lm-eval --tasks NAME[,NAME] --include-path DIR   # lm-eval (paper/harness.py)
 
@@ -88,6 +89,8 @@ def get_args(argv=None):
     p.add_argument("--mauve-encoder", default=None, help="unconditional: the Hugging Face encoder whose features "
                    f"MAUVE compares (default {hf_metrics.MAUVE_ENCODER}, the paper's)")
     p.add_argument("-n", type=int, default=20, help="unconditional: samples scored, at batch 1")
+    p.add_argument("--no-redraw", action="store_true", help="unconditional: score every sample as drawn (the "
+                   "official redraws one whose unigram entropy is < 4 nats or that holds <= 50 tokens)")
     p.add_argument("--mc-samples", "--samples", dest="samples", type=int, default=1, help="hellaswag/piqa/siqa, "
                    "lm-eval: NELBO draws averaged per option (1 = the official), noise seeded per request")
     p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
@@ -134,7 +137,8 @@ def check_args(args):
     check_positive("--batch-size", args.batch_size)
     check_positive("--mdlm-block", args.mdlm_block)
     check_positive("-n", args.n)
-    check_positive("--rounds", args.rounds)
+    if check_positive("--rounds", args.rounds) > 100:          # each round decodes every measured prompt again
+        raise ValueError(f"--rounds must be at most 100 (the paper's 3), got {args.rounds}")
     check_positive("--mc-samples", args.samples)
     scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),
                               ("--mauve-ref", args.mauve_ref), ("--mauve-encoder", args.mauve_encoder)) if v]
@@ -156,6 +160,26 @@ def check_args(args):
     if args.json:
         check_output_file(args.json)
     harness.check_args(args)                     # --tasks, --include-path, --num-fewshot; lm-eval installed
+    # Each flag that only some tasks read, and those tasks: given (not its default) to another, it is refused.
+    # No --task: the checkpoint's own, an accuracy task (arith, gsm8k, cnndm) or a corpus' likelihood.
+    accuracy, sampled = ("arith", "gsm8k", "cnndm"), ("rocstories", "infill", "throughput", "unconditional", "lm-eval")
+    readers = {"data_dir": set(TASKS) - {"unconditional", "lm-eval"}, "n": {"unconditional"},
+               "no_redraw": {"unconditional"}, "samples": {*zeroshot.MCQA, "lm-eval"}, "rounds": {"throughput"},
+               "limit": set(TASKS) - {"unconditional"}, "batch_size": set(TASKS) - {"rocstories", "infill"},
+               **dict.fromkeys(["threshold", "window", "commit_order", "mdlm_block", "official_blocks"],
+                               {*accuracy, *sampled}),
+               "temperature": {*accuracy, *sampled} - {"unconditional"},
+               "max_new_tokens": {*accuracy, "throughput", "unconditional", "lm-eval"},
+               "stop_on_im_end": {"gsm8k", "throughput", "lm-eval"}, "sentences": {"rocstories"},
+               "span": {"infill"}, "warmup": {"throughput", "infill", "rocstories", "unconditional"},
+               "nll_exclusions": {"likelihood", *zeroshot.MCQA, "lm-eval"}, "data": {"likelihood", "infill"},
+               "seed": set(TASKS) - {"throughput", "rocstories", "infill"}}
+    defaults, runs = vars(get_args(["--ckpt", "x"])), {args.task} if args.task else {*accuracy, "likelihood"}
+    for dest, tasks in readers.items():
+        if getattr(args, dest) != defaults[dest] and not runs & tasks:
+            flag = {"n": "-n", "samples": "--mc-samples"}.get(dest, "--" + dest.replace("_", "-"))
+            task = f"--task {args.task}" if args.task else "the checkpoint's own task (no --task)"
+            raise ValueError(f"{flag} does not apply to {task}: it goes with --task {', '.join(sorted(tasks))}")
 
 
 def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:

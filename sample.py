@@ -76,6 +76,9 @@ def check_flags(args):
     check_threshold(args.threshold)
     if args.prompt is not None and args.prompt_file:
         raise ValueError("give --prompt or --prompt-file, not both")
+    if args.unconditional and args.show_order:
+        raise ValueError("--show-order marks the steps of replies to prompts; --unconditional samples are printed "
+                         "as text: drop one of the two")
 
 
 def batches(ids, batch_size: int, max_new: int, seq_len: int, default: bool):

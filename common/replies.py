@@ -5,7 +5,8 @@ samplers live in the method files and the logits -> tokens rules in sampling.py;
 to prompts, tasks and clocks.
 
     respond(model, method, cfg, tok, task, prompts, device, settings)   replies to a batch of prompts
-    unconditional(model, method, cfg, tok, n, settings, device)          samples from BOS alone at batch 1
+    unconditional(model, method, cfg, tok, n, settings, device)          samples from BOS alone at batch 1, the
+                                             official stop rules and (keep) redraws
     timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
 """
 import dataclasses
@@ -90,32 +91,77 @@ def respond(model, method, cfg, tok, task, prompts, device, settings: Settings, 
 
 # ----------------------------------------------------------------------------- samples from BOS alone
 
-def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0) -> list[dict]:
-    """n samples from BOS alone, one at a time (batch 1), at temperature 1 with settings' options. Per sample: ids (the new tokens up to its stop, the
-    first EOS after the first start - 1; [MASK]s of columns never generated dropped; a sample the entropy stop
-    ended loses its last window, the official legacy truncation: sampling.EntropyStop.cut), text, tokens_per_s,
-    tokens_per_step, nfe."""
-    samples, options = [], settings.options
+MAX_REDRAWS = 20        # draws in a row that `keep` refuses before unconditional gives up (ValueError)
+
+
+def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0, keep=None) -> list[dict]:
+    """n samples from BOS alone, one at a time (batch 1), at temperature 1 with settings' options, as the
+    official uncond_gen_ppl.py draws them (the official EntropyEosStoppingCriteria: EosStop, then the entropy
+    rule). keep(sample) -> bool, when given: a sample it refuses is drawn again (the official redraws a sample
+    whose entropy is < 4 or whose length is <= 50), at most MAX_REDRAWS times in a row (then a ValueError).
+    Per sample (draw): ids, eos, raw, text, tokens_per_s, tokens_per_step, nfe, redrawn (draws refused
+    before it)."""
+    samples, g = [], torch.Generator(device=device).manual_seed(seed)
     settings = dataclasses.replace(settings, temperature=1.0)
-    g = torch.Generator(device=device).manual_seed(seed)
-    for _ in range(n):
-        prompt = torch.tensor([[tok.eos_id]], device=device)          # BOS = EOS (GPT-2, Qwen3, bytes)
-        start = max(options.stop_min_tokens if options else 0, 1)       # EOS before start does not stop a row
-        stop = eos_stop(tok.eos_id, start)
-        stop = EntropyStop(stop) if options and options.stop_entropy > 0 else stop   # reads the entropy cut
-        (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, settings, None, stop, g)
-        ids = tokens[0].tolist()
-        ends = [j for j in range(start, len(ids)) if ids[j] == tok.eos_id]
-        new = [i for i in ids[1:ends[0] if ends else len(ids)] if i != tok.mask_id]
-        cut = stop.cut(0) if isinstance(stop, EntropyStop) and stop.ends else None
-        if cut is not None:              # stopped by low entropy: the official legacy cut, [MASK]s removed first
-            new = [i for i in ids if i != tok.mask_id][1:cut]
-        samples.append({"ids": new, "text": tok.decode(new), "tokens_per_s": int(stats["n_gen"].sum()) / sec,
-                        "tokens_per_step": stats["tokens_per_step"], "nfe": stats["nfe"]})
+    for k in range(n):
+        for redrawn in range(MAX_REDRAWS + 1):
+            sample = draw(model, method, cfg, tok, settings, device, g)
+            if keep is None or keep(sample):
+                break
+        else:
+            raise ValueError(f"sample {k}: {MAX_REDRAWS + 1} draws in a row were refused")
+        samples.append({**sample, "redrawn": redrawn})
     return samples
 
 
-def eos_stop(eos_id: int, start: int = 1):
-    """A sampler stop hook for a 1-token (BOS) prompt: a row stops at an EOS in column >= start, i.e. after the
-    first start - 1 new tokens (the official EntropyEosStoppingCriteria: ignore_prompt_eos, confidence_min_tokens)."""
-    return lambda tokens, end: torch.stack([(row[start:e] == eos_id).any() for row, e in zip(tokens, end.tolist())])
+def draw(model, method, cfg, tok, settings: Settings, device, generator) -> dict:
+    """One sample from BOS alone. ids: the new tokens the official keeps ([MASK]s removed): up to the EOS its
+    stop rule ended the sample at (eos True: the official keeps that EOS), else the legacy cut of a sample the
+    entropy rule ended (sampling.EntropyStop.cut: its last window dropped), else every generated token (an EOS
+    before the first start columns stays). raw: every generated token up to where the sampler stopped,
+    [MASK]s removed (what the official measures a sample's entropy on). text: ids decoded."""
+    options = settings.options
+    prompt = torch.tensor([[tok.eos_id]], device=device)              # BOS = EOS (GPT-2, Qwen3, bytes)
+    start = max(options.stop_min_tokens if options else 0, 1)           # EOS before start does not stop a row
+    eos = eos_stop(tok.eos_id, start, tok.mask_id)
+    stop = EntropyStop(eos) if options and options.stop_entropy > 0 else eos   # reads the entropy cut
+    (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, settings, None, stop, generator)
+    row = tokens[0].tolist()
+    raw = [i for i in row[1:] if i != tok.mask_id]
+    cut = stop.cut(0) if isinstance(stop, EntropyStop) and stop.ends else None
+    if 0 in eos.at:                          # stopped at an EOS with no [MASK] before it: keep up to it
+        ids = row[1:eos.at[0]]
+    elif cut is not None:                    # stopped by low entropy: the official legacy cut, [MASK]s out first
+        ids = [i for i in row if i != tok.mask_id][1:cut]
+    else:
+        ids = raw
+    return {"ids": ids, "eos": 0 in eos.at, "raw": raw, "text": tok.decode(ids),
+            "tokens_per_s": int(stats["n_gen"].sum()) / sec, "tokens_per_step": stats["tokens_per_step"],
+            "nfe": stats["nfe"]}
+
+
+class EosStop:
+    """A sampler stop hook for a 1-token (BOS) prompt, the official EntropyEosStoppingCriteria's EOS rule
+    (var_length, ignore_prompt_eos, num_matches 1): a row decided up to column end stops at its first EOS in a
+    column >= min(start, end - 1) (start - 1 = confidence_min_tokens new tokens; the official floor is capped by
+    the sequence so far, so an EOS in its last column counts at once: every EOS an AR model writes) once no
+    [MASK] is left before that EOS; while one is, it goes on decoding. at: {row: the column of that EOS}."""
+
+    def __init__(self, eos_id: int, start: int = 1, mask_id: int = -1):
+        self.eos_id, self.start, self.mask_id, self.at = eos_id, start, mask_id, {}
+
+    def __call__(self, tokens, end):
+        done = []
+        for b, (row, e) in enumerate(zip(tokens, end.tolist())):
+            lo = max(min(self.start, e - 1), 1)
+            hits = (row[lo:e] == self.eos_id).nonzero()
+            p = lo + int(hits[0]) if len(hits) else -1
+            done.append(p >= 0 and not bool((row[1:p] == self.mask_id).any()))
+            if done[-1]:
+                self.at.setdefault(b, p)
+        return torch.tensor(done, device=tokens.device)
+
+
+def eos_stop(eos_id: int, start: int = 1, mask_id: int = -1) -> EosStop:
+    """The EOS stop of unconditional samples (EosStop)."""
+    return EosStop(eos_id, start, mask_id)

@@ -284,10 +284,28 @@ def result_rows(out: dict, model_name: str) -> list[list]:
     return rows
 
 
+def template_error(names: list[str], tm, error) -> str:
+    """The line for a task YAML whose Jinja template fails on a document (jinja2's TemplateError: a field the
+    documents lack): the task, found by building each task alone (lm-eval renders a document when it builds a
+    task), and jinja2's message, which names the field."""
+    from jinja2 import TemplateError
+    from lm_eval.tasks import get_task_dict
+    bad = []
+    for name in names:
+        try:
+            get_task_dict([name], tm)
+        except TemplateError:
+            bad.append(name)
+    return (f"lm-eval task {', '.join(bad or names)}: its YAML template fails on a document "
+            f"({error.message or error}): a field the template names is not in the task's data; fix the YAML "
+            f"(--include-path) or the data")
+
+
 def run(args, model, method, cfg, config: dict, device, exclusions: str, settings: Settings) -> tuple:
     """eval.py --task lm-eval: lm_eval.simple_evaluate of args.tasks on the checkpoint (--num-fewshot, --limit per
     task, --batch-size, --mc-samples, --seed, the sampler flags). Returns (HEAD, rows, metrics for --json)."""
     version = lm_eval_version()
+    from jinja2 import TemplateError                  # lm-eval's templates are Jinja (a dependency of lm-eval)
     from lm_eval.evaluator import simple_evaluate
     names = task_names(args.tasks)
     tm = task_manager(names, args.include_path)
@@ -303,6 +321,8 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, setting
         first = (str(e).splitlines() or [""])[0][:200]
         raise RuntimeError(f"lm-eval could not load the data of {', '.join(names)} ({type(e).__name__}: {first}); "
                            f"a task reads the Hugging Face Hub unless its YAML names local files") from None
+    except TemplateError as e:    # a doc_to_text / doc_to_target / doc_to_choice naming a field the data lacks
+        raise ValueError(template_error(names, tm, e)) from None
     results = {t: {k: plain(v) for k, v in res.items()} for t, res in out["results"].items()}
     m = {"tasks": names, "lm_eval": version, "num_fewshot": args.num_fewshot, "limit": args.limit,
          "samples": args.samples, "threshold": settings.threshold, "window": settings.window,

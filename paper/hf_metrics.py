@@ -8,14 +8,17 @@ encoder's features (the paper's ModernBERT-large), bootstrapped over reference s
     check_installed(...)                     the optional packages (transformers, mauve-text), one error line
 
 transformers and mauve-text are optional (imported here, lazily); a model is a local directory or a Hub id,
-loaded without remote code (trust_remote_code stays off), and one that cannot be loaded (offline, a typo) is one
-ValueError line.
+loaded without remote code (trust_remote_code stays off), and one that cannot be loaded (offline, a typo), or a
+--ppl-model that is not a trained causal LM (check_causal: an encoder such as BERT), is one ValueError line;
+eval.py loads both before it samples. A reference file over 256 MiB, or a text over 10^6 characters, is one
+line too (read_texts).
 
 Generative perplexity: each sample is scored after the model's BOS (its EOS if it has none), as --ref-ckpt
 scores it after ours; a sample longer than the model's context is scored in pieces of context - 1 tokens, each
 after a BOS. The samples' own token ids are scored when the model's tokenizer reads every one of them as the
 same string as ours (same_tokens: a GPT-2 sample under gpt2-large), else their texts are re-tokenised by the
-model's tokenizer (`ppl_retokenised` says which). The official code has no generative-perplexity evaluator
+model's tokenizer (`ppl_retokenised` says which; a text's leading <|endoftext|>, the official's BOS, read as
+the model's BOS is the one the text is scored after). The official code has no generative-perplexity evaluator
 (official_code_spec.md); this is the usual MDLM / BD3-LM protocol.
 
 MAUVE: the official robust_mauve_bootstrap.py draws n_subsets = 5 subsets of subset = 1000 reference texts
@@ -53,28 +56,63 @@ def check_installed(ppl: bool, mauve: bool) -> None:
 
 def load(kind: str, name: str, device, flag: str):
     """(model, tokenizer) of a Hub id or local directory: kind "causal" (AutoModelForCausalLM) or "encoder"
-    (AutoModel), float32, eval mode, on device. No remote code. A failure is one ValueError line naming flag."""
+    (AutoModel), float32, eval mode, on device. No remote code. A failure is one ValueError line naming flag;
+    so is a "causal" model that is not one (check_causal)."""
     check_installed(kind == "causal", kind != "causal")
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
     auto = AutoModelForCausalLM if kind == "causal" else AutoModel
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
-        model = auto.from_pretrained(name, dtype=torch.float32)
+        model, info = auto.from_pretrained(name, dtype=torch.float32, output_loading_info=True)
     except (OSError, ValueError, KeyError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValueError(f"{flag} {name}: cannot load it ({first[:200]}); give a local directory or a Hub id "
                          f"(the Hub needs the network)") from None
-    return model.to(device).eval(), tokenizer
+    model = model.to(device).eval()
+    if kind == "causal":
+        check_causal(model, sorted(info.get("missing_keys") or []), name, flag)
+    return model, tokenizer
+
+
+@torch.no_grad()
+def check_causal(model, missing: list, name: str, flag: str) -> None:
+    """A generative-perplexity scorer must be a causal LM whose head was trained (ValueError, one line): no weight
+    left out of its checkpoint (transformers initialises those at random: an encoder's missing LM head), and
+    each position's prediction blind to later tokens (changing the last of 8 tokens moves no earlier logit: a
+    BERT loaded as BertLMHeadModel attends both ways)."""
+    if missing:
+        raise ValueError(f"{flag} {name}: not a trained causal LM ({len(missing)} weights, e.g. {missing[0]}, are "
+                         f"not in its checkpoint and would be random); give a causal LM such as gpt2-large")
+    V = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 2
+    device = next(model.parameters()).device
+    x = (torch.arange(1, 9, device=device) % V)[None]                          # (1, 8)
+    y = x.clone()
+    y[0, -1] = (y[0, -1] + 1) % V
+    a, b = (model(input_ids=t, attention_mask=torch.ones_like(t)).logits[0, :-1].float() for t in (x, y))
+    if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
+        raise ValueError(f"{flag} {name}: not a causal LM (its predictions see the tokens after them: an encoder "
+                         f"such as BERT); give a causal LM such as gpt2-large")
+
+
+MAX_REF_BYTES = 256 << 20      # a --mauve-ref file: 256 MiB (OWT's validation texts are ~40 MB)
+MAX_TEXT_CHARS = 1_000_000     # a reference text (MAUVE reads its first 1024 tokens)
 
 
 def read_texts(path: str) -> list[str]:
     """Reference texts, blank ones dropped (the official _load_text_corpus): .jsonl (one string or {"text": ...}
-    a line), .json (a list of those, or eval.py --json output: its "samples"), else one text a line."""
+    a line), .json (a list of those, or eval.py --json output: its "samples"), else one text a line. A file
+    over MAX_REF_BYTES (or endless: /dev/zero) or a text over MAX_TEXT_CHARS is one ValueError line."""
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = f.read()
+        with open(path, "rb") as f:
+            data = f.read(MAX_REF_BYTES + 1)
+        raw = data.decode("utf-8")
     except OSError as e:
         raise ValueError(f"--mauve-ref {path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--mauve-ref {path}: not UTF-8 text (byte {e.start})") from None
+    if len(data) > MAX_REF_BYTES:
+        raise ValueError(f"--mauve-ref {path}: larger than {MAX_REF_BYTES >> 20} MiB; MAUVE compares 5 subsets "
+                         f"of 1000 texts: give a file of a few thousand texts")
     try:
         if path.endswith(".jsonl"):
             items = [json.loads(line) for line in raw.splitlines() if line.strip()]
@@ -89,6 +127,10 @@ def read_texts(path: str) -> list[str]:
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
         raise ValueError(f"--mauve-ref {path} holds no text")
+    longest = max(range(len(texts)), key=lambda i: len(texts[i]))
+    if len(texts[longest]) > MAX_TEXT_CHARS:
+        raise ValueError(f"--mauve-ref {path}: text {longest + 1} holds {len(texts[longest]):,} characters, more "
+                         f"than {MAX_TEXT_CHARS:,} (MAUVE reads a text's first 1024 tokens): one document a line")
     return texts
 
 
@@ -117,15 +159,18 @@ def batch_nll(model, rows: list[list[int]], pad: int, device) -> tuple[float, in
     return float(nll.sum()), int(real[:, 1:].sum())
 
 
-def hf_gen_ppl(texts: list[str], model_name: str, batch_size: int = 8, device="cpu", ids=None, tok=None) -> dict:
+def hf_gen_ppl(texts: list[str], model_name: str, batch_size: int = 8, device="cpu", ids=None, tok=None,
+               loaded=None) -> dict:
     """Generative perplexity of the samples (texts, and their token ids under tok when given) under the causal
-    LM model_name: exp(summed NLL / tokens) over all samples, batch_size pieces per forward (module docstring)."""
-    model, hf_tok = load("causal", model_name, device, "--ppl-model")
+    LM model_name (loaded: its (model, tokenizer) from load, else loaded here): exp(summed NLL / tokens) over
+    all samples, batch_size pieces per forward (module docstring)."""
+    model, hf_tok = loaded or load("causal", model_name, device, "--ppl-model")
     bos = hf_tok.bos_token_id if hf_tok.bos_token_id is not None else hf_tok.eos_token_id
     if bos is None:
         raise ValueError(f"--ppl-model {model_name}: its tokenizer has no BOS or EOS token to score a sample after")
     own = ids is not None and tok is not None and same_tokens(tok, hf_tok, ids)
     seqs = [list(r) for r in ids] if own else [hf_tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    seqs = [s[1:] if s[:1] == [bos] and not own else s for s in seqs]    # a text's own BOS: the one scored after
     ctx = getattr(model.config, "max_position_embeddings", None) or 1024
     pieces = [[bos] + s[k:k + ctx - 1] for s in seqs for k in range(0, len(s), ctx - 1)]
     nll, count = 0.0, 0
@@ -159,7 +204,7 @@ def features(model, tokenizer, texts: list[str], batch_size: int, device, max_le
 
 def mauve_score(texts: list[str], references: list[str], encoder: str = MAUVE_ENCODER, n_subsets: int = 5,
                 subset: int = 1000, device="cpu", batch_size: int = 8, reference_seed: int = REFERENCE_SEED,
-                seed: int = MAUVE_SEED) -> dict:
+                seed: int = MAUVE_SEED, loaded=None) -> dict:
     """MAUVE of the samples against n_subsets reference subsets (the official bootstrap, module docstring):
     {"mauve": mean, "mauve_std": std (ddof 0), "mauve_scores": per subset, "mauve_n": texts compared, ...}."""
     check_installed(False, True)
@@ -171,7 +216,7 @@ def mauve_score(texts: list[str], references: list[str], encoder: str = MAUVE_EN
     size = min(subset, len(references))
     subsets = [rng.choice(len(references), size=size, replace=False).tolist() for _ in range(n_subsets)]
     n = min(size, len(texts))
-    model, tokenizer = load("encoder", encoder, device, "--mauve-encoder")
+    model, tokenizer = loaded or load("encoder", encoder, device, "--mauve-encoder")
     used = sorted({i for s in subsets for i in s[:n]})
     ref_feats = dict(zip(used, features(model, tokenizer, [references[i] for i in used], batch_size, device)))
     q = features(model, tokenizer, texts[:n], batch_size, device)

@@ -170,8 +170,8 @@ def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
     assert config["data"] == f"jsonl:{data}" and config["data_options"]["seq_len"] == config["seq_len"] == 16
     for task in ("likelihood", None):
         out = tmp_path / f"{task}.json"
-        task_arg = ["--task", task] if task else []
-        evaluate.main(["--ckpt", ckpt, "--json", str(out), "--max-new-tokens", "6", *task_arg])
+        task_arg = ["--task", task] if task else ["--max-new-tokens", "6"]      # likelihood samples nothing
+        evaluate.main(["--ckpt", ckpt, "--json", str(out), *task_arg])
         m = json.loads(out.read_text())
         assert m["n"] == 1 and ("perplexity" in m if task else 0 <= m["accuracy"] <= 1)
 

@@ -20,7 +20,7 @@ import sampling
 from data import byte_tokenizer, sampler_preset
 from helpers import MASK, METHODS, Jitter, error_of, tiny_model
 from model import ModelConfig, Transformer
-from paper import hf_metrics
+from paper import generation, hf_metrics
 from sampling import Settings, SamplerOptions
 
 try:
@@ -244,7 +244,7 @@ def test_eval_unconditional_with_hf_scorers_end_to_end(hf, tmp_path, capsys):
     out = tmp_path / "m.json"
     evaluate.main(["--ckpt", str(tmp_path / "ar"), "--task", "unconditional", "-n", "4", "--warmup", "0",
                    "--max-new-tokens", "40", "--ppl-model", hf["gpt2"], "--mauve-ref", str(tmp_path / "refs.txt"),
-                   "--mauve-encoder", hf["bert"], "--device", "cpu", "--json", str(out)])
+                   "--mauve-encoder", hf["bert"], "--device", "cpu", "--json", str(out), "--no-redraw"])
     m = json.loads(out.read_text())
     assert "gen_ppl" not in m and m["ppl_model"] == hf["gpt2"] and m["ppl_retokenised"] is False
     assert math.isfinite(m["gen_ppl_hf"]) and 0 <= m["mauve"] <= 1 and len(m["mauve_scores"]) == 5
@@ -349,3 +349,189 @@ def test_unconditional_applies_the_official_legacy_cut():
     assert any(len(p) > 6 for p in plain)
     assert sampler_preset("owt", TOK, METHODS["ar"][0]).stop_entropy == 4.0
     assert sampler_preset("owt", TOK, METHODS["bd3lm"][0]).stop_entropy_window == 128
+
+
+# ----------------------------------------------------------------------------- Table 4 beside the official code
+
+def official_eos_stop(input_ids, eos: int, mask: int, min_tokens: int, prompt_length: int = 1):
+    """The official EntropyEosStoppingCriteria.__call__'s EOS branch (src/custom_transformers/generation.py:
+    var_length, ignore_prompt_eos, num_matches 1), transcribed for a (1, seq_len) canvas: (stop, truncate_idx)."""
+    seq_len = input_ids.shape[1]
+    eos_offset = min(prompt_length, seq_len)
+    eos_mask = input_ids[:, eos_offset:] == eos
+    min_truncate_idx = min(eos_offset + max(min_tokens, 1), seq_len)
+    if eos_mask.sum(dim=1)[0].item() >= 1:
+        eos_positions = torch.nonzero(eos_mask[0], as_tuple=False).squeeze(-1) + eos_offset
+        eos_positions = eos_positions[eos_positions + 1 >= min_truncate_idx]
+        if eos_positions.numel() >= 1:
+            last_eos_pos = int(eos_positions[0].item())
+            if not (input_ids[0, eos_offset:last_eos_pos] == mask).any():
+                return True, min(last_eos_pos + 1, seq_len)
+    return False, None
+
+
+def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
+    """On random canvases (BOS, then tokens, EOSs and [MASK]s), replies.EosStop stops where the official rule does
+    and at its EOS (truncate_idx - 1); an EOS with a [MASK] before it does not stop a row."""
+    eos = TOK.eos_id
+    stop = replies.eos_stop(eos, 1, MASK)
+    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]    # a [MASK] before
+    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]     # one after only
+    g = torch.Generator().manual_seed(0)
+    stops = 0
+    for _ in range(400):
+        C, m = int(torch.randint(3, 14, (1,), generator=g)), int(torch.randint(0, 5, (1,), generator=g))
+        pool = torch.tensor([eos, MASK, 5, 6, 7])
+        row = torch.cat([torch.tensor([eos]), pool[torch.randint(0, 5, (C - 1,), generator=g)]])[None]
+        e = int(torch.randint(1, C + 1, (1,), generator=g))
+        hook = replies.eos_stop(eos, max(m, 1), MASK)
+        ours = bool(hook(row, torch.tensor([e]))[0])
+        stop, idx = official_eos_stop(row[:, :e], eos, MASK, m)
+        assert ours == stop and (hook.at.get(0) == (idx - 1 if stop else None)), (row, e, m)
+        stops += stop
+    assert 50 < stops < 350
+
+
+def official_rejects(raw: list, outputs: list, mask: int, pad: int) -> bool:
+    """The official uncond_gen_ppl.py _should_reject_generated_sample with its _compute_entropy, transcribed: raw
+    and outputs are the (BOS-led) sequences before and after truncation."""
+    xi = torch.tensor(raw)
+    xi = xi[(xi != mask) & (xi != pad)]
+    if xi.numel() == 0:
+        entropy = 0.0
+    else:
+        _, counts = torch.unique(xi, return_counts=True, sorted=False)
+        entropy = torch.special.entr(counts.float() / counts.sum()).sum().item()
+    return entropy < 4 or len(outputs) <= 50
+
+
+def test_the_redraw_filter_is_the_officials():
+    """generation.official_keep == not the official filter, on samples around both edges (entropy 4 nats: about
+    55 distinct tokens; 50 tokens with the BOS and the EOS that ended a sample)."""
+    eos, g = TOK.eos_id, np.random.default_rng(0)
+    kept = 0
+    for _ in range(300):
+        n = int(g.integers(44, 56) if g.integers(0, 2) else g.integers(56, 250))
+        distinct, ended = int(g.integers(40, 256)), bool(g.integers(0, 2))
+        ids = [int(x) for x in g.integers(0, distinct, size=n)]
+        raw = ids + [eos] * ended + [int(x) for x in g.integers(0, distinct, size=int(g.integers(0, 5)))]
+        sample = {"ids": ids, "eos": ended, "raw": raw}
+        keep = generation.official_keep(sample, eos)
+        assert keep == (not official_rejects([eos] + raw, [eos] + ids + [eos] * ended, TOK.mask_id, eos)), sample
+        kept += keep
+    assert 30 < kept < 270
+
+
+def test_the_scored_text_keeps_the_officials_endoftext_at_both_ends():
+    """tokenizer.decode of the official output: <|endoftext|> (BOS), the sample, any EOS inside it, the EOS that
+    ended it."""
+    eot = "<|endoftext|>"
+    assert generation.scored_text(TOK, list(b"hi"), True) == f"{eot}hi{eot}"
+    assert generation.scored_text(TOK, list(b"hi"), False) == f"{eot}hi"
+    assert generation.scored_text(TOK, [*b"a", TOK.eos_id, *b"b"], False) == f"{eot}a{eot}b"
+
+
+def tiny_bytes_ar(seed=0):
+    import ar
+    cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
+    torch.manual_seed(seed)
+    return Transformer(cfg).eval(), ar, ar.ARConfig(mask_id=TOK.mask_id)
+
+
+def test_samples_the_filter_refuses_are_redrawn_and_counted():
+    """evaluate_unconditional keeps the first n draws of the stream that the official filter keeps (the refused
+    ones redrawn from the same generator), and reports how many were redrawn; --no-redraw scores the first n.
+    Every kept sample is scored as the official text (BOS first)."""
+    model, ar, cfg = tiny_bytes_ar()
+    settings = Settings(63, options=sampler_preset("owt", TOK, ar), seq_len=64)
+    stream = replies.unconditional(model, ar, cfg, TOK, 16, settings, "cpu", 0)
+    keep = [generation.official_keep(s, TOK.eos_id) for s in stream]
+    want = [k for k, ok in enumerate(keep) if ok][:3]
+    assert len(want) == 3 and want[-1] > 2                               # some draws refused before the third
+    m = generation.evaluate_unconditional(model, ar, cfg, TOK, None, 3, settings, "cpu")
+    assert m["redrawn"] == want[-1] - 2 and m["redraw"] is True
+    assert m["sample_ids"] == [stream[k]["ids"] for k in want]
+    assert all(t.startswith("<|endoftext|>") for t in m["samples"])
+    off = generation.evaluate_unconditional(model, ar, cfg, TOK, None, 3, settings, "cpu", redraw=False)
+    assert off["redrawn"] == 0 and off["sample_ids"] == [s["ids"] for s in stream[:3]]
+
+
+def test_a_filter_that_refuses_every_draw_stops_with_one_line(monkeypatch):
+    model, ar, cfg = tiny_bytes_ar()
+    monkeypatch.setattr(replies, "MAX_REDRAWS", 2)
+    settings = Settings(63, options=sampler_preset("owt", TOK, ar), seq_len=64)
+    with pytest.raises(ValueError, match="sample 0: 3 draws in a row were refused by the official filter"):
+        generation.evaluate_unconditional(model, ar, cfg, TOK, None, 1, settings, "cpu")
+    with pytest.raises(ValueError, match="--max-new-tokens 54: every sample would be redrawn"):
+        generation.check_redraw(54)
+    generation.check_redraw(55)
+
+
+# ----------------------------------------------------------------------------- scorers and flags, before any work
+
+@needs_transformers
+def test_an_encoder_as_ppl_model_is_refused(hf, tmp_path):
+    """A BERT encoder (its LM head not in the checkpoint) and a BERT with its MLM head (attending both ways) are
+    not causal LMs: one line each; GPT-2 passes."""
+    mlm = tmp_path / "bert-mlm"
+    cfg = transformers.BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=64)
+    transformers.BertForMaskedLM(cfg).save_pretrained(str(mlm))
+    transformers.AutoTokenizer.from_pretrained(hf["bert"]).save_pretrained(str(mlm))
+    for path, why in ((hf["bert"], "not a trained causal LM"), (str(mlm), "not a causal LM")):
+        with pytest.raises(ValueError) as e:
+            hf_metrics.load("causal", path, "cpu", "--ppl-model")
+        assert str(e.value).startswith(f"--ppl-model {path}: {why}") and "\n" not in str(e.value)
+    hf_metrics.load("causal", hf["gpt2"], "cpu", "--ppl-model")
+
+
+def bytes_ckpt(tmp_path) -> str:
+    model, _, _ = tiny_bytes_ar()
+    checkpoint.save(str(tmp_path / "ar"), model, {
+        "model": dataclasses.asdict(model.cfg), "method": "ar", "tokenizer": "bytes", "data": "arith", "seq_len": 64,
+        "method_config": checkpoint.method_config("ar", TOK.mask_id)})
+    return str(tmp_path / "ar")
+
+
+@needs_mauve
+def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypatch):
+    """A --ppl-model or --mauve-encoder that cannot load or is not what it must be, and a --mauve-ref that is
+    endless (/dev/zero) or holds a text too long to tokenise, are one line before the first sample is drawn."""
+    def no_sampling(*a, **k):
+        raise AssertionError("sampled before the scorers were checked")
+    monkeypatch.setattr(generation, "unconditional", no_sampling)
+    monkeypatch.setattr(hf_metrics, "MAX_REF_BYTES", 1 << 20)
+    monkeypatch.setattr(hf_metrics, "MAX_TEXT_CHARS", 1000)
+    refs = tmp_path / "refs.txt"
+    refs.write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
+    (tmp_path / "long.txt").write_text("a short one\n" + "x" * 5000 + "\n")
+    args = ["--ckpt", bytes_ckpt(tmp_path), "--task", "unconditional", "-n", "2", "--no-redraw"]
+    cases = [(["--ppl-model", str(tmp_path / "nothing")], "--ppl-model"), (["--ppl-model", hf["bert"]], "not a"),
+             (["--mauve-ref", str(refs), "--mauve-encoder", str(tmp_path / "nothing")], "--mauve-encoder"),
+             (["--mauve-ref", "/dev/zero", "--mauve-encoder", hf["bert"]], "larger than 1 MiB"),
+             (["--mauve-ref", str(tmp_path / "long.txt"), "--mauve-encoder", hf["bert"]],
+              "text 2 holds 5,000 characters, more than 1,000")]
+    for flags, said in cases:
+        assert said in eval_error([*args, *flags]), flags
+
+
+def test_flags_a_task_does_not_read_are_refused(tmp_path):
+    ckpt = ["--ckpt", str(tmp_path / "x")]
+    for flags, said in (
+            (["--task", "arith", "--rounds", "5"], "--rounds does not apply to --task arith: it goes with --task "
+                                                   "throughput"),
+            (["--rounds", "5"], "--rounds does not apply to the checkpoint's own task"),
+            (["--task", "likelihood", "--threshold", "0.9"], "--threshold does not apply to --task likelihood"),
+            (["--task", "piqa", "--data", "owt"], "--data does not apply to --task piqa"),
+            (["--task", "unconditional", "--ppl-model", "g", "--temperature", "0.5"], "--temperature does not apply"),
+            (["--task", "arith", "--mc-samples", "4"], "--mc-samples does not apply to --task arith"),
+            (["--task", "likelihood", "--no-redraw"], "--no-redraw does not apply to --task likelihood"),
+            (["--task", "throughput", "--rounds", "1000000000"], "--rounds must be at most 100"),
+            (["--task", "piqa", "--mc-samples", "0"], "--mc-samples must be at least 1")):
+        assert said in eval_error([*ckpt, *flags]), flags
+
+
+def test_sample_show_order_with_unconditional_is_one_line(tmp_path):
+    import sample
+    message = error_of(sample.main, ["--ckpt", str(tmp_path / "x"), "--unconditional", "--show-order"])
+    assert "--show-order marks the steps of replies to prompts" in message

@@ -326,3 +326,16 @@ def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
     assert "nope is not an lm-eval task" in message and "tiny_mc" not in message
     monkeypatch.setitem(sys.modules, "lm_eval", None)        # not installed
     assert "pip install" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc"])
+
+
+def test_a_template_naming_a_missing_field_is_one_line_naming_task_and_field(run, tmp_path, monkeypatch):
+    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
+    yaml = tmp_path / "tasks" / "tiny_mc.yaml"
+    yaml.write_text(yaml.read_text().replace("{{question}}", "{{questoin}}"))
+    import lm_eval.tasks
+    real = lm_eval.tasks.TaskManager
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda include_path=None, **k: real(include_path=include_path,
+                                                                                         include_defaults=False))
+    message = error_of(evaluate.main, ["--ckpt", str(run / "ar"), "--device", "cpu", "--task", "lm-eval",
+                                       "--tasks", "tiny_txt,tiny_mc", "--include-path", include])
+    assert message.startswith("error: lm-eval task tiny_mc: its YAML template fails") and "questoin" in message

@@ -76,8 +76,10 @@ def test_eval_and_sample_from_a_checkpoint(tmp_path, capsys):
     ckpt = str(tmp_path / "ckpt")
     for task in ("arith", "likelihood", "throughput"):
         out = tmp_path / f"{task}.json"
-        evaluate.main(["--ckpt", ckpt, "--task", task, "--limit", "6", "--batch-size", "3", "--warmup", "1",
-                       "--max-new-tokens", "8", "--json", str(out)])
+        flags = {"arith": ["--max-new-tokens", "8"], "likelihood": [],            # each task's own flags only
+                 "throughput": ["--warmup", "1", "--max-new-tokens", "8"]}[task]
+        evaluate.main(["--ckpt", ckpt, "--task", task, "--limit", "6", "--batch-size", "3", *flags,
+                       "--json", str(out)])
         m = json.loads(out.read_text())
         assert {"task", "model", "n", "threshold"} <= set(m) and m["model"] == "bd3lm"
         if task != "likelihood":

@@ -97,18 +97,21 @@ def test_unconditional_genppl_is_exp_of_the_reference_models_mean_nll(run, tmp_p
         return out
     monkeypatch.setattr(generation, "unconditional", spy)
     m = eval_json(tmp_path, ["--ckpt", str(run / method), "--task", "unconditional", "--ref-ckpt", str(run / "ar"),
-                             "-n", "3", "--warmup", "1", "--max-new-tokens", "20", "--threshold", threshold])
+                             "-n", "3", "--warmup", "1", "--max-new-tokens", "20", "--threshold", threshold,
+                             "--no-redraw"])
     samples = drawn[1:]                                                         # the first one only warms up
-    assert len(drawn) == 4 and m["n"] == 3 and m["samples"] == [s["text"] for s in samples]
+    tok = byte_tokenizer()
+    assert len(drawn) == 4 and m["n"] == 3
+    assert m["samples"] == [generation.scored_text(tok, s["ids"], s["eos"]) for s in samples]
     ref, _, _, _ = checkpoint.load(str(run / "ar"))
     total, count = 0.0, 0
     for s in samples:
         assert 0 < len(s["ids"]) <= 20 and 256 + 1 not in s["ids"]             # no [MASK] (257) left
-        x = torch.tensor([[256] + s["ids"]])                                    # BOS (= EOS) + the sample
+        x = torch.tensor([[256] + s["ids"] + [256] * s["eos"]])                 # BOS (= EOS), the sample, its EOS
         with torch.no_grad():
             logp = F.log_softmax(ref(x[:, :-1]).float(), -1)
         total -= float(logp.gather(-1, x[:, 1:, None]).sum())
-        count += len(s["ids"])
+        count += x.shape[1] - 1
     assert m["gen_ppl"] == pytest.approx(math.exp(total / count), rel=1e-5)
     assert m["entropy"] == pytest.approx(sum(generation.unigram_entropy(s["ids"]) for s in samples) / 3)
     assert m["tokens_per_step"] == pytest.approx(sum(s["tokens_per_step"] for s in samples) / 3)
@@ -117,18 +120,22 @@ def test_unconditional_genppl_is_exp_of_the_reference_models_mean_nll(run, tmp_p
 
 
 def test_a_bad_ref_ckpt_is_one_line(run, tmp_path):
-    args = ["--ckpt", str(run / "setdiffusion"), "--task", "unconditional", "-n", "1"]
+    args = ["--ckpt", str(run / "setdiffusion"), "--task", "unconditional", "-n", "1", "--no-redraw"]
     assert "is a setdiffusion checkpoint: generative perplexity needs an AR model" in eval_error(
         [*args, "--ref-ckpt", str(run / "setdiffusion")])
-    for name, V, tokenizer, L in (("gpt2-ar", 300, "gpt2", 32), ("short-ar", 258, "bytes", 16)):
+    own = json.loads((run / "setdiffusion" / "config.json").read_text())["data"]
+    for name, V, tokenizer, L, data in (("gpt2-ar", 300, "gpt2", 32, own), ("short-ar", 258, "bytes", 16, own),
+                                        ("owt-ar", 258, "bytes", 64, "owt")):
         cfg = ModelConfig(vocab_size=V, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
         config = {"model": dataclasses.asdict(cfg), "method": "ar", "method_config": checkpoint.method_config(
-                  "ar", V - 1), "tokenizer": tokenizer, "data": "owt", "seq_len": L}
+                  "ar", V - 1), "tokenizer": tokenizer, "data": data, "seq_len": L}
         checkpoint.save(str(tmp_path / name), Transformer(cfg), config)
     assert "uses the gpt2 tokenizer, the samples are bytes tokens" in eval_error(
         [*args, "--ref-ckpt", str(tmp_path / "gpt2-ar")])
     assert ("has a context of 16 tokens, fewer than the BOS and 20 new tokens: pass --max-new-tokens 15 or less"
             in eval_error([*args, "--ref-ckpt", str(tmp_path / "short-ar"), "--max-new-tokens", "20"]))
+    assert f"owt-ar was trained on owt, the samples' checkpoint on {own}" in eval_error(
+        [*args, "--ref-ckpt", str(tmp_path / "owt-ar")])
     assert "--task unconditional needs --ref-ckpt DIR" in eval_error(args)
     assert "--ref-ckpt goes with --task unconditional" in eval_error(
         ["--ckpt", str(run / "ar"), "--task", "likelihood", "--ref-ckpt", str(run / "ar")])
