@@ -407,14 +407,16 @@ def official_rejects(raw: list, outputs: list, mask: int, pad: int) -> bool:
 
 def test_the_redraw_filter_is_the_officials():
     """generation.official_keep == not the official filter, on samples around both edges (entropy 4 nats: about
-    55 distinct tokens; 50 tokens with the BOS and the EOS that ended a sample)."""
+    55 distinct tokens, measured on all the tokens drawn; 50 tokens with the BOS and the EOS that ended a
+    sample, counted after the cut)."""
     eos, g = TOK.eos_id, np.random.default_rng(0)
     kept = 0
     for _ in range(300):
         n = int(g.integers(44, 56) if g.integers(0, 2) else g.integers(56, 250))
         distinct, ended = int(g.integers(40, 256)), bool(g.integers(0, 2))
         ids = [int(x) for x in g.integers(0, distinct, size=n)]
-        raw = ids + [eos] * ended + [int(x) for x in g.integers(0, distinct, size=int(g.integers(0, 5)))]
+        tail = int(g.integers(0, 80))                 # tokens decoded after the cut (a window past the EOS)
+        raw = ids + [eos] * ended + [int(x) for x in g.integers(0, 256, size=tail)]
         sample = {"ids": ids, "eos": ended, "raw": raw}
         keep = generation.official_keep(sample, eos)
         assert keep == (not official_rejects([eos] + raw, [eos] + ids + [eos] * ended, TOK.mask_id, eos)), sample
