@@ -10,6 +10,7 @@ to prompts, tasks and clocks.
     timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
 """
 import dataclasses
+import sys
 import time
 
 import torch
@@ -101,9 +102,10 @@ def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0
     whose entropy is < 4 or whose length is <= 50), at most MAX_REDRAWS times in a row (then a ValueError).
     Per sample (draw): ids, eos, raw, text, tokens_per_s, tokens_per_step, nfe, redrawn (draws refused
     before it)."""
+    from tqdm import tqdm
     samples, g = [], torch.Generator(device=device).manual_seed(seed)
     settings = dataclasses.replace(settings, temperature=1.0)
-    for k in range(n):
+    for k in tqdm(range(n), desc="samples", unit="sample", file=sys.stderr, disable=None, dynamic_ncols=True):
         for redrawn in range(MAX_REDRAWS + 1):
             sample = draw(model, method, cfg, tok, settings, device, g)
             if keep is None or keep(sample):

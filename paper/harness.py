@@ -33,6 +33,7 @@ script rewrites it (data/gsm8k.harness_rewrite) before lm-eval's strict-match / 
     harness_lm(setup)                       the lm_eval LM over a Setup (a loaded checkpoint and its settings)
 """
 import os
+import sys
 import dataclasses
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -140,8 +141,10 @@ def pair_nll(setup: Setup, pairs: list) -> torch.Tensor:
     """The NLL (AR exact, else the method's bound) of each pair's continuation given its context, summed over its
     tokens: (R,) float64. zeroshot.option_scores in batches of batch_size (AR's rows padded to the batch's
     longest, the diffusion methods' to L, as zeroshot.evaluate_mcqa), each request's noise from its own seed."""
+    from tqdm import tqdm
     out = [torch.zeros(0, dtype=torch.float64)]
-    for s in range(0, len(pairs), setup.batch_size):
+    for s in tqdm(range(0, len(pairs), setup.batch_size), desc="loglikelihood", unit="batch", file=sys.stderr,
+                  disable=None, dynamic_ncols=True):
         batch = pairs[s:s + setup.batch_size]
         width = max(len(p) + len(a) for p, a in batch) if setup.method.EXACT_NLL else setup.config["seq_len"]
         per_token = zeroshot.option_scores(setup.model, setup.method, setup.cfg, setup.tok, batch, width,

@@ -13,6 +13,7 @@ sqrt(acc (1 - acc) / n). Tables of the eval.py --json files: python -m paper.res
 """
 import hashlib
 import math
+import sys
 
 import torch
 
@@ -98,8 +99,10 @@ def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_t
     """Accuracy (argmin of the length-normalised option NLL) and its standard error over the examples."""
     rows = [(i, pair) for i, ex in enumerate(examples)
             for pair in encode_options(tok, ex["prompt"], ex["options"], seq_len)]
+    from tqdm import tqdm
     scores = []
-    for s in range(0, len(rows), batch_size):
+    for s in tqdm(range(0, len(rows), batch_size), desc="options", unit="batch", file=sys.stderr, disable=None,
+                  dynamic_ncols=True):
         pairs = [pair for _, pair in rows[s:s + batch_size]]
         width = seq_len if pad_to_length else max(len(p) + len(a) for p, a in pairs)
         scores += option_scores(model, method, cfg, tok, pairs, width, device, samples, seed, exclusions).tolist()
