@@ -256,7 +256,10 @@ def main(argv=None):
         run = dict(args=args, method=method, cfg=cfg, train=train, device=device, rank=rank, world=world, ddp=ddp,
                    master=master, config=config, wandb=wandb, tok=tok, task=task)
         with interrupts() as stop:
-            losses = loop(model, opt, ema, start, stop, run)
+            try:
+                losses = loop(model, opt, ema, start, stop, run)
+            except checkpoint.SaveError as e:         # a full disk: the last complete checkpoint is kept
+                sys.exit(f"error: {e}")
         try:
             if master:                                # FSDP's model is in shards: evaluate the saved one
                 final = checkpoint.load(args.out_dir, device)[0] if args.fsdp else ema or model

@@ -5,22 +5,26 @@
                                  "tokenizer": "bytes", "data": "arith", "seq_len": 128, "step": 500, ...}
     out_dir/train_state.pt      what --resume needs besides: raw weights, optimizer, step (tensors only)
 
-A checkpoint is written whole into out_dir.tmp, then swapped in with two renames, so a kill at any moment
-leaves a complete checkpoint (out_dir, out_dir.tmp or out_dir.old; `resolve` finds the newest), and nothing
-train.py did not write is ever deleted (`claim` refuses such an --out-dir before training). config.json is
-validated before any weight is read (`check_config`). Weights load with safetensors and
-torch.load(weights_only=True) only.
+A checkpoint is written whole into a fresh out_dir.tmp-XXXXXXXX, then swapped in with two renames, so a kill
+at any moment leaves a complete checkpoint (`resolve` finds the newest), a full disk keeps the last one
+(SaveError: one line), and nothing train.py did not write is ever deleted (`claim` refuses, before training,
+an --out-dir whose config.json train.py did not write). config.json is validated before any weight is read
+(`check_config`). Weights load with safetensors and torch.load(weights_only=True) only.
 
 `load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (e.g.
 "gsm8k:setdlm-smax8", "owt:setdlm-smax16"): it hands them to pretrained.py, which fetches them and converts the
 official format (Qwen3 backbones, and the DiT of the OWT/LM1B models). `METHODS` is the registry of the four
 method files; `pick_device` the scripts' --device.
 """
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import re
+import secrets
 import shutil
+import sys
 from dataclasses import asdict
 
 import torch
@@ -80,18 +84,65 @@ def unsharded(x):
 
 
 # ----------------------------------------------------------------------------- the checkpoint directory
-# A save writes out_dir.tmp whole (config.json last, so a .tmp holding config.json is complete), marks the
-# current out_dir as train.py's own (SWAP_MARK), renames it to out_dir.old, renames out_dir.tmp to out_dir
-# and deletes the .old. A kill at any moment leaves a complete checkpoint in out_dir, out_dir.tmp or
-# out_dir.old: `newest` finds it, and the next save (or `claim`) finishes the interrupted swap first.
-# Nothing train.py did not write is ever removed: an .old without the mark is a user's.
+# A save writes a fresh scratch folder <out_dir>.tmp-XXXXXXXX (made by that save, holding SWAP_MARK) whole,
+# config.json last (so one holding config.json is complete); then it marks out_dir, renames it onto a fresh
+# <out_dir>.old-XXXXXXXX, renames the .tmp to out_dir and deletes the .old. A kill at any moment leaves a
+# complete checkpoint in out_dir or in one of those folders: `newest` finds it, and the next save (or `claim`)
+# finishes the interrupted swap first. Nothing train.py did not write is ever removed: only folders of those
+# names that hold the mark, and in them only train.py's file names (config.json first, the mark last), then
+# the folder once that left it empty. A symlinked out_dir is resolved (`resolved`): the lock and the renames
+# act on the folder it points to, and the link stays. Older versions swapped through the fixed names
+# <out_dir>.tmp and <out_dir>.old: what a kill left there is recovered the same way.
 FILES = ("config.json", "model.safetensors", "train_state.pt")    # what a checkpoint directory holds
-SWAP_MARK = ".swapping"                                          # "this .old was left by train.py"
+SWAP_MARK = ".swapping"                                          # "this folder is train.py's scratch"
+PART = "config.json.part"                                         # config.json while it is written
+OURS = {*FILES, SWAP_MARK, PART}                                  # every name train.py writes in a folder
+
+
+class SaveError(OSError):
+    """A checkpoint that could not be written (a full disk, an unwritable folder): its one line names the
+    folder and the last complete checkpoint, which is kept."""
+
+
+def resolved(out_dir: str) -> str:
+    """out_dir as given, or the real path it leads to when it (or a folder above it) is a symbolic link."""
+    out_dir = out_dir.rstrip("/") or "/"
+    real = os.path.realpath(out_dir)
+    return out_dir if os.path.abspath(out_dir) == real else real
 
 
 def siblings(out_dir: str) -> tuple[str, str, str]:
-    out_dir = out_dir.rstrip("/") or "/"
-    return out_dir, out_dir + ".tmp", out_dir + ".old"
+    """out_dir resolved, and the fixed .tmp and .old names that older versions swapped through."""
+    d = resolved(out_dir)
+    return d, d + ".tmp", d + ".old"
+
+
+def fresh(d: str, kind: str) -> str:
+    """A new empty folder <d>.<kind>-XXXXXXXX, made by this call (never one that was there)."""
+    while True:
+        path = f"{d}.{kind}-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+
+
+def scratch(d: str, kind: str = "tmp|old", empty: bool = False) -> list[str]:
+    """The scratch folders of saves to d that hold train.py's mark (with empty, also those left empty by a
+    kill): <d>.tmp-XXXXXXXX and <d>.old-XXXXXXXX."""
+    parent, name = os.path.split(d)
+    pattern = re.compile(re.escape(name) + rf"\.({kind})-[0-9a-f]{{8}}")
+    try:
+        names = [n for n in os.listdir(parent or ".") if pattern.fullmatch(n)]
+    except OSError:
+        return []
+    found = []
+    for x in (os.path.join(parent, n) for n in sorted(names)):
+        if os.path.isdir(x) and not os.path.islink(x) and (
+                os.path.isfile(os.path.join(x, SWAP_MARK)) or empty and not os.listdir(x)):
+            found.append(x)
+    return found
 
 
 def complete(d: str) -> bool:
@@ -108,10 +159,11 @@ def step_of(d: str) -> int:
 
 
 def newest(out_dir: str) -> str | None:
-    """The newest complete checkpoint of out_dir: out_dir itself, or out_dir.tmp (a save killed before its
-    swap, newer), or out_dir.old (a save killed between its two renames); None if there is none."""
+    """The newest complete checkpoint of out_dir: out_dir itself, or a save's .tmp (killed before its swap,
+    newer), or its .old (killed between its two renames); None if there is none."""
     d, tmp, old = siblings(out_dir)
-    found = [x for x in (d, tmp) if complete(x)] or [x for x in (old,) if complete(x)]
+    found = [x for x in (d, tmp, *scratch(d, "tmp")) if complete(x)] or \
+        [x for x in (old, *scratch(d, "old")) if complete(x)]
     return max(found, key=step_of) if found else None       # max keeps out_dir on a tie
 
 
@@ -124,70 +176,92 @@ def resolve(out_dir: str) -> str:
     return d
 
 
-def ours(d: str) -> bool:
-    """Whether directory d holds only what train.py writes (an empty directory counts)."""
-    return all(name in FILES or name in (SWAP_MARK, "config.json.part") for name in os.listdir(d))
+def foreign(d: str, partial: bool = False) -> str:
+    """Why directory d is not one train.py wrote, for a one-line refusal; "" when it is: empty, or train.py's
+    file names only with a config.json that passes check_config (older checkpoints do). partial: a save's
+    folder, which may lack config.json (killed while writing it)."""
+    names = sorted(os.listdir(d))
+    other = [n for n in names if n not in OURS]
+    if other:
+        return f"it holds {', '.join(other[:3])}{', ...' if len(other) > 3 else ''}"
+    if not os.path.isfile(os.path.join(d, "config.json")):
+        return "" if partial or not set(names) - {SWAP_MARK} else f"it holds {', '.join(names)} but no config.json"
+    try:
+        with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
+            check_config(json.load(f), "its config.json")
+    except (OSError, ValueError, RecursionError) as e:   # json's and UTF-8's errors are ValueErrors
+        return str(e).splitlines()[0][:200]
+    return ""
 
 
 def remove(d: str):
-    """Delete a directory train.py wrote, by renaming it out of the way first (a kill mid-delete leaves only
-    that *.deleting folder, which the next removal clears)."""
-    trash = d + ".deleting"
-    shutil.rmtree(trash, ignore_errors=True)
-    if os.path.isdir(d):
-        os.replace(d, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+    """Delete a folder train.py wrote: its files by their names (config.json first, so that a kill half-way
+    never leaves it complete; the mark last, so that the next save still knows it), then the folder if that
+    left it empty. Anything else in it stays, and so does the folder."""
+    for name in ("config.json", PART, "model.safetensors", "train_state.pt", SWAP_MARK):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(d, name))
+    with contextlib.suppress(OSError):
+        os.rmdir(d)
 
 
-def swap_in(out_dir: str):
-    """Make out_dir.tmp (complete) the checkpoint: out_dir -> out_dir.old -> deleted."""
-    d, tmp, old = siblings(out_dir)
-    if os.path.isdir(old) and not os.path.exists(os.path.join(old, SWAP_MARK)):
-        raise ValueError(f"{old} exists and was not left by train.py: move it away, or choose another --out-dir")
-    remove(old)
+def swap_in(d: str, src: str):
+    """Make the complete folder src (a save's .tmp) the checkpoint d: d -> a fresh .old -> deleted."""
+    old = None
     if os.path.isdir(d):
         open(os.path.join(d, SWAP_MARK), "w").close()
-        os.replace(d, old)
-    os.replace(tmp, d)
-    remove(old)
+        old = fresh(d, "old")
+        os.replace(d, old)                               # onto the empty folder made for it
+    os.replace(src, d)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(d, SWAP_MARK))
+    if old is not None:
+        remove(old)
 
 
 def finish_swap(out_dir: str):
-    """Bring out_dir to a clean state after a kill: the newest complete checkpoint in out_dir itself, no .tmp,
-    no .old of ours."""
+    """Bring out_dir to a clean state after a kill: the newest complete checkpoint in out_dir itself, and no
+    scratch folder of train.py's left (any other folder is never touched)."""
     d, tmp, old = siblings(out_dir)
-    if complete(tmp) and (not complete(d) or step_of(tmp) > step_of(d)):
-        swap_in(out_dir)
-    elif os.path.isdir(tmp):
-        remove(tmp)                                      # a save killed half-way
-    if os.path.exists(os.path.join(old, SWAP_MARK)):
-        if not os.path.isdir(d):
-            os.replace(old, d)                           # killed between the renames, with no newer .tmp
-            os.remove(os.path.join(d, SWAP_MARK))
-        else:
-            remove(old)
-    if os.path.isfile(os.path.join(d, SWAP_MARK)):
-        os.remove(os.path.join(d, SWAP_MARK))            # killed after marking, before the rename
+    best = newest(d)
+    if best is not None and best != d:
+        swap_in(d, best)
+    if os.path.isdir(tmp) and not complete(tmp) and not foreign(tmp, partial=True):
+        remove(tmp)                                      # an older version's save killed half-way
+    if os.path.isfile(os.path.join(old, SWAP_MARK)) and not foreign(old):
+        remove(old)
+    for x in scratch(d, empty=True):
+        remove(x)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(d, SWAP_MARK))            # killed after marking out_dir, before its rename
 
 
 def claim(out_dir: str, resume: bool):
     """Before training: check that out_dir can hold our checkpoints, lock it against a second train.py, and
-    finish a swap a kill interrupted. Refuses (ValueError, one line) a file, a directory holding anything
-    train.py did not write, or a user's own out_dir.old / .tmp; an unwritable place fails here, not at the
-    first save. Returns the open lock file: keep it open while training."""
+    finish a swap a kill interrupted. Refuses (ValueError, one line) a file, a directory train.py did not write
+    (any config.json that fails check_config, whatever the file names), a link that leads nowhere, or a user's
+    own out_dir.old / .tmp; an unwritable place fails here, not at the first save. A symlinked out_dir is
+    locked and written through the real path. Returns the open lock file: keep it open while training."""
     d, tmp, old = siblings(out_dir)
+    if os.path.islink(d):
+        raise ValueError(f"--out-dir {out_dir} is a symbolic link that leads to no folder (a loop?): choose "
+                         f"another --out-dir")
     if os.path.exists(d) and not os.path.isdir(d):
         raise ValueError(f"--out-dir {d} is a file, not a checkpoint directory: choose another --out-dir")
-    for x, what in ((d, "is not a checkpoint directory written by train.py"), (tmp, "was not written by train.py")):
-        if os.path.isdir(x) and not ours(x):
-            names = sorted(n for n in os.listdir(x) if n not in FILES)
-            raise ValueError(f"{x} {what} (it holds {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}), "
-                             f"and train.py replaces that directory at every save: choose another --out-dir")
-    if os.path.exists(old) and not os.path.exists(os.path.join(old, SWAP_MARK)):
+    for x, what, partial in ((d, "is not a checkpoint directory written by train.py", False),
+                             (tmp, "was not written by train.py", True)):
+        why = os.path.isdir(x) and foreign(x, partial)
+        if why:
+            raise ValueError(f"{x} {what} ({why}), and train.py replaces that directory at every save: choose "
+                             f"another --out-dir")
+    if complete(tmp) and complete(d) and step_of(tmp) <= step_of(d):
+        raise ValueError(f"{tmp} holds a checkpoint (step {step_of(tmp)}) no newer than {d}'s (step {step_of(d)}), "
+                         f"so no save of train.py left it: move it away, or choose another --out-dir")
+    if os.path.exists(old) and not (os.path.isfile(os.path.join(old, SWAP_MARK)) and not foreign(old)):
         raise ValueError(f"{old} exists and was not left by train.py (which uses that name while it swaps in a "
                          f"checkpoint): move it away, or choose another --out-dir")
     if resume and newest(d) is None:
-        resolve(d)                                       # the "no checkpoint at" error
+        resolve(out_dir)                                 # the "no checkpoint at" error
     try:
         os.makedirs(os.path.dirname(os.path.abspath(d)), exist_ok=True)
         lock = open(d + ".lock", "a")
@@ -202,29 +276,77 @@ def claim(out_dir: str, resume: bool):
         lock.close()
         raise ValueError(f"another train.py is writing {d} (it holds {d}.lock): wait for it to finish, or "
                          f"choose another --out-dir") from None
-    finish_swap(d)
+    try:
+        finish_swap(d)
+    except OSError as e:
+        lock.close()
+        raise ValueError(f"cannot finish the save a kill interrupted in {d}: {e.strerror or e}") from None
+    for line in older_leftovers(d):
+        print(line, file=sys.stderr)
     return lock
+
+
+def older_leftovers(d: str) -> list[str]:
+    """Notes naming what an older version's interrupted delete left beside d (it renamed a folder to
+    <d>.old.deleting or <d>.tmp.deleting first; a symlinked --out-dir left the link itself there). Nothing reads
+    those names now, and nothing deletes them: they may hold the only copy of something."""
+    notes = []
+    for x in (d + ".old.deleting", d + ".tmp.deleting"):
+        if os.path.islink(x):
+            notes.append(f"note: {x} is a link an older train.py left (to {os.path.realpath(x)}); nothing uses "
+                         f"it now: remove the link once that folder is safe")
+        elif os.path.isfile(os.path.join(x, SWAP_MARK)):
+            notes.append(f"note: {x} is a half-deleted checkpoint an older train.py left; nothing uses it now: "
+                         f"delete it")
+    return notes
 
 
 def save(out_dir: str, model, config: dict, train_state: dict | None = None, eval_model=None, write=True):
     """Write a complete checkpoint atomically. eval_model (e.g. the EMA copy) goes to model.safetensors.
     With FSDP every rank calls it (the shards are gathered into one file) and only the one with write=True
-    writes."""
+    writes. A write that fails (a full disk) removes its own .tmp and raises SaveError (one line); the last
+    complete checkpoint stays."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
     shown = weights(eval_model or model)
     train_state = None if train_state is None else {"model": weights(model), **unsharded(train_state)}
     if not write:
         return
-    d, tmp, _ = siblings(out_dir)
+    d = resolved(out_dir)
     finish_swap(d)
-    os.makedirs(tmp)
-    save_file(shown, os.path.join(tmp, "model.safetensors"))
-    if train_state is not None:
-        torch.save(train_state, os.path.join(tmp, "train_state.pt"))
-    with open(os.path.join(tmp, "config.json.part"), "w") as f:
-        json.dump(config, f, indent=2)
-    os.replace(os.path.join(tmp, "config.json.part"), os.path.join(tmp, "config.json"))   # last: complete
-    swap_in(d)
+    tmp = None
+    try:
+        tmp = fresh(d, "tmp")
+        open(os.path.join(tmp, SWAP_MARK), "w").close()
+        save_file(shown, os.path.join(tmp, "model.safetensors"))
+        if train_state is not None:
+            torch.save(train_state, os.path.join(tmp, "train_state.pt"))
+        with open(os.path.join(tmp, PART), "w") as f:
+            json.dump(config, f, indent=2)
+        os.replace(os.path.join(tmp, PART), os.path.join(tmp, "config.json"))   # last: complete
+    except BaseException as e:                           # a full disk, Ctrl-C, ...: only this save's folder goes
+        if tmp is not None:
+            remove(tmp)
+        if isinstance(e, (OSError, RuntimeError, SafetensorError)):    # torch.save's write errors: RuntimeError
+            raise SaveError(cannot_save(d, config, e)) from None
+        raise
+    try:
+        swap_in(d, tmp)
+    except OSError as e:                                 # the new checkpoint is complete in tmp: newest finds it
+        raise SaveError(cannot_save(d, config, e)) from None
+
+
+def cannot_save(d: str, config: dict, e: BaseException) -> str:
+    """The one line of a save that failed: the folder, why, its free space, and where the last checkpoint is."""
+    why = (getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0])[:120]
+    try:
+        free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(d))).free / 2**20:,.1f} MiB free there"
+    except OSError:
+        free = "its free space unknown"
+    last = newest(d)
+    kept = (f"the last complete checkpoint (step {step_of(last)}) is in {last}: make room, then --resume"
+            if last else "no checkpoint was saved yet")
+    return f"cannot save step {config.get('step', '?')} to {d} ({why}; {free}); {kept}"
 
 
 def method_of(config: dict):
@@ -374,7 +496,7 @@ def check_resume(out_dir: str, config: dict):
         return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
                 if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len", "predict_padding")
                 for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    old, new = flat(saved), flat(config)
+    old, new = flat({"predict_padding": False, **saved}), flat(config)     # older checkpoints: no predict_padding
     diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:

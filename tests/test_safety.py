@@ -201,11 +201,12 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
     with pytest.raises(OSError, match="No space left"):
         save_at(out, 4, parts)
     monkeypatch.undo()
+    scratch = re.escape(str(out)) + r"\.(tmp|old)-[0-9a-f]{8}"      # the save's own folders, fresh names
     if fault == "out -> out.old":
-        assert calls[-1] == (str(out), str(out) + ".old")
+        assert calls[-1][0] == str(out) and re.fullmatch(scratch, calls[-1][1]) and "old" in calls[-1][1]
     if fault == "out.tmp -> out":
-        assert calls[-1] == (str(out) + ".tmp", str(out))
-    kept = [d for d in (out, out.parent / "ck.old") if os.path.isdir(d)]   # the previous one, whole
+        assert re.fullmatch(scratch, calls[-1][0]) and "tmp" in calls[-1][0] and calls[-1][1] == str(out)
+    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if checkpoint.complete(d)]   # the previous one, whole
     assert len(kept) == 1 and {k: v for k, v in snapshot(kept[0]).items() if k != checkpoint.SWAP_MARK} == previous
     assert checkpoint.load_ours(str(kept[0]))[3]["step"] == 2 and all_finite(kept[0])
     newer = fault in ("out -> out.old", "out.tmp -> out")              # the new one was complete in ck.tmp
