@@ -92,14 +92,18 @@ def respond(model, method, cfg, tok, task, prompts, device, settings: Settings, 
 
 # ----------------------------------------------------------------------------- samples from BOS alone
 
-MAX_REDRAWS = 20        # draws in a row that `keep` refuses before unconditional gives up (ValueError)
+MAX_REDRAWS = 20        # draws in a row that `keep` refuses before unconditional gives up (Refused)
+
+
+class Refused(ValueError):
+    """MAX_REDRAWS + 1 draws in a row refused by unconditional's keep."""
 
 
 def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0, keep=None) -> list[dict]:
     """n samples from BOS alone, one at a time (batch 1), at temperature 1 with settings' options, as the
     official uncond_gen_ppl.py draws them (the official EntropyEosStoppingCriteria: EosStop, then the entropy
     rule). keep(sample) -> bool, when given: a sample it refuses is drawn again (the official redraws a sample
-    whose entropy is < 4 or whose length is <= 50), at most MAX_REDRAWS times in a row (then a ValueError).
+    whose entropy is < 4 or whose length is <= 50), at most MAX_REDRAWS times in a row (then Refused).
     Per sample (draw): ids, eos, raw, text, tokens_per_s, tokens_per_step, nfe, redrawn (draws refused
     before it)."""
     from tqdm import tqdm
@@ -111,7 +115,7 @@ def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0
             if keep is None or keep(sample):
                 break
         else:
-            raise ValueError(f"sample {k}: {MAX_REDRAWS + 1} draws in a row were refused")
+            raise Refused(f"sample {k}: {MAX_REDRAWS + 1} draws in a row were refused")
         samples.append({**sample, "redrawn": redrawn})
     return samples
 

@@ -20,7 +20,7 @@ import torch
 
 from common import checkpoint
 from common.cli import unconditional_tokens
-from common.replies import unconditional
+from common.replies import Refused, unconditional
 from data import get_tokenizer, sampler_preset
 from sampling import Settings
 from paper import hf_metrics
@@ -112,7 +112,7 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, settings: Settings, 
     keep = (lambda s: official_keep(s, tok.eos_id)) if redraw else None
     try:
         samples = unconditional(model, method, cfg, tok, warmup + n, settings, device, seed, keep)[warmup:]
-    except ValueError as e:
+    except Refused as e:
         raise ValueError(f"{e} by the official filter (unigram entropy < {REDRAW_ENTROPY:g} nats or <= "
                          f"{REDRAW_LENGTH} tokens, made for GPT-2 tokens of OpenWebText): pass --no-redraw to "
                          f"score the samples as drawn") from None
