@@ -10,7 +10,9 @@ SLURM_GPUS_PER_NODE ("4" or "h100:4"), HOST the first node of SLURM_JOB_NODELIST
 processes and train.py's DDP (or --fsdp) runs as under `torchrun --standalone`. --global-batch B sets
 --grad-accum to B / (N x G x --batch-size), so a recipe's batch (make train-owt: 512) holds on any number of
 nodes. A requeued job (#SBATCH --requeue) restarts the same command: when --out-dir already holds a complete
-checkpoint, --resume is added, and training continues from its newest complete save.
+checkpoint, --resume is added, and training continues from its newest complete save. train.py's arguments are
+read with train.py's own parser (common/train_args.py): --model=ar, --batch-size=8, an abbreviated flag and the
+default --out-dir out/<model> mean here what they mean to train.py.
 
     python cluster/slurm.py --dry-run -- --model ar --data owt ...    # print the command, start nothing
 """
@@ -23,6 +25,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # train.py's folder, where torchrun runs
 sys.path.insert(0, ROOT)
 from common import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
+from common.train_args import parse, parser  # noqa: E402  (train.py's own flags)
 
 
 def expand_hostlist(spec: str) -> list[str]:
@@ -35,7 +38,7 @@ def expand_hostlist(spec: str) -> list[str]:
             if spec[start:i]:
                 hosts += expand_one(spec[start:i])
             start = i + 1
-    if depth != 0 or not hosts:
+    if depth != 0 or not hosts or any(c in h for h in hosts for c in "[]"):
         raise ValueError(f"SLURM_JOB_NODELIST={spec!r} is not a SLURM host list (e.g. gpu[01-04])")
     return hosts
 
@@ -47,8 +50,8 @@ def expand_one(name: str) -> list[str]:
     out = []
     for part in m[2].split(","):
         lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            raise ValueError(f"SLURM_JOB_NODELIST: {name!r} has a range that is not numbers")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or int(hi or lo) < int(lo):
+            raise ValueError(f"SLURM_JOB_NODELIST: {name!r} has a range that is not numbers (low-high)")
         for n in range(int(lo), int(hi or lo) + 1):
             out += [m[1] + str(n).zfill(len(lo)) + rest for rest in expand_one(m[3])]
     return out
@@ -65,30 +68,46 @@ def gpus_per_node(flag: int, env) -> int:
     raise ValueError("no GPU count: request GPUs (#SBATCH --gpus-per-node=G) or pass --gpus-per-node G")
 
 
-def out_dir_of(train_args: list[str]) -> str:
+def parse_train(argv: list[str]):
+    """train.py's arguments as train.py reads them (its parser, its defaults), except --grad-accum: None when
+    not given. A bad one is a ValueError (one line), here, before any node starts."""
+    p = parser()
+    p.set_defaults(grad_accum=None)
+
+    def error(message):
+        raise ValueError(f"train.py's arguments: {message}")
+    p.error = error
+    return parse(argv, p)
+
+
+def out_dir_of(argv: list[str]) -> str:
     """train.py's --out-dir among its arguments (its default out/<model> when absent)."""
-    for i, a in enumerate(train_args):
-        if a == "--out-dir" and i + 1 < len(train_args):
-            return train_args[i + 1]
-        if a.startswith("--out-dir="):
-            return a.split("=", 1)[1]
-    model = next((train_args[i + 1] for i, a in enumerate(train_args[:-1]) if a == "--model"), "")
-    return os.path.join("out", model)
+    return parse_train(argv).out_dir
 
 
-def with_grad_accum(train_args: list[str], global_batch: int, processes: int) -> list[str]:
+def with_grad_accum(argv: list[str], global_batch: int, processes: int) -> list[str]:
     """--grad-accum set so that processes x --batch-size x grad_accum = global_batch (ValueError otherwise)."""
-    micro = next((int(train_args[i + 1]) for i, a in enumerate(train_args[:-1]) if a == "--batch-size"), 16)
-    if "--grad-accum" in train_args:
+    args = parse_train(argv)
+    if args.grad_accum is not None:
         raise ValueError("--global-batch sets --grad-accum: leave --grad-accum out of the training arguments")
+    micro = args.batch_size
+    if micro < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {micro}")
     if global_batch % (processes * micro):
         raise ValueError(f"--global-batch {global_batch} is not a multiple of {processes} processes x --batch-size "
                          f"{micro}: change one of them")
-    return [*train_args, "--grad-accum", str(global_batch // (processes * micro))]
+    return [*argv, "--grad-accum", str(global_batch // (processes * micro))]
 
 
 def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global_batch: int = 0) -> list[str]:
     """The torchrun command of this node for SLURM's variables env (ValueError: one line)."""
+    for flag, value, ok, rule in [("--gpus-per-node", gpus, gpus >= 0, "1 or more (0 = SLURM's GPU count)"),
+                                  ("--port", port, 1 <= port <= 65535, "a TCP port, 1 to 65535"),
+                                  ("--global-batch", global_batch, global_batch >= 0,
+                                   "a positive number of sequences (0 = off: --grad-accum as given)")]:
+        if not ok:
+            raise ValueError(f"{flag} must be {rule}, got {value}")
+    args = parse_train(train_args)
     missing = [k for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST") if not env.get(k)]
     if missing:
         raise ValueError(f"{' and '.join(missing)} not set: run this inside a SLURM job (sbatch cluster/train.sbatch "
@@ -101,7 +120,7 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global
     G, host = gpus_per_node(gpus, env), expand_hostlist(env["SLURM_JOB_NODELIST"])[0]
     if global_batch:
         train_args = with_grad_accum(train_args, global_batch, int(nodes) * G)
-    if "--resume" not in train_args and checkpoint.newest(os.path.join(ROOT, out_dir_of(train_args))):
+    if not args.resume and checkpoint.newest(os.path.join(ROOT, args.out_dir)):
         train_args = [*train_args, "--resume"]                 # a requeued job continues its run
     return ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(G), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", env["SLURM_JOB_ID"], "train.py", *train_args]

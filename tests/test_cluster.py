@@ -1,6 +1,7 @@
 """cluster/slurm.py without a scheduler: SLURM's variables -> the exact torchrun command (dry run), host lists,
 --grad-accum from a global batch, --resume added when the run's folder holds a complete checkpoint (a
-requeued job), one line for what is missing. python -m pytest -q tests/test_cluster.py"""
+requeued job), train.py's arguments read by train.py's own parser in every form, one line for what is missing
+or out of range. python -m pytest -q tests/test_cluster.py"""
 import importlib.util
 import os
 import subprocess
@@ -78,12 +79,55 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     assert "--resume" not in slurm.command(["--model", "ar", "--out-dir", "elsewhere"], JOB)
 
 
+def preempted(folder):
+    """A preempted run's checkpoint in folder: what train.py's --resume and the launcher look for."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"step": 500}')
+    (folder / "model.safetensors").write_bytes(b"")
+
+
+@pytest.mark.parametrize("args", [
+    ["--model=ar"],                                     # the default --out-dir out/ar
+    ["--model", "ar", "--data=arith", "--lr=3e-4"],
+    ["--model=ar", "--out-dir=out/ar"],
+    ["--mod", "ar", "--out", "out/ar"],                 # abbreviations argparse accepts
+])
+def test_a_requeued_job_resumes_whatever_form_its_arguments_take(tmp_path, monkeypatch, args):
+    """train.py's arguments are read by train.py's own parser: every form of --model and --out-dir, and the
+    default out/<model>, find the preempted run's checkpoint, so the requeued job adds --resume (once) instead
+    of starting at step 1 and overwriting it."""
+    monkeypatch.setattr(slurm, "ROOT", str(tmp_path))
+    assert slurm.command(args, JOB)[-len(args):] == args
+    preempted(tmp_path / "out" / "ar")
+    assert slurm.command(args, JOB)[-len(args) - 1:] == [*args, "--resume"]
+    assert slurm.command([*args, "--res"], JOB)[-1] == "--res"
+
+
+@pytest.mark.parametrize("args, accum", [
+    (["--model", "ar", "--batch-size=8"], "4"),          # 512 = 2 nodes x 8 GPUs x 8 x 4
+    (["--model=ar", "--batch-size", "32"], "1"),
+    (["--model=ar"], "2"),                               # train.py's default --batch-size 16
+])
+def test_global_batch_reads_the_batch_size_in_every_form(args, accum):
+    assert slurm.command([*args, "--out-dir", "/nonexistent"], JOB, global_batch=512)[-2:] == ["--grad-accum", accum]
+
+
 @pytest.mark.parametrize("env, argv, message", [
     ({}, ["--", "--model", "ar"], "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
     ({**JOB, "SLURM_GPUS_ON_NODE": ""}, ["--", "--model", "ar"], "no GPU count: request GPUs"),
     ({**JOB, "SLURM_JOB_NUM_NODES": ""}, ["--", "--model", "ar"], "SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set"),
     ({**JOB, "SLURM_JOB_NUM_NODES": "two"}, ["--", "--model", "ar"], "SLURM_JOB_NUM_NODES='two' is not a node count"),
     ({**JOB, "SLURM_JOB_NODELIST": "gpu[01-"}, ["--", "--model", "ar"], "is not a SLURM host list"),
+    ({**JOB, "SLURM_JOB_NODELIST": "node[]"}, ["--", "--model", "ar"], "'node[]' is not a SLURM host list"),
+    ({**JOB, "SLURM_JOB_NODELIST": "node[5-2]"}, ["--", "--model", "ar"], "has a range that is not numbers"),
+    (JOB, ["--gpus-per-node", "-1", "--", "--model", "ar"], "--gpus-per-node must be 1 or more (0 = SLURM's GPU "
+                                                            "count), got -1"),
+    (JOB, ["--port", "99999", "--", "--model", "ar"], "--port must be a TCP port, 1 to 65535, got 99999"),
+    (JOB, ["--global-batch", "-512", "--", "--model", "ar"], "--global-batch must be a positive number of "
+                                                              "sequences (0 = off: --grad-accum as given), got -512"),
+    (JOB, ["--global-batch", "512", "--", "--model=ar", "--grad-accum=3"], "--global-batch sets --grad-accum: "
+                                                                            "leave --grad-accum out"),
+    (JOB, ["--", "--model", "ar", "--batch-szie", "8"], "train.py's arguments: unrecognized arguments: --batch-szie"),
     (JOB, [], "give train.py's arguments after --"),
 ])
 def test_bad_input_is_one_line(monkeypatch, env, argv, message):

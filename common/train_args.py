@@ -1,0 +1,97 @@
+"""train.py's command line, in one place for train.py and for what launches it (cluster/slurm.py): a launcher
+reads the arguments with the parser train.py reads them with, so every form argparse accepts (--model=ar,
+--batch-size=8, an abbreviated --grad-acc 3, ...) and every default (--out-dir out/<model>) means to it what
+it means to train.py.
+
+    parser(description)      the ArgumentParser (train.py passes its docstring, shown by --help)
+    parse(argv, p)           the arguments, --out-dir defaulted to out/<model>
+"""
+import argparse
+import math
+import os
+
+from common import checkpoint
+from common.cli import data_spec
+from data import CORPORA, TASKS, custom
+from model import PRESETS
+
+
+class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help keeps the docstring's layout and shows every default."""
+
+
+def parser(description: str | None = None) -> argparse.ArgumentParser:
+    """train.py's flags, grouped as --help shows them."""
+    p = argparse.ArgumentParser(prog="train.py", description=description, formatter_class=HelpFormat)
+    g = p.add_argument_group("method")
+    g.add_argument("--model", required=True, choices=list(checkpoint.METHODS), help="which objective to train")
+    g.add_argument("--smax", type=int, default=8, help="Set Diffusion: max set size / reorder reach (= 2d)")
+    g.add_argument("--block-size", type=int, default=4, help="BD3-LM: tokens per block S")
+    g.add_argument("--nelbo", action="store_true", help="MDLM/BD3-LM: train on the 1/t-weighted NELBO")
+    g.add_argument("--infill", type=float, default=0.0, help="Set Diffusion, NOT in the paper: the fraction of rows "
+                   "trained in an infilling order (a random span revealed after everything else; 0 = the paper)")
+    g = p.add_argument_group("model")
+    g.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
+    g.add_argument("--n-embd", type=int, default=128, help="width")
+    g.add_argument("--n-head", type=int, default=4, help="attention heads")
+    g.add_argument("--n-kv-head", type=int, default=0, help="key/value heads (0 = n_head)")
+    g.add_argument("--preset", default="", choices=["", *PRESETS],
+                   help="a named model shape (model.PRESETS) instead of --n-layer/--n-embd/...: cnndm = the "
+                        "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
+    g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", default="arith", type=data_spec,
+                   help=f"training task: {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME (your own data); or a "
+                        f"corpus of token rows: {', '.join(CORPORA)} or text:PATH (a UTF-8 file or folder of .txt)")
+    g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl; for a corpus, "
+                                                    "its local copy and token cache (default ~/.cache/setdiffusion)")
+    g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default; text: 256)")
+    g.add_argument("--predict-padding", action="store_true",
+                   help="train on the padding too (attended, predicted), so a bidirectional model learns where "
+                        "a reply ends; the official code's predict_padding")
+    g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's; text:PATH: bytes, or gpt2)")
+    custom.add_args(p)
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--max-iters", type=int, default=3000, help="optimizer steps")
+    g.add_argument("--batch-size", type=int, default=16, help="sequences per step per process")
+    g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step")
+    g.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    g.add_argument("--final-lr", type=float, default=0.1, help="cosine decays to this fraction of --lr")
+    g.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
+    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
+    g.add_argument("--beta2", type=float, default=0.98, help="AdamW beta2 (the OWT/LM1B recipe: 0.999)")
+    g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
+    g.add_argument("--ema", type=float, default=0.995, help="EMA decay of the weights, used at eval (0 = off)")
+    g = p.add_argument_group("system")
+    g.add_argument("--device", default="auto", help="cuda, mps, cpu or auto (cuda > mps > cpu)")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="autocast dtype (auto: bfloat16 on CUDA, float32 elsewhere)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
+    g.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex"],
+                   help="training masks: dense for SDPA, or FlexAttention block masks (auto: flex on CUDA)")
+    g.add_argument("--fsdp", action="store_true", help="under torchrun: shard weights, gradients and AdamW state "
+                   "over the processes (FSDP2 fully_shard) instead of DDP's full copies; checkpoints stay one file")
+    g.add_argument("--seed", type=int, default=1, help="seed of weights, data order and noise")
+    g.add_argument("--wandb", default="", help="log to this Weights & Biases project (key from WANDB_API_KEY)")
+    g.add_argument("--dist-timeout", type=float, default=60,
+                   help="processes started by hand with WORLD_SIZE > 1 (not torchrun): seconds to wait for the others")
+    g = p.add_argument_group("checkpoints and evaluation")
+    g.add_argument("--out-dir", default="", help="checkpoint directory (default out/<model>)")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
+    g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end)")
+    g.add_argument("--eval-every", type=int, default=0,
+                   help="held-out accuracy (validation NLL on a corpus) every N steps (0 = at the end)")
+    g.add_argument("--eval-limit", type=int, default=200,
+                   help="held-out problems per evaluation (on a corpus: validation rows, spread over the split)")
+    g.add_argument("--threshold", type=float, default=math.inf, help="sampler confidence threshold tau")
+    g.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
+    g.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens to generate per problem (default: 64, or seq_len when that is shorter)")
+    return p
+
+
+def parse(argv=None, p: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """train.py's arguments from argv (default sys.argv), with --out-dir's default out/<model> filled in."""
+    args = (p or parser()).parse_args(argv)
+    args.out_dir = args.out_dir or os.path.join("out", args.model)
+    return args
