@@ -43,8 +43,9 @@ class Tokenizer:
                              special token ("<|endoftext|>", "<|im_end|>", ...) becomes that token; a PlainText
                              is encoded as encode_text does
         encode_text(text)    data text: ordinary text only, no special token ever
-        encode_prompt(text)  a prompt a person typed (sample.py): the [MASK] text (mask_text) becomes mask_id,
-                             everything else is ordinary text
+        encode_prompt(text)  text holding [MASK]s: the [MASK] text (mask_text) becomes mask_id, everything else
+                             is ordinary text (sample.py's typed prompts go through data/prompts.py instead,
+                             which also reads <|mask|> and {mask:N})
     """
     enc: tiktoken.Encoding
     name: str          # how to rebuild it: "bytes" or "qwen3:<repo id or local dir>"
