@@ -116,21 +116,28 @@ def rows_of(train, idx, tok, task) -> dict:
     return task.batch(tok, train[idx.numpy()], train.shape[1])
 
 
-def step_loss(model, method, cfg, train, step, args, device, autocast, rank, world, tok=None, task=None):
-    """One optimizer step's forward/backward over --grad-accum micro-batches -> (mean loss, tokens seen).
+def step_loss(model, no_sync, run, step, autocast):
+    """One optimizer step's forward/backward over --grad-accum micro-batches -> (mean loss, a 0-d tensor left
+    on the device; tokens seen, counted on the host from the CPU batch): nothing here waits for the device.
+    Under DDP the gradients are all-reduced once, in the last micro-batch's backward (no_sync on the others).
     The examples and the noise come from a generator seeded by (seed, step, micro-batch) and the rank."""
+    args, train, rank, world = run["args"], run["train"], run["rank"], run["world"]
     total, tokens, N, B = 0.0, 0, len(train["x0"]) if isinstance(train, dict) else len(train), args.batch_size
     for micro in range(args.grad_accum):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + micro)
         idx = torch.randint(0, N, (B * world,), generator=g)[rank * B:(rank + 1) * B]
-        batch = {k: v.to(device) for k, v in rows_of(train, idx, tok, task).items()}
-        noise_g = torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)) + rank)
-        with autocast:
-            pad_mask = None if args.predict_padding else batch["pad_mask"]
-            loss, _ = method.loss(model, batch["x0"], cfg, batch["prompt_mask"], pad_mask, noise_g)
-        (loss / args.grad_accum).backward()
-        total += loss.item() / args.grad_accum
-        tokens += int((~batch["pad_mask"]).sum()) * world
+        rows = rows_of(train, idx, run["tok"], run["task"])
+        tokens += int((~rows["pad_mask"]).sum()) * world
+        batch = {k: v.to(run["device"]) for k, v in rows.items()}
+        noise_g = torch.Generator(device=run["device"]).manual_seed(
+            int(torch.randint(0, 2**62, (1,), generator=g)) + rank)
+        with contextlib.nullcontext() if micro == args.grad_accum - 1 else no_sync():
+            with autocast:
+                pad_mask = None if args.predict_padding else batch["pad_mask"]
+                loss, _ = run["method"].loss(model, batch["x0"], run["cfg"], batch["prompt_mask"], pad_mask,
+                                             noise_g)
+            (loss / args.grad_accum).backward()
+        total = total + loss.detach() / args.grad_accum
     return total, tokens
 
 
@@ -210,44 +217,55 @@ def import_wandb(args, master):
     return wandb
 
 
+LOG_EVERY = 10       # steps per progress line; the steps' losses wait on the device until one (or a save)
+
+
 def loop(model, opt, ema, start, stop, run):
     """The optimizer steps from `start`; saves every --save-every steps and at the end (never non-finite
-    weights); returns the losses."""
-    args, device, master = run["args"], run["device"], run["master"]
+    weights); returns the losses. No step waits for the device: its loss (under DDP summed over the ranks with
+    their signal flags) stays there until a step that logs (every LOG_EVERY), saves, evaluates or stops, where
+    read_back brings them all in one wait and stops the run at the first non-finite one, before any save.
+    Ctrl-C or SIGTERM ends the run after the current step; under DDP after the next step that every rank
+    reads back (at most LOG_EVERY steps on), so that all of them stop at the same step."""
+    args, device, master, ddp = run["args"], run["device"], run["master"], run["ddp"]
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     autocast = torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
     train_model = torch.compile(model) if args.compile else model
-    if run["ddp"] and not args.fsdp:
+    no_sync = contextlib.nullcontext                    # FSDP2 (and one process) reduce in every backward
+    if ddp and not args.fsdp:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
+        no_sync = train_model.no_sync
     progress = Progress(start, args.max_iters, master)
-    losses = []
+    losses, pending, window, tokens = [], [], [], 0     # pending: on the device; window: this progress line's
     for step in range(start, args.max_iters):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args)
-        total, tokens = step_loss(train_model, run["method"], run["cfg"], run["train"], step, args, device, autocast,
-                                  run["rank"], run["world"], run["tok"], run["task"])
+        loss, n = step_loss(train_model, no_sync, run, step, autocast)
         signalled = stop["signal"] is not None
-        if run["ddp"]:                                 # every rank sees the same loss and signal, and stops together
-            t = torch.tensor([total, float(signalled)], device=device)
-            torch.distributed.all_reduce(t)
-            total, signalled = t[0].item() / run["world"], t[1].item() > 0
-        if not math.isfinite(total):
-            stop_run(f"loss is {total} at step {step}", args.out_dir)
-        losses.append(total)
-        if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if ema is not None:
-            with torch.no_grad():
-                for pe, pm in zip(ema.parameters(), model.parameters()):
-                    pe.lerp_(pm, 1 - args.ema)
-        progress.update(step, total, lr_at(step, args), tokens)
+        flags = torch.stack([loss, torch.full_like(loss, float(signalled))])   # a fill, no host copy
+        if ddp:
+            torch.distributed.all_reduce(flags)                                  # summed over the ranks
+        pending.append(flags)
+        update(model, opt, ema, args)
+        progress.step()
+        tokens, done = tokens + n, step + 1
+        logs = done % LOG_EVERY == 0 or done == args.max_iters
+        saves = done % args.save_every == 0 or done == args.max_iters
+        evals = args.eval_every and done % args.eval_every == 0 and done != args.max_iters
+        if not (logs or saves or evals or (signalled and not ddp)):   # the same steps on every rank
+            continue
+        new, signalled = read_back(pending, done - len(pending), run)
+        pending = []
+        losses.extend(new)
+        window.extend(new)
         if run["wandb"] is not None:
-            run["wandb"].log({"loss": total, "lr": lr_at(step, args)}, step=step)
-        done = step + 1
-        if (master or args.fsdp) and (done % args.save_every == 0 or done == args.max_iters or signalled):
+            for k, value in enumerate(new, done - len(new)):
+                run["wandb"].log({"loss": value, "lr": lr_at(k, args)}, step=k)
+        if logs:
+            progress.log(done, sum(window) / len(window), lr_at(step, args), tokens)
+            window, tokens = [], 0
+        if (master or args.fsdp) and (saves or signalled):
             if not finite(model, ema, reduce=args.fsdp):          # FSDP: every rank gathers, rank 0 writes
                 stop_run(f"the weights are not finite after step {step}", args.out_dir)
             checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
@@ -255,14 +273,37 @@ def loop(model, opt, ema, start, stop, run):
         if signalled:
             progress.close()
             sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
-        if master and args.eval_every and done % args.eval_every == 0 and done != args.max_iters:
+        if master and evals:
             m = held_out(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
-                       show=False)
+                         show=False)
             if run["wandb"] is not None and "nll" in m:
                 run["wandb"].log({"val_nll": m["nll"]}, step=step)
     progress.close()
     return losses
 
+
+def update(model, opt, ema, args):
+    """Clip the gradient, take the AdamW step, move the EMA weights towards the new ones."""
+    if args.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if ema is not None:
+        with torch.no_grad():
+            for pe, pm in zip(ema.parameters(), model.parameters()):
+                pe.lerp_(pm, 1 - args.ema)
+
+
+def read_back(pending, first, run):
+    """The losses of steps first, first + 1, ... that waited on the device, and whether any rank was signalled
+    during them: one wait. A non-finite loss stops the run naming its step; no checkpoint was written since
+    (every save comes after a read-back)."""
+    world = run["world"]
+    values = torch.stack(pending).tolist()             # (steps, 2): loss and signal, summed over the ranks
+    for step, (loss, _) in enumerate(values, first):
+        if not math.isfinite(loss):
+            stop_run(f"loss is {loss / world} at step {step}", run["args"].out_dir)
+    return [loss / world for loss, _ in values], any(flag > 0 for _, flag in values)
 
 if __name__ == "__main__":
     try:

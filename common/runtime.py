@@ -8,7 +8,7 @@ a run after a saved step, and the progress line.
     flex_on(attention, device)    whether training masks are FlexAttention block masks
     interrupts()                  Ctrl-C / SIGTERM -> stop after the current step, which is saved
     finite / stop_run             a NaN or inf stops the run, naming the last good checkpoint
-    Progress                      a tqdm bar on a terminal, plain lines every 10 s in a log
+    Progress                      tqdm's bar on a terminal, one plain line per log interval in a log
 """
 import contextlib
 import math
@@ -163,8 +163,9 @@ def finite(*models, reduce: bool = False) -> bool:
 
 @contextlib.contextmanager
 def interrupts():
-    """Ctrl-C (SIGINT) or SIGTERM end the run after the current step, which is saved: yields a dict whose
-    "signal" is set then. A second Ctrl-C stops at once (the last save stays complete)."""
+    """Ctrl-C (SIGINT) or SIGTERM end the run after the current step (under DDP after the next step that
+    every rank reads back, so that all stop together), which is saved: yields a dict whose "signal" is set
+    then. A second Ctrl-C stops at once (the last save stays complete)."""
     stop = {"signal": None}
 
     def on_signal(signum, frame):
@@ -182,28 +183,35 @@ def interrupts():
 
 
 class Progress:
-    """A tqdm bar on a terminal; elsewhere (a log file) one plain line every 10 s and one at the end."""
+    """Training progress, one update per log interval. On a terminal: tqdm's own bar (steps, rate, elapsed
+    and ETA) with the interval's loss, lr and tokens/s beside it. Elsewhere (a log file, a pipe): one plain
+    line per interval and no carriage returns, which a log would collect into one long line."""
 
     def __init__(self, start: int, total: int, master: bool):
         from tqdm import tqdm
-        self.tty, self.master, self.total = sys.stderr.isatty(), master, total
-        self.bar = tqdm(range(start, total), initial=start, total=total, disable=not (master and self.tty),
-                        dynamic_ncols=True)
+        self.format_interval = tqdm.format_interval
+        self.master, self.start, self.total = master, start, total
+        self.bar = tqdm(initial=start, total=total, unit="step", dynamic_ncols=True,
+                        disable=not (master and sys.stderr.isatty()))
         self.t0 = self.last = time.time()
-        self.tokens, self.line = 0, ""
 
-    def update(self, step, loss, lr, tokens):
-        self.tokens += tokens
-        rate = self.tokens / max(time.time() - self.t0, 1e-9)
+    def step(self):
+        """One optimizer step done: the bar counts it (host only, nothing waits for the device)."""
         self.bar.update(1)
-        self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}", refresh=False)
-        self.line = f"step {step + 1}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | {rate:.0f} tok/s"
-        if self.master and not self.tty and time.time() - self.last >= 10:
-            print(self.line, file=sys.stderr)
-            self.last = time.time()
+
+    def log(self, done: int, loss: float, lr: float, tokens: int):
+        """The interval ending after step `done` (1-based): its mean loss, the lr, its tokens per second."""
+        now = time.time()
+        rate, self.last = tokens / max(now - self.last, 1e-9), now
+        if not self.master:
+            return
+        if not self.bar.disable:
+            self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}")
+            return
+        left = (now - self.t0) / (done - self.start) * (self.total - done)
+        print(f"step {done}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | {rate:.0f} tok/s | "
+              f"{self.format_interval(now - self.t0)} elapsed, {self.format_interval(left)} left",
+              file=sys.stderr, flush=True)
 
     def close(self):
         self.bar.close()
-        if self.master and not self.tty and self.line:
-            print(self.line + f" | {time.time() - self.t0:.0f} s", file=sys.stderr)
-            self.line = ""

@@ -1,9 +1,13 @@
 """The command-line scripts on tiny models: training resumes exactly, a NaN stops cleanly, checkpoints survive
 a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q tests/test_scripts.py
 """
+import contextlib
+import copy
+import io
 import json
 import math
 import os
+import re
 import sys
 import types
 from types import SimpleNamespace
@@ -138,11 +142,65 @@ def test_more_bad_input_gets_one_clear_line(tmp_path, monkeypatch):
     assert "model.safetensors is damaged" in str(e.value.code) and "\n" not in str(e.value.code)
 
 
-def test_progress_bar_is_quiet_off_a_terminal(tmp_path, capsys):
-    """Captured (not a TTY), the training bar is refreshed at most every 10 s: a short run writes it only at the
-    start and the end, not once per step."""
-    run_train(tmp_path, "--model", "ar", "--max-iters", "30", "--eval-limit", "1")
-    assert capsys.readouterr().err.count("it/s") <= 2
+def test_progress_off_a_terminal_is_one_plain_line_per_log_interval(tmp_path, monkeypatch, capsys):
+    """Captured (not a terminal), 10 steps logged every 4 write 3 plain lines, after steps 4, 8 and 10 (the
+    end), each with the mean loss of its steps, and no carriage return anywhere (no tqdm bar)."""
+    monkeypatch.setattr(train, "LOG_EVERY", 4)
+    losses = run_train(tmp_path, "--model", "ar", "--max-iters", "10", "--eval-limit", "1")
+    out, err = capsys.readouterr()
+    assert "\r" not in out + err
+    lines = [line for line in err.splitlines() if line.startswith("step ")]
+    assert [line.split(" | ")[:2] for line in lines] == [
+        [f"step {done}/10", f"loss {sum(losses[a:done]) / (done - a):.4f}"] for a, done in [(0, 4), (4, 8), (8, 10)]]
+
+
+def test_progress_on_a_terminal_is_tqdms_bar(tmp_path, monkeypatch):
+    """On a terminal, tqdm's own bar: steps done of all, the rate and the time left, the last interval's mean
+    loss beside it, and no plain lines."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    monkeypatch.setattr(train, "LOG_EVERY", 4)
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    losses = run_train(tmp_path, "--model", "ar", "--max-iters", "10", "--eval-limit", "1")
+    last = sys.stderr.getvalue().split("\r")[-1]
+    assert re.search(r"10/10 \[\d\d:\d\d<00:00, +[\d.]+step/s, loss=" + f"{sum(losses[8:]) / 2:.4f}", last), last
+    assert "step 4/10" not in sys.stderr.getvalue()
+
+
+def test_grad_accum_under_ddp_reduces_the_gradients_once_a_step():
+    """Under DDP, --grad-accum 3 all-reduces the gradients once a step, in the last micro-batch's backward
+    (no_sync on the others), and the gradients are those of the same three micro-batches without DDP."""
+    import torch
+    import torch.distributed as dist
+    from model import ModelConfig, Transformer
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        alone = Transformer(ModelConfig(vocab_size=16, n_layer=1, n_head=2, n_kv_head=2, n_embd=16))
+        ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(alone))
+        reductions = []
+
+        def count(state, bucket):                     # one process: the reduced gradient is its own
+            reductions.append(bucket.index())
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer())
+            return done
+        ddp.register_comm_hook(None, count)
+        x0 = torch.randint(0, 15, (8, 12), generator=torch.Generator().manual_seed(0))
+        data = {"x0": x0, "prompt_mask": torch.zeros_like(x0, dtype=torch.bool),
+                "pad_mask": torch.zeros_like(x0, dtype=torch.bool)}
+        run = dict(args=SimpleNamespace(seed=1, batch_size=2, grad_accum=3, predict_padding=False), train=data,
+                   rank=0, world=1, tok=None, task=None, device="cpu", method=ar, cfg=ar.ARConfig(15))
+        for step in range(2):
+            for model, no_sync in ((ddp, ddp.no_sync), (alone, contextlib.nullcontext)):
+                model.zero_grad(set_to_none=True)
+                train.step_loss(model, no_sync, run, step, contextlib.nullcontext())
+            assert len(reductions) == step + 1                      # one bucket: one reduction a step
+            for p, q in zip(ddp.module.parameters(), alone.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+    finally:
+        dist.destroy_process_group()
 
 
 def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, monkeypatch, capsys):
