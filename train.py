@@ -118,17 +118,20 @@ def rows_of(train, idx, tok, task) -> dict:
 
 def step_loss(model, no_sync, run, step, autocast):
     """One optimizer step's forward/backward over --grad-accum micro-batches -> (mean loss, a 0-d tensor left
-    on the device; tokens seen, counted on the host from the CPU batch): nothing here waits for the device.
+    on the device; tokens seen, counted on the host from the CPU batch): nothing here waits for the device
+    (what the method's loss does is its own).
     Under DDP the gradients are all-reduced once, in the last micro-batch's backward (no_sync on the others).
     The examples and the noise come from a generator seeded by (seed, step, micro-batch) and the rank."""
     args, train, rank, world = run["args"], run["train"], run["rank"], run["world"]
+    cuda = run["device"].startswith("cuda")     # copies from pageable memory would wait for the GPU: pin
     total, tokens, N, B = 0.0, 0, len(train["x0"]) if isinstance(train, dict) else len(train), args.batch_size
     for micro in range(args.grad_accum):
         g = torch.Generator().manual_seed(args.seed * 1_000_003 + step * 1009 + micro)
         idx = torch.randint(0, N, (B * world,), generator=g)[rank * B:(rank + 1) * B]
         rows = rows_of(train, idx, run["tok"], run["task"])
         tokens += int((~rows["pad_mask"]).sum()) * world
-        batch = {k: v.to(run["device"]) for k, v in rows.items()}
+        batch = {k: (v.pin_memory() if cuda else v).to(run["device"], non_blocking=cuda)
+                 for k, v in rows.items()}
         noise_g = torch.Generator(device=run["device"]).manual_seed(
             int(torch.randint(0, 2**62, (1,), generator=g)) + rank)
         with contextlib.nullcontext() if micro == args.grad_accum - 1 else no_sync():
