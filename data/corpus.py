@@ -12,16 +12,32 @@ sample does (from BOS alone).
 A row's position 0 is kept clean (the official `keep_clean_bos`): `batch` marks it as context (prompt_mask), so
 no method predicts it and the likelihood counts the L-1 tokens after it. Rows have no padding.
 
-Cache: <dir>/<name>_<split>_L<L>.bin, uint16 tokens (uint32 for vocabularies over 65536), written to a .tmp
-file and renamed when complete; <dir> is --data-dir when given, else ~/.cache/setdiffusion.
+Cache: <dir>/<name>_<split>_L<L>.bin (<dir> is --data-dir when given, else ~/.cache/setdiffusion): a header of
+HEADER_BYTES (what built the rows: the tokenizer, its vocabulary, L, the number of rows and bytes, their largest
+id and their sha256), then the rows, uint16 tokens (uint32 for vocabularies over 65536). `cached` builds it once,
+under a lock (<path>.lock: a second run waits, then reads the first one's), into a fresh temporary file beside
+it (two builders never share one) whose header is written last, then renamed: a kill leaves no cache at all.
+`rows` checks it on every use: the header (a file without one, from an older version or not a cache, is
+refused), the tokenizer, the size (a cache cut short by a full disk or a killed copy), the largest id against
+the vocabulary, and the checksum of caches up to FULL_CHECK bytes. A cache that fails is one line naming the
+file: delete it, and it is built again.
 """
+import contextlib
 import glob
+import hashlib
+import json
 import os
+import sys
 
 import numpy as np
 import torch
 
+from common.files import replaced
+
 MAP_BATCH = 1000                 # documents per datasets.map batch in the official builder
+MAGIC = b"setdiffusion token rows 1\n"   # a cache's first bytes; its JSON header follows, padded to HEADER_BYTES
+HEADER_BYTES = 1024
+FULL_CHECK = 1 << 30             # caches up to this many bytes are checksummed on every use (about a second)
 
 
 def wrap(docs: list[list[int]], L: int, eos: int, bos: int | None = None, close: bool = True) -> list[list[int]]:
@@ -61,27 +77,69 @@ def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text
 
 def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None, close: bool = True) -> None:
     """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos], or
-    [bos] + L-1 when not close) and write them to path as a flat memmap, 1000 documents at a time (tiktoken's
-    threads), straight to disk: memory stays that of one batch, whatever the corpus' size."""
+    [bos] + L-1 when not close) and write them to path as a flat memmap after its header, 1000 documents at a
+    time (tiktoken's threads), straight to disk: memory stays that of one batch, whatever the corpus' size. The
+    file is written to a fresh temporary name and renamed when whole (common/files.replaced)."""
     from tqdm import tqdm
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    n = 0
-    with open(path + ".tmp", "wb") as f:
+    n, top, digest = 0, -1, hashlib.sha256()
+    with replaced(path, "wb") as f:
+        f.write(bytes(HEADER_BYTES))                      # no header until the rows are all there
         for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}", unit="k docs"):
             batch = texts[i:i + MAP_BATCH]
             docs = tok.encode_batch([detokenize(t) for t in batch] if detokenize else list(batch))
             rows_ = np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L)   # (rows, L)
-            f.write(rows_.tobytes())
-            n += len(rows_)
-    if n == 0:
-        os.remove(path + ".tmp")
-        raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
-    os.replace(path + ".tmp", path)
+            data = rows_.tobytes()
+            f.write(data)
+            digest.update(data)
+            n, top = n + len(rows_), max(top, int(rows_.max()) if len(rows_) else -1)
+        if n == 0:
+            raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
+        f.seek(0)
+        f.write(header({"tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": np.dtype(dtype).name,
+                        "L": L, "rows": n, "bytes": n * L * np.dtype(dtype).itemsize, "max_id": top,
+                        "sha256": digest.hexdigest()}))
+
+
+def header(meta: dict) -> bytes:
+    text = MAGIC + json.dumps(meta).encode()
+    return text + b" " * (HEADER_BYTES - 1 - len(text)) + b"\n"
+
+
+def read_header(path: str) -> tuple[dict | None, int]:
+    """(the header of the cache at path, or None when it has none; the file's size in bytes)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER_BYTES)
+            size = os.fstat(f.fileno()).st_size
+    except OSError as e:
+        raise ValueError(f"cannot read the token cache {path}: {e.strerror or e}") from None
+    if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
+        return None, size
+    try:
+        meta = json.loads(head[len(MAGIC):])
+    except ValueError:
+        return None, size
+    return (meta if isinstance(meta, dict) else None), size
+
+
+def checksum(path: str) -> str:
+    """sha256 of the rows of the cache at path (everything after its header)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(HEADER_BYTES)
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def cache_dir(data_dir: str | None) -> str:
-    """Where corpora are cached: --data-dir when given, else ~/.cache/setdiffusion."""
+    """Where corpora are cached: --data-dir when given (a folder; a file is a ValueError), else
+    ~/.cache/setdiffusion."""
+    if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise ValueError(f"--data-dir {data_dir} is a file: give a folder (the corpus' local copy and its token "
+                         f"cache)")
     return data_dir or os.path.expanduser("~/.cache/setdiffusion")
 
 
@@ -89,10 +147,58 @@ def cache_path(name: str, split: str, L: int, data_dir: str | None) -> str:
     return os.path.join(cache_dir(data_dir), f"{name}_{split}_L{L}.bin")
 
 
-def rows(path: str, L: int, vocab_size: int) -> np.memmap:
-    """The cached rows (N, L) of path."""
-    dtype = np.uint16 if vocab_size <= 65536 else np.uint32
-    return np.memmap(path, dtype=dtype, mode="r").reshape(-1, L)
+@contextlib.contextmanager
+def building(path: str):
+    """Hold <path>.lock while the cache at path is built: a second process building it waits here."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        try:
+            import fcntl
+        except ImportError:                               # no fcntl (Windows): no lock
+            yield
+            return
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print(f"waiting for another process to finish building {path}", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def cached(path: str, tok, L: int, texts, **how) -> np.memmap:
+    """The checked rows (N, L) of the cache at path, built first when it is not there (under its lock; texts()
+    gives the documents, how the rest of build's arguments)."""
+    if not os.path.exists(path):
+        with building(path):
+            if not os.path.exists(path):                  # not built meanwhile by the run we waited for
+                build(texts(), tok, L, path, **how)
+    return rows(path, L, tok)
+
+
+def rows(path: str, L: int, tok) -> np.memmap:
+    """The cached rows (N, L) of path, checked against its header and the tokenizer tok (the module docstring);
+    a cache that fails is a ValueError naming the file."""
+    meta, size = read_header(path)
+    again = "delete it, and it is built again"
+    if meta is None:
+        raise ValueError(f"{path} is not a token cache of this version (no header: an older version's, or another "
+                         f"file): {again}")
+    want = {"tokenizer": tok.name, "vocab_size": tok.vocab_size, "L": L}
+    if any(meta.get(k) != v for k, v in want.items()):
+        raise ValueError(f"{path} holds rows of {meta.get('L')} tokens built with the {meta.get('tokenizer')} "
+                         f"tokenizer ({meta.get('vocab_size')} ids), not {L} with {tok.name} ({tok.vocab_size}): "
+                         f"pass --tokenizer {meta.get('tokenizer')}, or another --data-dir")
+    dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.uint32)
+    expected = meta.get("rows", -1) * L * dtype.itemsize
+    if meta.get("dtype") != dtype.name or meta.get("bytes") != expected or size != HEADER_BYTES + expected:
+        raise ValueError(f"{path} holds {size - HEADER_BYTES} bytes of rows where its header says {expected}: it "
+                         f"was cut short (a full disk, a killed copy) or changed: {again}")
+    if not isinstance(meta.get("max_id"), int) or not 0 <= meta["max_id"] < tok.vocab_size:
+        raise ValueError(f"{path}: its largest token id {meta.get('max_id')!r} is outside the {tok.name} "
+                         f"vocabulary of {tok.vocab_size}: {again}")
+    if expected <= FULL_CHECK and checksum(path) != meta.get("sha256"):
+        raise ValueError(f"{path} does not match its checksum: it is damaged: {again}")
+    return np.memmap(path, dtype=dtype, mode="r", offset=HEADER_BYTES).reshape(-1, L)
 
 
 def batch(tok, rows_: np.ndarray, seq_len: int) -> dict:

@@ -46,13 +46,12 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
     if split not in ("train", "test"):
         raise ValueError(f"lm1b has the splits train and test, not {split!r}")
     if data_dir is not None and not os.path.isdir(data_dir):
+        corpus.cache_dir(data_dir)                        # a file: one line that says so
         raise FileNotFoundError(f"--data-dir {data_dir}: no such folder")
     tok = tok or get_tokenizer(TOKENIZER)
     path = corpus.cache_path(NAME, split, L, data_dir)
-    if not os.path.isfile(path):
-        ds = corpus.read_texts(data_dir, (*HUB, split), split)
-        corpus.build(ds["text"], tok, L, path, bos=bos(tok), detokenize=detokenize)
-    return corpus.rows(path, L, tok.vocab_size)
+    return corpus.cached(path, tok, L, lambda: corpus.read_texts(data_dir, (*HUB, split), split)["text"], bos=bos(tok),
+                         detokenize=detokenize)
 
 
 def bos(tok) -> int:

@@ -34,12 +34,13 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
     path = corpus.cache_path(NAME, split, L, data_dir)
     if data_dir is not None and not os.path.isdir(data_dir):
         raise FileNotFoundError(f"--data-dir {data_dir}: no such folder")
-    if not os.path.isfile(path):
+
+    def texts():
         ds = corpus.read_texts(data_dir, HUB, "train")
         n = len(ds)
         keep = range(max(0, n - VALID_DOCS), n) if split == "validation" else range(0, max(0, n - VALID_DOCS))
-        corpus.build(ds.select(keep)["text"], tok, L, path)
-    return corpus.rows(path, L, tok.vocab_size)
+        return ds.select(keep)["text"]
+    return corpus.cached(path, tok, L, texts)
 
 
 def bos(tok) -> int:

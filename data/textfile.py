@@ -15,8 +15,8 @@ Tokenizer: "bytes" by default (256 byte tokens, exact for any text, L = SEQ_LEN 
 data.get_tokenizer works too (--tokenizer gpt2).
 
 Cache: the rows are built once into <dir>/text-<name>-<tokenizer>-<key>_all_L<L>.bin (data/corpus.py; <dir> is
---data-dir, else ~/.cache/setdiffusion); the key hashes the files' paths, sizes and modification times, so an
-edited text is built again.
+--data-dir, else ~/.cache/setdiffusion), under a lock, and checked on every use; the key hashes the files' paths,
+sizes and modification times, so an edited text is built again.
 
 Errors are one line (FileNotFoundError / ValueError) that says what to do: a missing path, a folder with no
 .txt file, an empty text, a file that is not UTF-8 (a binary file), a text too short for two rows.
@@ -103,14 +103,16 @@ def load(split: str, path: str, data_dir: str | None = None, tok=None, L: int = 
         raise ValueError(f"a text corpus has the splits train and validation, not {split!r}")
     tok = tok or get_tokenizer(TOKENIZER)
     cached = corpus.cache_path(cache_name(path, tok.name), "all", L, data_dir)
-    if not os.path.isfile(cached):
+    if not os.path.exists(cached):
         docs = read_documents(path)
-        try:
-            corpus.build(docs, tok, L, cached, bos=bos(tok), close=False)
-        except ValueError:
-            raise ValueError(f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row of "
-                             f"{L} tokens: give more text or a smaller --seq-len") from None
-    return split_rows(corpus.rows(cached, L, tok.vocab_size), split)
+        with corpus.building(cached):                    # a second run building it waits, then reads it
+            if not os.path.exists(cached):
+                try:
+                    corpus.build(docs, tok, L, cached, bos=bos(tok), close=False)
+                except ValueError:
+                    raise ValueError(f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row "
+                                     f"of {L} tokens: give more text or a smaller --seq-len") from None
+    return split_rows(corpus.rows(cached, L, tok), split)
 
 
 def bos(tok) -> int:

@@ -7,6 +7,7 @@ checked when reused. Ctrl-C in eval.py and sample.py is one line, exit code 130,
 python -m pytest -q tests/test_data_loss.py
 """
 import contextlib
+import hashlib
 import json
 import os
 import resource
@@ -14,8 +15,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -300,3 +303,115 @@ def test_make_smax_elsewhere_never_rewrites_the_tracked_table(tmp_path):
     assert r.returncode != 0 and r.stderr.splitlines()[0] == (
         f"error: SMAX_TABLE=results/smax would not tabulate SMAX_RESULTS={tmp_path}/x: give a prefix of it")
     assert not os.path.exists(tmp_path / "x")
+
+
+# ----------------------------------------------------------------------------- corpus caches
+
+TEXT = "".join(f"{i}. To be, or not to be, that is the question.\n" for i in range(60))       # ~2.8 kB
+
+
+def text_run(tmp_path, *extra) -> list[str]:
+    """train.py's flags for one step on a tiny text, its cache in tmp_path/cache."""
+    (tmp_path / "play.txt").write_text(TEXT)
+    return [*TINY, "--data", f"text:{tmp_path / 'play.txt'}", "--data-dir", str(tmp_path / "cache"), "--seq-len",
+            "32", "--max-iters", "1", "--out-dir", str(tmp_path / "ck"), *extra]
+
+
+def the_cache(tmp_path):
+    from data import byte_tokenizer, textfile
+    textfile.load("train", str(tmp_path / "play.txt"), str(tmp_path / "cache"), byte_tokenizer(), 32)
+    (path,) = (tmp_path / "cache").glob("*.bin")
+    return path
+
+
+@pytest.mark.parametrize("damage, why", [
+    ("cut", "holds {got} bytes of rows where its header says {want}: it was cut short (a full disk, a killed copy) "
+            "or changed"),
+    ("flipped", "does not match its checksum: it is damaged"),
+    ("headerless", "is not a token cache of this version (no header: an older version's, or another file)"),
+    ("other ids", "its largest token id 999 is outside the bytes vocabulary of 258"),
+])
+def test_a_damaged_corpus_cache_is_one_line_naming_it_never_reused(tmp_path, damage, why):
+    """A cache cut short, with a byte changed, without a header (the raw rows an older version wrote) or
+    holding ids outside the vocabulary (with a header that agrees): train.py stops in one line naming the file
+    and what to do, before any training, and leaves the file as it was."""
+    from data import corpus
+    argv = text_run(tmp_path)
+    path = the_cache(tmp_path)
+    data = path.read_bytes()
+    head, rows_ = data[:corpus.HEADER_BYTES], np.frombuffer(data[corpus.HEADER_BYTES:], dtype=np.uint16).copy()
+    if damage == "cut":
+        data = data[:len(data) // 2]
+    elif damage == "flipped":
+        data = data[:-3] + bytes([data[-3] ^ 1]) + data[-2:]
+    elif damage == "headerless":
+        data = data[corpus.HEADER_BYTES:]
+    else:
+        rows_[40] = 999
+        meta = json.loads(head[len(corpus.MAGIC):])
+        meta.update(max_id=999, sha256=hashlib.sha256(rows_.tobytes()).hexdigest())
+        data = corpus.header(meta) + rows_.tobytes()
+    path.write_bytes(data)
+    got, want = len(data) - corpus.HEADER_BYTES, len(rows_) * 2
+    assert error_of(train.main, argv) == (f"error: {path}{':' if damage == 'other ids' else ''} "
+                                          f"{why.format(got=got, want=want)}: delete it, and it is built again")
+    assert path.read_bytes() == data and not (tmp_path / "ck").exists()
+
+
+def test_a_cache_built_with_another_tokenizer_is_one_line(tmp_path):
+    """The rows' tokenizer is in the cache's header: rows of other ids are never read as this one's."""
+    from data import corpus, get_tokenizer
+    argv = text_run(tmp_path)
+    path = the_cache(tmp_path)
+    meta = json.loads(path.read_bytes()[len(corpus.MAGIC):corpus.HEADER_BYTES])
+    path.write_bytes(corpus.header({**meta, "tokenizer": "gpt2", "vocab_size": 50258})
+                     + path.read_bytes()[corpus.HEADER_BYTES:])
+    with pytest.raises(ValueError) as e:
+        corpus.rows(str(path), 32, get_tokenizer("bytes"))
+    assert str(e.value) == (f"{path} holds rows of 32 tokens built with the gpt2 tokenizer (50258 ids), not 32 with "
+                            f"bytes (258): pass --tokenizer gpt2, or another --data-dir")
+    assert error_of(train.main, argv).startswith(f"error: {path} holds rows of 32 tokens built with the gpt2")
+
+
+def test_two_runs_building_one_cache_share_no_temporary_file(tmp_path, monkeypatch):
+    """A second run that needs the cache while the first builds it waits on the cache's lock and then reads
+    the first one's (built once); a <cache>.tmp left there by anyone is never written into nor removed."""
+    from data import byte_tokenizer, corpus, textfile
+    text_run(tmp_path)
+    tok, cache = byte_tokenizer(), tmp_path / "cache"
+    cache.mkdir()
+    name = textfile.cache_name(str(tmp_path / "play.txt"), tok.name)
+    (cache / f"{name}_all_L32.bin.tmp").write_text("another run's")
+    started, finish, builds, real = threading.Event(), threading.Event(), [], corpus.build
+
+    def slow_build(*a, **k):
+        builds.append(1)
+        started.set()
+        assert finish.wait(30)
+        return real(*a, **k)
+    monkeypatch.setattr(corpus, "build", slow_build)
+    out = {}
+
+    def load(who):
+        out[who] = textfile.load("train", str(tmp_path / "play.txt"), str(cache), tok, 32)
+    first = threading.Thread(target=load, args=("first",))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=load, args=("second",))
+    second.start()
+    second.join(1.0)
+    assert second.is_alive() and "second" not in out                 # waiting on the lock, not building
+    finish.set()
+    first.join(30)
+    second.join(30)
+    assert builds == [1] and np.array_equal(out["first"], out["second"]) and len(out["first"]) > 1
+    assert (cache / f"{name}_all_L32.bin.tmp").read_text() == "another run's"
+
+
+@pytest.mark.parametrize("data", ["text", "shakespeare"])
+def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
+    argv = text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"))
+    if data == "shakespeare":
+        argv += ["--data", "shakespeare"]
+    assert error_of(train.main, argv) == (f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a folder (the "
+                                          f"corpus' local copy and its token cache)")
