@@ -289,4 +289,5 @@ def write_json(args, m: dict):
 
 
 if __name__ == "__main__":
-    main()
+    from common.cli import run
+    run(main, "eval.py")              # Ctrl-C: one line, exit code 130

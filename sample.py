@@ -209,4 +209,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from common.cli import run
+    run(main, "sample.py")              # Ctrl-C: one line, exit code 130

@@ -7,6 +7,7 @@ with code 1, so bad input never shows a traceback.
 import argparse
 import math
 import os
+import sys
 
 import torch
 
@@ -154,3 +155,16 @@ def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
         raise ValueError(f"--max-new-tokens {max_new} and the BOS token are more than the model's context "
                          f"(seq_len={seq_len}): at most {seq_len - 1} new tokens fit")
     return max_new
+
+
+# ----------------------------------------------------------------------------- the scripts' entry point
+
+def run(main, script: str):
+    """A script's entry point (eval.py, sample.py): main() with Ctrl-C turned into one line on stderr and exit
+    code 130, the shell's for an interrupted command, instead of a traceback. Nothing is left half-written: the
+    scripts write their files whole, at the end (common/files.replaced removes an unfinished one)."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print(f"\n{script}: interrupted (Ctrl-C); no file was written", file=sys.stderr)
+        sys.exit(130)

@@ -415,3 +415,30 @@ def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
         argv += ["--data", "shakespeare"]
     assert error_of(train.main, argv) == (f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a folder (the "
                                           f"corpus' local copy and its token cache)")
+
+
+# ----------------------------------------------------------------------------- Ctrl-C in eval.py and sample.py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CTRL_C = {   # where Ctrl-C lands: eval.py half-way through writing --json, sample.py while loading the checkpoint
+    "eval.py": "import json\ndef dump(obj, f, **k):\n    f.write('{\"half\": ')\n    raise KeyboardInterrupt\n"
+               "json.dump = dump\n",
+    "sample.py": "from common import checkpoint\ndef load(*a, **k):\n    raise KeyboardInterrupt\n"
+                 "checkpoint.load = load\n",
+}
+
+
+@pytest.mark.parametrize("script", ["eval.py", "sample.py"])
+def test_ctrl_c_in_eval_and_sample_is_one_line_exit_130_and_no_partial_file(base, tmp_path, script):
+    """The script run as from a shell, Ctrl-C (KeyboardInterrupt) landing mid-run: one line on stderr, no
+    traceback, exit code 130, and eval.py's earlier --json file byte for byte as it was, no temporary file."""
+    (tmp_path / "m.json").write_text('{"accuracy": 0.5}')
+    argv = [script, "--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
+    argv += ["--limit", "1", "--json", str(tmp_path / "m.json")] if script == "eval.py" else ["--prompt", "1+1="]
+    code = CTRL_C[script] + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({script!r}, run_name='__main__')\n"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 130, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1] == f"{script}: interrupted (Ctrl-C); no file was written"
+    assert "Traceback" not in r.stderr
+    assert (tmp_path / "m.json").read_text() == '{"accuracy": 0.5}' and os.listdir(tmp_path) == ["m.json"]
