@@ -27,6 +27,8 @@ import json
 import math
 import sys
 
+from common import threads  # first, before torch loads OpenMP: a short spin wait (common/threads.py)
+
 from common import checkpoint
 from common import credentials
 from common.files import replaced
@@ -201,6 +203,7 @@ def main(argv=None):
     args = get_args(argv)
     try:
         check_args(args)
+        threads.set_threads(args.threads)
         credentials.load_dotenv()                     # HF_TOKEN from .env (a gated Hub checkpoint)
         device = checkpoint.pick_device(args.device)   # ValueError: a device not here
         model, method, cfg, config = checkpoint.load(args.ckpt, device)

@@ -21,6 +21,8 @@ import copy
 import math
 import sys
 
+from common import threads  # first, before torch loads OpenMP: a short spin wait (common/threads.py)
+
 import torch
 
 from common import checkpoint
@@ -149,6 +151,7 @@ def main(argv=None):
     with contextlib.ExitStack() as held:                  # the --out-dir lock, released however main ends
         try:
             check_train_args(args)
+            threads.set_threads(args.threads)
             credentials.load_dotenv()                 # HF_TOKEN, WANDB_API_KEY from .env
             ddp, rank, world, device = init_distributed(args)
             if args.fsdp and not ddp:

@@ -129,11 +129,13 @@ def check_train_args(args):
 # ----------------------------------------------------------------------------- model settings
 
 def speed_args(p):
-    """--compile and --dtype, shared by eval.py and sample.py."""
+    """--compile, --dtype and --threads, shared by eval.py and sample.py."""
     p.add_argument("--compile", action="store_true", help="static-shape decoding compiled with torch.compile "
                    "(CUDA graphs on CUDA); the first calls pay the compile time")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="weights and activations (the official evaluation runs float32)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = one per core; the scripts "
+                   "set a short OpenMP spin wait, so sharing the cores with another job costs little)")
 
 
 def prepare(model, args, device):
