@@ -87,7 +87,7 @@ OFFICIAL_EXCLUDES = True
 
 # ----------------------------------------------------------------------------- ordering
 
-def schedule(seq_len: int, smax: int, d: float | None = None):
+def schedule(seq_len: int, smax: int, d: float | None = None, device=None):
     """Staggered schedule constants: loc (L,) float64, b, k. d defaults to smax / 2 (the paper's models).
 
     Position j's support [loc_j, loc_j + b]: the locs are (1 - b) / (L - 1) apart, so two supports overlap,
@@ -109,7 +109,8 @@ def schedule(seq_len: int, smax: int, d: float | None = None):
         if b <= A:
             raise ValueError(f"no staggered schedule with smax={smax} and d={d} over {seq_len} positions")
         k = A / (b - A)  # area of b (1 - (1 - u)^k) over the support = b k / (k + 1) = A
-    loc = (1 - b) * (1 - torch.arange(seq_len, dtype=torch.float64) / max(seq_len - 1, 1))   # (L,)
+    j = torch.arange(seq_len, dtype=torch.float64, device=device)                 # made where it is used
+    loc = (1 - b) * (1 - j / max(seq_len - 1, 1))                                  # (L,)
     return loc, b, k
 
 
@@ -119,10 +120,10 @@ def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None
     P(T_j <= t) = 1 - (1 - clip((t - loc_j) / b, 0, 1))^k, the schedule's masking probability move_j(t).
     last: only the last `last` positions of the L-long schedule, (B, last), E drawn for those alone (the
     official compute_first_hitting_times)."""
-    loc, b, k = schedule(seq_len, smax, d)
+    loc, b, k = schedule(seq_len, smax, d, device)
     n = seq_len if last is None else last
     E = torch.empty(batch_size, n, dtype=torch.float64, device=device).exponential_(generator=generator)
-    return loc[seq_len - n:].to(E.device) + b * (-torch.expm1(-E / k))          # (B, n)
+    return loc[seq_len - n:] + b * (-torch.expm1(-E / k))                        # (B, n)
 
 
 def sample_order(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
@@ -183,7 +184,7 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     mask = padded(mask_mod(cfg, L), pad_mask.gather(1, sigma).repeat(1, 2))      # over the 2L slots
     # Trim: only [MASK] ranks [first, end) carry a loss (the rest are prompt or padding in every row), and
     # only clean ranks < end are seen by them. The same logits from 2 end - first slots instead of 2L.
-    keep = torch.cat([torch.arange(end), L + torch.arange(first, end)]).to(x0.device)    # (2 end - first,)
+    keep = torch.cat([torch.arange(end, device=x0.device), L + torch.arange(first, end, device=x0.device)])
     return model(tokens[:, keep], pos[:, keep], lambda b, h, q, k: mask(b, h, keep[q], keep[k]),
                  last=end - first)                                               # (B, end - first, V)
 
