@@ -105,10 +105,11 @@ class SaveError(OSError):
 
 
 def resolved(out_dir: str) -> str:
-    """out_dir as given, or the real path it leads to when it (or a folder above it) is a symbolic link."""
+    """out_dir as given, or the real path it leads to when it (or a folder above it, in the path as given) is a
+    symbolic link."""
     out_dir = out_dir.rstrip("/") or "/"
     real = os.path.realpath(out_dir)
-    return out_dir if os.path.abspath(out_dir) == real else real
+    return out_dir if os.path.normpath(os.path.join(os.path.realpath("."), out_dir)) == real else real
 
 
 def siblings(out_dir: str) -> tuple[str, str, str]:

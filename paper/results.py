@@ -304,7 +304,8 @@ def save_figure(fig, out_png: str):
         with replaced(out_png, "wb") as f:
             fig.savefig(f, format=os.path.splitext(out_png)[1][1:].lower() or "png", dpi=DPI)
     except OSError as e:
-        raise ValueError(f"cannot write {out_png} ({e.strerror or e}): the earlier file, if any, is as it was") from None
+        raise ValueError(f"cannot write {out_png} ({e.strerror or e}): the earlier file, if any, is as it "
+                         f"was") from None
 
 
 def generation(paths, out_md, out_png=None) -> str:
