@@ -75,31 +75,39 @@ def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text
     return ds
 
 
-def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None, close: bool = True) -> None:
+def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None, close: bool = True,
+          short: str = "") -> None:
     """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos], or
     [bos] + L-1 when not close) and write them to path as a flat memmap after its header, 1000 documents at a
     time (tiktoken's threads), straight to disk: memory stays that of one batch, whatever the corpus' size. The
-    file is written to a fresh temporary name and renamed when whole (common/files.replaced)."""
+    file is written to a fresh temporary name and renamed when whole (common/files.replaced). ValueError (one
+    line): documents that give no row (short: what to say then), or a write that fails (a full disk; nothing
+    of the file is left)."""
     from tqdm import tqdm
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     n, top, digest = 0, -1, hashlib.sha256()
-    with replaced(path, "wb") as f:
-        f.write(bytes(HEADER_BYTES))                      # no header until the rows are all there
-        for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}", unit="k docs"):
-            batch = texts[i:i + MAP_BATCH]
-            docs = tok.encode_batch([detokenize(t) for t in batch] if detokenize else list(batch))
-            rows_ = np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L)   # (rows, L)
-            data = rows_.tobytes()
-            f.write(data)
-            digest.update(data)
-            n, top = n + len(rows_), max(top, int(rows_.max()) if len(rows_) else -1)
-        if n == 0:
-            raise ValueError(f"{len(texts)} documents give no full row of {L} tokens")
-        f.seek(0)
-        f.write(header({"tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": np.dtype(dtype).name,
-                        "L": L, "rows": n, "bytes": n * L * np.dtype(dtype).itemsize, "max_id": top,
-                        "sha256": digest.hexdigest()}))
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with replaced(path, "wb") as f:
+            f.write(bytes(HEADER_BYTES))                  # no header until the rows are all there
+            for i in tqdm(range(0, len(texts), MAP_BATCH), desc=f"tokenizing {os.path.basename(path)}",
+                          unit="k docs"):
+                batch = texts[i:i + MAP_BATCH]
+                docs = tok.encode_batch([detokenize(t) for t in batch] if detokenize else list(batch))
+                rows_ = np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L)   # (rows, L)
+                data = rows_.tobytes()
+                f.write(data)
+                digest.update(data)
+                n, top = n + len(rows_), max(top, int(rows_.max()) if len(rows_) else -1)
+            if n == 0:
+                raise ValueError(short or f"{len(texts)} documents give no full row of {L} tokens")
+            f.seek(0)
+            f.write(header({"tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": np.dtype(dtype).name,
+                            "L": L, "rows": n, "bytes": n * L * np.dtype(dtype).itemsize, "max_id": top,
+                            "sha256": digest.hexdigest()}))
+    except OSError as e:
+        raise ValueError(f"cannot write the token cache {path} ({e.strerror or e}): make room there, or give "
+                         f"--data-dir a folder with room") from None
 
 
 def header(meta: dict) -> bytes:

@@ -104,14 +104,10 @@ def load(split: str, path: str, data_dir: str | None = None, tok=None, L: int = 
     tok = tok or get_tokenizer(TOKENIZER)
     cached = corpus.cache_path(cache_name(path, tok.name), "all", L, data_dir)
     if not os.path.exists(cached):
-        docs = read_documents(path)
-        with corpus.building(cached):                    # a second run building it waits, then reads it
-            if not os.path.exists(cached):
-                try:
-                    corpus.build(docs, tok, L, cached, bos=bos(tok), close=False)
-                except ValueError:
-                    raise ValueError(f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row "
-                                     f"of {L} tokens: give more text or a smaller --seq-len") from None
+        docs = read_documents(path)                      # checked first: a bad text is one line
+        short = (f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row of {L} tokens: give "
+                 f"more text or a smaller --seq-len")
+        return split_rows(corpus.cached(cached, tok, L, lambda: docs, bos=bos(tok), close=False, short=short), split)
     return split_rows(corpus.rows(cached, L, tok), split)
 
 

@@ -408,6 +408,20 @@ def test_two_runs_building_one_cache_share_no_temporary_file(tmp_path, monkeypat
     assert (cache / f"{name}_all_L32.bin.tmp").read_text() == "another run's"
 
 
+def test_a_full_disk_while_building_a_cache_is_one_line_and_leaves_no_file(tmp_path):
+    """The disk fills while the rows are written: one line naming the cache, and no file of it (whole or
+    part) left to be read as a cache next time."""
+    from data import byte_tokenizer, textfile
+    text_run(tmp_path)
+    with disk_fills_after(2048):
+        with pytest.raises(ValueError) as e:
+            textfile.load("train", str(tmp_path / "play.txt"), str(tmp_path / "cache"), byte_tokenizer(), 32)
+    (lock,) = os.listdir(tmp_path / "cache")
+    path = tmp_path / "cache" / lock[:-len(".lock")]
+    assert str(e.value) == (f"cannot write the token cache {path} (File too large): make room there, or give "
+                            f"--data-dir a folder with room")
+
+
 @pytest.mark.parametrize("data", ["text", "shakespeare"])
 def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
     argv = text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"))
