@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 
+from common.files import replaced
 from data import corpus, textfile
 
 NAME = "shakespeare"
@@ -80,14 +81,16 @@ def works(archive: str) -> list[tuple[str, str]]:
 
 
 def text_path(data_dir: str | None = None) -> str:
-    """<cache>/shakespeare.txt, written (whole, then renamed) from the archive on first use."""
+    """<cache>/shakespeare.txt, written from the archive on first use: under its lock (a second run waits for
+    the first), whole into a fresh temporary file, then renamed (common/files.replaced)."""
     folder = corpus.cache_dir(data_dir)
     path = os.path.join(folder, TEXT)
     if not os.path.isfile(path):
-        text = "\n".join(t for _, t in works(fetch(folder)))
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
+        with corpus.building(path):
+            if not os.path.isfile(path):                  # not written meanwhile by the run we waited for
+                text = "\n".join(t for _, t in works(fetch(folder)))
+                with replaced(path) as f:
+                    f.write(text)
     return path
 
 
