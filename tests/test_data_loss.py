@@ -399,7 +399,7 @@ def test_two_runs_building_one_cache_share_no_temporary_file(tmp_path, monkeypat
     assert started.wait(30)
     second = threading.Thread(target=load, args=("second",))
     second.start()
-    second.join(1.0)
+    second.join(0.5)
     assert second.is_alive() and "second" not in out                 # waiting on the lock, not building
     finish.set()
     first.join(30)
