@@ -138,6 +138,18 @@ def speed_args(p):
                    "set a short OpenMP spin wait, so sharing the cores with another job costs little)")
 
 
+def load_for_inference(args):
+    """What eval.py and sample.py do before any work with a checkpoint: --threads, HF_TOKEN from a .env (a gated
+    Hub checkpoint), --device checked against the machine, the checkpoint loaded, in --dtype, with --compile.
+    Returns (device, model, method module, method config, config dict); a bad value is a ValueError (one line)."""
+    from common import credentials, threads
+    threads.set_threads(args.threads)
+    credentials.load_dotenv()
+    device = checkpoint.pick_device(args.device)
+    model, method, cfg, config = checkpoint.load(args.ckpt, device)
+    return device, prepare(model, args, device), method, cfg, config
+
+
 def prepare(model, args, device):
     """The loaded model in --dtype, with --compile's static-shape decoding."""
     model = model.to(getattr(torch, args.dtype))

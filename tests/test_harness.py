@@ -311,7 +311,8 @@ def test_gsm8k_scores_equal_lm_eval_filters():
 def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
     ckpt = ["--ckpt", str(run / "ar"), "--device", "cpu"]
     assert "needs --tasks" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval"])
-    assert "--tasks goes with --task lm-eval" in error_of(evaluate.main, [*ckpt, "--tasks", "x"])
+    assert "--tasks does not apply to the checkpoint's own task (no --task): it goes with --task lm-eval" in \
+        error_of(evaluate.main, [*ckpt, "--tasks", "x"])
     (tmp_path / "f.yaml").write_text("")
     assert "is not a folder" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "x",
                                                          "--include-path", str(tmp_path / "f.yaml")])
