@@ -224,11 +224,13 @@ def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, m
 
 # ----------------------------------------------------------------------------- the import graph
 
-def local_imports(path: str) -> set:
-    """The repo modules a file imports at its top level or anywhere inside it (ast: import x, from x import y)."""
+def local_imports(path: str, top: bool = False) -> set:
+    """The repo modules a file imports at its top level or anywhere inside it (ast: import x, from x import y);
+    top: at its top level only (what importing the file runs)."""
     import ast
     names = set()
-    for node in ast.walk(ast.parse(open(path).read())):
+    tree = ast.parse(open(path).read())
+    for node in (tree.body if top else ast.walk(tree)):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -242,26 +244,29 @@ def module_path(name: str) -> str:
     return path + ".py" if os.path.exists(path + ".py") else os.path.join(path, "__init__.py")
 
 
-def closure(name: str) -> set:
+def closure(name: str, top: bool = False) -> set:
     seen, todo = set(), [name]
     while todo:
         n = todo.pop()
         if n not in seen:
             seen.add(n)
-            todo += local_imports(module_path(n))
+            todo += local_imports(module_path(n), top)
     return seen
 
 
 def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
-    """No module imports a script (train, sample, eval); sample.py (sampling from BOS included) needs nothing of
-    paper/; the library modules form no import circle."""
+    """No module imports a script (train, sample, eval); sample.py and eval.py import nothing of paper/ when they
+    load (eval.py imports a paper task's module when --task names it); test_all.py needs only the method files;
+    the library modules form no import circle."""
     scripts = {"train", "sample", "eval"}
     library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.replies", "common.metrics",
                "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data", "paper.generation",
-               "paper.infill", "paper.zeroshot", "paper.results", "paper.harness", "paper.speed", "common.credentials"]
+               "paper.infill", "paper.zeroshot", "paper.results", "paper.harness", "paper.speed", "common.credentials",
+               "common.eval_args", "common.train_args", "common.threads", "common.files", "data.prompts"]
     for name in [*scripts, *library]:
         assert not (local_imports(module_path(name)) & scripts), name
-    assert not {n for n in closure("sample") if n.startswith("paper")}
+    assert not {n for n in closure("sample", top=True) | closure("eval", top=True) if n.startswith("paper")}
+    assert closure("test_all") <= {"test_all", "model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling"}
     for name in library:
         deps = closure(name) - {name}
         assert all(name not in local_imports(module_path(d)) for d in deps if not d.startswith(name + ".")), name
