@@ -9,7 +9,8 @@ r"""Generate from a checkpoint and show how it decoded.
 
 --show-order marks every generated token with the step that decoded it: tokens of one step share a colour
 in a terminal (elsewhere a run of tokens decoded at step s is preceded by [s]), so you can see a Set Diffusion
-model decode several tokens per step, out of order inside its window.
+model decode several tokens per step, out of order inside its window. --plot FILE.png draws them too, one panel
+per --ckpt (common/order_plot.py; `make decoding-picture` draws results/decoding.png).
 
 Infilling: [MASK] spans written in a prompt, as <|mask|> repeated or the shorthand {mask:N} (N masks), are
 filled in, and the prompt is shown with its gaps filled. Set Diffusion, MDLM and BD3-LM fill masks inside the
@@ -29,6 +30,7 @@ import sys
 
 from common import checkpoint
 from common import credentials
+from common import order_plot
 import sampling
 from data import get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window, prepare,
@@ -76,6 +78,12 @@ def check_flags(args):
     check_threshold(args.threshold)
     if args.prompt is not None and args.prompt_file:
         raise ValueError("give --prompt or --prompt-file, not both")
+    if args.plot and (not args.show_order or args.prompt_file):
+        raise ValueError("--plot draws the order of one prompt: add --show-order, and --prompt or none")
+    if len(args.ckpt) > 1 and not args.plot:
+        raise ValueError("several --ckpt are drawn one panel each: add --show-order --plot FILE.png")
+    if args.plot:
+        order_plot.require(args.plot)
     if args.unconditional and args.show_order:
         raise ValueError("--show-order marks the steps of replies to prompts; --unconditional samples are printed "
                          "as text: drop one of the two")
@@ -97,7 +105,8 @@ def batches(ids, batch_size: int, max_new: int, seq_len: int, default: bool):
 
 def get_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py)")
+    p.add_argument("--ckpt", required=True, action="append",
+                   help="checkpoint directory (written by train.py); several only with --plot (a panel each)")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
     p.add_argument("--prompt", default=None, help="prompt text (default: the first held-out problem; on a corpus "
                    "checkpoint, BOS alone)")
@@ -111,6 +120,8 @@ def get_args(argv=None):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--show-order", action="store_true", help="mark each token with the step that decoded it")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="with --show-order: draw the step that "
+                   "revealed each position of one prompt, a panel per --ckpt (needs matplotlib)")
     p.add_argument("--unconditional", action="store_true",
                    help="sample from BOS alone with the official OWT options (nucleus, repetition penalty, "
                         "low-confidence stop), seq_len - 1 new tokens by default; prints tokens/s")
@@ -174,11 +185,19 @@ def sample_unconditional(args, model, method, cfg, config, tok, options, device,
 
 def main(argv=None):
     args = get_args(argv)
+    panels = [decode(args, ckpt) for ckpt in args.ckpt]      # several only with --plot: check_flags
+    if args.plot:
+        order_plot.draw(panels, args.plot)
+        print(f"\nwrote {args.plot}")
+
+
+def decode(args, ckpt: str):
+    """Load ckpt, reply to the prompts and print them; with --plot, return the first prompt's panel."""
     try:
         check_flags(args)
         credentials.load_dotenv()                     # HF_TOKEN from .env (a gated Hub checkpoint)
         device = checkpoint.pick_device(args.device)   # ValueError: a device not here
-        model, method, cfg, config = checkpoint.load(args.ckpt, device)
+        model, method, cfg, config = checkpoint.load(ckpt, device)
         model = prepare(model, args, device)
         tok = get_tokenizer(config["tokenizer"])
         options = sampler_options(args, tok, method)
@@ -196,7 +215,7 @@ def main(argv=None):
         return sample_unconditional(args, model, method, cfg, config, tok, options, device, max_new)
     settings = Settings(max_new, args.threshold, args.temperature, args.window, args.commit_order,
                         seq_len=config["seq_len"], options=options if options != SamplerOptions() else None)
-    nfe, n, seconds, tps = 0, 0, 0.0, 0.0
+    nfe, n, seconds, tps, panel = 0, 0, 0.0, 0.0, None
     for i, chunk, room in batches(ids, args.batch_size, max_new, config["seq_len"], default):
         settings.max_new_tokens = room
         _, stats, sec = respond(model, method, cfg, tok, task, chunk, device, settings, args.seed + i)
@@ -204,8 +223,12 @@ def main(argv=None):
             print(("\n" if i + b else "") + shown(tok, len(row), stats, b, room, args.show_order))
         nfe, n, seconds = nfe + stats["nfe"], n + int(stats["n_gen"].sum()), seconds + sec
         tps += stats["tokens_per_step"] * len(chunk)
+        if args.plot and i == 0:      # the picture is of the first prompt
+            title = order_plot.title(config["method"], cfg, settings, method.KNOBS)
+            panel = order_plot.panel(title, tok, stats, 0, len(chunk[0]), room)
     print(f"\n[{config['method']}] forward passes {nfe} | tokens/step {tps / len(ids):.2f} | "
           f"{n} tokens in {seconds:.2f}s = {n / seconds if seconds else 0.0:.1f} tokens/s")
+    return panel
 
 
 if __name__ == "__main__":
