@@ -1,13 +1,16 @@
-"""A picture of decoding: for one prompt, the step at which each position was revealed, one panel per
-checkpoint (sample.py --show-order --plot FILE.png).
+"""The decoding order, as text (sample.py --show-order) or as a picture: for one prompt, the step at which each
+position was revealed, one panel per checkpoint (sample.py --show-order --plot FILE.png).
+
+    text(tok, stats, b, n, max_new, order, colour)    row b as sample.py prints it, the steps marked with order
 
 Each panel has two parts that share the columns, one column per position from the first one decoded:
 - the text as decoded, one cell per token (a character with the byte tokenizer), coloured by the step that
   revealed it; the last tokens of the prompt precede it in grey, and ∎ marks the end of the reply (EOS);
 - below it, position against step: a mark at (position, step) for every decoded token. AR draws a diagonal,
   BD3-LM a staircase of blocks, MDLM a scatter, Set Diffusion a staircase of small overlapping sets.
-Colour and the vertical axis both say the step, on one scale for every panel, so fewer rows is fewer forward
-passes.
+Colour and the vertical axis both say the step. A step is one row high in every panel, so a shorter chart is
+fewer forward passes; the colours run from the panel's first step (dark) to its last (yellow), so that the
+tokens of one step share a colour that stands out from its neighbours'.
 
     panel(title, tok, stats, b, n, max_new) -> Panel   what row b of a sampler's stats draws
     title(name, cfg, settings, knobs) -> str            a panel's heading: the method and its settings
@@ -21,6 +24,32 @@ import math
 import os
 
 from common.cli import check_output_file
+
+COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's colours, one per step (cycled)
+
+
+def text(tok, stats, b: int, n: int, max_new: int, order: bool, colour: bool) -> str:
+    """Row b of a sampler's stats as printed: the prompt of n tokens (its [MASK]s filled in), then the reply up to
+    EOS. With order, each token decoded at step s is coloured by s (colour: a terminal), or each run of tokens
+    decoded at the same step is preceded by [s]; prompt tokens (step -1) are left as they are."""
+    P = stats["tokens"].shape[1] - max_new
+    ids, steps = [], []
+    for j, (i, s) in enumerate(zip(stats["tokens"][b, P - n:].tolist(), stats["step"][b, P - n:].tolist())):
+        if j >= n and (i == tok.eos_id or s < 0):
+            break
+        ids.append(i)
+        steps.append(s)
+    if not order:
+        return tok.decode(ids)                   # whole: a character of several bytes stays one character
+    out = []
+    for k, (i, s) in enumerate(zip(ids, steps)):
+        piece = tok.decode([i])
+        if colour:
+            out.append(f"\033[{COLOURS[s % len(COLOURS)]}m{piece}\033[0m" if s >= 0 else piece)
+        else:
+            out.append(piece if s < 0 or (k and s == steps[k - 1]) else f"[{s}]{piece}")
+    return "".join(out)
+
 
 # A method's name in a heading (checkpoint config "method"); any other name is shown as it is.
 LABELS = {"ar": "AR", "mdlm": "MDLM", "bd3lm": "BD3-LM", "setdiffusion": "Set Diffusion"}
@@ -128,7 +157,7 @@ def draw(panels: list[Panel], path: str):
     heights = [0.3 + cell * 1.25 + row * n + 0.2 for n in steps]   # heading, text strip, gap, chart, foot
     height = 0.3 + sum(heights)
     fig = plt.figure(figsize=(WIDTH_IN, height))
-    cmap, norm = plt.get_cmap("viridis"), plt.Normalize(0, max(max(steps) - 1, 1))
+    cmap = plt.get_cmap("viridis")
     prompt = "".join(panels[0].pieces[:first_decoded(panels[0])])
     fig.text(0.5, 1 - 0.1 / height, f"prompt: {prompt.replace('↵', ' ').strip()}", ha="center", va="top",
              fontsize=8, color="0.4")
@@ -140,7 +169,7 @@ def draw(panels: list[Panel], path: str):
         fig.text(left, (top - 0.27) / height, p.title, fontsize=8.5, weight="bold", va="bottom")
         fig.text(left + width, (top - 0.27) / height, count(p), fontsize=8, va="bottom", ha="right",
                  color="0.25")
-        draw_panel(p, strip, chart, cmap, norm, cell)
+        draw_panel(p, strip, chart, cmap, plt.Normalize(0, max(n - 1, 1)), cell)
         chart.set_xlim(0, cols)
         chart.set_ylim(n + 0.2, -0.2)
         strip.set_xlim(0, cols)
