@@ -159,11 +159,11 @@ def prepare(model, args, device):
 
 
 def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
-    """sample.py --unconditional's number of new tokens: --max-new-tokens, or seq_len - 1 (all that fits after
-    the BOS token); a number that does not fit is a ValueError (one line)."""
+    """eval.py --task unconditional's number of new tokens: --max-new-tokens, or seq_len - 1 (all that fits
+    after the BOS token); a number that does not fit is a ValueError (one line)."""
     max_new = max_new_tokens if max_new_tokens is not None else seq_len - 1
     if max_new < 1:
-        raise ValueError(f"--unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
+        raise ValueError(f"--task unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
                          f"--max-new-tokens 1 or more (default: seq_len - 1 = {seq_len - 1})")
     if 1 + max_new > seq_len:
         raise ValueError(f"--max-new-tokens {max_new} and the BOS token are more than the model's context "

@@ -163,7 +163,7 @@ def validate(model, method, cfg, tok, task, args, device, config, show):
     print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
           f"on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} tokens)")
     if show:
-        print(f"samples: python sample.py --ckpt {args.out_dir} --unconditional")
+        print(f"samples: python sample.py --ckpt {args.out_dir} (continues BOS)")
     model.train()
     return m
 

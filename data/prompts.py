@@ -84,3 +84,43 @@ def read_prompts(path: str) -> list[str]:
     if not prompts:
         raise ValueError(f"{path} holds no prompt: write one prompt per line")
     return prompts
+
+
+def prompt_texts(prompt, prompt_file, task) -> tuple[list[str], bool]:
+    """sample.py's prompts and whether they came from the command line (raw: bytes that are not UTF-8 kept):
+    --prompt, each line of --prompt-file, else the task's first held-out problem, or on a corpus (task None) the
+    empty text, so that the sample continues BOS alone."""
+    if prompt is not None:
+        return [prompt.replace("\\n", "\n")], True
+    if prompt_file:
+        return read_prompts(prompt_file), False
+    return [task.load("test")[0]["prompt"] if task is not None else ""], False
+
+
+def encode_prompts(tok, prompts: list[str], raw: bool, head: list[int], seq_len: int, max_new: int,
+                   can_infill: bool, method_name: str) -> list[list[int]]:
+    """Token ids of each prompt after head (a corpus checkpoint's BOS), each checked against the context with
+    max_new new tokens, and [MASK]s only for a method that can fill them (ValueError: one line)."""
+    ids = []
+    for k, prompt in enumerate(prompts, 1):
+        ids.append(head + prompt_ids(tok, prompt, seq_len, k, raw))
+        fit(k, len(ids[-1]), max_new, seq_len)
+        if tok.mask_id in ids[-1] and not can_infill:
+            raise ValueError(f"prompt {k} has [MASK]s to fill, and {method_name.upper()} cannot fill masks inside "
+                             f"the prompt (it continues the left context only): use a Set Diffusion, BD3-LM or MDLM "
+                             f"checkpoint")
+    return ids
+
+
+def batches(ids: list[list[int]], batch_size: int, max_new: int, seq_len: int, default: bool):
+    """(index of the first prompt, prompts, new tokens) per batch, in order. An explicit max_new is every batch's
+    (fit checked it); the checkpoint's default shrinks to what fits beside each prompt, and a prompt that would
+    shorten the replies of the batch before it starts a new batch."""
+    out = []
+    for k, row in enumerate(ids):
+        room = min(max_new, seq_len - len(row)) if default else max_new
+        if out and len(out[-1][1]) < batch_size and out[-1][2] == room:
+            out[-1][1].append(row)
+        else:
+            out.append((k, [row], room))
+    return out

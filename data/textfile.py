@@ -6,7 +6,7 @@ each. Every document is encoded as ordinary text (PlainText: "<|endoftext|>" wri
 characters), followed by EOS, and the stream is cut into rows of [BOS] + L-1 tokens by data/corpus.py's builder,
 BOS being the tokenizer's EOS (GPT-2's convention). Position 0, the BOS, is context and never predicted (the
 official keep_clean_bos), so every token of the stream is a target exactly once, and a row starts as an
-unconditional sample starts (sample.py --unconditional: from BOS alone).
+unconditional sample starts (eval.py --task unconditional, sample.py without a prompt: from BOS alone).
 
 Splits: the rows in stream order; the last VALID_FRACTION of them (at least one) are "validation" (also
 "test"), the rest "train": a held-out tail, the same on every run.

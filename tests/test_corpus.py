@@ -110,10 +110,11 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
     assert "holds another run (data: " in got
 
 
-def test_sample_unconditional_reads_a_corpus_checkpoint(tmp_path, text_file, capsys):
+def test_sample_continues_bos_on_a_corpus_checkpoint(tmp_path, text_file, capsys):
     run_train(tmp_path, text_file, "--model", "ar", "--max-iters", "2")
-    sample.main(["--ckpt", str(tmp_path / "ckpt"), "--unconditional", "--max-new-tokens", "8"])
-    assert "--- sample 0" in capsys.readouterr().out
+    sample.main(["--ckpt", str(tmp_path / "ckpt"), "--max-new-tokens", "8"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]              # BOS alone, continued (here to its EOS)
+    assert last.startswith("[ar] forward passes ") and last.endswith(" tokens")
 
 
 def test_distributed_two_processes_on_a_corpus(tmp_path, text_file):

@@ -298,14 +298,8 @@ def test_unconditional_eos_stop_ignores_the_first_tokens():
     assert stop(tokens, torch.tensor([6, 6])).tolist() == [True, False]
 
 
-def test_unconditional_samples(ckpts, capsys):
-    sample.main(["--ckpt", str(ckpts / "bd3lm"), "--unconditional", "-n", "2", "--max-new-tokens", "12"])
-    out = capsys.readouterr().out
-    assert out.count("--- sample") == 2 and "tokens/s (batch 1)" in out and "top-p 0.95" in out
-
-
 @pytest.mark.parametrize("flags, message", [
-    (["--unconditional", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
+    (["--temperature", "1", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
     (["--top-p", "0.9"], "top-p < 1 needs sampling: set a temperature > 0"),
     (["--repetition-penalty", "-1"], "the repetition penalty must be > 0")])
 def test_contradictory_sampler_flags_get_one_clear_line(ckpts, flags, message):

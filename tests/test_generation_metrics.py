@@ -531,9 +531,3 @@ def test_flags_a_task_does_not_read_are_refused(tmp_path):
             (["--task", "throughput", "--rounds", "1000000000"], "--rounds must be at most 100"),
             (["--task", "piqa", "--mc-samples", "0"], "--mc-samples must be at least 1")):
         assert said in eval_error([*ckpt, *flags]), flags
-
-
-def test_sample_show_order_with_unconditional_is_one_line(tmp_path):
-    import sample
-    message = error_of(sample.main, ["--ckpt", str(tmp_path / "x"), "--unconditional", "--show-order"])
-    assert "--show-order marks the steps of replies to prompts" in message

@@ -30,8 +30,6 @@ def ckpts(tmp_path_factory):
     ("sample", ["--max-new-tokens", "-5"], "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got -5"),
     ("sample", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     ("sample", ["--batch-size", "-1"], "--batch-size must be at least 1, got -1"),
-    ("sample", ["--unconditional", "-n", "0"], "-n must be at least 1, got 0"),
-    ("sample", ["--unconditional", "-n", "-3"], "-n must be at least 1, got -3"),
     ("eval", ["--limit", "-1"], "--limit must be 0 or more (0 = all), got -1"),
     ("eval", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     ("eval", ["--mdlm-block", "0"], "--mdlm-block must be at least 1, got 0"),
