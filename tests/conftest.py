@@ -3,6 +3,8 @@ on 2 cores); a test module that calls train.main many times asks for the fixture
 (`pytestmark = pytest.mark.usefixtures("train_encodes_once")`), and nothing is patched anywhere else."""
 import hashlib
 
+from common import threads  # noqa: F401  before torch: the scripts' short OpenMP spin (common/threads.py)
+
 import pytest
 
 ENCODED = {}                     # train.encode's results, by everything they depend on; kept for the session
