@@ -134,8 +134,8 @@ def speed_args(p):
                    "(CUDA graphs on CUDA); the first calls pay the compile time")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="weights and activations (the official evaluation runs float32)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = one per core; the scripts "
-                   "set a short OpenMP spin wait, so sharing the cores with another job costs little)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs leave "
+                   "free, by the load average; with a short OpenMP spin wait either way: common/threads.py)")
 
 
 def load_for_inference(args):

@@ -72,8 +72,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--fsdp", action="store_true", help="under torchrun: shard weights, gradients and AdamW state "
                    "over the processes (FSDP2 fully_shard) instead of DDP's full copies; checkpoints stay one file")
     g.add_argument("--seed", type=int, default=1, help="seed of weights, data order and noise")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = one per core; the scripts "
-                   "set a short OpenMP spin wait, so sharing the cores with another job costs little)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs leave "
+                   "free, by the load average; with a short OpenMP spin wait either way: common/threads.py)")
     g.add_argument("--wandb", default="", help="log to this Weights & Biases project (key from WANDB_API_KEY)")
     g.add_argument("--dist-timeout", type=float, default=60,
                    help="processes started by hand with WORLD_SIZE > 1 (not torchrun): seconds to wait for the others")

@@ -3,9 +3,11 @@ on 2 cores); a test module that calls train.main many times asks for the fixture
 (`pytestmark = pytest.mark.usefixtures("train_encodes_once")`), and nothing is patched anywhere else."""
 import hashlib
 
-from common import threads  # noqa: F401  before torch: the scripts' short OpenMP spin (common/threads.py)
+from common import threads  # before torch: the scripts' short OpenMP spin (common/threads.py)
 
 import pytest
+
+threads.set_threads(0)           # as the scripts: the cores other jobs leave free
 
 ENCODED = {}                     # train.encode's results, by everything they depend on; kept for the session
 

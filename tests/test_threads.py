@@ -37,17 +37,24 @@ def test_the_spin_is_set_in_a_fresh_script_and_a_users_is_kept(monkeypatch):
         assert os.environ.get("GOMP_SPINCOUNT") == (value if name == "GOMP_SPINCOUNT" else None)
 
 
-def test_threads_flag_sets_torch_threads_and_refuses_a_negative_count():
+def test_threads_flag_sets_torch_threads_and_refuses_a_negative_count(monkeypatch):
+    """--threads N sets torch's threads; 0 takes the cores the load average leaves free, at least one."""
     from common import threads
     import torch
+    assert [threads.free_cores(2, load) for load in (0.0, 0.4, 1.0, 1.7, 5.0)] == [2, 2, 1, 1, 1]
     before = torch.get_num_threads()
     try:
         threads.set_threads(1)
         assert torch.get_num_threads() == 1
-        threads.set_threads(0)                                           # 0 leaves torch's choice as it is
+        cores = threads.CORES[0]                                 # torch's own count, read before any change
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.0, 0.0, 0.0))   # idle: every core
+        threads.set_threads(0)
+        assert torch.get_num_threads() == cores
+        monkeypatch.setattr(threads.os, "getloadavg", lambda: (float(cores), 0.0, 0.0))   # every core busy
+        threads.set_threads(0)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
     import train
     assert error_of(train.main, ["--model", "ar", "--threads", "-1"]) == \
-        "error: --threads must be >= 0 (0 = one per core), got -1"
+        "error: --threads must be >= 0 (0 = the cores other jobs leave free), got -1"
