@@ -20,6 +20,7 @@ import math
 import os
 import sys
 
+from common.checkpoint import METHODS
 from data import get_task
 from common.files import replaced
 from common.metrics import markdown_table
@@ -106,7 +107,8 @@ def summarize(paths, out_md, out_png=None, paper=None):
             row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], task=m["task"],
                        n=m.get("n"), file=path)
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
-    ar_speed = next((r["tokens_per_s"] for r in rows if r["model"] == "ar" and "tokens_per_s" in r), None)
+    ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in METHODS[r["model"]].KNOBS   # AR:
+                     and "tokens_per_s" in r), None)                                      # one token a step
     nan = float("nan")
     head = ["checkpoint", "tau", "accuracy", "tokens/step", "tokens/s (batch 1)", "speed vs AR"]
     head += ["paper: accuracy", "tokens/step", "tokens/s"] if paper else []
@@ -339,7 +341,7 @@ def generation(paths, out_md, out_png=None) -> str:
         raise ValueError("no eval.py --json file given")
     head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens", "seeds"]
     body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"), spread(runs, "perplexity", ".3f"),
-             "exact" if ORDER[i] == "ar" else "bound", spread(runs, "tokens", ".0f"), len(runs)]
+             "exact" if METHODS[ORDER[i]].EXACT_NLL else "bound", spread(runs, "tokens", ".0f"), len(runs)]
             for (i, label), runs in sorted(likelihood.items())]
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
     if samples:
@@ -407,7 +409,7 @@ def sweep(paths: list[str], out_md: str, out_png=None) -> str:
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt", "method_config"))
         m["file"] = path                                   # the figure names the folders its runs came from
-        if m["model"] != "setdiffusion" or "smax" not in m["method_config"]:
+        if "smax" not in m["method_config"]:                # Set Diffusion's knob
             raise ValueError(f"{path}: a run of {m['model']}; the smax sweep takes Set Diffusion runs only")
         row = runs.setdefault(label_of(m["ckpt"]), {"smax": m["method_config"]["smax"],
                                                     "infill": m["method_config"].get("infill", 0.0)})
