@@ -32,10 +32,9 @@ import torch
 import ar
 import bd3lm
 import mdlm
-from common import pretrained
 import setdiffusion
 from model import ModelConfig
-from common.pretrained import from_state, load_pt, load_safetensors, load_weights
+from common.weights import from_state, load_pt, load_safetensors, load_weights
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -355,17 +354,31 @@ def method_of(config: dict):
     return METHODS[config["method"]], METHOD_CONFIGS[config["method"]](**config["method_config"])
 
 
+def ours_on_disk(path: str) -> bool:
+    """A local directory whose config.json is ours (it names a "method"), or not an object at all (then
+    load_ours says in one line what is wrong); anything else is the released format or a Hub repo."""
+    try:
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False                                  # absent or unreadable: pretrained.fetch names the problem
+    return not isinstance(config, dict) or "method" in config
+
+
 def load(path: str, device="cpu"):
     """A checkpoint -> (model in eval mode, method module, method config, config dict).
 
-    path: a checkpoint directory written by train.py; a short key of the paper's released checkpoints
-    (pretrained.RELEASED, e.g. "gsm8k:setdlm-smax8"); a Hugging Face repo id; or a local copy of such a repo.
-    pretrained.fetch finds it and reads its config.json, which decides: ours (it has "method"), the released
-    format (converted by pretrained.load_released), or an error (a plain Qwen3 base model is a backbone, not
-    a trained checkpoint).
+    path: a checkpoint directory written by train.py, read here (pretrained.py is not even imported); a short
+    key of the paper's released checkpoints (pretrained.RELEASED, e.g. "gsm8k:setdlm-smax8"); a Hugging Face
+    repo id; or a local copy of such a repo. For those, pretrained.fetch finds it and reads its config.json,
+    which decides: ours (it has "method"), the released format (converted by pretrained.load_released), or an
+    error (a plain Qwen3 base model is a backbone, not a trained checkpoint).
     """
     if not os.path.isfile(os.path.join(path, "config.json")):
         path = newest(path) or path                   # a save killed mid-swap left out_dir.tmp or out_dir.old
+    if ours_on_disk(path):                            # our directory format: read here, nothing fetched
+        return load_ours(resolve(path), device)
+    from common import pretrained                     # a released checkpoint or a Hub repo
     source, d, config = pretrained.fetch(path)
     if not isinstance(config, dict):                  # a list or null: check_config's one line
         return load_ours(d, device)

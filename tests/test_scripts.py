@@ -262,11 +262,13 @@ def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
     library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.replies", "common.metrics",
                "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data", "paper.generation",
                "paper.infill", "paper.zeroshot", "paper.results", "paper.harness", "paper.speed", "common.credentials",
-               "common.eval_args", "common.train_args", "common.threads", "common.files", "data.prompts"]
+               "common.eval_args", "common.train_args", "common.threads", "common.files", "data.prompts",
+               "common.weights"]
     for name in [*scripts, *library]:
         assert not (local_imports(module_path(name)) & scripts), name
     assert not {n for n in closure("sample", top=True) | closure("eval", top=True) if n.startswith("paper")}
     assert closure("test_all") <= {"test_all", "model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling"}
+    assert "common.pretrained" not in closure("common.checkpoint", top=True)    # only to load a released one
     for name in library:
         deps = closure(name) - {name}
         assert all(name not in local_imports(module_path(d)) for d in deps if not d.startswith(name + ".")), name
