@@ -1,5 +1,5 @@
-"""Weights into model.py's Transformer: the one state-dict check (load_weights, from_state; our checkpoints
-use it too), and the weights from elsewhere, converted:
+"""Weights from elsewhere into model.py's Transformer, converted (the weight files and the one state-dict check
+every loader ends in are common/weights.py):
 
 - Hugging Face Qwen3 models (`from_pretrained("Qwen/Qwen3-1.7B-Base")`, train.py --init-from): config.json
   through `qwen3_config`, the safetensors as they are (our parameter names are Qwen3's without "model.").
@@ -18,7 +18,6 @@ import glob
 import json
 import math
 import os
-import pickle
 import re
 import warnings
 from dataclasses import asdict
@@ -26,7 +25,7 @@ from dataclasses import asdict
 import torch
 import torch.nn.functional as F
 
-from common.weights import from_state, fuse_qkv, load_pt, load_safetensors, load_weights, read_weights  # noqa: F401
+from common.weights import from_state, read_weights
 from data.hub import hub_dir, is_hub_id
 from model import ModelConfig, Transformer
 

@@ -22,7 +22,8 @@ from safetensors.torch import save_file
 
 from common import checkpoint
 from model import PRESETS, ModelConfig
-from common.pretrained import ALSO_NAMED, RELEASED, from_dit, from_state, timestep_embedding
+from common.pretrained import ALSO_NAMED, RELEASED, from_dit, timestep_embedding
+from common.weights import from_state
 from fakehub import fake_hub
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the repository root

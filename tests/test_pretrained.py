@@ -36,7 +36,8 @@ from data import get_tokenizer, gsm8k
 from fakehub import TINY, V, fake_hub, released_weights, run_offline, write_json
 from data.qwen import qwen3_tokenizer
 from model import ModelConfig, Transformer
-from common.pretrained import RELEASED, from_pretrained, from_state, qwen3_config
+from common.pretrained import RELEASED, from_pretrained, qwen3_config
+from common.weights import from_state
 
 # ----------------------------------------------------------------------------- from_pretrained (Qwen3)
 
