@@ -21,9 +21,9 @@ matplotlib is optional: it is imported only here, when a picture is asked for.
 """
 import dataclasses
 import math
-import os
 
 from common.cli import check_output_file
+from common.files import replaced
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's colours, one per step (cycled)
 
@@ -203,15 +203,9 @@ def draw_panel(p: Panel, strip, chart, cmap, norm, cell: float):
 
 
 def save(fig, path: str, plt):
-    """fig as a PNG at path, through a temp file in the same folder and a rename (no half-written picture)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
+    """fig as a PNG at path, whole or not at all (common/files.replaced: a temporary file, then a rename)."""
     try:
-        with open(tmp, "wb") as f:
+        with replaced(path, "wb") as f:
             fig.savefig(f, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     finally:
         plt.close(fig)
