@@ -27,7 +27,7 @@ demo: install  ## train Set Diffusion on the shipped task (2-core CPU, ~15 min),
 # The picture of decoding on the README's first screen: one held-out prompt decoded by the four methods at tau 0.8,
 # each position coloured by the step that revealed it. Four small checkpoints (1,000 steps at batch 32, seed 1;
 # 6-19 min each on one core), trained first where absent; held-out accuracy AR 86 %, Set Diffusion 22 %, BD3-LM
-# 0 %, MDLM 6 % at tau inf: the order, not the answer, is the point.
+# 6 %, MDLM 0 % at tau inf: the order, not the answer, is the point.
 PICTURE_DIR ?= out/picture
 PICTURE_TRAIN = --max-iters 1000 --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
 decoding-picture:  ## results/decoding.png: how AR, MDLM, BD3-LM and Set Diffusion decode one prompt (trains four 1,000-step checkpoints if absent, ~50 min on one core)
