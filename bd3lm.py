@@ -90,7 +90,9 @@ def mask_mod(cfg: BD3LMConfig, seq_len: int):
     L, S = seq_len, cfg.block_size
     def mod(b, h, q, k):
         xt_q, xt_k = q >= L, k >= L                                      # noisy half
-        blk_q, blk_k = (q % L) // S, (k % L) // S                         # block of each token
+        # each token's block as its first position i % L - i % L % S: it compares as the block index does,
+        # with no integer division, which torch 2.11's compiled BlockMask fails to generate on CUDA
+        blk_q, blk_k = q % L - q % L % S, k % L - k % L % S                # block of each token
         block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
         offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
         block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean

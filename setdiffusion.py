@@ -64,11 +64,14 @@ class SetDiffusionConfig:
     mask_id: int    # the [MASK] token of the query stream
     smax: int = 8   # max set size / reorder reach, = 2d; the window defaults to smax // 2 = d
     infill: float = 0.0  # NOT the paper: the fraction of training rows given an infilling order (infill_span)
+    infill_len: str = "uniform"   # ... and how their span lengths are drawn: "uniform" or "loguniform"
 
     def __post_init__(self):
         if self.smax < 2 or not 0 <= self.infill <= 1:
             raise ValueError(f"smax must be >= 2 and infill a fraction in [0, 1], got {self.smax}, "
                              f"{self.infill}")
+        if self.infill_len not in SPAN_LENGTHS:
+            raise ValueError(f"infill_len is one of {', '.join(SPAN_LENGTHS)}, got {self.infill_len!r}")
 
     def check(self, seq_len: int):
         """Raise a ValueError with one line for a setting that cannot train at context seq_len."""
@@ -222,7 +225,7 @@ def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, ge
     """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch.
     cfg.infill > 0 (not the paper): that fraction of rows in an infilling order instead (infill_span)."""
     pad_mask = defaults(x0, prompt_mask, pad_mask)[1]
-    span = infill_span(pad_mask, cfg.infill, generator) if cfg.infill > 0 else None   # the last section
+    span = infill_span(pad_mask, cfg.infill, generator, cfg.infill_len) if cfg.infill > 0 else None   # last section
     nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, span=span)
     per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)
     return per_seq.mean(), {"tokens": target_s.sum()}
@@ -408,14 +411,23 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
 # F = 0 draws nothing here, so the loss is the paper's draw for draw. Neither the paper nor the official code
 # has this.
 
-def infill_span(pad_mask, fraction: float, generator=None):
-    """A fraction of the rows each get one random span, (B, L) bool: length n ~ U{1, ..., max(1, R // 4)} over
-    a row's R real tokens, start uniform with at least one real token after the span. A span over the prompt
-    makes those prompt tokens targets."""
+SPAN_LENGTHS = ("uniform", "loguniform")   # infill_len: how a span's length n in {1, ..., m} is drawn
+
+
+def infill_span(pad_mask, fraction: float, generator=None, lengths: str = "uniform"):
+    """A fraction of the rows each get one random span, (B, L) bool: length n in {1, ..., m}, m = max(1, R // 4)
+    over a row's R real tokens, start uniform with at least one real token after the span. A span over the prompt
+    makes those prompt tokens targets. lengths "uniform": P(n) = 1/m; "loguniform": n = floor((m + 1)^u), so
+    P(n) = log((n + 1)/n) / log(m + 1) ~ 1/n: every scale of gap (a digit, a word, a clause) gets an equal share
+    of the rows, where uniform spends most of them on long spans."""
     B, L = pad_mask.shape
     u = torch.rand(B, 3, generator=generator, device=pad_mask.device)             # (B, 3)
     real = (~pad_mask).sum(1)  # (B,) real tokens (a prefix)
-    n = 1 + (u[:, 1] * (real // 4).clamp(min=1)).long()                            # (B,) span length
+    m = (real // 4).clamp(min=1)                                                   # (B,) longest span
+    if lengths == "uniform":
+        n = 1 + (u[:, 1] * m).long()                                               # (B,) span length
+    else:
+        n = torch.minimum((m + 1.0).pow(u[:, 1]).long(), m).clamp(min=1)           # (B,) span length
     start = (u[:, 2] * (real - n).clamp(min=1)).long()                             # (B,) its first position
     j = torch.arange(L, device=pad_mask.device)
     inside = (j >= start[:, None]) & (j < (start + n)[:, None])                    # (B, L)

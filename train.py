@@ -75,7 +75,8 @@ def setup(args, device, flex: bool = False):
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax, block_size=args.block_size,
-                                   nelbo=args.nelbo, infill=args.infill)   # checked by the method's config
+                                   nelbo=args.nelbo, infill=args.infill,
+                                   infill_len=args.infill_len)   # checked by the method's config
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
     elif args.max_new_tokens > seq_len:
@@ -259,7 +260,8 @@ def loop(model, opt, ema, start, stop, run):
         logs = done % LOG_EVERY == 0 or done == args.max_iters
         saves = done % args.save_every == 0 or done == args.max_iters
         evals = args.eval_every and done % args.eval_every == 0 and done != args.max_iters
-        if not (logs or saves or evals or (signalled and not ddp)):   # the same steps on every rank
+        keeps = args.keep_every and done % args.keep_every == 0           # a learning curve's snapshot
+        if not (logs or saves or evals or keeps or (signalled and not ddp)):   # the same steps on every rank
             continue
         new, signalled = read_back(pending, done - len(pending), run)
         pending = []
@@ -276,6 +278,11 @@ def loop(model, opt, ema, start, stop, run):
                 stop_run(f"the weights are not finite after step {step}", args.out_dir)
             checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
                             {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
+        if (master or args.fsdp) and keeps:                       # weights only, beside --out-dir
+            if not finite(model, ema, reduce=args.fsdp):
+                stop_run(f"the weights are not finite after step {step}", args.out_dir)
+            checkpoint.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
+                            eval_model=ema, write=master)
         if signalled:
             progress.close()
             sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")

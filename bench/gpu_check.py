@@ -194,8 +194,10 @@ def main(argv=None) -> dict:
     state["tests"] |= run([sys.executable, *TESTS], min(args.test_time, left() - args.train_reserve), env)
     write()
     path = os.path.join(out_dir, "gpu-bench.json")
-    cmd = (DRY if args.dry_run else BENCH) + ["--budget", f"{max(left() - 20, 0):.0f}", "--train-reserve",
-                                              f"{args.train_reserve:.0f}", "--json", shown(path)]
+    bench_budget = max(left() - 20, 0)
+    reserve = min(args.train_reserve, bench_budget / 2)          # a short --budget: decoding keeps half of it
+    cmd = (DRY if args.dry_run else BENCH) + ["--budget", f"{bench_budget:.0f}", "--train-reserve",
+                                              f"{reserve:.0f}", "--json", shown(path)]
     state["bench"] = {"command": command(cmd)}
     if left() > 30:
         if os.path.exists(path):

@@ -96,7 +96,7 @@ def check_train_args(args):
     if args.max_new_tokens is not None:
         check_positive("--max-new-tokens", args.max_new_tokens)
     for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
-                       ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
+                       ("keep_every", "0 = none"), ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
         check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
     if args.seq_len == 1:
         raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "

@@ -30,6 +30,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--nelbo", action="store_true", help="MDLM/BD3-LM: train on the 1/t-weighted NELBO")
     g.add_argument("--infill", type=float, default=0.0, help="Set Diffusion, NOT in the paper: the fraction of rows "
                    "trained in an infilling order (a random span revealed after everything else; 0 = the paper)")
+    g.add_argument("--infill-len", default="uniform", choices=["uniform", "loguniform"], help="Set Diffusion "
+                   "--infill: how a span's length n <= a quarter of the row is drawn (loguniform: P(n) ~ 1/n)")
     g = p.add_argument_group("model")
     g.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
     g.add_argument("--n-embd", type=int, default=128, help="width")
@@ -81,6 +83,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--out-dir", default="", help="checkpoint directory (default out/<model>)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
     g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end)")
+    g.add_argument("--keep-every", type=int, default=0, help="also keep the eval weights every N steps in "
+                   "OUT_DIR-stepN, a checkpoint of its own (learning curves; 0 = none)")
     g.add_argument("--eval-every", type=int, default=0,
                    help="held-out accuracy (validation NLL on a corpus) every N steps (0 = at the end)")
     g.add_argument("--eval-limit", type=int, default=200,

@@ -115,6 +115,23 @@ def test_setdiffusion_infill_orders():
     assert abs(spans.any(1).float().mean() - 0.25) < 0.03 and not sd.infill_span(pad_mask, 0.0, g).any()
 
 
+@pytest.mark.parametrize("lengths", sd.SPAN_LENGTHS)
+def test_infill_span_lengths_follow_their_distribution(lengths):
+    """--infill-len: over rows of R = 44 real tokens (m = 11), a span's length n is in 1..m with P(n) = 1/m
+    (uniform) or log((n + 1)/n) / log(m + 1) (loguniform), and the span lies inside the real tokens."""
+    R, m, rows = 44, 11, 20000
+    pad_mask = torch.arange(48)[None] >= torch.full((rows, 1), R)                    # (rows, 48)
+    span = sd.infill_span(pad_mask, 1.0, torch.Generator().manual_seed(2), lengths)
+    n = span.sum(1)
+    assert n.min() >= 1 and n.max() <= m and not (span & pad_mask).any()
+    exact = torch.tensor([1 / m if lengths == "uniform" else math.log((k + 1) / k) / math.log(m + 1)
+                          for k in range(1, m + 1)])
+    seen = torch.bincount(n, minlength=m + 1)[1:].float() / rows
+    torch.testing.assert_close(seen, exact, atol=0.012, rtol=0)
+    with pytest.raises(ValueError, match="infill_len is one of uniform, loguniform"):
+        sd.SetDiffusionConfig(MASK, 8, infill=0.5, infill_len="geometric")
+
+
 def test_setdiffusion_lean_forward_equals_the_full_layout():
     """Leaving out the prompt's [MASK] copies and the padding's clean tokens changes no target's logits."""
     model, L = tiny_model(14), 12

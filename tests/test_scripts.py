@@ -13,6 +13,7 @@ import types
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 import ar
 from common import checkpoint
@@ -58,6 +59,24 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert checkpoint.load_train_state(str(tmp_path / "b" / "ckpt"))["step"] == 3
     assert run_train(tmp_path / "b", *args, "--resume") == full[3:]
+
+
+def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_path, monkeypatch):
+    """--keep-every 2 over 4 steps: OUT-step2 and OUT-step4 hold the (EMA) weights a save at that step writes,
+    without the optimizer state, and the losses are those of the run without it."""
+    from safetensors.torch import load_file
+    args = ["--model", "setdiffusion", "--max-iters", "4", "--ema", "0.9"]
+    plain = run_train(tmp_path / "a", *args)
+    assert run_train(tmp_path / "b", *args, "--keep-every", "2") == plain
+    out = tmp_path / "b" / "ckpt"
+    kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
+    assert all(checkpoint.step_of(str(d)) == k and not (d / "train_state.pt").exists() for k, d in kept.items())
+    monkeypatch.setitem(checkpoint.METHODS, "setdiffusion", killed_after(3, sd.loss, KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):                # the same run, saved at step 2, stopped in step 3
+        run_train(tmp_path / "c", *args, "--save-every", "2")
+    for d, same in ((kept[2], tmp_path / "c" / "ckpt"), (kept[4], out)):
+        a, b = load_file(d / "model.safetensors"), load_file(same / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):

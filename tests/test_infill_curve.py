@@ -1,0 +1,40 @@
+"""make infill-curve's driver (paper/infill_curve.py) end to end on a tiny model: train.py keeps each step's
+weights, each kept step is evaluated once (held-out accuracy and the number infill; every span kind at the last
+step), a finished run is neither trained nor evaluated again, and the table is the seeds' mean [min, max]."""
+import json
+import os
+
+import pytest
+
+from paper import infill_curve
+
+TINY = "--max-iters 2 --n-layer 1 --n-embd 32 --n-head 2 --eval-limit 2 --max-new-tokens 8 --warmup 1"
+
+
+def test_curve_trains_once_evaluates_each_kept_step_and_tabulates(tmp_path, capsys):
+    out = tmp_path / "runs"
+    args = ["--runs", "b16", "--seeds", "1", "--out-dir", str(out), "--threads", "1", "--keep-every", "1",
+            "--limit", "3", "--curve-limit", "2", "--train-flags", TINY, "--json", str(tmp_path / "c.json"),
+            "--md", str(tmp_path / "c.md"), "--plot", str(tmp_path / "c.png")]
+    infill_curve.main(args)
+    rows = json.load(open(tmp_path / "c.json"))
+    assert [r["step"] for r in rows] == [1, 2] and all(r["run"] == "b16" and r["seed"] == 1 for r in rows)
+    assert set(rows[0]) >= {"accuracy", "infill_number"} and "infill_verb" not in rows[0]
+    assert {f"infill_{s}" for s in infill_curve.SPANS} | {"infill_verb_op"} <= set(rows[1])
+    stamp = os.path.getmtime(out / "b16-s1" / "model.safetensors")
+    infill_curve.main(args)                                        # nothing new: no training, no evaluation
+    assert os.path.getmtime(out / "b16-s1" / "model.safetensors") == stamp
+    assert json.load(open(tmp_path / "c.json")) == rows
+    table = open(tmp_path / "c.md").read()
+    assert "| b16 | `--infill 0.5 --batch-size 16 --max-iters 3000` | 2 | 1 |" in table
+    assert os.path.getsize(tmp_path / "c.png") > 0
+
+
+def test_mean_range_over_seeds_in_percent():
+    assert infill_curve.mean_range([0.5, 1.0, 0.0]) == "50.0 [0.0, 100.0]"
+    assert infill_curve.mean_range([0.25]) == "25.0"
+
+
+def test_unknown_run_is_one_line():
+    with pytest.raises(SystemExit, match="--runs b64: the runs are b16, b32"):
+        infill_curve.main(["--runs", "b64"])
