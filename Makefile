@@ -7,7 +7,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare
+.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve shakespeare-infill
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -193,5 +193,45 @@ infill-shakespeare:  ## fill a masked word and a masked line of held-out Shakesp
 	  $(PY) eval.py --ckpt $$d/$$m --task infill --span $$s --limit $(INFILL_TEXT_LIMIT) --warmup 2 $(SHAKESPEARE_CACHE) \
 	    --json results/infill-shakespeare/$$(basename $$d)-$$m-$$s.json || exit 1; done; done; done
 	$(PY) -m paper.results results/infill-shakespeare.md results/infill-shakespeare/*.json --infill
+
+# --infill on real text (not the paper): Set Diffusion trained with --infill $(SHAKESPEARE_INFILL) at make shakespeare's
+# budget, seeds 1-3, as setdiffusion-infill beside each seed's make shakespeare checkpoints (SHAKESPEARE_OUT, -s2, -s3),
+# then what make shakespeare and make infill-shakespeare measure of the others: validation likelihood, samples at
+# tau inf scored by that seed's AR (trained first if it is not there), a masked word and a masked line. The tables
+# results/shakespeare-seeds.md and results/infill-shakespeare.md gain a setdiffusion-infill row. ~15 min a seed on 2
+# CPU cores.
+SHAKESPEARE_INFILL ?= 0.5
+SEED_DIR = $$([ $$s = 1 ] || echo -s$$s)
+shakespeare-infill:  ## --infill on Shakespeare, seeds 1-3: likelihood, samples' quality, word and line infilling beside the zero-shot methods (~45 min on 2 CPU cores)
+	mkdir -p results/infill-shakespeare
+	for s in 1 2 3; do d=$(SHAKESPEARE_OUT)$(SEED_DIR); r=$(SHAKESPEARE_RESULTS)$(SEED_DIR); mkdir -p $$r; \
+	  [ -f $$d/ar/config.json ] || $(PY) train.py --model ar --out-dir $$d/ar $(SHAKESPEARE_TRAIN) --seed $$s || exit 1; \
+	  [ -f $$d/setdiffusion-infill/config.json ] || $(PY) train.py --model setdiffusion --smax 8 \
+	    --infill $(SHAKESPEARE_INFILL) --out-dir $$d/setdiffusion-infill $(SHAKESPEARE_TRAIN) --seed $$s || exit 1; \
+	  $(PY) eval.py --ckpt $$d/setdiffusion-infill --task likelihood --limit $(SHAKESPEARE_LIMIT) $(SHAKESPEARE_CACHE) \
+	    --json $$r/setdiffusion-infill-nll.json || exit 1; \
+	  $(PY) eval.py --ckpt $$d/setdiffusion-infill --task unconditional --ref-ckpt $$d/ar -n $(SHAKESPEARE_N) --warmup 1 \
+	    --no-redraw --json $$r/setdiffusion-infill-inf.json || exit 1; \
+	  for sp in word line; do $(PY) eval.py --ckpt $$d/setdiffusion-infill --task infill --span $$sp \
+	    --limit $(INFILL_TEXT_LIMIT) --warmup 2 $(SHAKESPEARE_CACHE) \
+	    --json results/infill-shakespeare/$$(basename $$d)-setdiffusion-infill-$$sp.json || exit 1; done; done
+	$(PY) -m paper.results $(SHAKESPEARE_RESULTS)-seeds.md $(SHAKESPEARE_RESULTS)/*.json $(SHAKESPEARE_RESULTS)-s[23]/*.json \
+	  --generation --plot $(SHAKESPEARE_RESULTS)-seeds.png
+	$(PY) -m paper.results results/infill-shakespeare.md results/infill-shakespeare/*.json --infill
+
+# Where right-determined infilling turns on (docs/results.md): paper/infill_curve.py's runs, seeds 1-3, each keeping
+# its weights every CURVE_KEEP steps, with the held-out accuracy and the `number` infill at each kept step and every
+# span kind at the last. Its RUNS: --infill 0.5 at the demo's budget (b16) and make smax's (b32), recipes at the
+# demo's budget (f1: --infill 1.0; log and f1-log: log-uniform span lengths), and no --infill (none). One run is
+# ~20 min (b16) to ~45 min (b32) on 2 CPU cores; on a GPU, CURVE_DEVICE=cuda CURVE_JOBS=12 runs them side by side
+# (docs/results.md gives the flags each table row was measured with). A finished run is not trained again.
+CURVE_RUNS ?= b16,b32,f1,f1-log,none
+CURVE_SEEDS ?= 1,2,3
+CURVE_DEVICE ?= cpu
+CURVE_JOBS ?= 1
+CURVE_KEEP ?= 500
+infill-curve:  ## right-determined infilling and held-out accuracy against training steps: --infill at two budgets, recipes, seeds 1-3 -> results/infill-curve.md, .png (CPU: hours; a GPU: minutes)
+	$(PY) -m paper.infill_curve --runs $(CURVE_RUNS) --seeds $(CURVE_SEEDS) --device $(CURVE_DEVICE) --jobs $(CURVE_JOBS) \
+	  --keep-every $(CURVE_KEEP)
 
 include paper/reproduce.mk

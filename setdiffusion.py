@@ -65,6 +65,7 @@ class SetDiffusionConfig:
     smax: int = 8   # max set size / reorder reach, = 2d; the window defaults to smax // 2 = d
     infill: float = 0.0  # NOT the paper: the fraction of training rows given an infilling order (infill_span)
     infill_len: str = "uniform"   # ... and how their span lengths are drawn: "uniform" or "loguniform"
+    infill_added: bool = False    # ... and whether they are copies added to the batch, not replacements
 
     def __post_init__(self):
         if self.smax < 2 or not 0 <= self.infill <= 1:
@@ -223,9 +224,12 @@ def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, gen
 
 def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None):
     """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch.
-    cfg.infill > 0 (not the paper): that fraction of rows in an infilling order instead (infill_span)."""
-    pad_mask = defaults(x0, prompt_mask, pad_mask)[1]
-    span = infill_span(pad_mask, cfg.infill, generator, cfg.infill_len) if cfg.infill > 0 else None   # last section
+    cfg.infill > 0 (not the paper): that fraction of rows in an infilling order instead (infill_span), or with
+    cfg.infill_added as well (added_rows). The last section."""
+    prompt_mask, pad_mask, _ = defaults(x0, prompt_mask, pad_mask)
+    span = infill_span(pad_mask, cfg.infill, generator, cfg.infill_len) if cfg.infill > 0 else None
+    if span is not None and cfg.infill_added:
+        x0, prompt_mask, pad_mask, span = added_rows(x0, prompt_mask, pad_mask, span)
     nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, span=span)
     per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)
     return per_seq.mean(), {"tokens": target_s.sum()}
@@ -415,11 +419,11 @@ SPAN_LENGTHS = ("uniform", "loguniform")   # infill_len: how a span's length n i
 
 
 def infill_span(pad_mask, fraction: float, generator=None, lengths: str = "uniform"):
-    """A fraction of the rows each get one random span, (B, L) bool: length n in {1, ..., m}, m = max(1, R // 4)
-    over a row's R real tokens, start uniform with at least one real token after the span. A span over the prompt
-    makes those prompt tokens targets. lengths "uniform": P(n) = 1/m; "loguniform": n = floor((m + 1)^u), so
-    P(n) = log((n + 1)/n) / log(m + 1) ~ 1/n: every scale of gap (a digit, a word, a clause) gets an equal share
-    of the rows, where uniform spends most of them on long spans."""
+    """A fraction of the rows each get one random span, (B, L) bool: length n in {1, ..., m}, with
+    m = max(1, R // 4) over a row's R real tokens, start uniform with at least one real token after the span.
+    A span over the prompt makes those prompt tokens targets. lengths "uniform": P(n) = 1/m; "loguniform":
+    n = floor((m + 1)^u), so P(n) = log((n + 1)/n) / log(m + 1) ~ 1/n: every scale of gap (a digit, a word, a
+    clause) gets an equal share of the rows, where uniform spends most of them on long spans."""
     B, L = pad_mask.shape
     u = torch.rand(B, 3, generator=generator, device=pad_mask.device)             # (B, 3)
     real = (~pad_mask).sum(1)  # (B,) real tokens (a prefix)
@@ -432,3 +436,12 @@ def infill_span(pad_mask, fraction: float, generator=None, lengths: str = "unifo
     j = torch.arange(L, device=pad_mask.device)
     inside = (j >= start[:, None]) & (j < (start + n)[:, None])                    # (B, L)
     return (u[:, :1] < fraction) & inside & ~pad_mask
+
+
+def added_rows(x0, prompt_mask, pad_mask, span):
+    """cfg.infill_added: the rows drawn for infilling are trained twice, once in their paper order and once
+    more, appended, in their infilling order: every row keeps the paper's signal and the infilling one comes
+    on top (at the cost of that many more rows per step). Returns the (B + k, L) batch and its spans."""
+    rows = span.any(1)                                                             # (B,) the k drawn rows
+    cat = lambda a: torch.cat([a, a[rows]])                                        # noqa: E731 (B + k, L)
+    return cat(x0), cat(prompt_mask), cat(pad_mask), torch.cat([torch.zeros_like(span), span[rows]])

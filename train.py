@@ -76,7 +76,7 @@ def setup(args, device, flex: bool = False):
         model = Transformer(ModelConfig(**shape))
     cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax, block_size=args.block_size,
                                    nelbo=args.nelbo, infill=args.infill,
-                                   infill_len=args.infill_len)   # checked by the method's config
+                                   infill_len=args.infill_len, infill_added=args.infill_added)   # checked by it
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
     elif args.max_new_tokens > seq_len:

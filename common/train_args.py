@@ -32,6 +32,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
                    "trained in an infilling order (a random span revealed after everything else; 0 = the paper)")
     g.add_argument("--infill-len", default="uniform", choices=["uniform", "loguniform"], help="Set Diffusion "
                    "--infill: how a span's length n <= a quarter of the row is drawn (loguniform: P(n) ~ 1/n)")
+    g.add_argument("--infill-added", action="store_true", help="Set Diffusion --infill: the infilling rows are "
+                   "copies added to the batch (each row also keeps its paper order), not replacements")
     g = p.add_argument_group("model")
     g.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
     g.add_argument("--n-embd", type=int, default=128, help="width")

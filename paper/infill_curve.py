@@ -34,6 +34,7 @@ RUNS = {   # name: (train.py flags, what it is for); every run also gets --seed 
     "f1": (f"{SET} --infill 1.0 {DEMO}", "a recipe: every row in an infilling order"),
     "log": (f"{SET} --infill 0.5 --infill-len loguniform {DEMO}", "a recipe: span lengths ~ 1/n"),
     "f1-log": (f"{SET} --infill 1.0 --infill-len loguniform {DEMO}", "a recipe: both"),
+    "added": (f"{SET} --infill 1.0 --infill-added {DEMO}", "a recipe: every row also once more, infilling"),
     "none": (f"{SET} {DEMO}", "no --infill: the held-out accuracy the recipes must keep"),
     # make pareto's four checkpoints (its flags and budget), zero-shot: every span kind at seeds 1-3
     "ar": (f"--model ar {SMAX_BUDGET}", "make pareto's AR"),
@@ -101,7 +102,8 @@ def one(run: str, seed: int, args):
             continue
         last = step == iters
         m = evaluate(folder, args.device, args.limit if last else args.curve_limit, SPANS if last else ("number",))
-        rows.append({"run": run, "seed": seed, "step": step, "flags": RUNS[run][0], "device": args.device, **m})
+        rows.append({"run": run, "seed": seed, "step": step, "flags": RUNS[run][0], "device": args.device,
+                     "n": args.limit if last else args.curve_limit, **m})
         with replaced(path) as f:
             json.dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
         print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in m.items()), flush=True)
@@ -152,16 +154,17 @@ def table(rows: list[dict]) -> str:
     """One line per run and kept step: the seeds, held-out accuracy and each span's exact match, in %, as the mean
     [min, max] over the seeds measured; the last step of a run carries every span kind."""
     keys = ["accuracy", *(f"infill_{k}" for k in SPANS), "infill_verb_op"]
-    lines = ["| run | flags | step | seeds | held-out accuracy % | " + " | ".join(
+    lines = ["| run | flags | device | step | seeds | problems | held-out accuracy % | " + " | ".join(
         f"infill {k} %" if k != "verb_op" else "verb's operation %" for k in SPANS + ("verb_op",)) + " |",
-        "|---" * (5 + len(SPANS) + 1) + "|"]
+        "|---" * (7 + len(SPANS) + 1) + "|"]
     for run in [r for r in RUNS if any(x["run"] == r for x in rows)]:
         for step in sorted({x["step"] for x in rows if x["run"] == run}):
             at = [x for x in rows if x["run"] == run and x["step"] == step]
             cells = [mean_range([x[k] for x in at if k in x]) if any(k in x for x in at) else "" for k in keys]
             seeds = ",".join(str(x["seed"]) for x in sorted(at, key=lambda x: x["seed"]))
-            lines.append(f"| {run} | `{RUNS[run][0].replace(SET + ' ', '')}` | {step} | {seeds} | "
-                         + " | ".join(cells) + " |")
+            same = lambda k: ",".join(sorted({str(x.get(k, "")) for x in at}))     # noqa: E731
+            lines.append(f"| {run} | `{RUNS[run][0].replace(SET + ' ', '')}` | {same('device')} | {step} | {seeds} "
+                         f"| {same('n')} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

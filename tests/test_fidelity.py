@@ -115,6 +115,30 @@ def test_setdiffusion_infill_orders():
     assert abs(spans.any(1).float().mean() - 0.25) < 0.03 and not sd.infill_span(pad_mask, 0.0, g).any()
 
 
+def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilling_copies():
+    """--infill-added: the loss is the mean over the B rows in the orders the paper's loss draws for them and
+    the k drawn rows once more in their infilling orders (B + k rows, one order draw for all of them)."""
+    model, L, smax = tiny_model(12), 12, 4
+    x0 = torch.randint(0, MASK, (4, L), generator=torch.Generator().manual_seed(0))
+    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3], [4]])
+    pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2], [9], [L]])
+    cfg = sd.SetDiffusionConfig(MASK, smax, infill=0.5, infill_added=True)
+    got = sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(7))[0]
+    g = torch.Generator().manual_seed(7)
+    span = sd.infill_span(pad_mask, 0.5, g)
+    rows = span.any(1)
+    assert 0 < int(rows.sum()) < 4                                      # some rows drawn, some not (this seed)
+    X, P, D = (torch.cat([a, a[rows]]) for a in (x0, prompt_mask, pad_mask))
+    S = torch.cat([torch.zeros_like(span), span[rows]])
+    sigma = sd.order(X, smax, P & ~S, D, g, S)
+    target = ~(P & ~S) & ~D
+    naive = naive_order_nll(model, X, sigma, target)
+    torch.testing.assert_close(got, (naive / target.sum(1)).mean(), rtol=1e-4, atol=1e-4)
+    rank = sigma.argsort(1)
+    for b in range(4, len(X)):                                          # each copy: its span after the rest
+        assert rank[b, S[b]].min() > rank[b, target[b] & ~S[b]].max()
+
+
 @pytest.mark.parametrize("lengths", sd.SPAN_LENGTHS)
 def test_infill_span_lengths_follow_their_distribution(lengths):
     """--infill-len: over rows of R = 44 real tokens (m = 11), a span's length n is in 1..m with P(n) = 1/m

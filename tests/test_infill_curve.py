@@ -26,7 +26,7 @@ def test_curve_trains_once_evaluates_each_kept_step_and_tabulates(tmp_path, caps
     assert os.path.getmtime(out / "b16-s1" / "model.safetensors") == stamp
     assert json.load(open(tmp_path / "c.json")) == rows
     table = open(tmp_path / "c.md").read()
-    assert "| b16 | `--infill 0.5 --batch-size 16 --max-iters 3000` | 2 | 1 |" in table
+    assert "| b16 | `--infill 0.5 --batch-size 16 --max-iters 3000` | cpu | 2 | 1 | 3 |" in table
     assert os.path.getsize(tmp_path / "c.png") > 0
 
 
