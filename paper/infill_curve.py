@@ -168,24 +168,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rows_per_step(run: str) -> int:
+    words = RUNS[run][0].split()
+    return int(words[words.index("--batch-size") + 1]) * (2 if "--infill-added" in words else 1)
+
+
 def plot(rows: list[dict], out_png: str, runs: list[str]):
-    """The number infill (and held-out accuracy, dashed) against steps, one line per run: the seeds' mean, with
-    each seed's points."""
-    from paper.results import pyplot, save_figure
+    """Two panels against the training rows seen (steps x rows per step, an added infilling copy counted): the
+    right-determined number's infill, and held-out accuracy. One line per run, the seeds' mean, with each seed's
+    point."""
+    from paper.results import finish_axes, pyplot, save_figure
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
     for i, run in enumerate(r for r in runs if any(x["run"] == r for x in rows)):
         steps = sorted({x["step"] for x in rows if x["run"] == run})
-        for key, style in (("infill_number", "-o"), ("accuracy", "--")):
-            ys = [[x[key] for x in rows if x["run"] == run and x["step"] == s] for s in steps]
-            ax.plot(steps, [100 * sum(y) / len(y) for y in ys], style, color=f"C{i}", ms=3,
-                    label=f"{run}: {RUNS[run][1]}" if key == "infill_number" else None)
-            for s, y in zip(steps, ys):
-                ax.scatter([s] * len(y), [100 * v for v in y], color=f"C{i}", s=6, alpha=0.4)
-    ax.set_xlabel("training steps")
-    ax.set_ylabel("% exact (solid: right-determined number; dashed: held-out accuracy)")
-    ax.legend(fontsize=6, loc="center right")
-    ax.grid(alpha=0.3)
+        seen = [s * rows_per_step(run) / 1000 for s in steps]
+        for ax, key in zip(axes, ("infill_number", "accuracy")):
+            ys = [[100 * x[key] for x in rows if x["run"] == run and x["step"] == s] for s in steps]
+            ax.plot(seen, [sum(y) / len(y) for y in ys], "-o", color=f"C{i}", ms=3, label=f"{run}: {RUNS[run][1]}")
+            for r, y in zip(seen, ys):
+                ax.scatter([r] * len(y), y, color=f"C{i}", s=7, alpha=0.35)
+    finish_axes(axes[0], "training rows seen (thousands)", "right-determined number filled, % exact")
+    finish_axes(axes[1], "training rows seen (thousands)", "held-out accuracy, % (tau = inf)")
+    seeds = sorted({x["seed"] for x in rows})
+    fig.suptitle("Set Diffusion smax 8 on the shipped task: infilling orders (--infill) against training\n"
+                 f"lines: the mean over seeds {', '.join(map(str, seeds))}; dots: each seed (make infill-curve)",
+                 fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=7)
     save_figure(fig, out_png)
 
 
