@@ -5,6 +5,8 @@ is a ValueError of one line that names the prompt or the file.
 import os
 import re
 
+from common.files import read_capped
+
 MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
 MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")
 
@@ -66,19 +68,7 @@ def expand_masks(tok, prompt: str) -> str:
 def read_prompts(path: str) -> list[str]:
     """One prompt per line of a UTF-8 text file of at most MAX_PROMPT_FILE bytes; a literal \\n in a line
     stands for a newline. Every problem is a ValueError naming the file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_FILE + 1)
-    except OSError as e:
-        raise ValueError(f"cannot read --prompt-file {path}: {e.strerror or e}") from None
-    if len(data) > MAX_PROMPT_FILE:
-        raise ValueError(f"--prompt-file {path} is larger than {MAX_PROMPT_FILE >> 20} MB: give a text file of "
-                         f"prompts, one per line")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--prompt-file {path} is not UTF-8 text ({e.reason} at byte {e.start}): give a text "
-                         f"file of prompts, one per line") from None
+    text = read_capped(path, MAX_PROMPT_FILE, "--prompt-file", "give a text file of prompts, one per line")
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
     if not prompts:

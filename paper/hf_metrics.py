@@ -37,6 +37,8 @@ import math
 import numpy as np
 import torch
 
+from common.files import read_capped
+
 MAUVE_ENCODER = "answerdotai/ModernBERT-large"
 REFERENCE_SEED, MAUVE_SEED = 20260701, 1234          # the official Table 4 bootstrap seeds
 
@@ -102,17 +104,8 @@ def read_texts(path: str) -> list[str]:
     """Reference texts, blank ones dropped (the official _load_text_corpus): .jsonl (one string or {"text": ...}
     a line), .json (a list of those, or eval.py --json output: its "samples"), else one text a line. A file
     over MAX_REF_BYTES (or endless: /dev/zero) or a text over MAX_TEXT_CHARS is one ValueError line."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_REF_BYTES + 1)
-        raw = data.decode("utf-8")
-    except OSError as e:
-        raise ValueError(f"--mauve-ref {path}: cannot read it ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--mauve-ref {path}: not UTF-8 text (byte {e.start})") from None
-    if len(data) > MAX_REF_BYTES:
-        raise ValueError(f"--mauve-ref {path}: larger than {MAX_REF_BYTES >> 20} MiB; MAUVE compares 5 subsets "
-                         f"of 1000 texts: give a file of a few thousand texts")
+    raw = read_capped(path, MAX_REF_BYTES, "--mauve-ref", "MAUVE compares 5 subsets of 1000 texts: give a file "
+                      "of a few thousand texts")
     try:
         if path.endswith(".jsonl"):
             items = [json.loads(line) for line in raw.splitlines() if line.strip()]

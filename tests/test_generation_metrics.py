@@ -227,7 +227,7 @@ def test_reference_files(tmp_path):
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     with pytest.raises(ValueError, match="not a list of texts"):
         hf_metrics.read_texts(str(tmp_path / "bad.jsonl"))
-    with pytest.raises(ValueError, match="cannot read it"):
+    with pytest.raises(ValueError, match="cannot read --mauve-ref"):
         hf_metrics.read_texts(str(tmp_path / "missing.txt"))
 
 

@@ -108,7 +108,7 @@ def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
                       f"of prompts, one per line"),
              (tmp_path, f"cannot read --prompt-file {tmp_path}: Is a directory"),
              (tmp_path / "nope.txt", f"cannot read --prompt-file {tmp_path / 'nope.txt'}: No such file or directory"),
-             ("/dev/zero", "--prompt-file /dev/zero is larger than 4 MB: give a text file of prompts, one per line")]
+             ("/dev/zero", "--prompt-file /dev/zero is larger than 4 MiB: give a text file of prompts, one per line")]
     for path, message in cases:
         assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt-file", str(path)]) == \
             "error: " + message
