@@ -12,6 +12,7 @@ A run is train.py's flags (RUNS) at one seed; --out-dir/<run>-s<seed> holds its 
 a step already evaluated (<run>-s<seed>.json beside it) is not evaluated again. --jobs runs go side by side, each
 in its own process; past --deadline seconds the unfinished ones are stopped, keeping what they measured. Then
 every run's JSON is gathered into --json, a table (--md) and a plot (--plot): mean [min, max] over the seeds.
+--tabulate does only that, with the JSON of runs measured elsewhere (another machine) copied into --out-dir.
 """
 import argparse
 import glob
@@ -213,6 +214,8 @@ def main(argv=None):
     p.add_argument("--curve-limit", type=int, default=200, help="test problems per evaluation at the other steps")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (0 = the free cores)")
     p.add_argument("--train-flags", default="", help="more train.py flags for every run (e.g. --dtype float32)")
+    p.add_argument("--tabulate", action="store_true", help="train and evaluate nothing: only the table and plot of "
+                   "what --out-dir holds (runs measured elsewhere: copy their <run>-s<seed>.json there)")
     p.add_argument("--one", nargs=2, metavar=("RUN", "SEED"), help=argparse.SUPPRESS)
     p.add_argument("--json", default="results/infill-curve.json")
     p.add_argument("--md", default="results/infill-curve.md")
@@ -225,7 +228,7 @@ def main(argv=None):
     if args.one:
         return one(args.one[0], int(args.one[1]), args)
     seeds = [int(s) for s in args.seeds.split(",")]
-    left = side_by_side([(r, s) for r in runs for s in seeds], args)
+    left = [] if args.tabulate else side_by_side([(r, s) for r in runs for s in seeds], args)
     from common.files import replaced
     rows = gather(args.out_dir)
     if not rows:

@@ -28,6 +28,9 @@ def test_curve_trains_once_evaluates_each_kept_step_and_tabulates(tmp_path, caps
     table = open(tmp_path / "c.md").read()
     assert "| b16 | `--infill 0.5 --batch-size 16 --max-iters 3000` | cpu | 2 | 1 | 3 |" in table
     assert os.path.getsize(tmp_path / "c.png") > 0
+    os.remove(tmp_path / "c.md")
+    infill_curve.main([*args[:1], "b16,none", *args[2:], "--tabulate"])   # the table only: nothing trained
+    assert not (out / "none-s1").exists() and "| b16 |" in open(tmp_path / "c.md").read()
 
 
 def test_mean_range_over_seeds_in_percent():
