@@ -510,7 +510,10 @@ def check_resume(out_dir: str, config: dict):
         return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
                 if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len", "predict_padding")
                 for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    old, new = flat({"predict_padding": False, **saved}), flat(config)     # older checkpoints: no predict_padding
+    # older checkpoints: no predict_padding, and no method setting added since (its default then)
+    saved = {"predict_padding": False, **saved,
+             "method_config": method_config(saved["method"], **saved["method_config"])}
+    old, new = flat(saved), flat(config)
     diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:

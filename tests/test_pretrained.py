@@ -200,7 +200,8 @@ def test_released_setdlm_by_key_takes_the_ema_weights(hub):
     results, expect = hub
     r = results["setdlm"]
     assert "error" not in r, r.get("error")
-    assert r["method"] == "setdiffusion" and r["cfg"] == {"mask_id": V - 1, "smax": 8, "infill": 0.0}
+    assert r["method"] == "setdiffusion" and r["cfg"] == {"mask_id": V - 1, "smax": 8, "infill": 0.0,
+                                                       "infill_len": "uniform", "infill_added": False}
     c = r["config"]
     assert c["method"] == "setdiffusion" and c["data"] == "gsm8k" and c["seq_len"] == 1024
     assert c["source"] == "kuleshov-group/setdlm-gsm8k-smax8" and c["tokenizer"] == "qwen3:Qwen/Qwen3-1.7B-Base"

@@ -430,7 +430,7 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
     for flags, diff in [
         (["--model", "ar", *TINY], "method: 'setdiffusion' in the checkpoint, 'ar' from the flags; "
                                    "method_config.infill: 0.0 in the checkpoint, None from the flags; "
-                                   "method_config.smax: 8 in the checkpoint, None from the flags"),
+                                   "method_config.infill_added: False in the checkpoint, None from the flags"),
         ([*SD, "--smax", "4"], "method_config.smax: 8 in the checkpoint, 4 from the flags"),
         ([*SD, "--n-embd", "64"], "model.head_dim: 16 in the checkpoint, 32 from the flags; "
                                   "model.intermediate_size: 128 in the checkpoint, 256 from the flags; "

@@ -79,6 +79,19 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_of_a_checkpoint_older_than_a_method_setting(tmp_path):
+    """A Set Diffusion checkpoint written before infill_len and infill_added existed (its config.json lacks
+    them) resumes with the flags that wrote it: a missing setting is its default."""
+    run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "2")
+    path = tmp_path / "ckpt" / "config.json"
+    config = json.loads(path.read_text())
+    for name in ("infill_len", "infill_added"):
+        del config["method_config"][name]
+    path.write_text(json.dumps(config))
+    assert len(run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "3", "--resume")) == 1
+    assert checkpoint.step_of(str(path.parent)) == 3
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setitem(checkpoint.METHODS, "ar", killed_after(5, ar.loss, None))
     with pytest.raises(SystemExit) as e:
