@@ -201,10 +201,11 @@ infill-shakespeare:  ## fill a masked word and a masked line of held-out Shakesp
 # results/shakespeare-seeds.md and results/infill-shakespeare.md gain a setdiffusion-infill row. ~15 min a seed on 2
 # CPU cores.
 SHAKESPEARE_INFILL ?= 0.5
+SHAKESPEARE_INFILL_SEEDS ?= 1 2 3
 SEED_DIR = $$([ $$s = 1 ] || echo -s$$s)
 shakespeare-infill:  ## --infill on Shakespeare, seeds 1-3: likelihood, samples' quality, word and line infilling beside the zero-shot methods (~45 min on 2 CPU cores)
 	mkdir -p results/infill-shakespeare
-	for s in 1 2 3; do d=$(SHAKESPEARE_OUT)$(SEED_DIR); r=$(SHAKESPEARE_RESULTS)$(SEED_DIR); mkdir -p $$r; \
+	for s in $(SHAKESPEARE_INFILL_SEEDS); do d=$(SHAKESPEARE_OUT)$(SEED_DIR); r=$(SHAKESPEARE_RESULTS)$(SEED_DIR); mkdir -p $$r; \
 	  [ -f $$d/ar/config.json ] || $(PY) train.py --model ar --out-dir $$d/ar $(SHAKESPEARE_TRAIN) --seed $$s || exit 1; \
 	  [ -f $$d/setdiffusion-infill/config.json ] || $(PY) train.py --model setdiffusion --smax 8 \
 	    --infill $(SHAKESPEARE_INFILL) --out-dir $$d/setdiffusion-infill $(SHAKESPEARE_TRAIN) --seed $$s || exit 1; \
