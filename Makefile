@@ -223,10 +223,10 @@ shakespeare-infill:  ## --infill on Shakespeare, seeds 1-3: likelihood, samples'
 # Where right-determined infilling turns on (docs/results.md): paper/infill_curve.py's runs, seeds 1-3, each keeping
 # its weights every CURVE_KEEP steps, with the held-out accuracy and the `number` infill at each kept step and every
 # span kind at the last. Its RUNS: --infill 0.5 at the demo's budget (b16) and make smax's (b32), recipes at the
-# demo's budget (f1: --infill 1.0; log and f1-log: log-uniform span lengths), and no --infill (none). One run is
+# demo's budget (f1: --infill 1.0; f1-log: log-uniform span lengths; added: --infill-added), and none. One run is
 # ~20 min (b16) to ~45 min (b32) on 2 CPU cores; on a GPU, CURVE_DEVICE=cuda CURVE_JOBS=12 runs them side by side
 # (docs/results.md gives the flags each table row was measured with). A finished run is not trained again.
-CURVE_RUNS ?= b16,b32,f1,f1-log,none
+CURVE_RUNS ?= b16,b32,f1,f1-log,added,none
 CURVE_SEEDS ?= 1,2,3
 CURVE_DEVICE ?= cpu
 CURVE_JOBS ?= 1
