@@ -273,16 +273,15 @@ def loop(model, opt, ema, start, stop, run):
         if logs:
             progress.log(done, sum(window) / len(window), lr_at(step, args), tokens)
             window, tokens = [], 0
-        if (master or args.fsdp) and (saves or signalled):
+        if (master or args.fsdp) and (saves or signalled or keeps):
             if not finite(model, ema, reduce=args.fsdp):          # FSDP: every rank gathers, rank 0 writes
                 stop_run(f"the weights are not finite after step {step}", args.out_dir)
-            checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
-                            {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
-        if (master or args.fsdp) and keeps:                       # weights only, beside --out-dir
-            if not finite(model, ema, reduce=args.fsdp):
-                stop_run(f"the weights are not finite after step {step}", args.out_dir)
-            checkpoint.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
-                            eval_model=ema, write=master)
+            if saves or signalled:
+                checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
+                                {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
+            if keeps:                                             # weights only, beside --out-dir
+                checkpoint.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
+                                eval_model=ema, write=master)
         if signalled:
             progress.close()
             sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
