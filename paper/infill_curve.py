@@ -82,21 +82,21 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
 
 def one(run: str, seed: int, args):
     """Train one run (unless its last checkpoint is there), then evaluate each kept step not yet in its JSON."""
+    from common import checkpoint
     from common.files import replaced
     threads.set_threads(args.threads)
     out = os.path.join(args.out_dir, f"{run}-s{seed}")
     cmd = [sys.executable, "train.py", *flags(run, seed, out, args.keep_every, args.train_flags),
            "--device", args.device, "--threads", str(args.threads)]
     iters = int(cmd[len(cmd) - 1 - cmd[::-1].index("--max-iters") + 1])        # the last one given wins
-    done = os.path.isfile(os.path.join(out, "config.json")) and json.load(open(os.path.join(out, "config.json")))[
-        "step"] == iters
-    if not done:
+    if checkpoint.step_of(out) != iters:                                        # -1: none there yet
         os.makedirs(args.out_dir, exist_ok=True)
-        log = open(out + ".log", "a")
-        if subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode:
+        with open(out + ".log", "a") as log:
+            failed = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+        if failed:
             sys.exit(f"error: {shlex.join(cmd)} failed: see {out}.log")
     path = out + ".json"
-    rows = json.load(open(path)) if os.path.isfile(path) else []
+    rows = read_rows(path) if os.path.isfile(path) else []
     have = {r["step"] for r in rows}
     for step, folder in kept(out):
         if step in have:
@@ -139,10 +139,15 @@ def side_by_side(jobs: list[tuple[str, int]], args):
 
 # ----------------------------------------------------------------------------- the table and the plot
 
+def read_rows(path: str) -> list[dict]:
+    with open(path) as f:
+        return json.load(f)
+
+
 def gather(out_dir: str) -> list[dict]:
     rows = []
     for path in sorted(glob.glob(os.path.join(glob.escape(out_dir), "*-s*.json"))):
-        rows += json.load(open(path))
+        rows += read_rows(path)
     return rows
 
 
