@@ -7,7 +7,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve shakespeare-infill
+.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -223,9 +223,10 @@ shakespeare-infill:  ## --infill on Shakespeare, seeds 1-3: likelihood, samples'
 # Where right-determined infilling turns on (docs/results.md): paper/infill_curve.py's runs, seeds 1-3, each keeping
 # its weights every CURVE_KEEP steps, with the held-out accuracy and the `number` infill at each kept step and every
 # span kind at the last. Its RUNS: --infill 0.5 at the demo's budget (b16) and make smax's (b32), recipes at the
-# demo's budget (f1: --infill 1.0; f1-log: log-uniform span lengths; added: --infill-added), and none. One run is
-# ~20 min (b16) to ~45 min (b32) on 2 CPU cores; on a GPU, CURVE_DEVICE=cuda CURVE_JOBS=12 runs them side by side
-# (docs/results.md gives the flags each table row was measured with). A finished run is not trained again.
+# demo's budget (f1: --infill 1.0; f1-log: log-uniform span lengths; added: --infill-added), none, and b16-6k (twice
+# the demo's steps: CURVE_RUNS=b16-6k). One run is ~20 min (b16) to ~45 min (b32) on 2 CPU cores; on a GPU,
+# CURVE_DEVICE=cuda CURVE_JOBS=12 runs them side by side (docs/results.md gives the flags each table row was
+# measured with). A finished run is not trained again.
 CURVE_RUNS ?= b16,b32,f1,f1-log,added,none
 CURVE_SEEDS ?= 1,2,3
 CURVE_DEVICE ?= cpu
@@ -234,5 +235,11 @@ CURVE_KEEP ?= 500
 infill-curve:  ## right-determined infilling and held-out accuracy against training steps: --infill at two budgets, recipes, seeds 1-3 -> results/infill-curve.md, .png (CPU: hours; a GPU: minutes)
 	$(PY) -m paper.infill_curve --runs $(CURVE_RUNS) --seeds $(CURVE_SEEDS) --device $(CURVE_DEVICE) --jobs $(CURVE_JOBS) \
 	  --keep-every $(CURVE_KEEP)
+
+# make infill's span kinds over seeds 2-3 (seed 1 is make infill's): make pareto's four command lines at --seed 2 and 3
+# (paper/infill_curve.py's runs ar, mdlm, bd3lm, sd), each evaluated once, at its last step, into
+# results/infill-curve.md beside the --infill runs. ~20 (AR, MDLM) to ~45 (BD3-LM, Set Diffusion) min per run on one core.
+infill-seeds:  ## make infill's four span kinds, zero-shot, for make pareto's four command lines at seeds 2 and 3 (CPU)
+	$(MAKE) infill-curve CURVE_RUNS=ar,mdlm,bd3lm,sd CURVE_SEEDS=2,3 CURVE_KEEP=2000
 
 include paper/reproduce.mk

@@ -179,14 +179,19 @@ def rows_per_step(run: str) -> int:
     return int(words[words.index("--batch-size") + 1]) * (2 if "--infill-added" in words else 1)
 
 
+def curves(rows: list[dict], runs: list[str]) -> list[str]:
+    """The runs measured at more than one step: the plot's lines."""
+    return [r for r in runs if len({x["step"] for x in rows if x["run"] == r}) > 1]
+
+
 def plot(rows: list[dict], out_png: str, runs: list[str]):
     """Two panels against the training rows seen (steps x rows per step, an added infilling copy counted): the
     right-determined number's infill, and held-out accuracy. One line per run, the seeds' mean, with each seed's
-    point."""
+    point. A run measured at one step only (make pareto's checkpoints, zero-shot) is a row of the table, not a line."""
     from paper.results import finish_axes, pyplot, save_figure
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
-    for i, run in enumerate(r for r in runs if any(x["run"] == r for x in rows)):
+    for i, run in enumerate(curves(rows, runs)):
         steps = sorted({x["step"] for x in rows if x["run"] == run})
         seen = [s * rows_per_step(run) / 1000 for s in steps]
         for ax, key in zip(axes, ("infill_number", "accuracy")):

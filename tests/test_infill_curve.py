@@ -33,6 +33,12 @@ def test_curve_trains_once_evaluates_each_kept_step_and_tabulates(tmp_path, caps
     assert not (out / "none-s1").exists() and "| b16 |" in open(tmp_path / "c.md").read()
 
 
+def test_plot_draws_a_line_only_for_runs_measured_at_several_steps():
+    rows = [{"run": "b16", "step": 1000}, {"run": "b16", "step": 3000}, {"run": "ar", "step": 2000},
+            {"run": "ar", "step": 2000}]                            # ar: two seeds, one step
+    assert infill_curve.curves(rows, ["b16", "ar", "none"]) == ["b16"]
+
+
 def test_mean_range_over_seeds_in_percent():
     assert infill_curve.mean_range([0.5, 1.0, 0.0]) == "50.0 [0.0, 100.0]"
     assert infill_curve.mean_range([0.25]) == "25.0"
