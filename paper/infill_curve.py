@@ -191,18 +191,20 @@ def plot(rows: list[dict], out_png: str, runs: list[str]):
     from paper.results import finish_axes, pyplot, save_figure
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
+    seeds = sorted({x["seed"] for x in rows})
     for i, run in enumerate(curves(rows, runs)):
         steps = sorted({x["step"] for x in rows if x["run"] == run})
+        own = sorted({x["seed"] for x in rows if x["run"] == run})
+        label = f"{run}: {RUNS[run][1]}" + ("" if own == seeds else f" (seed {', '.join(map(str, own))})")
         seen = [s * rows_per_step(run) / 1000 for s in steps]
         for ax, key in zip(axes, ("infill_number", "accuracy")):
             ys = [[100 * x[key] for x in rows if x["run"] == run and x["step"] == s] for s in steps]
             full = [(r, sum(y) / len(y)) for r, y in zip(seen, ys) if len(y) == max(map(len, ys))]  # every seed
-            ax.plot(*zip(*full), "-o", color=f"C{i}", ms=3, label=f"{run}: {RUNS[run][1]}")
+            ax.plot(*zip(*full), "-o", color=f"C{i}", ms=3, label=label)
             for r, y in zip(seen, ys):
                 ax.scatter([r] * len(y), y, color=f"C{i}", s=7, alpha=0.35)
     finish_axes(axes[0], "training rows seen (thousands)", "right-determined number filled, % exact")
     finish_axes(axes[1], "training rows seen (thousands)", "held-out accuracy, % (tau = inf)")
-    seeds = sorted({x["seed"] for x in rows})
     fig.suptitle("Set Diffusion smax 8 on the shipped task: infilling orders (--infill) against training\n"
                  f"lines: the mean over seeds {', '.join(map(str, seeds))} where every seed was measured; dots: each seed "
                  "(make infill-curve)",
