@@ -5,8 +5,8 @@ Idea: predict each token from the ones before it, one token per forward pass whe
 Objective (per sequence, then averaged over the batch; targets = tokens that are neither prompt nor pad):
     L_AR = 1/|targets| * sum_{i in targets} -log p_theta(x_i | x_<i)
 
-Limits: Set Diffusion with smax = 2 (d = 1) orders tokens left to right and becomes AR (paper §3); BD3-LM with
-block size S = 1 has AR's attention pattern.
+Limits: Set Diffusion with smax = 2 (d = 1) orders tokens left to right and becomes AR (paper §3); BD3-LM
+with block size S = 1 has AR's attention pattern.
 Paper: the AR baseline of Set Diffusion (Arriola & Kuleshov, ICML 2026), §5.
 Differences from the official code: none in the loss; generation is this file's KV-cached loop (the official
 GSM8K runs call Hugging Face `generate`), batched with left-padded prompts.

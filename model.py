@@ -8,8 +8,8 @@ positions and who may attend to whom, and reads the logits it needs.
        repeated positions (the [x0 | xt] layout of BD3-LM) and permuted positions (Set Diffusion lays tokens
        out in generation order) need nothing special. Default: 0..T-1 after the cache.
 - mask boolean, broadcastable to (B, 1, T, cache.length + T), True = may attend. None = causal, which takes
-       SDPA's is_causal fast path (flash attention on GPU). Or a layout's mask_mod(b, h, q_idx, kv_idx) -> bool
-       (the method files state their training masks so): the model builds it with layout_mask, as a dense
+       SDPA's is_causal fast path (flash attention on GPU). Or a layout's mask_mod(b, h, q_idx, kv_idx) ->
+       bool (the method files state their training masks so): the model builds it with layout_mask, as a dense
        bool, or as a FlexAttention BlockMask when model.flex is on (train.py on CUDA), so the 2L training
        layouts never hold a dense (2L, 2L) mask. The methods never see which.
 - cache a KVCache: keys/values of a committed prefix. The forward attends to [prefix + the new tokens] and
@@ -50,7 +50,7 @@ class ModelConfig:
     norm: str = "rms"             # "rms" (Qwen3) or "layer" (DiT: LayerNorm)
     mlp: str = "swiglu"           # "swiglu" (Qwen3) or "gelu" (DiT: GELU(tanh) MLP with biases)
     norm_eps: float = 1e-6
-    norm_bias: bool = False       # LayerNorm with a bias (a released DiT's adaLN shift, folded in by from_dit)
+    norm_bias: bool = False       # LayerNorm with a bias (a released DiT's adaLN shift, folded in: from_dit)
     lm_head_bias: bool = False    # the DiT's output layer has a bias
 
     def __post_init__(self):
@@ -59,7 +59,8 @@ class ModelConfig:
         if self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
         if self.norm not in ("rms", "layer") or self.mlp not in ("swiglu", "gelu"):
-            raise ValueError(f"norm must be 'rms' or 'layer' and mlp 'swiglu' or 'gelu', got {self.norm}, {self.mlp}")
+            raise ValueError(f"norm must be 'rms' or 'layer' and mlp 'swiglu' or 'gelu', "
+                             f"got {self.norm}, {self.mlp}")
         if self.norm_bias and self.norm != "layer":
             raise ValueError("norm_bias needs norm='layer' (RMSNorm has no bias)")
 
@@ -100,7 +101,8 @@ def layout_mask(mask_mod, B: int, Q: int, KV: int, device=None, flex: bool = Fal
     """The attention mask of mask_mod over Q queries and KV keys. flex: a BlockMask from create_block_mask;
     else the dense bool (B, 1, Q, KV): the mask_mod on the broadcast index grid."""
     if flex:      # compiled on CUDA: the block mask without a dense (Q, KV) grid
-        return create_block_mask(mask_mod, B, None, Q, KV, device=device, _compile=str(device).startswith("cuda"))
+        return create_block_mask(mask_mod, B, None, Q, KV, device=device,
+                                 _compile=str(device).startswith("cuda"))
     b, q, kv = (torch.arange(n, device=device) for n in (B, Q, KV))
     return mask_mod(b[:, None, None, None], b.new_zeros(()), q[:, None], kv).expand(B, 1, Q, KV)
 
@@ -310,9 +312,9 @@ class Transformer(nn.Module):
 
 # ----------------------------------------------------------------------------- static-shape decoding
 # For speed only (eval.py/sample.py --compile), as gpt-fast does: every cached step is padded to the sampler's
-# fixed number of slots and attends to the whole preallocated cache under a validity mask, so one torch.compile
-# graph (one CUDA graph with mode="reduce-overhead") serves every step. The method files do not change, and
-# eager and static steps give the same tokens (tests/test_static.py).
+# fixed number of slots and attends to the whole preallocated cache under a validity mask, so one
+# torch.compile graph (one CUDA graph with mode="reduce-overhead") serves every step. The method files do not
+# change, and eager and static steps give the same tokens (tests/test_static.py).
 
 def static_decoding(model: Transformer, compile: bool = False, mode: str | None = None) -> Transformer:
     """Static-shape steps for every sampler, and cache-less forwards (MDLM) through the same function;
@@ -345,7 +347,8 @@ class StaticKVCache(KVCache):
     def __init__(self, model: Transformer, batch_size: int, max_len: int, slots: int):
         super().__init__(len(model.layers), batch_size, -(-max_len // 256) * 256)   # max_len rounded up
         self.slots, w = slots, model.embed_tokens.weight
-        dtype = torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type) else w.dtype
+        dtype = (torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type)
+                 else w.dtype)
         shape = (batch_size, model.cfg.n_kv_head, self.max_len + slots, model.cfg.head_dim)
         if model.storage is None or model.storage[0][0].shape != shape or model.storage[0][0].dtype != dtype:
             model.storage = tuple([w.new_zeros(shape, dtype=dtype) for _ in model.layers] for _ in "kv")
@@ -364,7 +367,8 @@ class StaticKVCache(KVCache):
     def pad(self, idx, pos, mask):
         """A step of T <= slots tokens as exactly `slots`: idx, pos (B, slots) with the T real tokens last,
         mask (B, 1, slots, max_len + slots) over the whole storage. The real tokens go to rows
-        [length, length + T) as in a dynamic step; pad slot r to scratch row max_len + r, seen by itself only."""
+        [length, length + T) as in a dynamic step; pad slot r to scratch row max_len + r, seen by itself
+        only."""
         B, T = idx.shape
         n, end = self.slots - T, self.length + T
         self.check_room(T)
