@@ -7,18 +7,19 @@ r"""Generate from a checkpoint and show how it decoded.
     python sample.py --ckpt out/dates --prompt "2021-03-09 = {mask:2} March 2021" --max-new-tokens 0
     python sample.py --ckpt out/shakespeare/ar --prompt "ROMEO:"    # a corpus checkpoint continues the text
 
---show-order marks each token with the step that decoded it (a colour per step in a terminal, else [s] before a
-run of tokens of step s); --plot FILE.png draws it, a panel per --ckpt (`make decoding-picture`). [MASK] spans
-in a prompt (<|mask|>, or {mask:N} for N) are filled in place by Set Diffusion, MDLM and BD3-LM (AR refuses
-them); all other prompt text is plain text. A corpus checkpoint (shakespeare, text:PATH, owt, lm1b) reads a
-prompt after its BOS and continues BOS alone without one. The paper's unconditional samples (its OWT sampler
-options, scored and timed) are eval.py --task unconditional.
+--show-order marks each token with the step that decoded it (a colour per step in a terminal, else [s] before
+a run of tokens of step s); --plot FILE.png draws it, a panel per --ckpt (`make decoding-picture`). [MASK]
+spans in a prompt (<|mask|>, or {mask:N} for N) are filled in place by Set Diffusion, MDLM and BD3-LM (AR
+refuses them); all other prompt text is plain text. A corpus checkpoint (shakespeare, text:PATH, owt, lm1b)
+reads a prompt after its BOS and continues BOS alone without one. The paper's unconditional samples (its OWT
+sampler options, scored and timed) are eval.py --task unconditional.
 """
 import argparse
 import math
 import sys
 
-from common import threads  # noqa: F401  first, before torch loads OpenMP: a short spin wait (common/threads.py)
+# first, before torch loads OpenMP: a short spin wait (common/threads.py)
+from common import threads  # noqa: F401
 
 from common import order_plot
 from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window,
@@ -34,12 +35,16 @@ def get_args(argv=None):
     p.add_argument("--ckpt", required=True, action="append",
                    help="checkpoint directory (written by train.py); several only with --plot (a panel each)")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
-    p.add_argument("--prompt", default=None, help="prompt text (default: the first held-out problem; on a corpus "
+    p.add_argument("--prompt", default=None,
+                   help="prompt text (default: the first held-out problem; on a corpus "
                    "checkpoint, BOS alone)")
-    p.add_argument("--prompt-file", default=None, help="a text file of prompts, one per line, generated in batches")
+    p.add_argument("--prompt-file", default=None,
+                   help="a text file of prompts, one per line, generated in batches")
     p.add_argument("--batch-size", type=int, default=32, help="prompts generated at once")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens to generate (0: only fill [MASK]s)")
-    p.add_argument("--threshold", type=float, default=math.inf, help="confidence threshold tau (inf = 1/step)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="tokens to generate (0: only fill [MASK]s)")
+    p.add_argument("--threshold", type=float, default=math.inf,
+                   help="confidence threshold tau (inf = 1/step)")
     p.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
     p.add_argument("--commit-order", choices=["l2r", "fht"], default="l2r",
                    help="Set Diffusion: commit a step's tokens left to right or by first-hitting time")
@@ -55,8 +60,8 @@ def get_args(argv=None):
 
 
 def check_flags(args) -> SamplerOptions | None:
-    """The range checks of sample.py's flags, before a checkpoint is loaded (ValueError: one line); the sampler
-    options they ask for (None: plain sampling)."""
+    """The range checks of sample.py's flags, before a checkpoint is loaded (ValueError: one line); the
+    sampler options they ask for (None: plain sampling)."""
     check_positive("--batch-size", args.batch_size)
     if args.max_new_tokens is not None:
         check_nonnegative("--max-new-tokens", args.max_new_tokens, "0 = only fill [MASK]s")
@@ -87,7 +92,8 @@ def decode(args, ckpt: str):
     """Load ckpt, reply to the prompts and print them; with --plot, return the first prompt's panel."""
     try:
         options = check_flags(args)
-        device, model, method, cfg, config = load_for_inference(argparse.Namespace(**{**vars(args), "ckpt": ckpt}))
+        device, model, method, cfg, config = load_for_inference(
+            argparse.Namespace(**{**vars(args), "ckpt": ckpt}))
         tok, L = get_tokenizer(config["tokenizer"]), config["seq_len"]
         check_window(args.window, method, cfg)
         task = None if is_corpus(config["data"]) else get_task(config["data"], config.get("data_options"))
