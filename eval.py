@@ -8,8 +8,8 @@
     python eval.py --ckpt owt:setdlm-smax16 --task likelihood --data owt # a corpus: also bits/char (bytes)
 
 The paper's tasks, each in paper/ and imported only when --task names it: rocstories, unconditional (samples
-scored by an AR checkpoint, a Hugging Face causal LM, MAUVE), hellaswag, piqa, siqa, lm-eval. Their flags are in
-their own groups of --help; docs/usage.md has a command for each. Tables of several --json files: python -m
+scored by an AR checkpoint, a Hugging Face causal LM, MAUVE), hellaswag, piqa, siqa, lm-eval. Their flags are
+in their own groups of --help; docs/usage.md has a command for each. Tables of several --json files: python -m
 paper.results.
 """
 import importlib
@@ -17,13 +17,14 @@ import json
 import math
 import sys
 
-from common import threads  # noqa: F401  first, before torch loads OpenMP: a short spin wait (common/threads.py)
+# first, before torch loads OpenMP: a short spin wait (common/threads.py)
+from common import threads  # noqa: F401
 
 from common import eval_args
 from common.cli import check_threshold, check_window, load_for_inference, no_examples_left
 from common.files import replaced
-from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput, markdown_table,
-                            run_record, window_used)
+from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
+                            markdown_table, run_record, window_used)
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from data.mcqa import NAMES as MCQA
 from sampling import Settings
@@ -43,13 +44,13 @@ def paper(name: str):
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str,
                     settings: Settings | None = None) -> dict:
     """--data owt|lm1b|shakespeare|text:PATH (or a checkpoint trained on one): the likelihood of the corpus'
-    held-out token rows, each method's own estimate as its nll() defines it, position 0 a clean BOS; a byte-level
-    model also gets bits per character. --task infill: a whole word or line of each row masked and filled at
-    batch 1 (paper/infill.py evaluate_text)."""
+    held-out token rows, each method's own estimate as its nll() defines it, position 0 a clean BOS; a
+    byte-level model also gets bits per character. --task infill: a whole word or line of each row masked and
+    filled at batch 1 (paper/infill.py evaluate_text)."""
     name = args.data or config["data"]
     if not is_corpus(name):
-        raise ValueError(f"unknown --data {name!r}: choose {', '.join(CORPORA)} or text:PATH (the likelihood of a "
-                         f"shipped task is --task likelihood without --data)")
+        raise ValueError(f"unknown --data {name!r}: choose {', '.join(CORPORA)} or text:PATH (the likelihood "
+                         f"of a shipped task is --task likelihood without --data)")
     corpus = get_corpus(name)
     if task_name not in ("likelihood", "infill", name, corpus.NAME):
         raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
@@ -58,13 +59,13 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
                                               f"--data {name}")
     rows = corpus.load("test", args.data_dir, tok, config["seq_len"])
     if task_name == "infill":
-        return paper("infill").evaluate_text(model, method, cfg, tok, rows, config, device, settings, corpus.NAME,
-                                             args.span or "word", args.limit, args.warmup)
+        return paper("infill").evaluate_text(model, method, cfg, tok, rows, config, device, settings,
+                                             corpus.NAME, args.span or "word", args.limit, args.warmup)
     rows = rows[:args.limit] if args.limit else rows
-    print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, batch size {args.batch_size}, "
-          f"dtype {next(model.parameters()).dtype}")
-    m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size, args.seed,
-                            exclusions, encode_fn=corpus.batch)
+    print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, "
+          f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}")
+    m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size,
+                            args.seed, exclusions, encode_fn=corpus.batch)
     bpc = bits_per_char(m["nll"], tok)
     return {**m, **({"bits_per_char": bpc} if bpc is not None else {}), "data": corpus.NAME,
             "batch_size": args.batch_size}
@@ -91,7 +92,8 @@ def main(argv=None):
         eval_args.check(args)
         device, model, method, cfg, config = load_for_inference(args)
         task_name = args.task or config["data"]
-        exclusions = args.nll_exclusions or ("official" if "source" in config else "none")   # released: official
+        # a released checkpoint (config holds its source) counts as the official code does
+        exclusions = args.nll_exclusions or ("official" if "source" in config else "none")
         if task_name == "unconditional":
             settings = sampler_settings(args, config, method, cfg)
             m = paper("generation").run(args, model, method, cfg, config, device, settings)
@@ -105,7 +107,8 @@ def main(argv=None):
         if task_name in MCQA:
             m = paper("zeroshot").evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, cfg, task_name, m)
-        if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):    # ROCStories: OWT models too
+        # a corpus (ROCStories is a task of the OWT models too)
+        if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):
             settings = sampler_settings(args, config, method, cfg) if task_name == "infill" else None
             m = evaluate_corpus(args, task_name, model, method, cfg, config, device, exclusions, settings)
             return report(args, config, method, cfg, task_name, m, settings, sampled=settings is not None)
@@ -117,8 +120,8 @@ def main(argv=None):
         examples = examples[:args.limit] if args.limit else examples
         if task_name == "throughput" and len(examples) <= args.warmup:
             raise ValueError(no_examples_left(args.warmup, len(examples)))
-        m = measure(args, task_name, data_name, data, examples, model, method, cfg, tok, config, device, settings,
-                    exclusions)
+        m = measure(args, task_name, data_name, data, examples, model, method, cfg, tok, config, device,
+                    settings, exclusions)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     report(args, config, method, cfg, task_name, m, settings, sampled=task_name != "likelihood",
@@ -133,30 +136,34 @@ def measure(args, task_name, data_name, data, examples, model, method, cfg, tok,
         return paper("infill").evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
                                         settings, args.sentences, args.warmup, span=args.span or "step")
     if task_name == "likelihood":
-        return evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device, args.batch_size,
-                                   args.seed, exclusions)
+        return evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device,
+                                   args.batch_size, args.seed, exclusions)
     if task_name == "throughput":
         return evaluate_throughput(model, method, cfg, tok, data, examples, device, settings, args.warmup,
                                    args.batch_size, stop_opts, args.rounds)
-    m = evaluate_accuracy(model, method, cfg, tok, data, examples, device, settings, args.batch_size, args.seed,
-                          stop_opts)
+    m = evaluate_accuracy(model, method, cfg, tok, data, examples, device, settings, args.batch_size,
+                          args.seed, stop_opts)
     completions = m.pop("completions")
-    if data_name == "cnndm":            # the official corpus-level ROUGE (bootstrap) and sacreBLEU, beside ours
+    if data_name == "cnndm":            # the official corpus-level ROUGE (bootstrap), sacreBLEU, beside ours
         from data.cnndm import corpus_scores
         scores = corpus_scores(completions, [e["answer"] for e in examples], seed=args.seed)
         m.update({f"corpus_{k}": v for k, v in scores.items()})
     return m
 
 
-def report(args, config, method, cfg, task_name, m, settings: Settings | None = None, sampled=False, im_end=False):
-    """Print the metrics as a markdown row (and write them with --json). The row shows only the sampler settings
-    that apply: none without sampling (sampled=False: likelihood, zero-shot), else those in the method's KNOBS
-    (the threshold for the diffusion methods, window and commit order for Set Diffusion, official_blocks
-    for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds every setting."""
-    threshold, window = (settings.threshold, window_used(settings.window, method, cfg)) if settings else (math.inf, 0)
+def report(args, config, method, cfg, task_name, m, settings: Settings | None = None, sampled=False,
+           im_end=False):
+    """Print the metrics as a markdown row (and write them with --json). The row shows only the sampler
+    settings that apply: none without sampling (sampled=False: likelihood, zero-shot), else those in the
+    method's KNOBS (the threshold for the diffusion methods, window and commit order for Set Diffusion,
+    official_blocks for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds
+    every setting."""
+    threshold, window = ((settings.threshold, window_used(settings.window, method, cfg)) if settings
+                         else (math.inf, 0))
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
                       args.official_blocks), **m}
-    applies = {k: sampled and k in method.KNOBS for k in ("threshold", "window", "commit_order", "official_blocks")}
+    applies = {k: sampled and k in method.KNOBS
+               for k in ("threshold", "window", "commit_order", "official_blocks")}
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores")
             and applies.get(k, True)]
@@ -165,13 +172,15 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
 
 
 def write_json(args, m: dict):
-    """--json: the metrics printed above, with every setting, as one JSON file (a failed write is one line)."""
+    """--json: the metrics printed above, with every setting, as one JSON file (a failed write is one
+    line)."""
     if args.json:
         try:
             with replaced(args.json) as f:               # whole or not at all: the earlier file stays
                 json.dump(m, f, indent=2)
         except OSError as e:
-            sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); the table above holds the same metrics")
+            sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); "
+                     "the table above holds the same metrics")
 
 
 if __name__ == "__main__":
