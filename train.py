@@ -32,8 +32,8 @@ from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer
 from common.pretrained import from_pretrained
-from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed, interrupts, shard,
-                     shard_optimizer_state, stop_run)
+from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed,
+                            interrupts, shard, shard_optimizer_state, stop_run)
 
 
 def get_args(argv=None):
@@ -50,13 +50,14 @@ def lr_at(step, args):
 
 
 def setup(args, device, flex: bool = False):
-    """Tokenizer, task (or corpus), training data, model, and the config.json dict describing them. The training
-    data of a task is its encoded tensors {x0, prompt_mask, pad_mask} (B, L); of a corpus, its token rows (N, L)
-    (a numpy memmap, read a batch at a time)."""
+    """Tokenizer, task (or corpus), training data, model, and the config.json dict describing them. The
+    training data of a task is its encoded tensors {x0, prompt_mask, pad_mask} (B, L); of a corpus, its token
+    rows (N, L) (a numpy memmap, read a batch at a time)."""
     if is_corpus(args.data):
         task = get_corpus(args.data)
     else:
-        task = get_task(args.data, custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
+        task = get_task(args.data,
+                        custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
     seq_len = args.seq_len or task.SEQ_LEN
     shape = None if args.init_from else model_shape(args, tok)
@@ -64,7 +65,7 @@ def setup(args, device, flex: bool = False):
         check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
     if is_corpus(args.data):
         train = task.load("train", args.data_dir, tok, seq_len)
-        task.load("test", args.data_dir, tok, seq_len)            # the validation rows: built now, checked now
+        task.load("test", args.data_dir, tok, seq_len)            # the validation rows: built, checked now
     else:
         examples = task.load("train", args.data_dir)
         check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
@@ -74,16 +75,16 @@ def setup(args, device, flex: bool = False):
     else:
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
-    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax, block_size=args.block_size,
-                                   nelbo=args.nelbo, infill=args.infill,
-                                   infill_len=args.infill_len, infill_added=args.infill_added)   # checked by it
+    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,   # checked by it
+                                   block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
+                                   infill_len=args.infill_len, infill_added=args.infill_added)
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
     elif args.max_new_tokens > seq_len:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} is more than the sequence length {seq_len}")
     config = {"model": vars(model.cfg).copy(), "method": args.model, "method_config": cfg,
-              "tokenizer": tok.name, "data": task.NAME if is_corpus(args.data) else args.data, "seq_len": seq_len,
-              "predict_padding": args.predict_padding,
+              "tokenizer": tok.name, "data": task.NAME if is_corpus(args.data) else args.data,
+              "seq_len": seq_len, "predict_padding": args.predict_padding,
               "sampler": {"threshold": args.threshold, "window": args.window,
                           "max_new_tokens": args.max_new_tokens}}
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
@@ -98,8 +99,9 @@ def model_shape(args, tok) -> dict:
         vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
         n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
     if shape["vocab_size"] < tok.vocab_size:
-        raise ValueError(f"--preset {args.preset} has a vocabulary of {shape['vocab_size']} tokens, fewer than "
-                         f"the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this tokenizer")
+        raise ValueError(f"--preset {args.preset} has a vocabulary of {shape['vocab_size']} tokens, "
+                         f"fewer than the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this "
+                         f"tokenizer")
     return shape
 
 
@@ -112,8 +114,8 @@ def make_optimizer(model, args):
 
 
 def rows_of(train, idx, tok, task) -> dict:
-    """The examples idx (B,) of the training data as a batch on the CPU: a task's tensors indexed, or a corpus'
-    token rows read from its memmap and made a batch (position 0 the clean BOS)."""
+    """The examples idx (B,) of the training data as a batch on the CPU: a task's tensors indexed, or a
+    corpus' token rows read from its memmap and made a batch (position 0 the clean BOS)."""
     if isinstance(train, dict):
         return {k: v[idx] for k, v in train.items()}
     return task.batch(tok, train[idx.numpy()], train.shape[1])
@@ -174,8 +176,8 @@ def main(argv=None):
             if state is not None:
                 checkpoint.check_resume(args.out_dir, config)
             elif master and checkpoint.newest(args.out_dir):
-                print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces it "
-                      f"(--resume would continue it)", file=sys.stderr)
+                print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces "
+                      f"it (--resume would continue it)", file=sys.stderr)
             if wandb is not None:
                 wandb.init(project=args.wandb, config=vars(args))
             method, cfg = checkpoint.method_of(config)
@@ -195,8 +197,8 @@ def main(argv=None):
             sys.exit(f"error: {e}")
         if state is not None and master:
             print(f"resuming from step {start} of {args.out_dir}")
-        run = dict(args=args, method=method, cfg=cfg, train=train, device=device, rank=rank, world=world, ddp=ddp,
-                   master=master, config=config, wandb=wandb, tok=tok, task=task)
+        run = dict(args=args, method=method, cfg=cfg, train=train, device=device, rank=rank, world=world,
+                   ddp=ddp, master=master, config=config, wandb=wandb, tok=tok, task=task)
         with interrupts() as stop:
             try:
                 losses = loop(model, opt, ema, start, stop, run)
@@ -214,7 +216,8 @@ def main(argv=None):
 
 
 def import_wandb(args, master):
-    """The wandb module when --wandb is given (optional; the key comes from WANDB_API_KEY), checked up front."""
+    """The wandb module when --wandb is given (optional; the key comes from WANDB_API_KEY), checked up
+    front."""
     if not (args.wandb and master):
         return None
     try:
@@ -237,7 +240,8 @@ def loop(model, opt, ema, start, stop, run):
     args, device, master, ddp = run["args"], run["device"], run["master"], run["ddp"]
     dtype = {"auto": torch.bfloat16 if device.startswith("cuda") else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    autocast = torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+    autocast = (torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32
+                else contextlib.nullcontext())
     train_model = torch.compile(model) if args.compile else model
     no_sync = contextlib.nullcontext                    # FSDP2 (and one process) reduce in every backward
     if ddp and not args.fsdp:
@@ -284,10 +288,11 @@ def loop(model, opt, ema, start, stop, run):
                                 eval_model=ema, write=master)
         if signalled:
             progress.close()
-            sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; --resume continues from there")
+            sys.exit(f"interrupted after step {done}: saved it to {args.out_dir}; "
+                     "--resume continues from there")
         if master and evals:
-            m = held_out(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device, run["config"],
-                         show=False)
+            m = held_out(ema or model, run["method"], run["cfg"], run["tok"], run["task"], args, device,
+                         run["config"], show=False)
             if run["wandb"] is not None and "nll" in m:
                 run["wandb"].log({"val_nll": m["nll"]}, step=step)
     progress.close()
