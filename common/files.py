@@ -1,6 +1,6 @@
 """Results files written whole or not at all: eval.py --json, paper/results.py's tables and plots.
 
-    with replaced("results/x.json") as f:      # a temporary file beside it, renamed over it when the block ends
+    with replaced("results/x.json") as f:  # a temporary file beside it, renamed over it when the block ends
         json.dump(m, f)
 
 The temporary file is created fresh in the target's own folder (so the rename is atomic: the same file
@@ -8,7 +8,7 @@ system), flushed to disk, and renamed onto the target only when the block finish
 Ctrl-C inside the block removes it and leaves the earlier file as it was. A symlinked target keeps its link:
 the file it points to is replaced.
 
-    read_capped(path, limit, flag, fix)         # a user's UTF-8 file of at most limit bytes, or one clear line
+    read_capped(path, limit, flag, fix)      # a user's UTF-8 file of at most limit bytes, or one clear line
 """
 import contextlib
 import os
@@ -17,13 +17,14 @@ import secrets
 
 @contextlib.contextmanager
 def replaced(path: str, mode: str = "w", encoding: str | None = "utf-8"):
-    """Yield a file open for writing (text mode, UTF-8, or mode="wb") that becomes `path` when the block ends."""
+    """Yield a file open for writing (text mode, UTF-8, or mode="wb") that becomes `path` when the block
+    ends."""
     target = os.path.realpath(path)
     folder, name = os.path.split(target)
     while True:                                          # a fresh name: never another writer's temporary file
         tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.part")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)     # the umask applies, as to open()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)   # the umask applies, as to open()
             break
         except FileExistsError:
             continue
