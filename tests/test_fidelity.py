@@ -1,5 +1,6 @@
 """Evaluation fidelity: the estimators are unbiased, orders follow the schedule's own formulas, the decoding
-rule, the commit order and the stopping rules are pinned on literals. python -m pytest -q tests/test_fidelity.py
+rule, the commit order and the stopping rules are pinned on literals.
+python -m pytest -q tests/test_fidelity.py
 """
 import math
 
@@ -38,7 +39,7 @@ def test_nelbo_estimator_is_unbiased(name):
     table = torch.randn(L, V, generator=g) * 2
     x0 = torch.randint(0, MASK, (1, L), generator=g).expand(B, L)
     prompt_mask = (torch.arange(L) < 2).expand(B, L)                         # block 0 holds the prompt,
-    pad_mask = (torch.arange(L) >= L - 1).expand(B, L)                       # block 2 padding, block 1 targets
+    pad_mask = (torch.arange(L) >= L - 1).expand(B, L)                      # block 2 padding, block 1 targets
     target = ~(prompt_mask | pad_mask)[0]
     logp = table.clone()
     logp[:, MASK] = -math.inf
@@ -52,7 +53,8 @@ def test_nelbo_estimator_is_unbiased(name):
 
 
 def naive_order_nll(model, x0, sigma, target):
-    """Each target's NLL, one forward per target over [its clean predecessors in sigma order | its [MASK] query]."""
+    """Each target's NLL, one forward per target over [its clean predecessors in sigma order | its [MASK]
+    query]."""
     nll = torch.zeros(x0.shape[0])
     for b in range(x0.shape[0]):
         for r in range(x0.shape[1]):
@@ -62,7 +64,8 @@ def naive_order_nll(model, x0, sigma, target):
             clean = sigma[b, :r].tolist()
             mk = torch.zeros(r + 1, r + 1, dtype=torch.bool)
             mk[:r, :r], mk[r, :] = causal(r), True
-            logits = model(torch.tensor([[int(x0[b, c]) for c in clean] + [MASK]]), torch.tensor([clean + [q]]), mk)
+            logits = model(torch.tensor([[int(x0[b, c]) for c in clean] + [MASK]]),
+                           torch.tensor([clean + [q]]), mk)
             logits[..., MASK] = -math.inf
             nll[b] -= logits[0, -1].log_softmax(-1)[x0[b, q]]
     return nll
@@ -87,16 +90,17 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
 
 
 def test_setdiffusion_infill_orders():
-    """train.py --infill (not the paper): at fraction 0 the loss is the paper's, draw for draw; at fraction 1 every
-    row reveals everything but one span first, the span's prompt tokens become targets, and the loss is the
-    one-forward-per-target NLL along that order."""
+    """train.py --infill (not the paper): at fraction 0 the loss is the paper's, draw for draw; at fraction 1
+    every row reveals everything but one span first, the span's prompt tokens become targets, and the loss is
+    the one-forward-per-target NLL along that order."""
     model, L, smax = tiny_model(11), 12, 4
     x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(0))
     prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3]])
     pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2], [9]])
     paper, zero, one = (sd.SetDiffusionConfig(MASK, smax, infill=f) for f in (0.0, 0.0, 1.0))
     loss = lambda cfg: sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))[0]
-    assert torch.equal(loss(sd.SetDiffusionConfig(MASK, smax)), loss(zero)) and torch.equal(loss(paper), loss(zero))
+    assert (torch.equal(loss(sd.SetDiffusionConfig(MASK, smax)), loss(zero))
+            and torch.equal(loss(paper), loss(zero)))
     g = torch.Generator().manual_seed(5)
     span = sd.infill_span(pad_mask, 1.0, g)                                  # (B, L): the draws loss() makes
     sigma = sd.order(x0, smax, prompt_mask & ~span, pad_mask, g, span)
@@ -127,7 +131,7 @@ def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilli
     g = torch.Generator().manual_seed(7)
     span = sd.infill_span(pad_mask, 0.5, g)
     rows = span.any(1)
-    assert 0 < int(rows.sum()) < 4                                      # some rows drawn, some not (this seed)
+    assert 0 < int(rows.sum()) < 4                                     # some rows drawn, some not (this seed)
     X, P, D = (torch.cat([a, a[rows]]) for a in (x0, prompt_mask, pad_mask))
     S = torch.cat([torch.zeros_like(span), span[rows]])
     sigma = sd.order(X, smax, P & ~S, D, g, S)
@@ -182,7 +186,7 @@ def test_order_distribution_matches_the_schedule():
     delta = (loc[0] - loc[1]).item() / b
     u = torch.linspace(0, 1 - delta, 200001, dtype=torch.float64)
     swap = torch.trapezoid(k * (1 - u) ** (k - 1) * (1 - u - delta).clamp(min=0) ** k, u).item()
-    rank = sd.sample_order(B, L, smax, torch.Generator().manual_seed(1)).argsort(1)   # (B, L) rank of position
+    rank = sd.sample_order(B, L, smax, torch.Generator().manual_seed(1)).argsort(1)  # (B, L) rank of position
     observed = (rank[:, 11:40] < rank[:, 10:39]).double().mean().item()
     assert 0.05 < swap < 0.95 and abs(observed - swap) < 0.01, (observed, swap)
 
@@ -195,12 +199,13 @@ def test_decode_rule_on_literal_logits():
     logits[..., :4] = probs.log()
     logits[..., MASK] = 50.0                                                 # most likely, never chosen
     cand = torch.tensor([[True, True, False, True]])
-    for tau, expected in [(0.6, [1, 0, 0, 1]), (math.inf, [1, 0, 0, 0]), (0.99, [1, 0, 0, 0]), (0.5, [1, 1, 0, 1])]:
+    for tau, expected in [(0.6, [1, 0, 0, 1]), (math.inf, [1, 0, 0, 0]), (0.99, [1, 0, 0, 0]),
+                          (0.5, [1, 1, 0, 1])]:
         y, dec = decode(logits.clone(), cand, MASK, tau)
         assert dec[0].int().tolist() == expected, tau
         assert y[0].tolist() == [0, 0, 1, 2]
     y, dec = decode(logits.clone(), torch.tensor([[False, True, False, False]]), MASK, math.inf)
-    assert dec[0].int().tolist() == [0, 1, 0, 0]                             # the top candidate, not the top slot
+    assert dec[0].int().tolist() == [0, 1, 0, 0]                         # the top candidate, not the top slot
 
 
 
@@ -226,7 +231,8 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
 
 class Spy(torch.nn.Module):
-    """Records the positions of the clean tokens each sampler step commits (the inputs before the W queries)."""
+    """Records the positions of the clean tokens each sampler step commits (the inputs before the W
+    queries)."""
 
     def __init__(self, model, W):
         super().__init__()
@@ -258,7 +264,7 @@ def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
     T, k = official_fht(N, L, W, d, 7)
     torch.testing.assert_close(-key[:, P:], T, rtol=0, atol=1e-12)
     assert torch.equal(key[0, :P], torch.arange(P, dtype=torch.float64))                 # the prompt: l2r
-    T_n, k_n = official_fht(N, N, W, d, 7)                                                # the old N-slot schedule
+    T_n, k_n = official_fht(N, N, W, d, 7)                                           # the old N-slot schedule
     assert abs(k - k_n) > 0.01 and not torch.allclose(T, T_n)
     key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7))          # no seq_len: L = N
     torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
@@ -273,7 +279,8 @@ def test_commit_order(commit_order):
     cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24, 40
     spy = Spy(tiny_model(12), W)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
-    sd.generate(spy, prompt, cfg, Settings(N, threshold=0.05, commit_order=commit_order, seq_len=L), generator=torch.Generator().manual_seed(7))
+    sd.generate(spy, prompt, cfg, Settings(N, threshold=0.05, commit_order=commit_order, seq_len=L),
+                generator=torch.Generator().manual_seed(7))
     T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0]                                     # (N,)
     key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
     multi = [c for c in spy.commits if len(c) > 1]
@@ -298,7 +305,8 @@ def test_cache_commit_fewer_than_written_then_overwrite():
 
 
 def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
-    """replies.stop_rule: GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at EOS."""
+    """replies.stop_rule: GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at
+    EOS."""
     tok = byte_tokenizer()
     M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("q"))
     P = len(prompt) + 2
@@ -373,11 +381,12 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
     seen = []
 
-    def spy(idx, pos=None, mask=None, cache=None, last=None):                              # the canvas each step
+    def spy(idx, pos=None, mask=None, cache=None, last=None):                           # the canvas each step
         seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
         return model(idx, pos, mask, cache, last)
-    tokens, stats = mdlm.generate(spy, prompt, cfg, Settings(N, threshold=0.5, block=S, official_blocks=True, seq_len=L))
-    assert seen and all(s == (L, True, list(range(L))) for s in seen)                       # padded and attended
+    tokens, stats = mdlm.generate(spy, prompt, cfg,
+                                  Settings(N, threshold=0.5, block=S, official_blocks=True, seq_len=L))
+    assert seen and all(s == (L, True, list(range(L))) for s in seen)                    # padded and attended
     x = torch.cat([prompt, torch.full((1, L - P), MASK)], 1)                               # (1, L)
     F = P // S * S
     end = min(F + math.ceil(N / S) * S, P + N)
