@@ -1,6 +1,6 @@
 """The FlexAttention path (model.layout_mask, Transformer.flex): each method's mask_mod is its dense training
-mask, padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs eagerly
-and has no backward, so the checks are no-grad forwards. python -m pytest -q tests/test_flex.py
+mask, padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs
+eagerly and has no backward, so the checks are no-grad forwards. python -m pytest -q tests/test_flex.py
 """
 import pytest
 import torch
@@ -103,7 +103,8 @@ def test_block_mask_attention_equals_dense_sdpa(layout):
     assert isinstance(block, BlockMask)
     g = torch.Generator().manual_seed(0)
     q, (k, v) = torch.randn(B, 4, n, 8, generator=g), torch.randn(2, B, 2, n, 8, generator=g)
-    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=layout_mask(mod, B, n, n, flex=False), enable_gqa=True)
+    dense = F.scaled_dot_product_attention(q, k, v, attn_mask=layout_mask(mod, B, n, n, flex=False),
+                                           enable_gqa=True)
     torch.testing.assert_close(flex_attention(q, k, v, block_mask=block, enable_gqa=True), dense)
 
 
@@ -161,7 +162,7 @@ def test_flex_gradients_equal_dense_gradients_on_cuda(name, flex_calls):
     """On a GPU: loss and every gradient with flex on (compiled FlexAttention) == dense SDPA, float32, over
     layouts of several 128-blocks with padding. Not run here (no GPU); run it where one is lent."""
     mod, cfg = CASES[name]
-    model, L, dev = tiny_model(2, head_dim=16).cuda().train(), 300, "cuda"       # compiled flex: head_dim >= 16
+    model, L, dev = tiny_model(2, head_dim=16).cuda().train(), 300, "cuda"     # compiled flex: head_dim >= 16
     x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3)).to(dev)
     prompt_mask = (torch.arange(L) < torch.tensor([[40], [70], [20]])).to(dev)
     pad_mask = (torch.arange(L) >= torch.tensor([[L], [200], [260]])).to(dev)
