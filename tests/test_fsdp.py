@@ -1,5 +1,5 @@
-"""train.py under torchrun with 2 CPU processes over gloo: DDP trains and rank 0 writes the checkpoint, and --fsdp
-(PyTorch's FSDP2, fully_shard) is the same training as DDP's
+"""train.py under torchrun with 2 CPU processes over gloo: DDP trains and rank 0 writes the checkpoint, and
+--fsdp (PyTorch's FSDP2, fully_shard) is the same training as DDP's
 (weights, EMA and AdamW state after the same steps), one safetensors file per checkpoint, and an exact resume
 through the sharded optimizer state. python -m pytest -q tests/test_fsdp.py"""
 import os
@@ -15,14 +15,14 @@ from helpers import error_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "data", "examples", "dates.jsonl")      # 500 lines: each process encodes it fast
-TINY = ["--model", "setdiffusion", "--data", f"jsonl:{DATA}", "--n-layer", "2", "--n-embd", "32", "--n-head", "2",
-        "--batch-size", "2", "--eval-limit", "2", "--max-new-tokens", "8", "--warmup", "1"]
+TINY = ["--model", "setdiffusion", "--data", f"jsonl:{DATA}", "--n-layer", "2", "--n-embd", "32",
+        "--n-head", "2", "--batch-size", "2", "--eval-limit", "2", "--max-new-tokens", "8", "--warmup", "1"]
 
 
 def torchrun(out_dir, *flags):
     """Start train.py under torchrun with 2 CPU processes (its own free port); returns the Popen."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py", *TINY,
-           "--out-dir", str(out_dir), *flags]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+           *TINY, "--out-dir", str(out_dir), *flags]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -50,15 +50,16 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp")
     ddp, fsdp = torchrun(d / "ddp", "--max-iters", "3"), torchrun(d / "fsdp2", "--max-iters", "2", "--fsdp")
     assert "FSDP2" not in finished(ddp) and "sharded over 2 processes" in finished(fsdp)        # side by side
-    resumed = finished(torchrun(d / "fsdp3", "--max-iters", "3", "--fsdp", "--resume", "--out-dir", str(d / "fsdp2")))
+    resumed = finished(torchrun(d / "fsdp3", "--max-iters", "3", "--fsdp", "--resume", "--out-dir",
+                                str(d / "fsdp2")))
     assert "resuming from step 2" in resumed and "sharded over 2 processes" in resumed
     return d
 
 
 def test_fsdp_trains_as_ddp_does_and_resumes_exactly(runs):
-    """FSDP for 2 steps, then --resume for the 3rd (the AdamW moments re-sharded from the one file), equals DDP
-    for 3 steps: the EMA weights, the raw weights and every optimizer state tensor; the files are the plain
-    format (no DTensor), so eval.py and sample.py read them as any other checkpoint."""
+    """FSDP for 2 steps, then --resume for the 3rd (the AdamW moments re-sharded from the one file), equals
+    DDP for 3 steps: the EMA weights, the raw weights and every optimizer state tensor; the files are the
+    plain format (no DTensor), so eval.py and sample.py read them as any other checkpoint."""
     ddp_ema, ddp_state = saved(runs / "ddp")
     fsdp_ema, fsdp_state = saved(runs / "fsdp2")            # the resumed run wrote into the same folder
     assert ddp_state["step"] == fsdp_state["step"] == 3
