@@ -1,5 +1,6 @@
-"""CNN/DM, ROCStories infilling, the shipped task's middle-step infill and unconditional samples, end to end on
-tiny checkpoints and tiny data files in the real formats (offline): python -m pytest -q tests/test_generation.py"""
+"""CNN/DM, ROCStories infilling, the shipped task's middle-step infill and unconditional samples, end to end
+on tiny checkpoints and tiny data files in the real formats (offline):
+python -m pytest -q tests/test_generation.py"""
 import csv
 import dataclasses
 import json
@@ -35,13 +36,15 @@ HIGHLIGHTS = "Council votes for a new bridge."
 
 @pytest.fixture(scope="module")
 def ckpts(tmp_path_factory):
-    """A random byte-level checkpoint of every method on the shipped task (what train.py writes, untrained)."""
+    """A random byte-level checkpoint of every method on the shipped task (what train.py writes,
+    untrained)."""
     root = tmp_path_factory.mktemp("ckpts")
     for m in ("ar", "mdlm", "bd3lm", "setdiffusion"):
         torch.manual_seed(0)
         cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
         checkpoint.save(str(root / m), Transformer(cfg), {
-            "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith", "seq_len": 128,
+            "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith",
+            "seq_len": 128,
             "method_config": checkpoint.method_config(m, TOK.mask_id, smax=8, block_size=4, nelbo=False)})
     return root
 
@@ -60,8 +63,9 @@ def write_cnndm(d, n=2):
 def test_cnndm_example_layout_and_truncation(monkeypatch):
     monkeypatch.setattr(cnndm, "MAX_SOURCE", 20)
     ex = cnndm.make_example(TOK, ARTICLE, HIGHLIGHTS * 20)
-    assert ex["prompt"] == "<|endoftext|>" + ARTICLE[:18] + "<|endoftext|>" and len(TOK.encode(ex["prompt"])) == 20
-    assert ex["target"].startswith("Summary: Council") and len(TOK.encode(ex["target"])) == 179   # + EOS = 180
+    assert (ex["prompt"] == "<|endoftext|>" + ARTICLE[:18] + "<|endoftext|>"
+            and len(TOK.encode(ex["prompt"])) == 20)
+    assert ex["target"].startswith("Summary: Council") and len(TOK.encode(ex["target"])) == 179  # + EOS = 180
     test = cnndm.make_example(TOK, ARTICLE, HIGHLIGHTS, eval_prompt=True)
     assert test["prompt"].endswith("<|endoftext|>Summary:") and test["target"] == " " + HIGHLIGHTS
 
@@ -80,7 +84,8 @@ def test_cnndm_stop_rule_and_rouge():
     pred = "Summary: council votes for bridge"
     r1, r2, rl = (cnndm.SCORES[k](pred, HIGHLIGHTS) for k in ("rouge1", "rouge2", "rougeL"))
     assert r1 == pytest.approx(2 * 1 * 4 / 6 / (1 + 4 / 6))      # all 4 unigrams in the 6 of the reference
-    assert r2 == pytest.approx(2 * 2 / 3 * 2 / 5 / (2 / 3 + 2 / 5)) and rl == pytest.approx(r1)   # 2 of 3 bigrams
+    # 2 of 3 bigrams
+    assert r2 == pytest.approx(2 * 2 / 3 * 2 / 5 / (2 / 3 + 2 / 5)) and rl == pytest.approx(r1)
     with pytest.raises(FileNotFoundError, match="parquet"):
         cnndm.load("test", "/nonexistent", TOK)
 
@@ -93,7 +98,8 @@ def test_cnndm_corpus_scores_on_literal_strings():
     P 1, R 2/5 -> F 4/7; the other pair shares nothing. Lsum splits sentences at newlines: "a b\nc d" vs
     "c d\na b" has LCS 2 of 4 (L: F 1/2) but every sentence matched (Lsum: F 1). BLEU is corpus-level: all
     n-gram precisions 1, brevity penalty exp(1 - 11/10) over both pairs (the per-pair mean would be higher);
-    the first corpus has no 4-gram in its predictions, so BLEU 0 (no effective order, as evaluate's default)."""
+    the first corpus has no 4-gram in its predictions, so BLEU 0 (no effective order, as evaluate's
+    default)."""
     preds = ["Summary: the cat sat<|endoftext|>junk", "x y"]
     refs = ["the cat sat on the mat", "a b c"]
     got = cnndm.corpus_scores(preds, refs)
@@ -102,7 +108,8 @@ def test_cnndm_corpus_scores_on_literal_strings():
     lsum = cnndm.corpus_scores(["c d\na b"], ["a b\nc d"])
     assert (lsum["rougeL"], lsum["rougeLsum"]) == pytest.approx((0.5, 1.0))
     assert cnndm.SCORES["rougeLsum"]("c d\na b", "a b\nc d") == pytest.approx(1.0)       # per example too
-    bleu = cnndm.corpus_scores(["the cat sat on the mat", "x y z w"], ["the cat sat on the mat today", "x y z w"])
+    bleu = cnndm.corpus_scores(["the cat sat on the mat", "x y z w"],
+                               ["the cat sat on the mat today", "x y z w"])
     try:
         import sacrebleu  # noqa: F401
     except ImportError:
@@ -115,11 +122,12 @@ def test_cnndm_corpus_scores_on_literal_strings():
 
 def test_cnndm_official_options_are_threaded_to_the_sampler():
     opt = sampler_preset("cnndm", TOK, METHODS["setdiffusion"][0])
-    assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1), 256,
-                                                                                             False)
-    assert sampler_preset("cnndm", TOK, METHODS["ar"][0]).penalize_context                # HF generate: prompt too
+    assert (opt.repetition_penalty, opt.length_penalty, opt.eos_id, opt.penalize_context) == (1.2, (80, 1.1),
+                                                                                             256, False)
+    assert sampler_preset("cnndm", TOK, METHODS["ar"][0]).penalize_context           # HF generate: prompt too
     owt = sampler_preset("owt", TOK, METHODS["ar"][0]), sampler_preset("owt", TOK, METHODS["bd3lm"][0])
-    assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005), (0.95, 1.05, 0.01)]
+    assert [(o.top_p, o.repetition_penalty, o.stop_confidence) for o in owt] == [(0.9, 1.0, 0.005),
+                                                                                 (0.95, 1.05, 0.01)]
 
 
 @needs_rouge
@@ -127,16 +135,17 @@ def test_cnndm_train_and_eval_end_to_end(tmp_path, monkeypatch, capsys):
     write_cnndm(tmp_path / "cnn")
     monkeypatch.setattr(cnndm, "TOKENIZER", "bytes")
     ckpt = str(tmp_path / "ck")
-    train.main(["--model", "setdiffusion", "--data", "cnndm", "--data-dir", str(tmp_path / "cnn"), "--seq-len", "224",
-                "--out-dir", ckpt, *TINY])
+    train.main(["--model", "setdiffusion", "--data", "cnndm", "--data-dir", str(tmp_path / "cnn"),
+                "--seq-len", "224", "--out-dir", ckpt, *TINY])
     out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", ckpt, "--task", "cnndm", "--data-dir", str(tmp_path / "cnn"), "--max-new-tokens", "8",
-                   "--json", str(out)])
-    m = json.loads(out.read_text())
-    assert m["task"] == "cnndm" and m["n"] == 2 and all(0 <= m[k] <= 1 for k in ("rouge1", "rouge2", "rougeL"))
-    assert "held-out rouge1" in capsys.readouterr().out
-    evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--data-dir", str(tmp_path / "cnn"), "--warmup", "1",
+    evaluate.main(["--ckpt", ckpt, "--task", "cnndm", "--data-dir", str(tmp_path / "cnn"),
                    "--max-new-tokens", "8", "--json", str(out)])
+    m = json.loads(out.read_text())
+    assert (m["task"] == "cnndm" and m["n"] == 2
+            and all(0 <= m[k] <= 1 for k in ("rouge1", "rouge2", "rougeL")))
+    assert "held-out rouge1" in capsys.readouterr().out
+    evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--data-dir", str(tmp_path / "cnn"),
+                   "--warmup", "1", "--max-new-tokens", "8", "--json", str(out)])
     assert json.loads(out.read_text())["n"] == 1                          # 2 articles, 1 warm-up
 
 
@@ -155,7 +164,8 @@ def test_cnndm_setdlm_released_under_its_push_code_name(tmp_path):
     save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
     write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"],
                                                 "tokenization_config": {"mask_token_id": V - 1}})
-    out = run_offline(tmp_path, "from common import checkpoint; m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
+    out = run_offline(tmp_path, "from common import checkpoint; "
+                                "m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
                                 "print(c['source'], cfg.smax, c['data'], c['seq_len'])").stdout.split()
     assert out == ["kuleshov-group/cnndm-setdlm-d4", "8", "cnndm", "768"]
 
@@ -192,8 +202,8 @@ def test_rocstories_load_and_spans(tmp_path):
 def test_rocstories_eval_every_method(tmp_path, ckpts, capsys, name, sentences):
     write_cloze(tmp_path)
     out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", str(ckpts / name), "--task", "rocstories", "--sentences", str(sentences), "--data-dir",
-                   str(tmp_path), "--warmup", "1", "--json", str(out)])
+    evaluate.main(["--ckpt", str(ckpts / name), "--task", "rocstories", "--sentences", str(sentences),
+                   "--data-dir", str(tmp_path), "--warmup", "1", "--json", str(out)])
     m = json.loads(out.read_text())
     assert m["n"] == 1 and 0 <= m["rougeL"] <= 1 and m["tokens_per_s"] > 0
     note = "AR cannot infill: it continues from the left context only"
@@ -238,7 +248,8 @@ def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
         m = json.loads(out.read_text())
         assert m["task"] == "infill" and m["n"] == 2 and {"exact", "answer_right", "tokens_per_s"} <= set(m)
         assert m["span"] == "step"
-    with pytest.raises(ValueError, match="shipped arith task or of a text corpus; this checkpoint was trained on gsm8k"):
+    with pytest.raises(ValueError,
+                       match="shipped arith task or of a text corpus; this checkpoint was trained on gsm8k"):
         infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu", Settings())
 
 
@@ -249,10 +260,12 @@ def test_arith_number_items_mask_the_starting_amount_that_only_the_reply_reveals
         assert text == ex["prompt"] + ex["target"] and it["right"][-1] == TOK.eos_id
         number = TOK.decode(it["span"])
         assert TOK.decode(it["left"]).endswith(" has ") and number.isdigit()
-        assert ex["target"].startswith(number) and number not in TOK.decode(it["left"])   # the reply reveals it
+        # the reply reveals it
+        assert ex["target"].startswith(number) and number not in TOK.decode(it["left"])
         assert infill.SPAN_SCORES["number"]["exact"](number, it)
         assert not infill.SPAN_SCORES["number"]["exact"](str(int(number) + 1), it)
-    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb"):
+    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step, "
+                                         "a number, an operand or a verb"):
         infill.arith_items(examples, TOK, "word")
 
 
@@ -268,16 +281,18 @@ def test_arith_operand_and_verb_items_mask_what_only_the_reply_reveals():
         assert any(text == ex["prompt"] + ex["target"] for ex in examples) and it["right"][-1] == TOK.eos_id
     for it in operands:
         reply = TOK.decode(it["right"]).split("\n")[1]
-        assert TOK.decode(it["span"]).isdigit() and (f"-{it['answer']}=" in reply or f"+{it['answer']}=" in reply)
+        assert TOK.decode(it["span"]).isdigit() and (f"-{it['answer']}=" in reply
+                                                     or f"+{it['answer']}=" in reply)
         assert infill.SPAN_SCORES["operand"]["exact"](it["answer"], it)
     for it in verbs:
         first_step = TOK.decode(it["right"]).split("\n")[1].split(" ")[0]            # "16*2=32."
-        assert first_step[len(first_step.split(it["op"][0])[0])] == it["op"][0]     # its operator is the verb's
+        assert first_step[len(first_step.split(it["op"][0])[0])] == it["op"][0]   # its operator is the verb's
         same = next(v for v, op in infill.VERB_OP.items() if op == it["op"] and v != it["answer"]) \
             if it["op"] in "+-" else it["answer"]
         other = next(v for v, op in infill.VERB_OP.items() if op != it["op"])
         score = infill.SPAN_SCORES["verb"]
-        assert score["exact"](it["answer"], it) and score["op_right"](same, it) and not score["op_right"](other, it)
+        assert (score["exact"](it["answer"], it) and score["op_right"](same, it)
+                and not score["op_right"](other, it))
 
 
 def test_make_infill_number_rows_on_tiny_checkpoints(tmp_path, ckpts):
