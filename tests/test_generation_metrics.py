@@ -1,9 +1,9 @@
-"""The paper's generation metrics (paper/hf_metrics.py, eval.py --task unconditional --ppl-model / --mauve-ref) on
-tiny random Hugging Face models saved here (a GPT-2, a BERT), so the real loading code runs offline: generative
-perplexity == exp of the per-token NLL computed by hand (the samples' own ids when the tokenizers agree, their
-texts re-tokenised when not), MAUVE 1 on identical sets and near 0 on disjoint ones, the bootstrap's mean and std
-over 5 subsets; and the official entropy stop (sampling.EntropyStop) stopping a row exactly where its rule says,
-in every sampler. python -m pytest -q tests/test_generation_metrics.py"""
+"""The paper's generation metrics (paper/hf_metrics.py, eval.py --task unconditional --ppl-model /
+--mauve-ref) on tiny random Hugging Face models saved here (a GPT-2, a BERT), so the real loading code runs
+offline: generative perplexity == exp of the per-token NLL computed by hand (the samples' own ids when the
+tokenizers agree, their texts re-tokenised when not), MAUVE 1 on identical sets and near 0 on disjoint ones,
+the bootstrap's mean and std over 5 subsets; and the official entropy stop (sampling.EntropyStop) stopping a
+row exactly where its rule says, in every sampler. python -m pytest -q tests/test_generation_metrics.py"""
 import dataclasses
 import json
 import math
@@ -31,7 +31,8 @@ try:
     import mauve
 except ImportError:
     mauve = None
-needs_transformers = pytest.mark.skipif(transformers is None, reason="transformers (test-only) is not installed")
+needs_transformers = pytest.mark.skipif(transformers is None,
+                                        reason="transformers (test-only) is not installed")
 needs_mauve = pytest.mark.skipif(transformers is None or mauve is None,
                                  reason="mauve-text and transformers (test-only) are not installed")
 
@@ -53,8 +54,8 @@ def bytes_to_unicode() -> dict:
 
 
 def save_gpt2(path, merges=(), n_positions=32, seed=0):
-    """A tiny random GPT-2 and a byte-level BPE tokenizer: ids 0-255 are the bytes (our byte tokenizer's), then one
-    token per merge, then <|endoftext|> (256 without merges: our EOS)."""
+    """A tiny random GPT-2 and a byte-level BPE tokenizer: ids 0-255 are the bytes (our byte tokenizer's),
+    then one token per merge, then <|endoftext|> (256 without merges: our EOS)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     chars = bytes_to_unicode()
     vocab = {chars[b]: b for b in range(256)}
@@ -67,8 +68,8 @@ def save_gpt2(path, merges=(), n_positions=32, seed=0):
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>",
                                                eos_token="<|endoftext|>")
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=16, n_layer=1, n_head=2,
-                                  bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
+    cfg = transformers.GPT2Config(vocab_size=len(vocab), n_positions=n_positions, n_embd=16, n_layer=1,
+                                  n_head=2, bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
     transformers.GPT2LMHeadModel(cfg).save_pretrained(str(path))
     tok.save_pretrained(str(path))
     return str(path)
@@ -80,8 +81,9 @@ def save_modernbert(path, seed=0):
     tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
     torch.manual_seed(seed)
     cfg = transformers.ModernBertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                        pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2,
+                                        num_attention_heads=2, intermediate_size=64,
+                                        max_position_embeddings=64, pad_token_id=0, cls_token_id=2,
+                                        sep_token_id=3, bos_token_id=2,
                                         eos_token_id=3, global_attn_every_n_layers=1)
     transformers.ModernBertModel(cfg).save_pretrained(str(path))
     tok.save_pretrained(str(path))
@@ -94,8 +96,9 @@ def save_bert(path, seed=0):
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS_A.split(), *WORDS_B.split()]
     tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
     torch.manual_seed(seed)
-    cfg = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=64, initializer_range=0.5)
+    cfg = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                  initializer_range=0.5)
     model = transformers.BertModel(cfg)
     with torch.no_grad():
         model.embeddings.word_embeddings.weight[5 + len(WORDS_A.split()):] += 4 * torch.randn(32)
@@ -107,7 +110,8 @@ def save_bert(path, seed=0):
 @pytest.fixture(scope="module")
 def hf(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    return {"gpt2": save_gpt2(root / "gpt2"), "gpt2-merges": save_gpt2(root / "gpt2m", [("Ġ", "t"), ("h", "e")]),
+    return {"gpt2": save_gpt2(root / "gpt2"),
+            "gpt2-merges": save_gpt2(root / "gpt2m", [("Ġ", "t"), ("h", "e")]),
             "bert": save_bert(root / "bert"), "modernbert": save_modernbert(root / "modernbert")}
 
 
@@ -138,10 +142,12 @@ def nll_by_hand(path: str, seqs: list[list[int]], ctx: int) -> float:
 
 @needs_transformers
 def test_gen_ppl_scores_the_samples_own_ids_when_the_tokenizers_agree(hf):
-    ids = [list(b"the cat sat on the mat, and then the dog sat there too, all day"), [0xC3, 0x28, 104, 105], [7]]
-    texts = [TOK.decode(i) for i in ids]                # the second is not UTF-8: its text does not round-trip
+    ids = [list(b"the cat sat on the mat, and then the dog sat there too, all day"), [0xC3, 0x28, 104, 105],
+           [7]]
+    texts = [TOK.decode(i) for i in ids]               # the second is not UTF-8: its text does not round-trip
     m = hf_metrics.hf_gen_ppl(texts, hf["gpt2"], batch_size=2, ids=ids, tok=TOK)
-    assert m["ppl_retokenised"] is False and m["ppl_tokens"] == sum(map(len, ids))     # the first: 3 pieces of 31
+    # the first: 3 pieces of 31
+    assert m["ppl_retokenised"] is False and m["ppl_tokens"] == sum(map(len, ids))
     assert m["gen_ppl_hf"] == pytest.approx(nll_by_hand(hf["gpt2"], ids, 32), rel=1e-5)
     assert m["gen_nll_hf"] == pytest.approx(math.log(m["gen_ppl_hf"]))
 
@@ -153,7 +159,8 @@ def test_gen_ppl_retokenises_the_texts_when_the_tokenizers_differ(hf):
     m = hf_metrics.hf_gen_ppl(texts, hf["gpt2-merges"], batch_size=8, ids=ids, tok=TOK)
     hf_tok = transformers.AutoTokenizer.from_pretrained(hf["gpt2-merges"])
     seqs = [hf_tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    assert m["ppl_retokenised"] is True and m["ppl_tokens"] == sum(map(len, seqs)) < sum(map(len, ids))  # merged
+    # merged
+    assert m["ppl_retokenised"] is True and m["ppl_tokens"] == sum(map(len, seqs)) < sum(map(len, ids))
     assert m["gen_ppl_hf"] == pytest.approx(nll_by_hand(hf["gpt2-merges"], seqs, 32), rel=1e-5)
     assert hf_metrics.hf_gen_ppl(texts, hf["gpt2"])["ppl_retokenised"] is True        # no ids: texts
 
@@ -178,13 +185,14 @@ def test_mauve_is_one_on_identical_sets_and_near_zero_on_disjoint_ones(hf):
     assert same["mauve"] == pytest.approx(1.0) and same["mauve_std"] == pytest.approx(0.0)
     assert same["mauve_n"] == 30 and len(same["mauve_scores"]) == 5
     apart = hf_metrics.mauve_score(sentences(WORDS_B, 30, seed=2), refs, hf["bert"], subset=30)
-    # histograms with disjoint supports: KL(q | r) = -log(1 - w), KL(p | r) = -log w at every mixture weight w,
-    # so MAUVE is the area under the curve ((1 - w)^5, w^5) whatever the histograms
+    # histograms with disjoint supports: KL(q | r) = -log(1 - w), KL(p | r) = -log w at every mixture weight
+    # w, so MAUVE is the area under the curve ((1 - w)^5, w^5) whatever the histograms
     from sklearn.metrics import auc
     w = np.linspace(1e-6, 1 - 1e-6, 25)
     x, y = np.r_[1, (1 - w) ** 5, 0], np.r_[0, w ** 5, 1]
     i, j = np.argsort(x), np.argsort(y)
-    assert apart["mauve"] == pytest.approx(0.5 * (auc(x[i], y[i]) + auc(y[j], x[j]))) and apart["mauve"] < 0.01
+    assert (apart["mauve"] == pytest.approx(0.5 * (auc(x[i], y[i]) + auc(y[j], x[j])))
+            and apart["mauve"] < 0.01)
 
 
 @needs_mauve
@@ -238,13 +246,14 @@ def test_eval_unconditional_with_hf_scorers_end_to_end(hf, tmp_path, capsys):
     cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
     torch.manual_seed(0)
     checkpoint.save(str(tmp_path / "ar"), Transformer(cfg), {
-        "model": dataclasses.asdict(cfg), "method": "ar", "tokenizer": "bytes", "data": "arith", "seq_len": 64,
-        "method_config": checkpoint.method_config("ar", TOK.mask_id)})
+        "model": dataclasses.asdict(cfg), "method": "ar", "tokenizer": "bytes", "data": "arith",
+        "seq_len": 64, "method_config": checkpoint.method_config("ar", TOK.mask_id)})
     (tmp_path / "refs.txt").write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
     out = tmp_path / "m.json"
     evaluate.main(["--ckpt", str(tmp_path / "ar"), "--task", "unconditional", "-n", "4", "--warmup", "0",
-                   "--max-new-tokens", "40", "--ppl-model", hf["gpt2"], "--mauve-ref", str(tmp_path / "refs.txt"),
-                   "--mauve-encoder", hf["bert"], "--device", "cpu", "--json", str(out), "--no-redraw"])
+                   "--max-new-tokens", "40", "--ppl-model", hf["gpt2"], "--mauve-ref",
+                   str(tmp_path / "refs.txt"), "--mauve-encoder", hf["bert"], "--device", "cpu", "--json",
+                   str(out), "--no-redraw"])
     m = json.loads(out.read_text())
     assert "gen_ppl" not in m and m["ppl_model"] == hf["gpt2"] and m["ppl_retokenised"] is False
     assert math.isfinite(m["gen_ppl_hf"]) and 0 <= m["mauve"] <= 1 and len(m["mauve_scores"]) == 5
@@ -266,11 +275,12 @@ def test_eval_flags_and_missing_packages_are_one_line(tmp_path, monkeypatch):
     assert "--ppl-model goes with --task unconditional" in eval_error(
         ["--ckpt", str(tmp_path), "--task", "likelihood", "--ppl-model", "gpt2-large"])
     monkeypatch.setitem(sys.modules, "mauve", None)                     # mauve-text not installed
-    assert eval_error([*args, "--mauve-ref", "r.txt"]) == ("error: MAUVE needs the optional package mauve-text: "
-                                                          "pip install mauve-text")
+    assert eval_error([*args, "--mauve-ref", "r.txt"]) == ("error: MAUVE needs the optional package "
+                                                          "mauve-text: pip install mauve-text")
     monkeypatch.setitem(sys.modules, "transformers", None)              # nor transformers
-    assert eval_error([*args, "--ppl-model", "gpt2-large"]) == ("error: generative perplexity needs the optional "
-                                                               "package transformers: pip install transformers")
+    assert eval_error([*args, "--ppl-model", "gpt2-large"]) == ("error: generative perplexity needs the "
+                                                               "optional package transformers: "
+                                                               "pip install transformers")
 
 
 # ----------------------------------------------------------------------------- the entropy stop
@@ -301,7 +311,8 @@ def test_entropy_stop_rule_on_literal_canvases():
 
 
 def check_points(method: str, step, P: int, C: int, W: int, block: int):
-    """(last step, end) of every stop-hook call of a batch-1 greedy run whose columns were decoded at `step`."""
+    """(last step, end) of every stop-hook call of a batch-1 greedy run whose columns were decoded at
+    `step`."""
     if method == "ar":
         return [(int(step[e - 1]), e) for e in range(P + 1, C + 1)]
     if method in ("mdlm", "bd3lm"):                                     # block ends (the BOS sits in block 0)
@@ -325,7 +336,7 @@ def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
     points = check_points(method, step, 1, C, cfg.smax // 2 if method == "setdiffusion" else 0, 4)
     state = lambda s, e: torch.where((step <= s) & (torch.arange(C) < e), full, MASK)    # noqa: E731
     eligible = [(s, e, sampling.window_entropy(state(s, e)[e - w:e], MASK)) for s, e in points if e - 1 >= m]
-    threshold = eligible[len(eligible) // 2][2] + 1e-9                  # fires by the middle check at the latest
+    threshold = eligible[len(eligible) // 2][2] + 1e-9               # fires by the middle check at the latest
     s, e, _ = next(p for p in eligible if p[2] < threshold)
     opt = SamplerOptions(stop_entropy=threshold, stop_entropy_window=w, stop_min_tokens=m)
     hook = sampling.EntropyStop()
@@ -338,11 +349,13 @@ def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
 
 def test_unconditional_applies_the_official_legacy_cut():
     """replies.unconditional on AR: with the rule firing at its first check (threshold above any entropy), a
-    sample not ended by EOS first keeps its new tokens before max(end - window, 1 + min tokens) = max(8 - 8, 4)."""
+    sample not ended by EOS first keeps its new tokens before max(end - window, 1 + min tokens) = max(8 - 8,
+    4)."""
     model, (mod, cfg, _) = Jitter(tiny_model(0), seed=1), METHODS["ar"]
     tok = type("Tok", (), {"eos_id": 0, "mask_id": MASK, "decode": staticmethod(str)})()
     kw = dict(stop_entropy_window=8, stop_min_tokens=3, top_p=0.9)
-    plain, cut = ([replies.unconditional(model, mod, cfg, tok, 1, Settings(20, options=opt), "cpu", seed)[0]["ids"] for seed in range(4)]
+    plain, cut = ([replies.unconditional(model, mod, cfg, tok, 1, Settings(20, options=opt), "cpu",
+                                         seed)[0]["ids"] for seed in range(4)]
                   for opt in (SamplerOptions(**kw), SamplerOptions(stop_entropy=99.0, **kw)))
     for p, c in zip(plain, cut):        # an EOS in columns 3..7 (an id list of <= 6) stops it before the rule
         assert c == (p if len(p) <= 6 else p[:3])
@@ -351,11 +364,12 @@ def test_unconditional_applies_the_official_legacy_cut():
     assert sampler_preset("owt", TOK, METHODS["bd3lm"][0]).stop_entropy_window == 128
 
 
-# ----------------------------------------------------------------------------- Table 4 beside the official code
+# --------------------------------------------------------------------------- Table 4 beside the official code
 
 def official_eos_stop(input_ids, eos: int, mask: int, min_tokens: int, prompt_length: int = 1):
     """The official EntropyEosStoppingCriteria.__call__'s EOS branch (src/custom_transformers/generation.py:
-    var_length, ignore_prompt_eos, num_matches 1), transcribed for a (1, seq_len) canvas: (stop, truncate_idx)."""
+    var_length, ignore_prompt_eos, num_matches 1), transcribed for a (1, seq_len) canvas: (stop,
+    truncate_idx)."""
     seq_len = input_ids.shape[1]
     eos_offset = min(prompt_length, seq_len)
     eos_mask = input_ids[:, eos_offset:] == eos
@@ -371,12 +385,14 @@ def official_eos_stop(input_ids, eos: int, mask: int, min_tokens: int, prompt_le
 
 
 def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
-    """On random canvases (BOS, then tokens, EOSs and [MASK]s), replies.EosStop stops where the official rule does
-    and at its EOS (truncate_idx - 1); an EOS with a [MASK] before it does not stop a row."""
+    """On random canvases (BOS, then tokens, EOSs and [MASK]s), replies.EosStop stops where the official rule
+    does and at its EOS (truncate_idx - 1); an EOS with a [MASK] before it does not stop a row."""
     eos = TOK.eos_id
     stop = replies.eos_stop(eos, 1, MASK)
-    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]    # a [MASK] before
-    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]     # one after only
+    # a [MASK] before
+    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]
+    # one after only
+    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]
     g = torch.Generator().manual_seed(0)
     stops = 0
     for _ in range(400):
@@ -393,8 +409,8 @@ def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
 
 
 def official_rejects(raw: list, outputs: list, mask: int, pad: int) -> bool:
-    """The official uncond_gen_ppl.py _should_reject_generated_sample with its _compute_entropy, transcribed: raw
-    and outputs are the (BOS-led) sequences before and after truncation."""
+    """The official uncond_gen_ppl.py _should_reject_generated_sample with its _compute_entropy, transcribed:
+    raw and outputs are the (BOS-led) sequences before and after truncation."""
     xi = torch.tensor(raw)
     xi = xi[(xi != mask) & (xi != pad)]
     if xi.numel() == 0:
@@ -406,9 +422,9 @@ def official_rejects(raw: list, outputs: list, mask: int, pad: int) -> bool:
 
 
 def test_the_redraw_filter_is_the_officials():
-    """generation.official_keep == not the official filter, on samples around both edges (entropy 4 nats: about
-    55 distinct tokens, measured on all the tokens drawn; 50 tokens with the BOS and the EOS that ended a
-    sample, counted after the cut)."""
+    """generation.official_keep == not the official filter, on samples around both edges (entropy 4 nats:
+    about 55 distinct tokens, measured on all the tokens drawn; 50 tokens with the BOS and the EOS that ended
+    a sample, counted after the cut)."""
     eos, g = TOK.eos_id, np.random.default_rng(0)
     kept = 0
     for _ in range(300):
@@ -419,14 +435,15 @@ def test_the_redraw_filter_is_the_officials():
         raw = ids + [eos] * ended + [int(x) for x in g.integers(0, 256, size=tail)]
         sample = {"ids": ids, "eos": ended, "raw": raw}
         keep = generation.official_keep(sample, eos)
-        assert keep == (not official_rejects([eos] + raw, [eos] + ids + [eos] * ended, TOK.mask_id, eos)), sample
+        assert keep == (not official_rejects([eos] + raw, [eos] + ids + [eos] * ended,
+                                             TOK.mask_id, eos)), sample
         kept += keep
     assert 30 < kept < 270
 
 
 def test_the_scored_text_keeps_the_officials_endoftext_at_both_ends():
-    """tokenizer.decode of the official output: <|endoftext|> (BOS), the sample, any EOS inside it, the EOS that
-    ended it."""
+    """tokenizer.decode of the official output: <|endoftext|> (BOS), the sample, any EOS inside it, the EOS
+    that ended it."""
     eot = "<|endoftext|>"
     assert generation.scored_text(TOK, list(b"hi"), True) == f"{eot}hi{eot}"
     assert generation.scored_text(TOK, list(b"hi"), False) == f"{eot}hi"
@@ -441,9 +458,9 @@ def tiny_bytes_ar(seed=0):
 
 
 def test_samples_the_filter_refuses_are_redrawn_and_counted():
-    """evaluate_unconditional keeps the first n draws of the stream that the official filter keeps (the refused
-    ones redrawn from the same generator), and reports how many were redrawn; --no-redraw scores the first n.
-    Every kept sample is scored as the official text (BOS first)."""
+    """evaluate_unconditional keeps the first n draws of the stream that the official filter keeps (the
+    refused ones redrawn from the same generator), and reports how many were redrawn; --no-redraw scores the
+    first n. Every kept sample is scored as the official text (BOS first)."""
     model, ar, cfg = tiny_bytes_ar()
     settings = Settings(63, options=sampler_preset("owt", TOK, ar), seq_len=64)
     stream = replies.unconditional(model, ar, cfg, TOK, 16, settings, "cpu", 0)
@@ -469,12 +486,12 @@ def test_a_filter_that_refuses_every_draw_stops_with_one_line(monkeypatch):
     generation.check_redraw(55)
 
 
-# ----------------------------------------------------------------------------- scorers and flags, before any work
+# ------------------------------------------------------------------------- scorers and flags, before any work
 
 @needs_transformers
 def test_an_encoder_as_ppl_model_is_refused(hf, tmp_path):
-    """A BERT encoder (its LM head not in the checkpoint) and a BERT with its MLM head (attending both ways) are
-    not causal LMs: one line each; GPT-2 passes."""
+    """A BERT encoder (its LM head not in the checkpoint) and a BERT with its MLM head (attending both ways)
+    are not causal LMs: one line each; GPT-2 passes."""
     mlm = tmp_path / "bert-mlm"
     cfg = transformers.BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                   intermediate_size=64, max_position_embeddings=64)
@@ -490,15 +507,16 @@ def test_an_encoder_as_ppl_model_is_refused(hf, tmp_path):
 def bytes_ckpt(tmp_path) -> str:
     model, _, _ = tiny_bytes_ar()
     checkpoint.save(str(tmp_path / "ar"), model, {
-        "model": dataclasses.asdict(model.cfg), "method": "ar", "tokenizer": "bytes", "data": "arith", "seq_len": 64,
-        "method_config": checkpoint.method_config("ar", TOK.mask_id)})
+        "model": dataclasses.asdict(model.cfg), "method": "ar", "tokenizer": "bytes", "data": "arith",
+        "seq_len": 64, "method_config": checkpoint.method_config("ar", TOK.mask_id)})
     return str(tmp_path / "ar")
 
 
 @needs_mauve
 def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypatch):
     """A --ppl-model or --mauve-encoder that cannot load or is not what it must be, and a --mauve-ref that is
-    endless (/dev/zero) or holds a text too long to tokenise, are one line before the first sample is drawn."""
+    endless (/dev/zero) or holds a text too long to tokenise, are one line before the first sample is
+    drawn."""
     def no_sampling(*a, **k):
         raise AssertionError("sampled before the scorers were checked")
     monkeypatch.setattr(generation, "unconditional", no_sampling)
@@ -508,7 +526,8 @@ def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypa
     refs.write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
     (tmp_path / "long.txt").write_text("a short one\n" + "x" * 5000 + "\n")
     args = ["--ckpt", bytes_ckpt(tmp_path), "--task", "unconditional", "-n", "2", "--no-redraw"]
-    cases = [(["--ppl-model", str(tmp_path / "nothing")], "--ppl-model"), (["--ppl-model", hf["bert"]], "not a"),
+    cases = [(["--ppl-model", str(tmp_path / "nothing")], "--ppl-model"),
+             (["--ppl-model", hf["bert"]], "not a"),
              (["--mauve-ref", str(refs), "--mauve-encoder", str(tmp_path / "nothing")], "--mauve-encoder"),
              (["--mauve-ref", "/dev/zero", "--mauve-encoder", hf["bert"]], "larger than 1 MiB"),
              (["--mauve-ref", str(tmp_path / "long.txt"), "--mauve-encoder", hf["bert"]],
@@ -520,12 +539,14 @@ def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypa
 def test_flags_a_task_does_not_read_are_refused(tmp_path):
     ckpt = ["--ckpt", str(tmp_path / "x")]
     for flags, said in (
-            (["--task", "arith", "--rounds", "5"], "--rounds does not apply to --task arith: it goes with --task "
-                                                   "throughput"),
+            (["--task", "arith", "--rounds", "5"], "--rounds does not apply to --task arith: it goes with "
+                                                   "--task throughput"),
             (["--rounds", "5"], "--rounds does not apply to the checkpoint's own task"),
-            (["--task", "likelihood", "--threshold", "0.9"], "--threshold does not apply to --task likelihood"),
+            (["--task", "likelihood", "--threshold", "0.9"],
+             "--threshold does not apply to --task likelihood"),
             (["--task", "piqa", "--data", "owt"], "--data does not apply to --task piqa"),
-            (["--task", "unconditional", "--ppl-model", "g", "--temperature", "0.5"], "--temperature does not apply"),
+            (["--task", "unconditional", "--ppl-model", "g", "--temperature", "0.5"],
+             "--temperature does not apply"),
             (["--task", "arith", "--mc-samples", "4"], "--mc-samples does not apply to --task arith"),
             (["--task", "likelihood", "--no-redraw"], "--no-redraw does not apply to --task likelihood"),
             (["--task", "throughput", "--rounds", "1000000000"], "--rounds must be at most 100"),
