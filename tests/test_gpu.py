@@ -1,8 +1,8 @@
 """The GPU check's tests; `make gpu-check` runs them, then the GPU benchmarks (bench/gpu_check.py). Every test
 needs CUDA and skips without it. On the GPU they pin:
 - FlexAttention (compiled) gives each method's dense-SDPA loss and gradients (float32 tight, bfloat16 loose);
-- 50 bfloat16 steps of `train.py --compile` lower each method's loss, and train.py's DDP path runs with one rank
-  over NCCL (these train.py processes start with the first test and run beside the others);
+- 50 bfloat16 steps of `train.py --compile` lower each method's loss, and train.py's DDP path runs with one
+  rank over NCCL (these train.py processes start with the first test and run beside the others);
 - AR's causal forwards take SDPA's flash kernel (run under sdpa_kernel(FLASH_ATTENTION) alone);
 - cached decoding == the naive full recompute for every method, eager, static-shape and compiled static-shape
   (eval.py --compile: CUDA graphs), batched rows with different prompt lengths;
@@ -35,7 +35,8 @@ from helpers import MASK, METHODS, Jitter, left_padded, naive_generate, tiny_mod
 DEV = os.environ.get("GPU_CHECK_DEVICE", "cuda")
 CUDA = DEV.startswith("cuda")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = [pytest.mark.skipif(CUDA and not torch.cuda.is_available(), reason="needs a CUDA GPU (make gpu-check)"),
+pytestmark = [pytest.mark.skipif(CUDA and not torch.cuda.is_available(),
+                                 reason="needs a CUDA GPU (make gpu-check)"),
               pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]
 cuda_only = pytest.mark.skipif(not CUDA, reason="CUDA only: FlexAttention's backward, the flash kernel")
 
@@ -48,12 +49,14 @@ def small(seed):
 # ----------------------------------------------------------------------------- train.py in the background
 
 TRAIN = ["--max-iters", "50", "--warmup", "5", "--batch-size", "16", "--n-layer", "2", "--n-embd", "64",
-         "--n-head", "4", "--save-every", "100000", "--eval-limit", "2", "--max-new-tokens", "8", "--device", DEV]
+         "--n-head", "4", "--save-every", "100000", "--eval-limit", "2", "--max-new-tokens", "8",
+         "--device", DEV]
 FAST = ["--dtype", "bfloat16", "--compile"] if CUDA else ["--dtype", "float32"]     # no CPU compile: minutes
 RUN = "import json, sys, train; print('LOSSES', json.dumps(train.main(json.loads(sys.argv[1]))))"
 DDP = ("import json, sys, torch.distributed as dist, train\n"
        "dist.init_process_group(sys.argv[2], init_method='file://' + sys.argv[3], rank=0, world_size=1)\n"
-       "train.init_distributed = lambda args: (True, 0, 1, args.device)   # train.py's DDP path with one rank\n"
+       "train.init_distributed = lambda args: (True, 0, 1, args.device)   "
+       "# train.py's DDP path with one rank\n"
        "print('LOSSES', json.dumps(train.main(json.loads(sys.argv[1]))))")
 
 
@@ -61,7 +64,7 @@ def start(tmp, name: str, code: str, argv: list, *extra) -> dict:
     out = open(tmp / f"{name}.log", "w")
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(argv), *extra], cwd=ROOT, stdout=out,
                             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                                           "TORCHINDUCTOR_COMPILE_THREADS": "4"})   # 5 at once
+                                                           "TORCHINDUCTOR_COMPILE_THREADS": "4"})  # 5 at once
     return {"proc": proc, "log": tmp / f"{name}.log", "file": out}
 
 
@@ -96,7 +99,8 @@ def losses_of(run, timeout=600) -> list:
 # ----------------------------------------------------------------------------- FlexAttention == SDPA
 
 FLEX = {"ar": (ar, ar.ARConfig(MASK)), "mdlm": (mdlm, mdlm.MDLMConfig(MASK)),
-        "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)), "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
+        "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)),
+        "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
 
 
 @pytest.fixture
@@ -125,13 +129,13 @@ def loss_and_grads(model, mod, batch, flex: bool, dtype) -> list:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(FLEX))
 def test_flex_loss_and_gradients_equal_sdpa(name, dtype, flex_calls):
-    """Loss and every gradient with flex on (compiled FlexAttention under each layout's BlockMask) == dense SDPA,
-    same noise draw, over layouts of several 128-blocks, prompts and right padding of different lengths: float32
-    to 1e-4; bfloat16 (train.py's autocast) to 0.5 % in the loss and, per parameter, 5 % in the norm of the
-    gradient's difference (on a CPU, bfloat16 SDPA against float32 moves these losses by <= 0.06 % and the
-    gradients by <= 1.3 %). AR's causal attention takes no mask: no flex call, the same numbers."""
+    """Loss and every gradient with flex on (compiled FlexAttention under each layout's BlockMask) == dense
+    SDPA, same noise draw, over layouts of several 128-blocks, prompts and right padding of different lengths:
+    float32 to 1e-4; bfloat16 (train.py's autocast) to 0.5 % in the loss and, per parameter, 5 % in the norm
+    of the gradient's difference (on a CPU, bfloat16 SDPA against float32 moves these losses by <= 0.06 % and
+    the gradients by <= 1.3 %). AR's causal attention takes no mask: no flex call, the same numbers."""
     mod, cfg = FLEX[name]
-    torch._dynamo.reset()                 # fresh compiles: no recompile limit sends flex to its eager fallback
+    torch._dynamo.reset()                # fresh compiles: no recompile limit sends flex to its eager fallback
     model, L = small(2).train(), 300
     x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3)).to(DEV)
     col = torch.arange(L, device=DEV)
@@ -170,8 +174,8 @@ class FlashPrefill(torch.nn.Module):
 @cuda_only
 def test_ar_causal_prefill_takes_flash_attention():
     """Under sdpa_kernel(FLASH_ATTENTION) alone (any other kernel raises 'No available kernel'): AR's training
-    forward (mask=None: is_causal) gives the math kernel's logits (bfloat16, loosely), and ar.generate's prefill
-    of unpadded prompts runs there, with the same greedy tokens as without the restriction."""
+    forward (mask=None: is_causal) gives the math kernel's logits (bfloat16, loosely), and ar.generate's
+    prefill of unpadded prompts runs there, with the same greedy tokens as without the restriction."""
     model = small(3).to(torch.bfloat16)
     x = torch.randint(0, MASK, (2, 64), generator=torch.Generator().manual_seed(3)).to(DEV)
     with torch.no_grad():
@@ -200,10 +204,11 @@ def threshold(name):
 @pytest.mark.parametrize("name", list(METHODS))
 def test_cached_decoding_equals_naive_recompute(name, mode):
     """Left-padded rows with prompts of 2, 7 and 5 tokens decoded in one batch with the KV cache (MDLM: its
-    cache-less block steps) == each row alone through the naive recompute (helpers.naive_generate: batch 1, the
-    whole forward every step), token for token and step for step, at tau 0.5 (several tokens a step; AR greedy):
-    eager (dynamic shapes), static (static_decoding: padded fixed-shape steps) and compiled (eval.py --compile:
-    those steps under torch.compile, with CUDA graphs on CUDA), twice (the second call replays the graphs)."""
+    cache-less block steps) == each row alone through the naive recompute (helpers.naive_generate: batch 1,
+    the whole forward every step), token for token and step for step, at tau 0.5 (several tokens a step; AR
+    greedy): eager (dynamic shapes), static (static_decoding: padded fixed-shape steps) and compiled (eval.py
+    --compile: those steps under torch.compile, with CUDA graphs on CUDA), twice (the second call replays the
+    graphs)."""
     mod, cfg, kw = METHODS[name]
     inner = tiny_model(5).to(DEV)
     model, N = Jitter(inner, 1).to(DEV), 9
@@ -215,7 +220,8 @@ def test_cached_decoding_equals_naive_recompute(name, mode):
         static_decoding(inner, compile=mode == "compiled", mode="reduce-overhead" if CUDA else None)
     try:
         for _ in range(1 if mode == "eager" else 2):
-            tokens, stats = mod.generate(model, batch.to(DEV), cfg, Settings(N, **threshold(name), **kw), prompt_mask.to(DEV))
+            tokens, stats = mod.generate(model, batch.to(DEV), cfg, Settings(N, **threshold(name), **kw),
+                                         prompt_mask.to(DEV))
             P = batch.shape[1]
             for b, (p, (x, step)) in enumerate(zip(prompts, want)):
                 assert torch.equal(tokens[b, P - len(p):], x[0]), (b, tokens[b].tolist(), x[0].tolist())
@@ -258,20 +264,20 @@ def test_bf16_greedy_tokens_equal_fp32(name):
     assert torch.equal(got, want)
 
 
-# ----------------------------------------------------------------------------- training (train.py, background)
+# ---------------------------------------------------------------------------- training (train.py, background)
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_training_steps_lower_the_loss(name, trainings):
-    """50 steps of train.py --compile in bfloat16 (a 2-layer model, the shipped task, FlexAttention: train.py's
-    CUDA defaults): every loss finite, the mean of the last 10 below 0.75 x the mean of the first 10 (on a CPU
-    in float32 the four methods reach 0.47-0.53)."""
+    """50 steps of train.py --compile in bfloat16 (a 2-layer model, the shipped task, FlexAttention:
+    train.py's CUDA defaults): every loss finite, the mean of the last 10 below 0.75 x the mean of the first
+    10 (on a CPU in float32 the four methods reach 0.47-0.53)."""
     losses = losses_of(trainings[name])
     assert len(losses) == 50 and all(math.isfinite(v) for v in losses)
     assert sum(losses[-10:]) < 0.75 * sum(losses[:10]), (losses[:3], losses[-3:])
 
 
 def test_training_ddp_one_rank(trainings):
-    """train.py's DistributedDataParallel path (the model wrapped in DDP, losses all-reduced, the process group
-    destroyed at the end) with one rank over NCCL, --compile, bfloat16: 10 finite steps."""
+    """train.py's DistributedDataParallel path (the model wrapped in DDP, losses all-reduced, the process
+    group destroyed at the end) with one rank over NCCL, --compile, bfloat16: 10 finite steps."""
     losses = losses_of(trainings["ddp"])
     assert len(losses) == 10 and all(math.isfinite(v) for v in losses)
