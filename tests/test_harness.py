@@ -1,9 +1,9 @@
-"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval), offline: local task YAMLs over
-JSONL files and tiny text checkpoints of all four methods. Pinned: loglikelihood == our zero-shot MCQA scoring
-of the same continuation (AR also == the naive sum of log-probs, is_greedy == the naive argmax); AR's rolling
-loglikelihood == its exact NLL over lm-eval's windows; generate_until stops at (and cuts before) the until
-strings; eval.py's table and --json (acc, exact_match, bits_per_byte == ours); the official GSM8K prompt, stop
-and rewrite; our GSM8K strict/flexible scores == lm-eval's gsm8k filters; bad flags one line.
+"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval), offline: local task YAMLs
+over JSONL files and tiny text checkpoints of all four methods. Pinned: loglikelihood == our zero-shot MCQA
+scoring of the same continuation (AR also == the naive sum of log-probs, is_greedy == the naive argmax); AR's
+rolling loglikelihood == its exact NLL over lm-eval's windows; generate_until stops at (and cuts before) the
+until strings; eval.py's table and --json (acc, exact_match, bits_per_byte == ours); the official GSM8K
+prompt, stop and rewrite; our GSM8K strict/flexible scores == lm-eval's gsm8k filters; bad flags one line.
 python -m pytest -q tests/test_harness.py
 """
 import json
@@ -30,9 +30,10 @@ L = 48
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
         "--warmup", "2", "--seq-len", str(L), "--max-iters", "3", "--seed", "1"]
 METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
-MC = [{"question": f"{i}. Now is the winter of our", "choices": ["discontent", "summer", "York;"], "label": i % 3}
+MC = [{"question": f"{i}. Now is the winter of our", "choices": ["discontent", "summer", "York;"],
+       "label": i % 3}
       for i in range(4)]
-TEXTS = ["Now is the winter", "made glorious summer by this sun of York; " * 3]     # one window, three windows
+TEXTS = ["Now is the winter", "made glorious summer by this sun of York; " * 3]    # one window, three windows
 YAML = """task: {name}
 dataset_path: json
 dataset_kwargs:
@@ -45,8 +46,9 @@ test_split: test
 TASKS = {
     "tiny_mc": ("multiple_choice", 'doc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\n'
                                    'doc_to_target: "{{label}}"\nmetric_list:\n  - metric: acc\n'),
-    "tiny_gen": ("generate_until", 'doc_to_text: "{{prompt}}"\ndoc_to_target: "{{target}}"\ngeneration_kwargs:\n'
-                                   '  until: ["ee"]\n  max_gen_toks: 12\nmetric_list:\n  - metric: exact_match\n'),
+    "tiny_gen": ("generate_until", 'doc_to_text: "{{prompt}}"\ndoc_to_target: "{{target}}"\n'
+                                   'generation_kwargs:\n  until: ["ee"]\n  max_gen_toks: 12\n'
+                                   'metric_list:\n  - metric: exact_match\n'),
     "tiny_txt": ("loglikelihood_rolling", 'doc_to_text: ""\ndoc_to_target: "{{text}}"\nmetric_list:\n'
                                           '  - metric: bits_per_byte\n'),
 }
@@ -67,7 +69,8 @@ def offline(monkeypatch):
 def setup_of(run, m: str, batch_size=3, **kw) -> harness.Setup:
     model, method, cfg, config = checkpoint.load(str(run / m))
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "test")
-    return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size, **{"settings": Settings(block=4, seq_len=L), **kw})
+    return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size,
+                         **{"settings": Settings(block=4, seq_len=L), **kw})
 
 
 def request(kind: str, *args, doc=None, task=None) -> Instance:
@@ -80,8 +83,8 @@ def write_tasks(d, gen_docs: list[dict]) -> str:
     d.mkdir(exist_ok=True)
     for name, (kind, rest) in TASKS.items():
         (d / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[name]))
-        (d / f"{name}.yaml").write_text(YAML.format(name=name, data=d / f"{name}.jsonl", cache=d / "hf", kind=kind,
-                                                    rest=rest))
+        (d / f"{name}.yaml").write_text(YAML.format(name=name, data=d / f"{name}.jsonl", cache=d / "hf",
+                                                    kind=kind, rest=rest))
     return str(d)
 
 
@@ -89,13 +92,14 @@ def write_tasks(d, gen_docs: list[dict]) -> str:
 
 @pytest.mark.parametrize("m", METHODS)
 def test_loglikelihood_is_our_zero_shot_scoring(run, m):
-    """Each (context, continuation) is scored as zeroshot.option_scores scores an MCQA option (same batches, same
-    seed): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is BOS;
-    AR's is also the naive sum of log-probs, and is_greedy the naive argmax check."""
+    """Each (context, continuation) is scored as zeroshot.option_scores scores an MCQA option (same batches,
+    same seed): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is
+    BOS; AR's is also the naive sum of log-probs, and is_greedy the naive argmax check."""
     s = setup_of(run, m)
     long = "x" * 60
-    args = [("0. Now is the", " winter"), ("Now", " is the winter of our discontent"), ("", "Now"), (long, " York"),
-            ("1. Now is the winter of our ", "discontent")]          # trailing space: moves to the continuation
+    args = [("0. Now is the", " winter"), ("Now", " is the winter of our discontent"), ("", "Now"),
+            (long, " York"),
+            ("1. Now is the winter of our ", "discontent")]        # trailing space: moves to the continuation
     got = harness.loglikelihood(s, [request("loglikelihood", *a) for a in args])
     enc = s.tok.encode_text
     pairs = [(enc("0. Now is the"), enc(" winter")), (enc("Now"), enc(" is the winter of our discontent")),
@@ -132,7 +136,8 @@ def test_loglikelihood_does_not_depend_on_the_batch_or_the_order(run, m):
     alone = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=1), reqs)]
     batched = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), reqs)]
     order = [3, 0, 4, 2, 1]
-    shuffled = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), [reqs[i] for i in order])]
+    shuffled = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4),
+                                                      [reqs[i] for i in order])]
     twice = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), [reqs[1], reqs[1]])]
     unshuffled = [shuffled[order.index(i)] for i in range(len(reqs))]
     if m == "ar":
@@ -155,8 +160,8 @@ def test_mc_samples_average_draws_of_the_nelbo(run, m):
 
 
 def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
-    """AR: log p of a text = sum over chunks of L - 1 targets (after a BOS) of the exact log-probs, each target
-    seen from the window of up to L tokens that ends with its chunk (lm-eval's rolling windows)."""
+    """AR: log p of a text = sum over chunks of L - 1 targets (after a BOS) of the exact log-probs, each
+    target seen from the window of up to L tokens that ends with its chunk (lm-eval's rolling windows)."""
     s = setup_of(run, "ar")
     got = harness.loglikelihood_rolling(s, [request("loglikelihood_rolling", t) for t in TEXTS])
     with torch.no_grad():
@@ -177,8 +182,8 @@ def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
 
 @pytest.mark.parametrize("m", METHODS)
 def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
-    """A reply with `until` is the unstopped reply cut before the first until string, and its row stopped there
-    (fewer new tokens than max_gen_toks)."""
+    """A reply with `until` is the unstopped reply cut before the first until string, and its row stopped
+    there (fewer new tokens than max_gen_toks)."""
     s = setup_of(run, m)
     n_gen, real = [], harness.respond
 
@@ -191,19 +196,21 @@ def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
     free = harness.generate_until(s, [request("generate_until", p, {"until": [], "max_gen_toks": 24})
                                       for p in prompts])
     u = free[0][2:4]                                                # two characters the unstopped reply holds
-    cut = harness.generate_until(s, [request("generate_until", p, {"until": ["never said", u], "max_gen_toks": 24})
+    cut = harness.generate_until(s, [request("generate_until", p, {"until": ["never said", u],
+                                                                   "max_gen_toks": 24})
                                      for p in prompts])
     assert cut == [r.split(u)[0] for r in free] and len(cut[0]) <= 2
     assert n_gen[0] == [24, 24] and n_gen[1][0] < 24
 
 
 def test_generation_fits_the_context(run, monkeypatch):
-    """The prompt keeps its last L - min(N, L/2) tokens, N is cut to L - prompt, a task's max_gen_toks wins over
-    setup.max_new, an empty context is a BOS."""
+    """The prompt keeps its last L - min(N, L/2) tokens, N is cut to L - prompt, a task's max_gen_toks wins
+    over setup.max_new, an empty context is a BOS."""
     s = setup_of(run, "ar", settings=Settings(5, block=4, seq_len=L))
     seen = []
     monkeypatch.setattr(harness, "respond",
-                        lambda *a, **k: (seen.append((a[5], a[7].max_new_tokens)), ([""] * len(a[5]), {}, 0))[1])
+                        lambda *a, **k: (seen.append((a[5], a[7].max_new_tokens)),
+                                         ([""] * len(a[5]), {}, 0))[1])
     harness.generate_until(s, [request("generate_until", "y" * 100, {"until": ["\n"], "max_gen_toks": 40}),
                                request("generate_until", "y" * 100, {"until": ["\n"]}),
                                request("generate_until", "", {"until": "\n", "max_gen_toks": 3})])
@@ -215,22 +222,26 @@ def test_generation_fits_the_context(run, monkeypatch):
 
 @pytest.mark.parametrize("m", METHODS)
 def test_eval_lm_eval_equals_our_scores(run, m, tmp_path, capsys):
-    """eval.py --task lm-eval on a multiple-choice, a generate_until and a perplexity task: the table has a row per
-    task and metric; acc == the argmax of our loglikelihoods, exact_match == 0.5 when two of the four targets are
-    our replies, bits_per_byte == -(sum of our rolling log p) / bytes / ln 2."""
+    """eval.py --task lm-eval on a multiple-choice, a generate_until and a perplexity task: the table has a
+    row per task and metric; acc == the argmax of our loglikelihoods, exact_match == 0.5 when two of the four
+    targets are our replies, bits_per_byte == -(sum of our rolling log p) / bytes / ln 2."""
     s = setup_of(run, m, batch_size=2)
     prompts = [f"{i}. Now is the" for i in range(4)]
     replies = harness.generate_until(s, [request("generate_until", p, {"until": ["ee"], "max_gen_toks": 12})
                                          for p in prompts])
-    docs = [{"prompt": p, "target": r if i < 2 else r + "#"} for i, (p, r) in enumerate(zip(prompts, replies))]
+    docs = [{"prompt": p, "target": r if i < 2 else r + "#"}
+            for i, (p, r) in enumerate(zip(prompts, replies))]
     include = write_tasks(tmp_path / "tasks", docs)
     out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", str(run / m), "--task", "lm-eval", "--tasks", "tiny_mc,tiny_gen,tiny_txt", "--include-path",
-                   include, "--batch-size", "2", "--mdlm-block", "4", "--device", "cpu", "--json", str(out)])
+    evaluate.main(["--ckpt", str(run / m), "--task", "lm-eval", "--tasks", "tiny_mc,tiny_gen,tiny_txt",
+                   "--include-path", include, "--batch-size", "2", "--mdlm-block", "4", "--device", "cpu",
+                   "--json", str(out)])
     table = capsys.readouterr().out
-    assert f"| {m} | tiny_mc | none | acc |" in table and f"| {m} | tiny_txt | none | bits_per_byte |" in table
+    assert (f"| {m} | tiny_mc | none | acc |" in table
+            and f"| {m} | tiny_txt | none | bits_per_byte |" in table)
     res = json.loads(out.read_text())["results"]
-    ll = harness.loglikelihood(s, [request("loglikelihood", d["question"], " " + c) for d in MC for c in d["choices"]])
+    ll = harness.loglikelihood(s, [request("loglikelihood", d["question"], " " + c)
+                                   for d in MC for c in d["choices"]])
     hits = [max(range(3), key=lambda c: ll[3 * i + c][0]) == d["label"] for i, d in enumerate(MC)]
     assert res["tiny_mc"]["acc,none"] == sum(hits) / len(MC)
     assert res["tiny_gen"]["exact_match,none"] == 0.5
@@ -245,8 +256,8 @@ def test_limit_and_num_fewshot_reach_lm_eval(run, tmp_path, monkeypatch):
     monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", lambda **k: (seen.update(k), real(**k))[1])
     include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
     out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", str(run / "ar"), "--task", "lm-eval", "--tasks", "tiny_mc", "--include-path", include,
-                   "--limit", "2", "--num-fewshot", "0", "--device", "cpu", "--json", str(out)])
+    evaluate.main(["--ckpt", str(run / "ar"), "--task", "lm-eval", "--tasks", "tiny_mc", "--include-path",
+                   include, "--limit", "2", "--num-fewshot", "0", "--device", "cpu", "--json", str(out)])
     assert seen["limit"] == 2 and seen["num_fewshot"] == 0
     assert json.loads(out.read_text())["n_samples"]["tiny_mc"]["effective"] == 2
 
@@ -254,10 +265,11 @@ def test_limit_and_num_fewshot_reach_lm_eval(run, tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- GSM8K
 
 def test_official_gsm8k_prompt_stop_and_rewrite(run, monkeypatch):
-    """A GSM8K checkpoint on lm-eval's gsm8k: the paper's chat prompt from the document's question, GSM8K's own
-    stop rule, the reply rewritten as the official script does; other tasks and checkpoints keep the context."""
+    """A GSM8K checkpoint on lm-eval's gsm8k: the paper's chat prompt from the document's question, GSM8K's
+    own stop rule, the reply rewritten as the official script does; other tasks and checkpoints keep the
+    context."""
     s = setup_of(run, "ar")
-    s.config = {**s.config, "data": "gsm8k", "seq_len": 1024}          # the prompt whole (generation is faked)
+    s.config = {**s.config, "data": "gsm8k", "seq_len": 1024}         # the prompt whole (generation is faked)
     seen = []
 
     def fake(model, method, cfg, tok, rule, prompts, *a, **k):
@@ -266,22 +278,24 @@ def test_official_gsm8k_prompt_stop_and_rewrite(run, monkeypatch):
     monkeypatch.setattr(harness, "respond", fake)
     doc = {"question": "Janet has 3 ducks.", "answer": "3 + 15 = 18\n#### 18"}
     got = harness.generate_until(s, [request("generate_until", "Question: Janet has 3 ducks.\nAnswer:",
-                                             {"until": ["Question:"]}, doc=doc, task=t) for t in ("gsm8k", "other")])
+                                             {"until": ["Question:"]}, doc=doc, task=t)
+                                     for t in ("gsm8k", "other")])
     assert got == ["so #### 18", "so $\\boxed{18}$. "]
     assert seen[0][0] is gsm8k and seen[0][1] == [s.tok.encode(gsm8k.make_prompt(doc["question"]))]
     assert seen[1][1] == [s.tok.encode_text("Question: Janet has 3 ducks.\nAnswer:")]
 
 
-REPLIES = ["so the answer is $\\boxed{18}$.", "#### 1,080", "The answer is 72.", "no number here", "\\boxed{-3}",
-           "boxed{12.50} dollars", "$\\boxed{18.00}$", "It is 18.\nQuestion: what is 5?", "\\boxed{\\frac{1}{2}}",
-           "costs $1,234 in total", "Answer: 7 then 8", "\\boxed{18", "<|im_end|> 18", "#### 72.", "-3 degrees"]
+REPLIES = ["so the answer is $\\boxed{18}$.", "#### 1,080", "The answer is 72.", "no number here",
+           "\\boxed{-3}", "boxed{12.50} dollars", "$\\boxed{18.00}$", "It is 18.\nQuestion: what is 5?",
+           "\\boxed{\\frac{1}{2}}", "costs $1,234 in total", "Answer: 7 then 8", "\\boxed{18",
+           "<|im_end|> 18", "#### 72.", "-3 degrees"]
 GOLDS = ["18", "1,080", "72", "5", "-3", "12.50", "18", "18", "0.5", "1234", "8", "18", "18", "72", "-3"]
 
 
 def test_gsm8k_scores_equal_lm_eval_filters():
     """data/gsm8k.py's strict_match / flexible_match of a reply == lm-eval's gsm8k 'strict-match' /
-    'flexible-extract' filters (read from lm-eval's own gsm8k.yaml) then its exact_match with the yaml's settings,
-    on the official rewrite of the same reply, against GSM8K's whole solution."""
+    'flexible-extract' filters (read from lm-eval's own gsm8k.yaml) then its exact_match with the yaml's
+    settings, on the official rewrite of the same reply, against GSM8K's whole solution."""
     import lm_eval.tasks
     import yaml
     from lm_eval.api.metrics import exact_match_hf_evaluate
@@ -294,7 +308,8 @@ def test_gsm8k_scores_equal_lm_eval_filters():
     ours = {"strict-match": gsm8k.strict_match, "flexible-extract": gsm8k.flexible_match}
     assert [f["name"] for f in spec["filter_list"]] == list(ours)
     for f in spec["filter_list"]:
-        ensemble = build_filter_ensemble(f["name"], [(c["function"], {k: v for k, v in c.items() if k != "function"})
+        ensemble = build_filter_ensemble(f["name"], [(c["function"],
+                                                      {k: v for k, v in c.items() if k != "function"})
                                                      for c in f["filter"]])
         insts = [Instance("generate_until", {}, ("", {}), 0, ("gsm8k", i, 1)) for i in range(len(REPLIES))]
         for inst, r in zip(insts, REPLIES):
@@ -321,9 +336,11 @@ def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
     include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
     import lm_eval.tasks
     real = lm_eval.tasks.TaskManager          # lm-eval's ~15k built-in tasks left out: seconds of indexing
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda include_path=None, **k: real(include_path=include_path,
-                                                                                         include_defaults=False))
-    message = error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc,nope", "--include-path", include])
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
+                        lambda include_path=None, **k: real(include_path=include_path,
+                                                            include_defaults=False))
+    message = error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc,nope",
+                                       "--include-path", include])
     assert "nope is not an lm-eval task" in message and "tiny_mc" not in message
     monkeypatch.setitem(sys.modules, "lm_eval", None)        # not installed
     assert "pip install" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc"])
@@ -335,8 +352,10 @@ def test_a_template_naming_a_missing_field_is_one_line_naming_task_and_field(run
     yaml.write_text(yaml.read_text().replace("{{question}}", "{{questoin}}"))
     import lm_eval.tasks
     real = lm_eval.tasks.TaskManager
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda include_path=None, **k: real(include_path=include_path,
-                                                                                         include_defaults=False))
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
+                        lambda include_path=None, **k: real(include_path=include_path,
+                                                            include_defaults=False))
     message = error_of(evaluate.main, ["--ckpt", str(run / "ar"), "--device", "cpu", "--task", "lm-eval",
                                        "--tasks", "tiny_txt,tiny_mc", "--include-path", include])
-    assert message.startswith("error: lm-eval task tiny_mc: its YAML template fails") and "questoin" in message
+    assert (message.startswith("error: lm-eval task tiny_mc: its YAML template fails")
+            and "questoin" in message)
