@@ -1,14 +1,15 @@
-"""The paper's open-generation metrics (eval.py --task unconditional): samples from BOS alone (common/replies.py
-`unconditional`, with the official OWT options and stop rules) scored as the paper's Table 4 scores them: a
-sample whose unigram entropy is < 4 nats or whose length is <= 50 tokens is redrawn (official_keep, the official
-uncond_gen_ppl.py filter; --no-redraw keeps them, `redrawn` counts them), and the scored text is the official's
-tokenizer.decode of its output, <|endoftext|> (the BOS) first and the <|endoftext|> that ended it last.
+"""The paper's open-generation metrics (eval.py --task unconditional): samples from BOS alone
+(common/replies.py `unconditional`, with the official OWT options and stop rules) scored as the paper's Table
+4 scores them: a sample whose unigram entropy is < 4 nats or whose length is <= 50 tokens is redrawn
+(official_keep, the official uncond_gen_ppl.py filter; --no-redraw keeps them, `redrawn` counts them), and the
+scored text is the official's tokenizer.decode of its output, <|endoftext|> (the BOS) first and the
+<|endoftext|> that ended it last.
 
     evaluate_unconditional(...)   generative perplexity under a reference AR checkpoint, unigram entropy,
                                   tokens/step, tokens/s (batch 1), and the texts (MAUVE and generative
                                   perplexity under Hugging Face models: paper/hf_metrics.py)
-    check_reference(...)          the reference checkpoint must be AR, of the samples' data and tokenizer, long
-                                  enough
+    check_reference(...)          the reference checkpoint must be AR, of the samples' data and tokenizer,
+                                  long enough
     load_scorers(args, ...)       every scorer given, loaded and checked before sampling
     run(args, ...)                eval.py --task unconditional: the samples scored by every scorer given
 """
@@ -29,34 +30,36 @@ from paper import hf_metrics
 # ----------------------------------------------------------------------------- scoring unconditional samples
 
 def unigram_entropy(ids) -> float:
-    """Entropy (nats) of the unigram distribution of one sample's tokens, -sum_v p_v log p_v with p_v = count of v
-    / len(ids): low when a sample repeats itself (0 for one token repeated; 0 for an empty sample)."""
+    """Entropy (nats) of the unigram distribution of one sample's tokens, -sum_v p_v log p_v with p_v = count
+    of v / len(ids): low when a sample repeats itself (0 for one token repeated; 0 for an empty sample)."""
     n = len(ids)
     return -sum(c / n * math.log(c / n) for c in Counter(ids).values()) if n else 0.0
 
 
 def check_reference(config: dict, ref_config: dict, ref_path: str, max_new: int) -> None:
-    """The --ref-ckpt that scores the samples must be AR (an exact likelihood), trained on the samples' data with
-    their tokenizer, and hold the BOS and max_new tokens in its context (ValueError: one line)."""
+    """The --ref-ckpt that scores the samples must be AR (an exact likelihood), trained on the samples' data
+    with their tokenizer, and hold the BOS and max_new tokens in its context (ValueError: one line)."""
     if not checkpoint.METHODS[ref_config["method"]].EXACT_NLL:
-        raise ValueError(f"--ref-ckpt {ref_path} is a {ref_config['method']} checkpoint: generative perplexity needs "
-                         f"an AR model (its likelihood is exact); give an AR checkpoint trained on the same data")
+        raise ValueError(f"--ref-ckpt {ref_path} is a {ref_config['method']} checkpoint: generative "
+                         f"perplexity needs an AR model (its likelihood is exact); give an AR checkpoint "
+                         f"trained on the same data")
     if ref_config["tokenizer"] != config["tokenizer"]:
-        raise ValueError(f"--ref-ckpt {ref_path} uses the {ref_config['tokenizer']} tokenizer, the samples are "
-                         f"{config['tokenizer']} tokens: give an AR checkpoint trained with the {config['tokenizer']} "
-                         f"tokenizer")
+        raise ValueError(f"--ref-ckpt {ref_path} uses the {ref_config['tokenizer']} tokenizer, the samples "
+                         f"are {config['tokenizer']} tokens: give an AR checkpoint trained with the "
+                         f"{config['tokenizer']} tokenizer")
     if ref_config["data"] != config["data"]:
-        raise ValueError(f"--ref-ckpt {ref_path} was trained on {ref_config['data']}, the samples' checkpoint on "
-                         f"{config['data']}: give an AR checkpoint trained on {config['data']}")
+        raise ValueError(f"--ref-ckpt {ref_path} was trained on {ref_config['data']}, the samples' "
+                         f"checkpoint on {config['data']}: give an AR checkpoint trained on {config['data']}")
     if 1 + max_new > ref_config["seq_len"]:
-        raise ValueError(f"--ref-ckpt {ref_path} has a context of {ref_config['seq_len']} tokens, fewer than the BOS "
-                         f"and {max_new} new tokens: pass --max-new-tokens {ref_config['seq_len'] - 1} or less")
+        raise ValueError(f"--ref-ckpt {ref_path} has a context of {ref_config['seq_len']} tokens, fewer than "
+                         f"the BOS and {max_new} new tokens: pass --max-new-tokens "
+                         f"{ref_config['seq_len'] - 1} or less")
 
 
 @torch.no_grad()
 def reference_nll(ref, bos: int, ids: list, device) -> tuple[float, int]:
-    """(summed NLL in nats, number of tokens) of ids after BOS under ref = (model, method, cfg), an AR model: its
-    exact nll(), position 0 (the BOS) context only."""
+    """(summed NLL in nats, number of tokens) of ids after BOS under ref = (model, method, cfg), an AR model:
+    its exact nll(), position 0 (the BOS) context only."""
     model, method, cfg = ref
     x0 = torch.tensor([[bos] + list(ids)], device=device)                     # (1, 1 + n)
     prompt_mask = torch.zeros_like(x0, dtype=torch.bool)
@@ -81,10 +84,10 @@ def check_redraw(max_new: int) -> None:
     >= 4 nats needs more than e^4 (54.6) distinct tokens."""
     need = math.ceil(math.exp(REDRAW_ENTROPY))
     if max_new < need:
-        raise ValueError(f"--max-new-tokens {max_new}: every sample would be redrawn (the official filter redraws "
-                         f"a sample whose unigram entropy is < {REDRAW_ENTROPY:g} nats, which needs {need} distinct "
-                         f"tokens, or that holds <= {REDRAW_LENGTH} tokens): pass --max-new-tokens {need} or more, "
-                         f"or --no-redraw to score the samples as drawn")
+        raise ValueError(f"--max-new-tokens {max_new}: every sample would be redrawn (the official filter "
+                         f"redraws a sample whose unigram entropy is < {REDRAW_ENTROPY:g} nats, which needs "
+                         f"{need} distinct tokens, or that holds <= {REDRAW_LENGTH} tokens): pass "
+                         f"--max-new-tokens {need} or more, or --no-redraw to score the samples as drawn")
 
 
 def scored_text(tok, ids: list, eos: bool) -> str:
@@ -114,8 +117,8 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, settings: Settings, 
         samples = unconditional(model, method, cfg, tok, warmup + n, settings, device, seed, keep)[warmup:]
     except Refused as e:
         raise ValueError(f"{e} by the official filter (unigram entropy < {REDRAW_ENTROPY:g} nats or <= "
-                         f"{REDRAW_LENGTH} tokens, made for GPT-2 tokens of OpenWebText): pass --no-redraw to "
-                         f"score the samples as drawn") from None
+                         f"{REDRAW_LENGTH} tokens, made for GPT-2 tokens of OpenWebText): pass --no-redraw "
+                         f"to score the samples as drawn") from None
     ids = [s["ids"] + [tok.eos_id] * s["eos"] for s in samples]
     count = sum(map(len, ids))
     if count == 0:
@@ -138,8 +141,8 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, settings: Settings, 
 # ----------------------------------------------------------------------------- eval.py --task unconditional
 
 def load_scorers(args, config: dict, device, max_new: int) -> dict:
-    """Every scorer eval.py --task unconditional was given, loaded and checked before any sample is drawn (a bad
-    one is one ValueError line): the --ref-ckpt AR model (check_reference), the --ppl-model causal LM, the
+    """Every scorer eval.py --task unconditional was given, loaded and checked before any sample is drawn (a
+    bad one is one ValueError line): the --ref-ckpt AR model (check_reference), the --ppl-model causal LM, the
     --mauve-ref texts and the --mauve-encoder. Returns {"ref", "ppl", "references", "encoder"}, None if not
     given."""
     out = dict.fromkeys(("ref", "ppl", "references", "encoder"))
@@ -161,16 +164,18 @@ def load_scorers(args, config: dict, device, max_new: int) -> dict:
 
 
 def run(args, model, method, cfg, config: dict, device, settings: Settings) -> dict:
-    """eval.py --task unconditional (its args): every scorer loaded first (load_scorers), then -n samples from BOS
-    alone at batch 1 with the official OWT sampler options, redrawn by the official filter unless --no-redraw,
-    scored by the --ref-ckpt AR model (evaluate_unconditional), a Hugging Face causal LM (--ppl-model) and MAUVE
-    against --mauve-ref (paper/hf_metrics.py), each when given; sample 0 printed. Returns the metrics."""
+    """eval.py --task unconditional (its args): every scorer loaded first (load_scorers), then -n samples from
+    BOS alone at batch 1 with the official OWT sampler options, redrawn by the official filter unless
+    --no-redraw, scored by the --ref-ckpt AR model (evaluate_unconditional), a Hugging Face causal LM
+    (--ppl-model) and MAUVE against --mauve-ref (paper/hf_metrics.py), each when given; sample 0 printed.
+    Returns the metrics."""
     max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
     if not args.no_redraw:
         check_redraw(max_new)
     scorers = load_scorers(args, config, device, max_new)
     tok = get_tokenizer(config["tokenizer"])
-    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=sampler_preset("owt", tok, method))
+    settings = dataclasses.replace(settings, max_new_tokens=max_new,
+                                   options=sampler_preset("owt", tok, method))
     m = evaluate_unconditional(model, method, cfg, tok, scorers["ref"], args.n, settings, device, args.seed,
                                args.warmup, redraw=not args.no_redraw)
     ids = m.pop("sample_ids")
