@@ -1,35 +1,39 @@
 """lm-eval-harness (EleutherAI's lm-evaluation-harness, 0.4.x) on any checkpoint of any method:
 
-    python eval.py --ckpt CKPT --task lm-eval --tasks NAME[,NAME] [--include-path DIR] [--num-fewshot K] [--limit N]
+    python eval.py --ckpt CKPT --task lm-eval --tasks NAME[,NAME] [--include-path DIR] [--num-fewshot K]
+        [--limit N]
 
-lm-eval is optional: it is imported only here, only for --task lm-eval (pip install "lm-eval>=0.4.9,<0.5"). The
-harness asks a model three things (lm_eval.api.model.LM); each runs through the checkpoint's own method:
+lm-eval is optional: it is imported only here, only for --task lm-eval (pip install "lm-eval>=0.4.9,<0.5").
+The harness asks a model three things (lm_eval.api.model.LM); each runs through the checkpoint's own method:
 
     loglikelihood(context, continuation) -> (log p, is_greedy). The context's trailing whitespace moves to the
-        continuation (as lm-eval's HF model does); context ids (a BOS = EOS when empty, cut from the left to fit L)
-        and continuation ids are scored by zeroshot.option_scores exactly as the official zero-shot MCQA scores an
-        option: AR exact (rows padded to the batch's longest), MDLM/BD3-LM the NELBO, Set Diffusion one order
-        (rows padded to L); --mc-samples NELBO draws averaged (default 1, the official zero-shot's), each
-        request's noise seeded from its own tokens (zeroshot.request_seed: the same log p alone, in any batch,
-        in any order); log p = -(NLL per token x tokens). is_greedy: AR, whether
+        continuation (as lm-eval's HF model does); context ids (a BOS = EOS when empty, cut from the left to
+        fit L) and continuation ids are scored by zeroshot.option_scores exactly as the official zero-shot
+        MCQA scores an option: AR exact (rows padded to the batch's longest), MDLM/BD3-LM the NELBO, Set
+        Diffusion one order (rows padded to L); --mc-samples NELBO draws averaged (default 1, the official
+        zero-shot's), each request's noise seeded from its own tokens (zeroshot.request_seed: the same log p
+        alone, in any batch, in any order); log p = -(NLL per token x tokens). is_greedy: AR, whether
         every continuation token is the argmax; the diffusion bounds name no greedy string: False.
-    loglikelihood_rolling(text) -> log p: the text after a BOS, in disjoint windows of L - 1 targets each after
-        the token before it (the last window after as many as fit L: lm-eval's get_rolling_token_windows with
-        context 1, as its HF model), each window a (context, continuation) pair scored as above; AR's is the exact
-        NLL of those windows.
+    loglikelihood_rolling(text) -> log p: the text after a BOS, in disjoint windows of L - 1 targets each
+        after the token before it (the last window after as many as fit L: lm-eval's
+        get_rolling_token_windows with context 1, as its HF model), each window a (context, continuation)
+        pair scored as above; AR's is the exact NLL of those windows.
     generate_until(context, {until, max_gen_toks}) -> reply: generate.generate, the batched samplers with
         --threshold, --window, --commit-order, --temperature, --mdlm-block, --official-blocks, and a stop rule
         that ends a row once its decided reply holds an `until` string (or EOS); the reply is cut there. N =
         the task's max_gen_toks (else --max-new-tokens, config.json's sampler entry, 64); the prompt keeps its
-        last L - min(N, L/2) tokens and N is cut to L - prompt (the official GSM8K accuracy runner: N = L - P).
+        last L - min(N, L/2) tokens and N is cut to L - prompt (the official GSM8K accuracy runner:
+        N = L - P).
 
-GSM8K as the official harness_eval.py runs it: a checkpoint trained on gsm8k, on lm-eval's `gsm8k` task, gets the
-paper's chat prompt rebuilt from the document's question (data/gsm8k.make_prompt; the harness's few-shot context
-is not used), the official stop rule (data/gsm8k.stop, --stop-on-im-end) and its reply rewritten as the official
-script rewrites it (data/gsm8k.harness_rewrite) before lm-eval's strict-match / flexible-extract filters score it.
+GSM8K as the official harness_eval.py runs it: a checkpoint trained on gsm8k, on lm-eval's `gsm8k` task, gets
+the paper's chat prompt rebuilt from the document's question (data/gsm8k.make_prompt; the harness's few-shot
+context is not used), the official stop rule (data/gsm8k.stop, --stop-on-im-end) and its reply rewritten as
+the official script rewrites it (data/gsm8k.harness_rewrite) before lm-eval's strict-match / flexible-extract
+filters score it.
 
     check_args(args)                        the flags, before anything is loaded
-    run(args, model, method, ...)           lm_eval.simple_evaluate on the checkpoint -> table head, rows, metrics
+    run(args, model, method, ...)           lm_eval.simple_evaluate on the checkpoint -> table head, rows,
+                                            metrics
     harness_lm(setup)                       the lm_eval LM over a Setup (a loaded checkpoint and its settings)
 """
 import os
@@ -61,17 +65,21 @@ class Setup:
     config: dict                     # the checkpoint's config.json
     device: object = "cpu"
     batch_size: int = 32             # requests scored / generated at once
-    samples: int = 1                 # NELBO draws (t or orders) per continuation (--mc-samples); the official: 1
+    samples: int = 1                 # NELBO draws (t or orders) per continuation (--mc-samples); the
+                                     # official: 1
     seed: int = 0
-    exclusions: str = "none"         # "official": Set Diffusion's NLL skips pad-id targets (zeroshot.option_scores)
-    settings: Settings = field(default_factory=Settings)   # the sampler's; its max_new_tokens when a task gives none
+    exclusions: str = "none"         # "official": Set Diffusion's NLL skips pad-id targets
+                                     # (zeroshot.option_scores)
+    settings: Settings = field(default_factory=Settings)   # the sampler's; its max_new_tokens when a task
+                                                           # gives none
     stop_opts: dict = field(default_factory=dict)   # GSM8K's stop rule options ({"im_end": True})
 
 
 # ----------------------------------------------------------------------------- flags and lm-eval itself
 
 def lm_eval_version() -> str:
-    """The installed lm-eval's version, checked to be 0.4.x (ValueError: one line naming the install command)."""
+    """The installed lm-eval's version, checked to be 0.4.x (ValueError: one line naming the install
+    command)."""
     try:
         import lm_eval
     except ImportError:
@@ -95,20 +103,20 @@ def check_args(args):
             raise ValueError(f"{given[0]} goes with --task lm-eval")
         return
     if not task_names(args.tasks):
-        raise ValueError("--task lm-eval needs --tasks NAME[,NAME]: lm-eval task names, or those of the task YAML "
-                         "files in --include-path DIR")
+        raise ValueError("--task lm-eval needs --tasks NAME[,NAME]: lm-eval task names, or those of the task "
+                         "YAML files in --include-path DIR")
     if args.include_path is not None and not os.path.isdir(args.include_path):
-        raise ValueError(f"--include-path {args.include_path} is not a folder (it should hold lm-eval task YAML "
-                         f"files)")
+        raise ValueError(f"--include-path {args.include_path} is not a folder (it should hold lm-eval task "
+                         f"YAML files)")
     if args.num_fewshot is not None:
         check_nonnegative("--num-fewshot", args.num_fewshot)
     lm_eval_version()
 
 
 def task_manager(names: list[str], include_path: str | None):
-    """lm-eval's TaskManager knowing every name: the --include-path folder alone when its YAML files define them
-    all (indexing lm-eval's ~15k built-in tasks takes seconds), else lm-eval's tasks and the folder. An unknown
-    name is a ValueError naming it."""
+    """lm-eval's TaskManager knowing every name: the --include-path folder alone when its YAML files define
+    them all (indexing lm-eval's ~15k built-in tasks takes seconds), else lm-eval's tasks and the folder. An
+    unknown name is a ValueError naming it."""
     from lm_eval.tasks import TaskManager
     if include_path:
         tm = TaskManager(include_path=include_path, include_defaults=False)
@@ -117,7 +125,8 @@ def task_manager(names: list[str], include_path: str | None):
     tm = TaskManager(include_path=include_path)
     unknown = [n for n in names if not tm.match_tasks([n])]
     if unknown:
-        where = f" nor in --include-path {include_path}" if include_path else " (local YAML tasks: --include-path DIR)"
+        where = (f" nor in --include-path {include_path}" if include_path
+                 else " (local YAML tasks: --include-path DIR)")
         raise ValueError(f"--tasks: {', '.join(unknown)} is not an lm-eval task: not among lm-eval's "
                          f"{len(tm.all_tasks)} tasks and groups{where}")
     return tm
@@ -138,9 +147,10 @@ def encode_pair(tok, context: str, continuation: str, L: int) -> tuple[list, lis
 
 
 def pair_nll(setup: Setup, pairs: list) -> torch.Tensor:
-    """The NLL (AR exact, else the method's bound) of each pair's continuation given its context, summed over its
-    tokens: (R,) float64. zeroshot.option_scores in batches of batch_size (AR's rows padded to the batch's
-    longest, the diffusion methods' to L, as zeroshot.evaluate_mcqa), each request's noise from its own seed."""
+    """The NLL (AR exact, else the method's bound) of each pair's continuation given its context, summed over
+    its tokens: (R,) float64. zeroshot.option_scores in batches of batch_size (AR's rows padded to the batch's
+    longest, the diffusion methods' to L, as zeroshot.evaluate_mcqa), each request's noise from its own
+    seed."""
     from tqdm import tqdm
     out = [torch.zeros(0, dtype=torch.float64)]
     for s in tqdm(range(0, len(pairs), setup.batch_size), desc="loglikelihood", unit="batch", file=sys.stderr,
@@ -162,7 +172,8 @@ def ar_greedy(setup: Setup, pairs: list) -> list[bool]:
         x = torch.full((len(batch), max(len(p) + len(a) for p, a in batch)), setup.tok.pad_id)    # (b, W)
         for r, (p, a) in enumerate(batch):
             x[r, :len(p) + len(a)] = torch.tensor(p + a)
-        pred = setup.model(x[:, :-1].to(setup.device)).argmax(-1).cpu()       # (b, W - 1): column j predicts j + 1
+        pred = setup.model(x[:, :-1].to(setup.device)).argmax(-1).cpu()       # (b, W - 1): column j predicts
+                                                                              # j + 1
         greedy += [pred[r, len(p) - 1:len(p) + len(a) - 1].tolist() == a for r, (p, a) in enumerate(batch)]
     return greedy
 
@@ -176,9 +187,9 @@ def loglikelihood(setup: Setup, requests) -> list[tuple[float, bool]]:
 
 
 def rolling_windows(tok, text: str, L: int) -> list[tuple[list, list]]:
-    """The text's (context, targets) windows: a BOS (EOS) then the text, L - 1 targets per window, each window's
-    context the one token before it, the last window's as many as fit (lm-eval's rolling windows, context length
-    1): every row fits L."""
+    """The text's (context, targets) windows: a BOS (EOS) then the text, L - 1 targets per window, each
+    window's context the one token before it, the last window's as many as fit (lm-eval's rolling windows,
+    context length 1): every row fits L."""
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
     windows = get_rolling_token_windows(token_list=tok.encode_text(text), prefix_token=tok.eos_id,
                                         max_seq_len=L - 1, context_len=1)
@@ -186,7 +197,8 @@ def rolling_windows(tok, text: str, L: int) -> list[tuple[list, list]]:
 
 
 def loglikelihood_rolling(setup: Setup, requests) -> list[float]:
-    """lm-eval's loglikelihood_rolling: log p of each whole text, the sum over its windows (perplexity tasks)."""
+    """lm-eval's loglikelihood_rolling: log p of each whole text, the sum over its windows (perplexity
+    tasks)."""
     windows = [rolling_windows(setup.tok, r.args[0], setup.config["seq_len"]) for r in requests]
     nll = pair_nll(setup, [w for ws in windows for w in ws]).tolist()
     out, k = [], 0
@@ -199,8 +211,10 @@ def loglikelihood_rolling(setup: Setup, requests) -> list[float]:
 # ----------------------------------------------------------------------------- generate_until
 
 def official_gsm8k(setup: Setup, request) -> bool:
-    """A GSM8K checkpoint on lm-eval's gsm8k task: prompt, stop rule and reply as the official harness_eval.py."""
-    return setup.config["data"] == "gsm8k" and request.task_name == "gsm8k" and "question" in (request.doc or {})
+    """A GSM8K checkpoint on lm-eval's gsm8k task: prompt, stop rule and reply as the official
+    harness_eval.py."""
+    return (setup.config["data"] == "gsm8k" and request.task_name == "gsm8k"
+            and "question" in (request.doc or {}))
 
 
 def until_rule(tok, until: tuple):
@@ -219,7 +233,8 @@ def cut(text: str, until: tuple) -> str:
 
 def generation_requests(setup: Setup, requests) -> dict:
     """The requests grouped by (official GSM8K?, until strings, new tokens N): {key: [(index, prompt ids)]}.
-    N = max_gen_toks (else setup.settings.max_new_tokens); the prompt keeps its last L - min(N, L/2) tokens; N <= L - prompt."""
+    N = max_gen_toks (else setup.settings.max_new_tokens); the prompt keeps its last L - min(N, L/2) tokens;
+    N <= L - prompt."""
     L, groups = setup.config["seq_len"], {}
     for i, r in enumerate(requests):
         context, kw = r.args
@@ -243,7 +258,8 @@ def generate_until(setup: Setup, requests) -> list[str]:
         for s in range(0, len(items), setup.batch_size):
             chunk = items[s:s + setup.batch_size]
             settings = dataclasses.replace(setup.settings, max_new_tokens=n)
-            texts, _, _ = respond(setup.model, setup.method, setup.cfg, setup.tok, rule, [ids for _, ids in chunk],
+            texts, _, _ = respond(setup.model, setup.method, setup.cfg, setup.tok, rule,
+                                  [ids for _, ids in chunk],
                                   setup.device, settings, setup.seed + s, setup.stop_opts if gsm else None)
             for (i, _), text in zip(chunk, texts):
                 replies[i] = gsm8k.harness_rewrite(text) if gsm else cut(text, until)
@@ -253,7 +269,8 @@ def generate_until(setup: Setup, requests) -> list[str]:
 # ----------------------------------------------------------------------------- lm-eval's model and run
 
 def harness_lm(setup: Setup):
-    """An lm_eval.api.model.LM whose three request types run through setup's checkpoint (lm-eval imported here)."""
+    """An lm_eval.api.model.LM whose three request types run through setup's checkpoint (lm-eval imported
+    here)."""
     from lm_eval.api.model import LM
 
     class Checkpoint(LM):
@@ -283,7 +300,8 @@ def result_rows(out: dict, model_name: str) -> list[list]:
             if "," not in key or "_stderr," in key:
                 continue
             metric, filt = key.split(",", 1)
-            rows.append([model_name, task, filt, metric, plain(value), plain(res.get(f"{metric}_stderr,{filt}", "")), n])
+            rows.append([model_name, task, filt, metric, plain(value),
+                         plain(res.get(f"{metric}_stderr,{filt}", "")), n])
     return rows
 
 
@@ -305,26 +323,31 @@ def template_error(names: list[str], tm, error) -> str:
 
 
 def run(args, model, method, cfg, config: dict, device, exclusions: str, settings: Settings) -> tuple:
-    """eval.py --task lm-eval: lm_eval.simple_evaluate of args.tasks on the checkpoint (--num-fewshot, --limit per
-    task, --batch-size, --mc-samples, --seed, the sampler flags). Returns (HEAD, rows, metrics for --json)."""
+    """eval.py --task lm-eval: lm_eval.simple_evaluate of args.tasks on the checkpoint (--num-fewshot, --limit
+    per task, --batch-size, --mc-samples, --seed, the sampler flags). Returns (HEAD, rows, metrics for
+    --json)."""
     version = lm_eval_version()
-    from jinja2 import TemplateError                  # lm-eval's templates are Jinja (a dependency of lm-eval)
+    from jinja2 import TemplateError                  # lm-eval's templates are Jinja (a dependency of
+                                                      # lm-eval)
     from lm_eval.evaluator import simple_evaluate
     names = task_names(args.tasks)
     tm = task_manager(names, args.include_path)
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
-    setup = Setup(model, method, cfg, tok, config, device, args.batch_size, args.samples, args.seed, exclusions,
-                  settings, {"im_end": True} if args.stop_on_im_end else {})
+    setup = Setup(model, method, cfg, tok, config, device, args.batch_size, args.samples, args.seed,
+                  exclusions, settings, {"im_end": True} if args.stop_on_im_end else {})
     print(f"lm-eval {version}: {', '.join(names)}, batch size {args.batch_size}, "
           f"dtype {next(model.parameters()).dtype}")
     try:
         out = simple_evaluate(model=harness_lm(setup), tasks=names, num_fewshot=args.num_fewshot,
-                              limit=args.limit or None, task_manager=tm, batch_size=args.batch_size, log_samples=False)
+                              limit=args.limit or None, task_manager=tm, batch_size=args.batch_size,
+                              log_samples=False)
     except OSError as e:          # the Hub unreachable, a data file missing (datasets' errors are OSErrors)
         first = (str(e).splitlines() or [""])[0][:200]
-        raise RuntimeError(f"lm-eval could not load the data of {', '.join(names)} ({type(e).__name__}: {first}); "
-                           f"a task reads the Hugging Face Hub unless its YAML names local files") from None
-    except TemplateError as e:    # a doc_to_text / doc_to_target / doc_to_choice naming a field the data lacks
+        raise RuntimeError(f"lm-eval could not load the data of {', '.join(names)} ({type(e).__name__}: "
+                           f"{first}); a task reads the Hugging Face Hub unless its YAML names local "
+                           f"files") from None
+    except TemplateError as e:    # a doc_to_text / doc_to_target / doc_to_choice naming a field the data
+                                  # lacks
         raise ValueError(template_error(names, tm, e)) from None
     results = {t: {k: plain(v) for k, v in res.items()} for t, res in out["results"].items()}
     m = {"tasks": names, "lm_eval": version, "num_fewshot": args.num_fewshot, "limit": args.limit,
