@@ -1,15 +1,18 @@
-"""The paper's generation metrics under Hugging Face models (eval.py --task unconditional --ppl-model / --mauve-ref):
-generative perplexity under any causal LM (the paper's GPT-2 Large) and MAUVE against reference texts with an
-encoder's features (the paper's ModernBERT-large), bootstrapped over reference subsets as the official Table 4.
+"""The paper's generation metrics under Hugging Face models (eval.py --task unconditional --ppl-model /
+--mauve-ref): generative perplexity under any causal LM (the paper's GPT-2 Large) and MAUVE against reference
+texts with an encoder's features (the paper's ModernBERT-large), bootstrapped over reference subsets as the
+official Table 4.
 
     hf_gen_ppl(texts, model_name, ...)       exp(mean NLL per token) of the samples under a causal LM, batched
-    mauve_score(texts, references, ...)      MAUVE mean and std over n_subsets reference subsets of `subset` texts
-    read_texts(path)                         reference texts: .txt (one a line), .jsonl or .json (str or {"text"})
+    mauve_score(texts, references, ...)      MAUVE mean and std over n_subsets reference subsets of `subset`
+                                             texts
+    read_texts(path)                         reference texts: .txt (one a line), .jsonl or .json (str or
+                                             {"text"})
     check_installed(...)                     the optional packages (transformers, mauve-text), one error line
 
 transformers and mauve-text are optional (imported here, lazily); a model is a local directory or a Hub id,
-loaded without remote code (trust_remote_code stays off), and one that cannot be loaded (offline, a typo), or a
---ppl-model that is not a trained causal LM (check_causal: an encoder such as BERT), is one ValueError line;
+loaded without remote code (trust_remote_code stays off), and one that cannot be loaded (offline, a typo), or
+a --ppl-model that is not a trained causal LM (check_causal: an encoder such as BERT), is one ValueError line;
 eval.py loads both before it samples. A reference file over 256 MiB, or a text over 10^6 characters, is one
 line too (read_texts).
 
@@ -22,14 +25,15 @@ the model's BOS is the one the text is scored after). The official code has no g
 (official_code_spec.md); this is the usual MDLM / BD3-LM protocol.
 
 MAUVE: the official robust_mauve_bootstrap.py draws n_subsets = 5 subsets of subset = 1000 reference texts
-(numpy default_rng(20260701), without replacement within a subset), compares each with the first n = min(subset
-size, samples) samples by mauve.compute_mauve (p = references, q = samples, seed 1234 + subset index, the
-package's defaults otherwise) and reports the mean and std (ddof 0) of the 5 scores. Features are mauve-text's
-own: the encoder's last hidden state (hidden_states[-1]) at the last token of each text, tokenised with the
-tokenizer's special tokens and truncated to 1024 tokens (or the encoder's context). Official fact: the code
-calls compute_mauve(p_text, q_text) without featurize_model_name, i.e. mauve-text's default gpt2-large, while its
-docstring and the paper say ModernBERT-large; the default here is the paper's, `--mauve-encoder gpt2-large`
-gives the code's. A reference file with fewer than `subset` texts gives subsets of all of them (reordered).
+(numpy default_rng(20260701), without replacement within a subset), compares each with the first n =
+min(subset size, samples) samples by mauve.compute_mauve (p = references, q = samples, seed 1234 + subset
+index, the package's defaults otherwise) and reports the mean and std (ddof 0) of the 5 scores. Features are
+mauve-text's own: the encoder's last hidden state (hidden_states[-1]) at the last token of each text,
+tokenised with the tokenizer's special tokens and truncated to 1024 tokens (or the encoder's context).
+Official fact: the code calls compute_mauve(p_text, q_text) without featurize_model_name, i.e. mauve-text's
+default gpt2-large, while its docstring and the paper say ModernBERT-large; the default here is the paper's,
+`--mauve-encoder gpt2-large` gives the code's. A reference file with fewer than `subset` texts gives subsets
+of all of them (reordered).
 """
 import json
 import math
@@ -47,13 +51,15 @@ REFERENCE_SEED, MAUVE_SEED = 20260701, 1234          # the official Table 4 boot
 
 def check_installed(ppl: bool, mauve: bool) -> None:
     """ValueError (one line) when a metric asked for lacks its optional package."""
-    needs = [("generative perplexity", "transformers")] * ppl + [("MAUVE", "mauve"), ("MAUVE", "transformers")] * mauve
+    needs = ([("generative perplexity", "transformers")] * ppl
+             + [("MAUVE", "mauve"), ("MAUVE", "transformers")] * mauve)
     for metric, module in needs:
         try:
             __import__(module)
         except ImportError:
             package = "mauve-text" if module == "mauve" else module
-            raise ValueError(f"{metric} needs the optional package {package}: pip install {package}") from None
+            raise ValueError(f"{metric} needs the optional package {package}: pip install "
+                             f"{package}") from None
 
 
 def load(kind: str, name: str, device, flag: str):
@@ -78,13 +84,14 @@ def load(kind: str, name: str, device, flag: str):
 
 @torch.no_grad()
 def check_causal(model, missing: list, name: str, flag: str) -> None:
-    """A generative-perplexity scorer must be a causal LM whose head was trained (ValueError, one line): no weight
-    left out of its checkpoint (transformers initialises those at random: an encoder's missing LM head), and
-    each position's prediction blind to later tokens (changing the last of 8 tokens moves no earlier logit: a
-    BERT loaded as BertLMHeadModel attends both ways)."""
+    """A generative-perplexity scorer must be a causal LM whose head was trained (ValueError, one line): no
+    weight left out of its checkpoint (transformers initialises those at random: an encoder's missing LM
+    head), and each position's prediction blind to later tokens (changing the last of 8 tokens moves no
+    earlier logit: a BERT loaded as BertLMHeadModel attends both ways)."""
     if missing:
-        raise ValueError(f"{flag} {name}: not a trained causal LM ({len(missing)} weights, e.g. {missing[0]}, are "
-                         f"not in its checkpoint and would be random); give a causal LM such as gpt2-large")
+        raise ValueError(f"{flag} {name}: not a trained causal LM ({len(missing)} weights, e.g. "
+                         f"{missing[0]}, are not in its checkpoint and would be random); give a causal LM "
+                         f"such as gpt2-large")
     V = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else 2
     device = next(model.parameters()).device
     x = (torch.arange(1, 9, device=device) % V)[None]                          # (1, 8)
@@ -92,8 +99,8 @@ def check_causal(model, missing: list, name: str, flag: str) -> None:
     y[0, -1] = (y[0, -1] + 1) % V
     a, b = (model(input_ids=t, attention_mask=torch.ones_like(t)).logits[0, :-1].float() for t in (x, y))
     if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
-        raise ValueError(f"{flag} {name}: not a causal LM (its predictions see the tokens after them: an encoder "
-                         f"such as BERT); give a causal LM such as gpt2-large")
+        raise ValueError(f"{flag} {name}: not a causal LM (its predictions see the tokens after them: an "
+                         f"encoder such as BERT); give a causal LM such as gpt2-large")
 
 
 MAX_REF_BYTES = 256 << 20      # a --mauve-ref file: 256 MiB (OWT's validation texts are ~40 MB)
@@ -101,11 +108,11 @@ MAX_TEXT_CHARS = 1_000_000     # a reference text (MAUVE reads its first 1024 to
 
 
 def read_texts(path: str) -> list[str]:
-    """Reference texts, blank ones dropped (the official _load_text_corpus): .jsonl (one string or {"text": ...}
-    a line), .json (a list of those, or eval.py --json output: its "samples"), else one text a line. A file
-    over MAX_REF_BYTES (or endless: /dev/zero) or a text over MAX_TEXT_CHARS is one ValueError line."""
-    raw = read_capped(path, MAX_REF_BYTES, "--mauve-ref", "MAUVE compares 5 subsets of 1000 texts: give a file "
-                      "of a few thousand texts")
+    """Reference texts, blank ones dropped (the official _load_text_corpus): .jsonl (one string or {"text":
+    ...} a line), .json (a list of those, or eval.py --json output: its "samples"), else one text a line. A
+    file over MAX_REF_BYTES (or endless: /dev/zero) or a text over MAX_TEXT_CHARS is one ValueError line."""
+    raw = read_capped(path, MAX_REF_BYTES, "--mauve-ref", "MAUVE compares 5 subsets of 1000 texts: give a "
+                      "file of a few thousand texts")
     try:
         if path.endswith(".jsonl"):
             items = [json.loads(line) for line in raw.splitlines() if line.strip()]
@@ -116,22 +123,24 @@ def read_texts(path: str) -> list[str]:
             items = raw.splitlines()
         texts = [x["text"] if isinstance(x, dict) else x for x in items]
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"--mauve-ref {path}: not a list of texts or {{\"text\": ...}} objects ({e})") from None
+        raise ValueError(f"--mauve-ref {path}: not a list of texts or {{\"text\": ...}} objects "
+                         f"({e})") from None
     texts = [t for t in texts if isinstance(t, str) and t.strip()]
     if not texts:
         raise ValueError(f"--mauve-ref {path} holds no text")
     longest = max(range(len(texts)), key=lambda i: len(texts[i]))
     if len(texts[longest]) > MAX_TEXT_CHARS:
-        raise ValueError(f"--mauve-ref {path}: text {longest + 1} holds {len(texts[longest]):,} characters, more "
-                         f"than {MAX_TEXT_CHARS:,} (MAUVE reads a text's first 1024 tokens): one document a line")
+        raise ValueError(f"--mauve-ref {path}: text {longest + 1} holds {len(texts[longest]):,} characters, "
+                         f"more than {MAX_TEXT_CHARS:,} (MAUVE reads a text's first 1024 tokens): one "
+                         f"document a line")
     return texts
 
 
 # ----------------------------------------------------------------------------- generative perplexity
 
 def same_tokens(tok, hf_tok, ids: list[list[int]]) -> bool:
-    """Whether hf_tok reads every token id of the samples as our tokenizer tok does: the same EOS id, and every
-    other id present decodes to the same string under both (then the ids are scored as generated)."""
+    """Whether hf_tok reads every token id of the samples as our tokenizer tok does: the same EOS id, and
+    every other id present decodes to the same string under both (then the ids are scored as generated)."""
     if hf_tok.eos_token_id != tok.eos_id:
         return False
     used = {i for row in ids for i in row} - {tok.eos_id}
@@ -142,12 +151,13 @@ def same_tokens(tok, hf_tok, ids: list[list[int]]) -> bool:
 
 @torch.no_grad()
 def batch_nll(model, rows: list[list[int]], pad: int, device) -> tuple[float, int]:
-    """(summed NLL in nats, tokens scored) of rows of ids, each token after the first given the ones before it,
-    in one right-padded forward (padding masked out and never scored)."""
+    """(summed NLL in nats, tokens scored) of rows of ids, each token after the first given the ones before
+    it, in one right-padded forward (padding masked out and never scored)."""
     T = max(len(r) for r in rows)
     x = torch.tensor([r + [pad] * (T - len(r)) for r in rows], device=device)                  # (B, T)
     real = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows], device=device)
-    logp = torch.log_softmax(model(input_ids=x, attention_mask=real).logits.float()[:, :-1], -1)   # (B, T-1, V)
+    logp = torch.log_softmax(model(input_ids=x, attention_mask=real).logits.float()[:, :-1],
+                             -1)   # (B, T-1, V)
     nll = -logp.gather(-1, x[:, 1:, None]).squeeze(-1) * real[:, 1:]
     return float(nll.sum()), int(real[:, 1:].sum())
 
@@ -160,10 +170,13 @@ def hf_gen_ppl(texts: list[str], model_name: str, batch_size: int = 8, device="c
     model, hf_tok = loaded or load("causal", model_name, device, "--ppl-model")
     bos = hf_tok.bos_token_id if hf_tok.bos_token_id is not None else hf_tok.eos_token_id
     if bos is None:
-        raise ValueError(f"--ppl-model {model_name}: its tokenizer has no BOS or EOS token to score a sample after")
+        raise ValueError(f"--ppl-model {model_name}: its tokenizer has no BOS or EOS token to score a sample "
+                         f"after")
     own = ids is not None and tok is not None and same_tokens(tok, hf_tok, ids)
-    seqs = [list(r) for r in ids] if own else [hf_tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    seqs = [s[1:] if s[:1] == [bos] and not own else s for s in seqs]    # a text's own BOS: the one scored after
+    seqs = [list(r) for r in ids] if own else [hf_tok(t, add_special_tokens=False)["input_ids"]
+                                               for t in texts]
+    seqs = [s[1:] if s[:1] == [bos] and not own else s for s in seqs]    # a text's own BOS: the one scored
+                                                                         # after
     ctx = getattr(model.config, "max_position_embeddings", None) or 1024
     pieces = [[bos] + s[k:k + ctx - 1] for s in seqs for k in range(0, len(s), ctx - 1)]
     nll, count = 0.0, 0
@@ -179,9 +192,11 @@ def hf_gen_ppl(texts: list[str], model_name: str, batch_size: int = 8, device="c
 # ----------------------------------------------------------------------------- MAUVE
 
 @torch.no_grad()
-def features(model, tokenizer, texts: list[str], batch_size: int, device, max_length: int = 1024) -> np.ndarray:
-    """mauve-text's features (its featurize_tokens_from_model): the last hidden state at each text's last token,
-    the text tokenised with special tokens and truncated to max_length (or the model's context). (n, d)"""
+def features(model, tokenizer, texts: list[str], batch_size: int, device,
+             max_length: int = 1024) -> np.ndarray:
+    """mauve-text's features (its featurize_tokens_from_model): the last hidden state at each text's last
+    token, the text tokenised with special tokens and truncated to max_length (or the model's context).
+    (n, d)"""
     max_length = min(max_length, getattr(model.config, "max_position_embeddings", None) or max_length)
     ids = [tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts]
     out = []
@@ -216,6 +231,7 @@ def mauve_score(texts: list[str], references: list[str], encoder: str = MAUVE_EN
     scores = []
     for k, s in enumerate(subsets):
         p = np.stack([ref_feats[i] for i in s[:n]])
-        scores.append(float(mauve.compute_mauve(p_features=p, q_features=q, seed=seed + k, verbose=False).mauve))
+        scores.append(float(mauve.compute_mauve(p_features=p, q_features=q, seed=seed + k,
+                                                verbose=False).mauve))
     return {"mauve": float(np.mean(scores)), "mauve_std": float(np.std(scores)), "mauve_scores": scores,
             "mauve_n": n, "mauve_encoder": encoder, "mauve_subsets": n_subsets}
