@@ -1,25 +1,29 @@
 """Infilling: fill a [MASK] span between a left and a right context, one example at a time (batch 1, as the
 official infill runs), each method as the official runs it: Set Diffusion caches every visible token (left and
-right of the span) and fills the span with its window; MDLM decodes the block holding the span bidirectionally;
-BD3-LM decodes block-aligned (a block sees only the blocks to its left, plus the visible tokens of its own);
-AR continues the left context for the span's length (it cannot see a right context).
+right of the span) and fills the span with its window; MDLM decodes the block holding the span
+bidirectionally; BD3-LM decodes block-aligned (a block sees only the blocks to its left, plus the visible
+tokens of its own); AR continues the left context for the span's length (it cannot see a right context).
 
-    eval.py --task infill --span step      the shipped task's middle reasoning step: decided by the LEFT context
-    eval.py --task infill --span number    the shipped task's starting amount, masked in the problem statement with
-                                           the whole reply visible: decided by the RIGHT context (the reply's
-                                           first step starts with it), 40-90 positions to the span's right
-    eval.py --task infill --span operand   the amount of the problem's last action: decided by the reply's step
-                                           that uses it, farther right than the starting amount's
-    eval.py --task infill --span verb      the verb of the first action, a word: the reply's first step decides
-                                           its operation (op_right), not the word (exact)
+    eval.py --task infill --span step      the shipped task's middle reasoning step: decided by the LEFT
+                                           context
+    eval.py --task infill --span number    the shipped task's starting amount, masked in the problem statement
+                                           with the whole reply visible: decided by the RIGHT context (the
+                                           reply's first step starts with it), 40-90 positions to the span's
+                                           right
+    eval.py --task infill --span operand   the amount of the problem's last action: decided by the reply's
+                                           step that uses it, farther right than the starting amount's
+    eval.py --task infill --span verb      the verb of the first action, a word: the reply's first step
+                                           decides its operation (op_right), not the word (exact)
     eval.py --task rocstories              ROCStories' middle sentence(s) (data/rocstories.py): ROUGE
-    eval.py --task infill --span word      a corpus checkpoint (shakespeare, text:PATH, owt, lm1b): one whole word of
+    eval.py --task infill --span word      a corpus checkpoint (shakespeare, text:PATH, owt, lm1b): one whole
+                                           word of
     eval.py --task infill --span line      each held-out row, or one whole line, masked (text_items): exact,
                                            char_accuracy and ROUGE-L of the filled text (TEXT_SCORES)
 
     infill(...) / evaluate_infill(...)     fill one item / score a list of items: the mean of each scorer,
                                            tokens/step and tokens/s at batch 1 after warm-up
-    arith_items(examples, tok, span)       the shipped task's items of one span kind, SPAN_SCORES their scorers
+    arith_items(examples, tok, span)       the shipped task's items of one span kind, SPAN_SCORES their
+                                           scorers
     text_items(tok, rows, span, limit)     a corpus' items: the word or line nearest each row's middle
     evaluate_text(...)                     eval.py --task infill on a corpus checkpoint
 """
@@ -38,7 +42,8 @@ ARITH_SPANS = ("step", "number", "operand", "verb")
 
 def infill(model, method, cfg, tok, ex, device, settings: Settings):
     """Fill ex's span between ex["left"] and ex["right"] (token id lists). Returns span ids, stats, seconds.
-    A method that cannot infill (AR) continues from the left context for len(span) tokens (as the official)."""
+    A method that cannot infill (AR) continues from the left context for len(span) tokens (as the
+    official)."""
     left, n, right = ex["left"], len(ex["span"]), ex["right"]
     ids = left + [tok.mask_id] * n + right if method.CAN_INFILL else left
     settings = dataclasses.replace(settings, max_new_tokens=0 if method.CAN_INFILL else n)
@@ -53,8 +58,9 @@ def evaluate_infill(model, method, cfg, tok, items, config, device, scores, sett
         print("note: AR cannot infill: it continues from the left context only, for the span's length")
     for ex in items:
         if len(ex["left"]) + len(ex["span"]) + len(ex["right"]) > config["seq_len"]:
-            raise ValueError(f"an example has {len(ex['left']) + len(ex['span']) + len(ex['right'])} tokens with "
-                             f"its span, more than the model's context (seq_len={config['seq_len']}): drop it")
+            raise ValueError(f"an example has {len(ex['left']) + len(ex['span']) + len(ex['right'])} tokens "
+                             f"with its span, more than the model's context (seq_len={config['seq_len']}): "
+                             f"drop it")
     if len(items) <= warmup:
         raise ValueError(f"--warmup {warmup} leaves no example to score: only {len(items)} example(s) are "
                          f"evaluated; raise --limit above --warmup (or lower --warmup)")
@@ -100,7 +106,8 @@ def arith_infill(examples: list[dict], tok) -> list[dict]:
 
 
 def chain_ok(steps: list[str], answer: str) -> bool:
-    """Every step is a true equation starting from the previous result, and '#### n' repeats the last result."""
+    """Every step is a true equation starting from the previous result, and '#### n' repeats the last
+    result."""
     prev = None
     for s in steps[:-2]:
         m = STEP.fullmatch(s)
@@ -114,10 +121,10 @@ def chain_ok(steps: list[str], answer: str) -> bool:
 
 
 def arith_number(examples: list[dict], tok) -> list[dict]:
-    """Each arith test problem with its starting amount masked in the problem statement ("has [MASK][MASK] eggs"),
-    the rest of the problem and the whole reply visible: only the right context says it (the reply's first step
-    starts from it, "16*2=32."). left = the statement up to the number, span = its digits (oracle length),
-    right = the rest of the problem + the reply + EOS."""
+    """Each arith test problem with its starting amount masked in the problem statement ("has [MASK][MASK]
+    eggs"), the rest of the problem and the whole reply visible: only the right context says it (the reply's
+    first step starts from it, "16*2=32."). left = the statement up to the number, span = its digits (oracle
+    length), right = the rest of the problem + the reply + EOS."""
     out = []
     for ex in examples:
         m = re.search(r"has (\d+) ", ex["prompt"])
@@ -134,8 +141,8 @@ ACT = re.compile(r"\b(" + "|".join(sorted(VERB_OP, key=len, reverse=True)) + r")
 
 
 def arith_acts(prompt: str) -> list[re.Match]:
-    """The actions of a problem statement, in order: each match's group 1 is the verb, group 3 its amount (None
-    for "doubles them" / "triples them")."""
+    """The actions of a problem statement, in order: each match's group 1 is the verb, group 3 its amount
+    (None for "doubles them" / "triples them")."""
     return list(ACT.finditer(prompt, prompt.index(".") + 1))
 
 
@@ -151,7 +158,8 @@ def arith_operand(examples: list[dict], tok) -> list[dict]:
             continue
         a, b = acts[-1].span(3)
         out.append({"left": tok.encode(ex["prompt"][:a]), "span": tok.encode(ex["prompt"][a:b]),
-                    "right": tok.encode(ex["prompt"][b:] + ex["target"]) + [tok.eos_id], "answer": ex["prompt"][a:b]})
+                    "right": tok.encode(ex["prompt"][b:] + ex["target"]) + [tok.eos_id],
+                    "answer": ex["prompt"][a:b]})
     return out
 
 
@@ -173,37 +181,39 @@ def arith_items(examples: list[dict], tok, span: str) -> list[dict]:
     """The shipped task's infilling items of one span kind: "step" (left-determined), or "number", "operand",
     "verb" (right-determined: only the reply says them)."""
     if span not in ARITH_SPANS:
-        raise ValueError(f"--span {span}: the shipped arith task masks a reasoning step, a number, an operand or a "
-                         f"verb of the problem ({', '.join(ARITH_SPANS)})")
+        raise ValueError(f"--span {span}: the shipped arith task masks a reasoning step, a number, an "
+                         f"operand or a verb of the problem ({', '.join(ARITH_SPANS)})")
     return {"step": arith_infill, "number": arith_number, "operand": arith_operand, "verb": arith_verb}[span](
         examples, tok)
 
 
-SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: the completed chain is still valid
+SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: the completed chain is still
+                  # valid
     "step": {"exact": lambda text, ex: text == ex["step"],
              "answer_right": lambda text, ex: chain_ok(ex["before"] + [text] + ex["after"], ex["answer"])},
     "number": {"exact": lambda text, ex: text == ex["answer"]},
     "operand": {"exact": lambda text, ex: text == ex["answer"]},
-    "verb": {"exact": lambda text, ex: text == ex["answer"], "op_right": lambda text, ex: VERB_OP.get(text) == ex["op"]},
+    "verb": {"exact": lambda text, ex: text == ex["answer"],
+             "op_right": lambda text, ex: VERB_OP.get(text) == ex["op"]},
 }
 
 
-def evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings: Settings, sentences=1,
-             warmup=0, span="step"):
-    """eval.py --task rocstories | infill on a task: the infilling items of the task, then evaluate_infill. The
-    metrics carry the span kind."""
+def evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings: Settings,
+             sentences=1, warmup=0, span="step"):
+    """eval.py --task rocstories | infill on a task: the infilling items of the task, then evaluate_infill.
+    The metrics carry the span kind."""
     if task_name == "rocstories":
         items, scores = data.examples(tok, examples, sentences), rouge_scores()
     elif config["data"] != "arith":
-        raise ValueError(f"--task infill masks a span of the shipped arith task or of a text corpus; this checkpoint "
-                         f"was trained on {config['data']}")
+        raise ValueError(f"--task infill masks a span of the shipped arith task or of a text corpus; this "
+                         f"checkpoint was trained on {config['data']}")
     else:
         items, scores = arith_items(examples, tok, span), SPAN_SCORES[span]
     m = evaluate_infill(model, method, cfg, tok, items, config, device, scores, settings, warmup)
     return m if task_name == "rocstories" else {"span": span, **m}
 
 
-# ----------------------------------------------------------------------------- a text corpus: a word or a line
+# ---------------------------------------------------------------------------- a text corpus: a word or a line
 
 TEXT_SPANS = ("word", "line")
 WORD = re.compile(r"(?:[^\W_]|['’])+")     # a maximal run of letters, digits and apostrophes
@@ -265,12 +275,12 @@ def row_item(tok, row: list[int], span: str) -> dict | None:
 
 
 def text_items(tok, rows, span: str, limit: int = 0) -> tuple[list[dict], int]:
-    """The infilling items of a corpus' held-out rows (N, L), one per row that has a usable span (row_item), in
-    row order, the first `limit` (0 = all); and how many rows were read. ValueError: a span kind of the
+    """The infilling items of a corpus' held-out rows (N, L), one per row that has a usable span (row_item),
+    in row order, the first `limit` (0 = all); and how many rows were read. ValueError: a span kind of the
     shipped task, or no row with a usable span."""
     if span not in TEXT_SPANS:
-        raise ValueError(f"--span {span}: a text corpus masks one whole word or one whole line of a held-out row "
-                         f"(--span {' or '.join(TEXT_SPANS)})")
+        raise ValueError(f"--span {span}: a text corpus masks one whole word or one whole line of a held-out "
+                         f"row (--span {' or '.join(TEXT_SPANS)})")
     items, read = [], 0
     for row in rows:
         if limit and len(items) == limit:
@@ -280,13 +290,14 @@ def text_items(tok, rows, span: str, limit: int = 0) -> tuple[list[dict], int]:
         if item is not None:
             items.append(item)
     if not items:
-        raise ValueError(f"none of the {read} held-out rows has a whole {span} with {MIN_CONTEXT} tokens of text "
-                         f"on each side: try --span word, or a checkpoint with a longer context")
+        raise ValueError(f"none of the {read} held-out rows has a whole {span} with {MIN_CONTEXT} tokens of "
+                         f"text on each side: try --span word, or a checkpoint with a longer context")
     return items, read
 
 
 def char_accuracy(text: str, ref: str) -> float:
-    """The fraction of the reference's characters filled right, position by position (a missing one is wrong)."""
+    """The fraction of the reference's characters filled right, position by position (a missing one is
+    wrong)."""
     return sum(a == b for a, b in zip(text, ref)) / max(len(ref), 1)
 
 
@@ -303,12 +314,13 @@ def text_scores() -> dict:
     return scores
 
 
-def evaluate_text(model, method, cfg, tok, rows, config, device, settings: Settings, name: str, span: str = "word",
-                  limit: int = 0, warmup: int = 0) -> dict:
+def evaluate_text(model, method, cfg, tok, rows, config, device, settings: Settings, name: str,
+                  span: str = "word", limit: int = 0, warmup: int = 0) -> dict:
     """eval.py --task infill on a corpus checkpoint: the word or line items of the held-out rows (text_items),
-    scored by text_scores at batch 1 (evaluate_infill). The metrics carry the span kind and the corpus name."""
+    scored by text_scores at batch 1 (evaluate_infill). The metrics carry the span kind and the corpus
+    name."""
     items, read = text_items(tok, rows, span, limit)
-    print(f"{name} held-out split: a whole {span} masked in {len(items)} of the first {read} of its {len(rows)} rows "
-          f"(the first {warmup} of them warm-up)")
+    print(f"{name} held-out split: a whole {span} masked in {len(items)} of the first {read} of its "
+          f"{len(rows)} rows (the first {warmup} of them warm-up)")
     m = evaluate_infill(model, method, cfg, tok, items, config, device, text_scores(), settings, warmup)
     return {"span": span, **m, "data": name}
