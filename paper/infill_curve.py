@@ -1,18 +1,20 @@
-"""Where right-determined infilling turns on, and what makes it turn on at the demo's budget (make infill-curve,
-docs/results.md): train.py runs that keep their weights every few hundred steps (--keep-every), then, at each
-kept step, the held-out accuracy and the right-determined `number` infill of the shipped task, and at the last
-step every span kind of make infill (step, number, operand, verb).
+"""Where right-determined infilling turns on, and what makes it turn on at the demo's budget (make
+infill-curve, docs/results.md): train.py runs that keep their weights every few hundred steps (--keep-every),
+then, at each kept step, the held-out accuracy and the right-determined `number` infill of the shipped task,
+and at the last step every span kind of make infill (step, number, operand, verb).
 
-    python -m paper.infill_curve                                    # every run in RUNS, seeds 1-3 (CPU: hours)
+    python -m paper.infill_curve                                    # every run in RUNS, seeds 1-3
+                                                                      (CPU: hours)
     python -m paper.infill_curve --runs b16,b32 --seeds 1 --jobs 2  # a part
     python -m paper.infill_curve --device cuda --jobs 12 --deadline 300
 
 A run is train.py's flags (RUNS) at one seed; --out-dir/<run>-s<seed> holds its checkpoint and
---out-dir/<run>-s<seed>-step<N> its kept weights. A run whose last checkpoint is there is not trained again, and
-a step already evaluated (<run>-s<seed>.json beside it) is not evaluated again. --jobs runs go side by side, each
-in its own process; past --deadline seconds the unfinished ones are stopped, keeping what they measured. Then
-every run's JSON is gathered into --json, a table (--md) and a plot (--plot): mean [min, max] over the seeds.
---tabulate does only that, with the JSON of runs measured elsewhere (another machine) copied into --out-dir.
+--out-dir/<run>-s<seed>-step<N> its kept weights. A run whose last checkpoint is there is not trained again,
+and a step already evaluated (<run>-s<seed>.json beside it) is not evaluated again. --jobs runs go side by
+side, each in its own process; past --deadline seconds the unfinished ones are stopped, keeping what they
+measured. Then every run's JSON is gathered into --json, a table (--md) and a plot (--plot): mean [min, max]
+over the seeds. --tabulate does only that, with the JSON of runs measured elsewhere (another machine) copied
+into --out-dir.
 """
 import argparse
 import glob
@@ -34,7 +36,8 @@ RUNS = {   # name: (train.py flags, what it is for); every run also gets --seed 
     "b16-6k": (f"{SET} --infill 0.5 --batch-size 16 --max-iters 6000", "twice the demo's steps, its batch"),
     "f1": (f"{SET} --infill 1.0 {DEMO}", "a recipe: every row in an infilling order"),
     "log": (f"{SET} --infill 0.5 --infill-len loguniform {DEMO}", "a recipe: span lengths ~ 1/n"),
-    "f1-log": (f"{SET} --infill 1.0 --infill-len loguniform {DEMO}", "a recipe: every row, log-uniform span lengths"),
+    "f1-log": (f"{SET} --infill 1.0 --infill-len loguniform {DEMO}", "a recipe: every row, log-uniform span "
+                                                                     "lengths"),
     "added": (f"{SET} --infill 1.0 --infill-added {DEMO}", "a recipe: every row also once more, infilling"),
     "none": (f"{SET} {DEMO}", "no --infill: the held-out accuracy the recipes must keep"),
     # make pareto's four checkpoints (its flags and budget), zero-shot: every span kind at seeds 1-3
@@ -59,8 +62,8 @@ def kept(out: str) -> list[tuple[int, str]]:
 
 
 def evaluate(folder: str, device: str, limit: int, spans) -> dict:
-    """Held-out accuracy (greedy, tau = inf) and the exact-match rate of each infill span kind of one checkpoint,
-    the first `limit` test problems each (evaluate_accuracy, paper.infill.evaluate_infill)."""
+    """Held-out accuracy (greedy, tau = inf) and the exact-match rate of each infill span kind of one
+    checkpoint, the first `limit` test problems each (evaluate_accuracy, paper.infill.evaluate_infill)."""
     from common.checkpoint import load
     from common.metrics import evaluate_accuracy
     from data import get_task, get_tokenizer
@@ -73,7 +76,8 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
     m = {"accuracy": evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)["accuracy"]}
     for span in spans:
         items = infill.arith_items(examples, tok, span)
-        r = infill.evaluate_infill(model, method, cfg, tok, items, config, device, infill.SPAN_SCORES[span], settings)
+        r = infill.evaluate_infill(model, method, cfg, tok, items, config, device, infill.SPAN_SCORES[span],
+                                   settings)
         m[f"infill_{span}"] = r["exact"]
         if span == "verb":
             m["infill_verb_op"] = r["op_right"]
@@ -81,7 +85,8 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
 
 
 def one(run: str, seed: int, args):
-    """Train one run (unless its last checkpoint is there), then evaluate each kept step not yet in its JSON."""
+    """Train one run (unless its last checkpoint is there), then evaluate each kept step not yet in its
+    JSON."""
     from common import checkpoint
     from common.files import replaced
     threads.set_threads(args.threads)
@@ -102,12 +107,14 @@ def one(run: str, seed: int, args):
         if step in have:
             continue
         last = step == iters
-        m = evaluate(folder, args.device, args.limit if last else args.curve_limit, SPANS if last else ("number",))
+        m = evaluate(folder, args.device, args.limit if last else args.curve_limit,
+                     SPANS if last else ("number",))
         rows.append({"run": run, "seed": seed, "step": step, "flags": RUNS[run][0], "device": args.device,
                      "n": args.limit if last else args.curve_limit, **m})
         with replaced(path) as f:
             json.dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
-        print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in m.items()), flush=True)
+        print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} "
+                                                             f"{v:.3f}" for k, v in m.items()), flush=True)
 
 
 def side_by_side(jobs: list[tuple[str, int]], args):
@@ -116,8 +123,8 @@ def side_by_side(jobs: list[tuple[str, int]], args):
     Returns the jobs never started."""
     start, waiting, running, skipped = time.time(), list(jobs), [], []
     base = [sys.executable, "-m", "paper.infill_curve", "--out-dir", args.out_dir, "--device", args.device,
-            "--limit", str(args.limit), "--curve-limit", str(args.curve_limit), "--keep-every", str(args.keep_every),
-            "--threads", str(args.threads), "--train-flags", args.train_flags]
+            "--limit", str(args.limit), "--curve-limit", str(args.curve_limit), "--keep-every",
+            str(args.keep_every), "--threads", str(args.threads), "--train-flags", args.train_flags]
     while waiting or running:
         late = args.deadline and time.time() - start > args.deadline
         if args.start_by and time.time() - start > args.start_by:
@@ -157,8 +164,8 @@ def mean_range(xs) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """One line per run and kept step: the seeds, held-out accuracy and each span's exact match, in %, as the mean
-    [min, max] over the seeds measured; the last step of a run carries every span kind."""
+    """One line per run and kept step: the seeds, held-out accuracy and each span's exact match, in %, as the
+    mean [min, max] over the seeds measured; the last step of a run carries every span kind."""
     keys = ["accuracy", *(f"infill_{k}" for k in SPANS), "infill_verb_op"]
     lines = ["| run | flags | device | step | seeds | problems | held-out accuracy % | " + " | ".join(
         f"infill {k} %" if k != "verb_op" else "verb's operation %" for k in SPANS + ("verb_op",)) + " |",
@@ -166,11 +173,12 @@ def table(rows: list[dict]) -> str:
     for run in [r for r in RUNS if any(x["run"] == r for x in rows)]:
         for step in sorted({x["step"] for x in rows if x["run"] == run}):
             at = [x for x in rows if x["run"] == run and x["step"] == step]
-            cells = [mean_range([x[k] for x in at if k in x]) if any(k in x for x in at) else "" for k in keys]
+            cells = [mean_range([x[k] for x in at if k in x]) if any(k in x for x in at) else ""
+                     for k in keys]
             seeds = ",".join(str(x["seed"]) for x in sorted(at, key=lambda x: x["seed"]))
             same = lambda k: ",".join(sorted({str(x.get(k, "")) for x in at}))     # noqa: E731
-            lines.append(f"| {run} | `{RUNS[run][0].replace(SET + ' ', '')}` | {same('device')} | {step} | {seeds} "
-                         f"| {same('n')} | " + " | ".join(cells) + " |")
+            lines.append(f"| {run} | `{RUNS[run][0].replace(SET + ' ', '')}` | {same('device')} | {step} | "
+                         f"{seeds} | {same('n')} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -186,8 +194,9 @@ def curves(rows: list[dict], runs: list[str]) -> list[str]:
 
 def plot(rows: list[dict], out_png: str, runs: list[str]):
     """Two panels against the training rows seen (steps x rows per step, an added infilling copy counted): the
-    right-determined number's infill, and held-out accuracy. One line per run, the seeds' mean, with each seed's
-    point. A run measured at one step only (make pareto's checkpoints, zero-shot) is a row of the table, not a line."""
+    right-determined number's infill, and held-out accuracy. One line per run, the seeds' mean, with each
+    seed's point. A run measured at one step only (make pareto's checkpoints, zero-shot) is a row of the
+    table, not a line."""
     from paper.results import finish_axes, pyplot, save_figure
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
@@ -199,15 +208,16 @@ def plot(rows: list[dict], out_png: str, runs: list[str]):
         seen = [s * rows_per_step(run) / 1000 for s in steps]
         for ax, key in zip(axes, ("infill_number", "accuracy")):
             ys = [[100 * x[key] for x in rows if x["run"] == run and x["step"] == s] for s in steps]
-            full = [(r, sum(y) / len(y)) for r, y in zip(seen, ys) if len(y) == max(map(len, ys))]  # every seed
+            full = [(r, sum(y) / len(y)) for r, y in zip(seen, ys)
+                    if len(y) == max(map(len, ys))]  # every seed
             ax.plot(*zip(*full), "-o", color=f"C{i}", ms=3, label=label)
             for r, y in zip(seen, ys):
                 ax.scatter([r] * len(y), y, color=f"C{i}", s=7, alpha=0.35)
     finish_axes(axes[0], "training rows seen (thousands)", "right-determined number filled, % exact")
     finish_axes(axes[1], "training rows seen (thousands)", "held-out accuracy, % (tau = inf)")
     fig.suptitle("Set Diffusion smax 8 on the shipped task: infilling orders (--infill) against training\n"
-                 f"lines: the mean over seeds {', '.join(map(str, seeds))} where every seed was measured; dots: each seed "
-                 "(make infill-curve)",
+                 f"lines: the mean over seeds {', '.join(map(str, seeds))} where every seed was measured; "
+                 "dots: each seed (make infill-curve)",
                  fontsize=8)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=7)
@@ -225,11 +235,14 @@ def main(argv=None):
     p.add_argument("--start-by", type=float, default=0, help="seconds after which no run starts; 0 = none")
     p.add_argument("--keep-every", type=int, default=500, help="train.py --keep-every: the curve's points")
     p.add_argument("--limit", type=int, default=500, help="test problems per evaluation at a run's last step")
-    p.add_argument("--curve-limit", type=int, default=200, help="test problems per evaluation at the other steps")
+    p.add_argument("--curve-limit", type=int, default=200,
+                   help="test problems per evaluation at the other steps")
     p.add_argument("--threads", type=int, default=0, help="CPU threads per run (0 = the free cores)")
-    p.add_argument("--train-flags", default="", help="more train.py flags for every run (e.g. --dtype float32)")
-    p.add_argument("--tabulate", action="store_true", help="train and evaluate nothing: only the table and plot of "
-                   "what --out-dir holds (runs measured elsewhere: copy their <run>-s<seed>.json there)")
+    p.add_argument("--train-flags", default="",
+                   help="more train.py flags for every run (e.g. --dtype float32)")
+    p.add_argument("--tabulate", action="store_true", help="train and evaluate nothing: only the table and "
+                   "plot of what --out-dir holds (runs measured elsewhere: copy their <run>-s<seed>.json "
+                   "there)")
     p.add_argument("--one", nargs=2, metavar=("RUN", "SEED"), help=argparse.SUPPRESS)
     p.add_argument("--json", default="results/infill-curve.json")
     p.add_argument("--md", default="results/infill-curve.md")
