@@ -8,11 +8,11 @@
         --plot results/shakespeare.png
 
 `table` lists each file's metrics, one row per file (sampler settings left out); `summarize` (--pareto) merges
-the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside ours
-(its plot: accuracy against tokens/step); `sweep` (--sweep) tabulates Set Diffusion's smax sweep;
-`generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files (generative
-perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per threshold: the paper's OWT
-generation table) into two tables.
+the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside
+ours (its plot: accuracy against tokens/step); `sweep` (--sweep) tabulates Set Diffusion's smax sweep;
+`generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files
+(generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per threshold:
+the paper's OWT generation table) into two tables.
 """
 import argparse
 import json
@@ -25,13 +25,14 @@ from data import get_task
 from common.files import replaced
 from common.metrics import markdown_table
 
-NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method settings
+NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method
+                                                                                          # settings
 ORDER = ["ar", "mdlm", "bd3lm", "setdiffusion"]                           # the methods' order in a table
 
 
 def write(text: str, out_md: str) -> str:
-    """Write the tables text to out_md whole (a temporary file renamed: a full disk or Ctrl-C leaves the earlier
-    file as it was); text without a table (a header, its rule and a row) is refused, never written."""
+    """Write the tables text to out_md whole (a temporary file renamed: a full disk or Ctrl-C leaves the
+    earlier file as it was); text without a table (a header, its rule and a row) is refused, never written."""
     lines = text.splitlines()
     if not any(rule.startswith("|---") and row.startswith("|") for rule, row in zip(lines[1:], lines[2:])):
         raise ValueError(f"no table to write to {out_md}: the files give no row")
@@ -40,24 +41,25 @@ def write(text: str, out_md: str) -> str:
         with replaced(out_md) as f:
             f.write(text + "\n")
     except OSError as e:
-        raise ValueError(f"cannot write {out_md} ({e.strerror or e}): the earlier file, if any, is as it was") from None
+        raise ValueError(f"cannot write {out_md} ({e.strerror or e}): the earlier file, if any, is as it "
+                         f"was") from None
     return text
 
 
 def read_run(path: str, needs=()) -> dict:
-    """One eval.py --json file as a dict; a ValueError naming the file (one line) when it cannot be read, is not
-    JSON, not a JSON object, or lacks one of the keys `needs`."""
+    """One eval.py --json file as a dict; a ValueError naming the file (one line) when it cannot be read, is
+    not JSON, not a JSON object, or lacks one of the keys `needs`."""
     try:
         with open(path, encoding="utf-8") as f:
             m = json.load(f)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): pass the files eval.py --json "
-                         f"wrote") from None
+        raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): pass the files eval.py "
+                         f"--json wrote") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno}): pass the files "
-                         f"eval.py --json wrote") from None
+        raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno}): pass the "
+                         f"files eval.py --json wrote") from None
     except RecursionError:
         raise ValueError(f"{path} is not an eval.py --json file (nested too deeply)") from None
     if not isinstance(m, dict):
@@ -66,12 +68,13 @@ def read_run(path: str, needs=()) -> dict:
 
 
 def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
-    """m must hold keys; else a ValueError naming the file and the kind of run it should be (default: a throughput
-    or an accuracy run, by its task)."""
+    """m must hold keys; else a ValueError naming the file and the kind of run it should be (default: a
+    throughput or an accuracy run, by its task)."""
     missing = [k for k in keys if k not in m]
     if missing:
         kind = kind or ("a throughput" if m.get("task") == "throughput" else "an accuracy")
-        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}: not the eval.py --json file of {kind} run")
+        raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}: not the eval.py --json file of "
+                         f"{kind} run")
     return m
 
 
@@ -80,8 +83,8 @@ def table(paths: list[str], out_md: str) -> str:
     runs = [read_run(p) for p in paths]
     keys = [k for k in dict.fromkeys(k for m in runs for k in m) if k not in NOT_SHOWN]
     if not keys:
-        raise ValueError(f"{', '.join(paths)}: no metric to tabulate (eval.py --json writes the task, the model "
-                         f"and its metrics)")
+        raise ValueError(f"{', '.join(paths)}: no metric to tabulate (eval.py --json writes the task, the "
+                         f"model and its metrics)")
     return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md)
 
 
@@ -96,8 +99,8 @@ def summarize(paths, out_md, out_png=None, paper=None):
                    else ("accuracy", "tokens_per_step"))
         tau = m.get("threshold", math.inf)
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str) or not isinstance(tau, (int, float)):
-            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, threshold {tau!r}: not an eval.py "
-                             f"--json file of an accuracy or throughput run")
+            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, threshold {tau!r}: not an "
+                             f"eval.py --json file of an accuracy or throughput run")
         label = label_of(m["ckpt"])
         row = rows.setdefault((label, tau), {"ckpt": label, "model": m["model"], "tau": tau})
         if m["task"] == "throughput":
@@ -115,15 +118,16 @@ def summarize(paths, out_md, out_png=None, paper=None):
     body = []
     for r in rows:
         speed = r.get("tokens_per_s", nan)
-        cells = [r["ckpt"], f"{r['tau']:g}", f"{r.get('accuracy', nan):.3f}", f"{r.get('tokens_per_step', nan):.2f}",
+        cells = [r["ckpt"], f"{r['tau']:g}", f"{r.get('accuracy', nan):.3f}",
+                 f"{r.get('tokens_per_step', nan):.2f}",
                  spread_of(r), f"{speed / ar_speed if ar_speed else nan:.2f}x"]
         if paper:
             x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
             cells += [f"{acc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}"]
         body.append(cells)
     if out_png and not any("accuracy" in r for r in rows):
-        raise ValueError(f"--plot {out_png} draws accuracy against tokens/step: none of the files is an accuracy "
-                         f"run (add them, or drop --plot)")
+        raise ValueError(f"--plot {out_png} draws accuracy against tokens/step: none of the files is an "
+                         f"accuracy run (add them, or drop --plot)")
     print(write(markdown_table(head, body), out_md))
     plt = pyplot() if out_png else None
     if plt:
@@ -311,11 +315,11 @@ def save_figure(fig, out_png: str):
 
 
 def generation(paths, out_md, out_png=None) -> str:
-    """A corpus run's eval.py --json files (make shakespeare) as two markdown tables: the likelihood runs (NLL in
-    nats/token, bits/char for a byte-level model, exact for AR and a bound for the others) and the unconditional
-    runs (per checkpoint and threshold: the scores the runs have, generative perplexity under the --ref-ckpt AR
-    model and under the --ppl-model Hugging Face LM and MAUVE, then mean unigram entropy per sample, tokens/step,
-    tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
+    """A corpus run's eval.py --json files (make shakespeare) as two markdown tables: the likelihood runs (NLL
+    in nats/token, bits/char for a byte-level model, exact for AR and a bound for the others) and the
+    unconditional runs (per checkpoint and threshold: the scores the runs have, generative perplexity under
+    the --ref-ckpt AR model and under the --ppl-model Hugging Face LM and MAUVE, then mean unigram entropy per
+    sample, tokens/step, tokens/s at batch 1), AR, MDLM, BD3-LM, Set Diffusion in that order, tau from inf
     down. Runs of several seeds (checkpoints of one name in several folders) make one row each: the mean, with
     [min, max] over the seeds. With out_png, generative perplexity and tokens/step against tau, one line per
     checkpoint name (the seeds' range as error bars; needs matplotlib)."""
@@ -328,8 +332,8 @@ def generation(paths, out_md, out_png=None) -> str:
         if m["task"] == "unconditional":
             check_keys(path, m, ("entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
             if not any(s[0] in m for s in SCORERS):
-                raise ValueError(f"{path} holds none of {', '.join(s[0] for s in SCORERS)}: an unconditional run "
-                                 f"scored by --ref-ckpt, --ppl-model or --mauve-ref")
+                raise ValueError(f"{path} holds none of {', '.join(s[0] for s in SCORERS)}: an unconditional "
+                                 f"run scored by --ref-ckpt, --ppl-model or --mauve-ref")
             tau = m.get("threshold", math.inf)
             if not isinstance(tau, (int, float)):
                 raise ValueError(f"{path}: threshold {tau!r} is not a number")
@@ -340,16 +344,18 @@ def generation(paths, out_md, out_png=None) -> str:
     if not likelihood and not samples:
         raise ValueError("no eval.py --json file given")
     head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens", "seeds"]
-    body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"), spread(runs, "perplexity", ".3f"),
+    body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"),
+             spread(runs, "perplexity", ".3f"),
              "exact" if METHODS[ORDER[i]].EXACT_NLL else "bound", spread(runs, "tokens", ".0f"), len(runs)]
             for (i, label), runs in sorted(likelihood.items())]
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
     if samples:
         text += ("\n\n" if text else "") + unconditional_table(samples)
     if out_png and perplexity_key(samples) is None:
-        raise ValueError(f"--plot {out_png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every "
-                         f"unconditional run has: {'some lack it' if samples else 'there is no unconditional run'}"
-                         f" (score them all with one --ref-ckpt or --ppl-model, or drop --plot)")
+        raise ValueError(f"--plot {out_png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that "
+                         f"every unconditional run has: "
+                         f"{'some lack it' if samples else 'there is no unconditional run'} (score them all "
+                         f"with one --ref-ckpt or --ppl-model, or drop --plot)")
     print(write(text, out_md))
     plt = pyplot() if out_png and samples else None
     if plt:
@@ -360,22 +366,25 @@ def generation(paths, out_md, out_png=None) -> str:
 
 
 SCORERS = [("gen_ppl", "gen. perplexity", "ref_ckpt", "generative perplexity under {}"),      # --ref-ckpt
-           ("gen_ppl_hf", "gen. perplexity (HF)", "ppl_model", "gen. perplexity (HF) under {}"),  # --ppl-model
+           ("gen_ppl_hf", "gen. perplexity (HF)", "ppl_model",
+            "gen. perplexity (HF) under {}"),  # --ppl-model
            ("mauve", "MAUVE", "mauve_encoder", "MAUVE on {} features")]                         # --mauve-ref
 
 
 def unconditional_table(samples: dict) -> str:
     """The unconditional runs' table: a column per score that some run has (generative perplexity under the
-    --ref-ckpt AR model, under the --ppl-model Hugging Face LM, MAUVE; a single run's MAUVE with its std over the
-    5 subsets), then entropy and speed; the caption names the scoring models."""
+    --ref-ckpt AR model, under the --ppl-model Hugging Face LM, MAUVE; a single run's MAUVE with its std over
+    the 5 subsets), then entropy and speed; the caption names the scoring models."""
     every = [r for runs in samples.values() for r in runs]
     scores = [s for s in SCORERS if any(s[0] in r for r in every)]
-    head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step", "tokens/s (batch 1)",
+    head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step", "tokens/s "
+                                                                                                "(batch 1)",
             "samples", "seeds"]
     body = [[label, f"{-tau:g}",
              *(spread(runs, k, ".3f") + (f" ± {runs[0]['mauve_std']:.3f}" if k == "mauve" and len(runs) == 1
                                         and "mauve_std" in runs[0] else "") for k, _, _, _ in scores),
-             spread(runs, "entropy", ".3f"), spread(runs, "tokens_per_step", ".2f"), spread(runs, "tokens_per_s", ".1f")
+             spread(runs, "entropy", ".3f"), spread(runs, "tokens_per_step", ".2f"),
+             spread(runs, "tokens_per_s", ".1f")
              + (f" ± {runs[0].get('tokens_per_s_std', float('nan')):.1f}" if len(runs) == 1 else ""),
              spread(runs, "n", ".0f"), len(runs)] for (_, label, tau), runs in sorted(samples.items())]
     caption = [phrase.format(", ".join(dict.fromkeys(str(r.get(source, "?")) for r in every if k in r)))
@@ -417,7 +426,8 @@ def sweep(paths: list[str], out_md: str, out_png=None) -> str:
     rows = sorted(runs.items(), key=lambda kv: (kv[1]["smax"], kv[1]["infill"], kv[0]))
     head = ["checkpoint", "smax", "--infill"] + [name for name, _, _ in SWEEP] + ["seeds"]
     body = [[label, r["smax"], f"{r['infill']:g}"]
-            + [spread(r.get(kind, []), key, ".4f" if key == "nll" else ".3f" if key != "tokens_per_step" else ".2f")
+            + [spread(r.get(kind, []), key,
+                      ".4f" if key == "nll" else ".3f" if key != "tokens_per_step" else ".2f")
                for _, kind, key in SWEEP]
             + [max(len(v) for k, v in r.items() if isinstance(v, list))] for label, r in rows]
     text = write(markdown_table(head, body), out_md)
@@ -477,8 +487,8 @@ def counts(runs: list[dict]) -> str:
 
 
 def spread(runs: list[dict], key: str, fmt: str) -> str:
-    """One table cell: the runs' (seeds') value of key, or their mean and [min, max] where they differ; '' when
-    absent."""
+    """One table cell: the runs' (seeds') value of key, or their mean and [min, max] where they differ; ''
+    when absent."""
     xs = [r[key] for r in runs if key in r]
     if not xs:
         return ""
@@ -543,13 +553,16 @@ def scorer_of(key: str, runs: list[dict]) -> str:
 
 
 def infill(paths, out_md) -> str:
-    """eval.py --task infill and rocstories runs (make infill, make infill-shakespeare) as one markdown table: a row
-    per span kind and checkpoint name (spans step, number, word, line, then ROCStories; methods in ORDER), with
-    exact match, answer_right (the shipped task's step span), char accuracy and ROUGE-L (text spans), tokens/step
-    and tokens/s at batch 1; a metric column no run has is left out. Runs of one checkpoint name in several
-    folders (seeds) make one row: the mean, with [min, max] where the seeds differ."""
-    spans = ["step", "number", "operand", "verb", "word", "line", "rocstories"]   # the spans' order in the table
-    metrics = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"), ("op_right", "op_right", ".3f"),
+    """eval.py --task infill and rocstories runs (make infill, make infill-shakespeare) as one markdown table:
+    a row per span kind and checkpoint name (spans step, number, word, line, then ROCStories; methods in
+    ORDER), with exact match, answer_right (the shipped task's step span), char accuracy and ROUGE-L (text
+    spans), tokens/step and tokens/s at batch 1; a metric column no run has is left out. Runs of one
+    checkpoint name in several folders (seeds) make one row: the mean, with [min, max] where the seeds
+    differ."""
+    spans = ["step", "number", "operand", "verb", "word", "line", "rocstories"]   # the spans' order in the
+                                                                                  # table
+    metrics = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"),
+               ("op_right", "op_right", ".3f"),
                ("char acc.", "char_accuracy", ".3f"), ("ROUGE-L", "rougeL", ".3f"),
                ("tokens/step", "tokens_per_step", ".2f"), ("tokens/s (batch 1)", "tokens_per_s", ".1f"),
                ("n", "n", ".0f")]
@@ -557,12 +570,13 @@ def infill(paths, out_md) -> str:
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
         if m["task"] not in ("infill", "rocstories"):
-            raise ValueError(f"{path}: a {m['task']} run, not an infill or rocstories run (eval.py --task infill)")
+            raise ValueError(f"{path}: a {m['task']} run, not an infill or rocstories run (eval.py --task "
+                             f"infill)")
         check_keys(path, m, ("tokens_per_step", "tokens_per_s", "n"), "an infill")
         span = m.get("span", "step") if m["task"] == "infill" else "rocstories"
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str) or span not in spans:
-            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, span {span!r}: not an eval.py "
-                             f"--json file of an infill run")
+            raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, span {span!r}: not an "
+                             f"eval.py --json file of an infill run")
         key = (spans.index(span), ORDER.index(m["model"]), label_of(m["ckpt"]))
         groups.setdefault(key, []).append(m)
     if not groups:
@@ -588,22 +602,25 @@ def main(argv=None):
     p.add_argument("--pareto", action="store_true",
                    help="merge the accuracy and throughput runs of a threshold sweep into a Pareto table")
     p.add_argument("--generation", action="store_true",
-                   help="a corpus run: likelihood (bits/char) and unconditional (generative perplexity) tables")
+                   help="a corpus run: likelihood (bits/char) and unconditional (generative perplexity) "
+                        "tables")
     p.add_argument("--infill", action="store_true",
-                   help="infilling runs (eval.py --task infill, rocstories): exact match, char accuracy, ROUGE-L, "
-                        "speed per span and checkpoint, seeds merged")
+                   help="infilling runs (eval.py --task infill, rocstories): exact match, char accuracy, "
+                        "ROUGE-L, speed per span and checkpoint, seeds merged")
     p.add_argument("--sweep", action="store_true",
-                   help="Set Diffusion's smax sweep: accuracy, tokens/step, likelihood and infilling per checkpoint")
+                   help="Set Diffusion's smax sweep: accuracy, tokens/step, likelihood and infilling per "
+                        "checkpoint")
     p.add_argument("--plot", default=None, help="--pareto: accuracy vs tokens/step plot; --sweep: accuracy, "
-                   "tokens/step and infilling vs smax; --generation: generative perplexity and tokens/step vs "
-                   "tau (needs matplotlib)")
+                   "tokens/step and infilling vs smax; --generation: generative perplexity and tokens/step "
+                   "vs tau (needs matplotlib)")
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
     args = p.parse_args(argv)
     try:
         if args.pareto + args.generation + args.infill + args.sweep > 1:
             raise ValueError("give one of --pareto, --generation, --infill and --sweep")
         if args.plot and not (args.pareto or args.generation or args.sweep):
-            raise ValueError("--plot draws a --pareto, --sweep or --generation table's runs: add one, or drop --plot")
+            raise ValueError("--plot draws a --pareto, --sweep or --generation table's runs: add one, or "
+                             "drop --plot")
         if args.plot:
             pyplot()                                  # matplotlib, checked before any file is written
         if args.generation:
