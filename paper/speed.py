@@ -4,10 +4,10 @@
     python -m paper.speed out/pareto/ar out/pareto/setdiffusion@0.9 out/pareto/setdiffusion@0.8 \
         --limit 55 --rounds 3 --out results/pareto
 
-Each RUN is CKPT (its config.json's threshold) or CKPT@TAU. On a shared machine, runs timed one after the other
-see different loads (this repo once read Set Diffusion at 1137 tokens/s at tau 0.8 and 737 at tau 0.9, the
-opposite of their tokens/step), so metrics.interleaved_throughput decodes every measured prompt with every run
-in turn, `--rounds` times over, and each run reports its median round with the rounds' range. Each run is
+Each RUN is CKPT (its config.json's threshold) or CKPT@TAU. On a shared machine, runs timed one after the
+other see different loads (this repo once read Set Diffusion at 1137 tokens/s at tau 0.8 and 737 at tau 0.9,
+the opposite of their tokens/step), so metrics.interleaved_throughput decodes every measured prompt with every
+run in turn, `--rounds` times over, and each run reports its median round with the rounds' range. Each run is
 written as <out>/<checkpoint folder>-<tau>-tput.json in eval.py --task throughput's format (python -m
 paper.results --pareto reads it); the table is printed.
 """
@@ -36,8 +36,8 @@ def parse_run(spec: str) -> tuple[str, float | None]:
 
 
 def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]:
-    """({name: run for interleaved_throughput}, {name: the eval.py JSON fields of that run}); each checkpoint is
-    loaded once, however many thresholds it runs at. All runs must share one task (the same prompts)."""
+    """({name: run for interleaved_throughput}, {name: the eval.py JSON fields of that run}); each checkpoint
+    is loaded once, however many thresholds it runs at. All runs must share one task (the same prompts)."""
     loaded, runs, records = {}, {}, {}
     for spec in specs:
         ckpt, tau = parse_run(spec)
@@ -45,7 +45,8 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
             loaded[ckpt] = checkpoint.load(ckpt, device)
         model, method, cfg, config = loaded[ckpt]
         if is_corpus(config["data"]):
-            raise ValueError(f"{ckpt} was trained on the corpus {config['data']}: throughput needs a task's prompts")
+            raise ValueError(f"{ckpt} was trained on the corpus {config['data']}: "
+                             f"throughput needs a task's prompts")
         tau = tau if tau is not None else config.get("sampler", {}).get("threshold", math.inf)
         tok = get_tokenizer(config["tokenizer"])
         window = window_used(0, method, cfg)
@@ -65,7 +66,8 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="+", help="CKPT or CKPT@TAU")
-    p.add_argument("--limit", type=int, default=55, help="the first N test prompts (the first --warmup untimed)")
+    p.add_argument("--limit", type=int, default=55,
+                   help="the first N test prompts (the first --warmup untimed)")
     p.add_argument("--warmup", type=int, default=5, help="prompts decoded by every run before timing")
     p.add_argument("--rounds", type=int, default=3, help="times every run decodes the measured prompts")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -91,7 +93,8 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     head = ["run", "tokens/s (median round)", "range over rounds", "tokens/step", "rounds", "prompts"]
     print(markdown_table(head, [[n, f"{r['tokens_per_s']:.1f}", f"[{r['tokens_per_s_min']:.1f}, "
-                                 f"{r['tokens_per_s_max']:.1f}]", f"{r['tokens_per_step']:.2f}", r["rounds"], r["n"]]
+                                 f"{r['tokens_per_s_max']:.1f}]", f"{r['tokens_per_step']:.2f}", r["rounds"],
+                                 r["n"]]
                                 for n, r in m.items()]))
     for name, r in m.items():
         if args.out:
