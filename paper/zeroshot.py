@@ -2,10 +2,10 @@
 hellaswag|piqa|siqa), as the official scripts/eval/mcqa_eval.py scores them (data/mcqa.py loads them).
 
 For each option, x0 = prompt tokens (no BOS, cut from the left to fit L) + the option's tokens (" " + option),
-then pad; the prompt is context (prompt_mask) and the option's tokens the targets; score = the method's NLL/NELBO
-of the option (averaged over --mc-samples draws of t or of the order; the official uses 1, its
-num_importance_samples) / its number of tokens; the lowest score wins. A request's noise is seeded from its own
-tokens (option_scores), so scores and accuracy do not move with --batch-size or the order of the questions
+then pad; the prompt is context (prompt_mask) and the option's tokens the targets; score = the method's
+NLL/NELBO of the option (averaged over --mc-samples draws of t or of the order; the official uses 1, its
+num_importance_samples) / its number of tokens; the lowest score wins. A request's noise is seeded from its
+own tokens (option_scores), so scores and accuracy do not move with --batch-size or the order of the questions
 (the official draws MDLM/BD3-LM's t from the global generator, one t shared by a question's options).
 The diffusion methods see the row padded to the model's L (the order schedule and t blocks span L), AR to the
 longest row of the batch. Accuracy is reported with its standard error
@@ -27,15 +27,17 @@ def family(tokenizer: str) -> str:
 
 
 def checked_tokenizer(config: dict, model, want: str, what: str):
-    """The checkpoint's tokenizer when it is `want`'s family and matches the model's vocabulary, else a ValueError."""
+    """The checkpoint's tokenizer when it is `want`'s family and matches the model's vocabulary, else a
+    ValueError."""
     if family(config["tokenizer"]) != family(want):
         raise ValueError(f"{what} needs a model with the {want} tokenizer, but this checkpoint uses "
-                         f"{config['tokenizer']} (a model of another family: use an OWT model for owt and MCQA, "
-                         f"an LM1B model for lm1b)")
+                         f"{config['tokenizer']} (a model of another family: use an OWT model for owt and "
+                         f"MCQA, an LM1B model for lm1b)")
     tok = get_tokenizer(config["tokenizer"])
     if tok.vocab_size != model.cfg.vocab_size:
-        raise ValueError(f"the model's vocabulary has {model.cfg.vocab_size} tokens but the {config['tokenizer']} "
-                         f"tokenizer {tok.vocab_size}: wrong tokenizer for this checkpoint")
+        raise ValueError(f"the model's vocabulary has {model.cfg.vocab_size} tokens but the "
+                         f"{config['tokenizer']} tokenizer {tok.vocab_size}: wrong tokenizer for this "
+                         f"checkpoint")
     return tok
 
 
@@ -50,13 +52,14 @@ def encode_options(tok, prompt: str, options: list[str], L: int) -> list[tuple[l
     return pairs
 
 
-MC_CHUNK = 16                 # NELBO draws of one request scored in one forward (a fixed size: batching moves nothing)
+MC_CHUNK = 16                 # NELBO draws of one request scored in one forward (a fixed size: batching moves
+                              # nothing)
 
 
 def request_seed(seed: int, prompt: list, answer: list, chunk: int = 0) -> int:
-    """The noise seed of one scored request: a hash (blake2b) of the run's seed, the request's token ids and the
-    chunk of draws, so that a request draws the same noise alone, in any batch and in any order (the official
-    harness_eval.py seeds its generations from a hash of the prompt the same way)."""
+    """The noise seed of one scored request: a hash (blake2b) of the run's seed, the request's token ids and
+    the chunk of draws, so that a request draws the same noise alone, in any batch and in any order (the
+    official harness_eval.py seeds its generations from a hash of the prompt the same way)."""
     payload = f"{seed}|{','.join(map(str, prompt))}|{','.join(map(str, answer))}|{chunk}".encode()
     return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little") >> 1
 
@@ -64,8 +67,8 @@ def request_seed(seed: int, prompt: list, answer: list, chunk: int = 0) -> int:
 @torch.no_grad()
 def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: int = 1, seed: int = 0,
                   exclusions="none") -> torch.Tensor:
-    """NLL of each option given its prompt / its number of tokens: (R,). AR (EXACT_NLL): exact, the rows in one
-    forward. The diffusion bounds: the mean of `samples` NELBO draws (of t, or of the order; the official
+    """NLL of each option given its prompt / its number of tokens: (R,). AR (EXACT_NLL): exact, the rows in
+    one forward. The diffusion bounds: the mean of `samples` NELBO draws (of t, or of the order; the official
     mcqa_eval.py's num_importance_samples, 1), drawn for each request from its own generators (request_seed),
     MC_CHUNK copies of its row per forward: a request's score does not depend on its batch, its neighbours or
     its place. exclusions="official": a method with OFFICIAL_EXCLUDES (Set Diffusion) does not count pad-id
@@ -79,7 +82,8 @@ def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: i
         prompt_mask[r, :len(p)], pad_mask[r, :len(p) + len(a)] = True, False
     x0, prompt_mask, pad_mask = x0.to(device), prompt_mask.to(device), pad_mask.to(device)
     extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and method.OFFICIAL_EXCLUDES else {}
-    if method.EXACT_NLL:                                                      # no noise: every draw is the same
+    if method.EXACT_NLL:                                                      # no noise: every draw is the
+                                                                              # same
         total = method.nll(model, x0, cfg, prompt_mask, pad_mask, **extra)[0].double()
     else:
         total = torch.zeros(R, device=device, dtype=torch.float64)
@@ -101,11 +105,12 @@ def evaluate_mcqa(model, method, cfg, tok, examples, seq_len: int, device, pad_t
             for pair in encode_options(tok, ex["prompt"], ex["options"], seq_len)]
     from tqdm import tqdm
     scores = []
-    for s in tqdm(range(0, len(rows), batch_size), desc="options", unit="batch", file=sys.stderr, disable=None,
-                  dynamic_ncols=True):
+    for s in tqdm(range(0, len(rows), batch_size), desc="options", unit="batch", file=sys.stderr,
+                  disable=None, dynamic_ncols=True):
         pairs = [pair for _, pair in rows[s:s + batch_size]]
         width = seq_len if pad_to_length else max(len(p) + len(a) for p, a in pairs)
-        scores += option_scores(model, method, cfg, tok, pairs, width, device, samples, seed, exclusions).tolist()
+        scores += option_scores(model, method, cfg, tok, pairs, width, device, samples, seed,
+                                exclusions).tolist()
     per_example = [[] for _ in examples]
     for (i, _), score in zip(rows, scores):
         per_example[i].append(score)
