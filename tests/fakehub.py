@@ -1,6 +1,6 @@
-"""Fakes of what lives on the Hugging Face Hub, for offline tests: a Hub cache snapshot (fake_hub), a subprocess
-that reads it (run_offline: huggingface_hub reads HF_HOME and HF_HUB_OFFLINE when imported), and a tiny model's
-weights in the official released-checkpoint layout (released_weights)."""
+"""Fakes of what lives on the Hugging Face Hub, for offline tests: a Hub cache snapshot (fake_hub), a
+subprocess that reads it (run_offline: huggingface_hub reads HF_HOME and HF_HUB_OFFLINE when imported), and a
+tiny model's weights in the official released-checkpoint layout (released_weights)."""
 import dataclasses
 import json
 import os
@@ -43,12 +43,14 @@ def run_offline(hf_home, code: str) -> subprocess.CompletedProcess:
     return proc
 
 
-TINY = ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=8, intermediate_size=48,
+TINY = ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, head_dim=8,
+                   intermediate_size=48,
                    rope_theta=1e6)
 
 
 def hf_names(state: dict, cfg: ModelConfig) -> dict:
-    """Our state dict with each fused self_attn.qkv_proj.weight split into Hugging Face's q/k/v_proj.weight."""
+    """Our state dict with each fused self_attn.qkv_proj.weight split into Hugging Face's
+    q/k/v_proj.weight."""
     out = {}
     for k, v in state.items():
         if k.endswith("qkv_proj.weight"):
@@ -61,7 +63,8 @@ def hf_names(state: dict, cfg: ModelConfig) -> dict:
 
 def released_weights(tie=True, ema=True, seed=0) -> tuple[dict, dict]:
     """(state dict in the official layout, the state in our names it must load as). With ema, the official
-    dict also holds the raw weights under backbone.*, and the EMA copy (what must load) under ema.backbone.*."""
+    dict also holds the raw weights under backbone.*, and the EMA copy (what must load) under
+    ema.backbone.*."""
     def official(model, prefix):                 # Hugging Face names: q, k, v projections apart
         return {(prefix + "lm_head.weight" if k == "lm_head.weight" else prefix + "model." + k): v
                 for k, v in hf_names(checkpoint.weights(model), TINY).items()}
