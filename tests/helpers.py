@@ -1,5 +1,6 @@
-"""What the tests in this folder share: the tiny models and method table of test_all.py (which runs alone), the
-methods' reference samplers by name, the one-line error check of the scripts, and tiny trained checkpoints."""
+"""What the tests in this folder share: the tiny models and method table of test_all.py (which runs alone),
+the methods' reference samplers by name, the one-line error check of the scripts, and tiny trained
+checkpoints."""
 import math
 
 import pytest
@@ -27,7 +28,8 @@ def error_of(main, argv) -> str:
 
 
 def text_checkpoints(tmp_path_factory, name: str, text: str, flags: list[str]):
-    """A folder with a text file `name`, its token cache and one tiny checkpoint per method trained on it (flags)."""
+    """A folder with a text file `name`, its token cache and one tiny checkpoint per method trained on it
+    (flags)."""
     import train
     d = tmp_path_factory.mktemp("text")
     (d / name).write_text(text, encoding="utf-8")
@@ -43,7 +45,8 @@ def one_step_checkpoints(tmp_path_factory, methods=("ar", "setdiffusion")):
     import train
     root = tmp_path_factory.mktemp("ckpts")
     for m in methods:
-        train.main(["--model", m, "--out-dir", str(root / m), "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+        train.main(["--model", m, "--out-dir", str(root / m), "--n-layer", "1", "--n-embd", "32",
+                    "--n-head", "2",
                     "--batch-size", "4", "--eval-limit", "1", "--max-new-tokens", "8", "--warmup", "1",
                     "--max-iters", "1"])
     return root
