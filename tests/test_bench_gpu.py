@@ -13,7 +13,8 @@ import torch
 from bench import bench_gpu, gpu_check
 from model import ModelConfig, Transformer
 
-SMOKE = ["--device", "cpu", "--tiny", "--new-tokens", "3", "--prompt", "4", "--repeats", "1", "--dtype", "float32"]
+SMOKE = ["--device", "cpu", "--tiny", "--new-tokens", "3", "--prompt", "4", "--repeats", "1", "--dtype",
+         "float32"]
 TRAIN = ["--device", "cpu", "--tiny", "--parts", "train", "--train-len", "32", "--train-prompt", "8",
          "--train-answer", "12", "--train-batch", "2", "--train-steps", "2"]
 
@@ -100,7 +101,8 @@ def test_a_failing_case_is_one_line_and_the_run_goes_on(monkeypatch, capsys):
         return decode(model, method, prompt, N, threshold)
 
     monkeypatch.setattr(bench_gpu, "decode", broken)
-    out = bench_gpu.main(SMOKE + ["--parts", "decode", "--modes", "eager", "--batch", "1", "--methods", "ar,setdiffusion"])
+    out = bench_gpu.main(SMOKE + ["--parts", "decode", "--modes", "eager", "--batch", "1", "--methods",
+                                  "ar,setdiffusion"])
     assert [(r["mode"], r["method"]) for r in out["decode"]] == [("eager", "ar")]
     assert [(f["mode"], f["method"], f["error"]) for f in out["failures"]] == [("eager", "setdiffusion",
                                                                                 "RuntimeError: boom")]
@@ -169,7 +171,8 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     assert text.count(f"`{state['bench']['command']}`") == 2                    # above both tables
     result = json.loads((tmp_path / "results" / "gpu-bench.json").read_text())
     assert len(result["decode"]) == 8 and len(result["train"]) == 4 and result["failures"] == []
-    assert sum(line.startswith(("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |")) for line in text.splitlines()) == 12
+    assert sum(line.startswith(("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |"))
+               for line in text.splitlines()) == 12
     assert "| none (CPU) (x0) |" in text and f"| {torch.__version__} |" in text
 
 
@@ -177,8 +180,10 @@ def test_pytest_results_parse_outcomes_seconds_and_failures():
     output = ("tests/test_gpu.py::test_a[x] PASSED  [ 50%]\ntests/test_gpu.py::test_b FAILED  [100%]\n"
               "==== slowest durations ====\n1.50s call     tests/test_gpu.py::test_a[x]\n"
               "0.25s setup    tests/test_gpu.py::test_a[x]\n2.00s call     tests/test_gpu.py::test_b\n"
-              "FAILED tests/test_gpu.py::test_b - AssertionError: 1 != 2\n==== 1 failed, 1 passed in 3.80s ====\n")
+              "FAILED tests/test_gpu.py::test_b - AssertionError: 1 != 2\n==== 1 failed, 1 passed in 3.80s "
+              "====\n")
     r = gpu_check.pytest_results(output)
-    assert r["tests"] == [("tests/test_gpu.py::test_a[x]", "PASSED", 1.75), ("tests/test_gpu.py::test_b", "FAILED", 2.0)]
+    assert r["tests"] == [("tests/test_gpu.py::test_a[x]", "PASSED", 1.75),
+                          ("tests/test_gpu.py::test_b", "FAILED", 2.0)]
     assert r["counts"] == {"failed": 1, "passed": 1}
     assert r["failures"] == ["FAILED tests/test_gpu.py::test_b - AssertionError: 1 != 2"]
