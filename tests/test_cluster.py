@@ -1,5 +1,5 @@
-"""cluster/slurm.py without a scheduler: SLURM's variables -> the exact torchrun command (dry run), host lists,
---grad-accum from a global batch, --resume added when the run's folder holds a complete checkpoint (a
+"""cluster/slurm.py without a scheduler: SLURM's variables -> the exact torchrun command (dry run), host
+lists, --grad-accum from a global batch, --resume added when the run's folder holds a complete checkpoint (a
 requeued job), train.py's arguments read by train.py's own parser in every form, one line for what is missing
 or out of range. python -m pytest -q tests/test_cluster.py"""
 import importlib.util
@@ -32,11 +32,13 @@ def test_hostlists_expand(spec, hosts):
 
 
 @pytest.mark.parametrize("env, extra, expect", [
-    (JOB, [], ["--nnodes", "2", "--nproc-per-node", "8", "--rdzv-endpoint", "gpu07:29500", "--rdzv-id", "4242"]),
+    (JOB, [], ["--nnodes", "2", "--nproc-per-node", "8", "--rdzv-endpoint", "gpu07:29500", "--rdzv-id",
+               "4242"]),
     ({**JOB, "SLURM_GPUS_ON_NODE": "", "SLURM_GPUS_PER_NODE": "h100:4", "SLURM_JOB_NUM_NODES": "",
       "SLURM_NNODES": "3", "SLURM_JOB_NODELIST": "a[3-5]"}, [],
      ["--nnodes", "3", "--nproc-per-node", "4", "--rdzv-endpoint", "a3:29500"]),
-    (JOB, ["--gpus-per-node", "2", "--port", "31000"], ["--nproc-per-node", "2", "--rdzv-endpoint", "gpu07:31000"]),
+    (JOB, ["--gpus-per-node", "2", "--port", "31000"], ["--nproc-per-node", "2", "--rdzv-endpoint",
+                                                        "gpu07:31000"]),
 ])
 def test_dry_run_renders_the_exact_torchrun_command(monkeypatch, capsys, env, extra, expect, tmp_path):
     for k in list(os.environ):
@@ -67,7 +69,8 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     out = tmp_path / "run"
     dates = os.path.join(ROOT, "data", "examples", "dates.jsonl")             # small: encoded in no time
     args = ["--model", "ar", "--data", f"jsonl:{dates}", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
-            "--batch-size", "2", "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1", "--out-dir", str(out)]
+            "--batch-size", "2", "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1",
+            "--out-dir", str(out)]
     assert "--resume" not in slurm.command(args, JOB)
     train.main(args)
     assert slurm.command(args, JOB)[-1] == "--resume"
@@ -109,25 +112,31 @@ def test_a_requeued_job_resumes_whatever_form_its_arguments_take(tmp_path, monke
     (["--model=ar"], "2"),                               # train.py's default --batch-size 16
 ])
 def test_global_batch_reads_the_batch_size_in_every_form(args, accum):
-    assert slurm.command([*args, "--out-dir", "/nonexistent"], JOB, global_batch=512)[-2:] == ["--grad-accum", accum]
+    assert slurm.command([*args, "--out-dir", "/nonexistent"], JOB, global_batch=512)[-2:] \
+        == ["--grad-accum", accum]
 
 
 @pytest.mark.parametrize("env, argv, message", [
     ({}, ["--", "--model", "ar"], "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
     ({**JOB, "SLURM_GPUS_ON_NODE": ""}, ["--", "--model", "ar"], "no GPU count: request GPUs"),
-    ({**JOB, "SLURM_JOB_NUM_NODES": ""}, ["--", "--model", "ar"], "SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set"),
-    ({**JOB, "SLURM_JOB_NUM_NODES": "two"}, ["--", "--model", "ar"], "SLURM_JOB_NUM_NODES='two' is not a node count"),
+    ({**JOB, "SLURM_JOB_NUM_NODES": ""}, ["--", "--model", "ar"],
+     "SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set"),
+    ({**JOB, "SLURM_JOB_NUM_NODES": "two"}, ["--", "--model", "ar"],
+     "SLURM_JOB_NUM_NODES='two' is not a node count"),
     ({**JOB, "SLURM_JOB_NODELIST": "gpu[01-"}, ["--", "--model", "ar"], "is not a SLURM host list"),
     ({**JOB, "SLURM_JOB_NODELIST": "node[]"}, ["--", "--model", "ar"], "'node[]' is not a SLURM host list"),
     ({**JOB, "SLURM_JOB_NODELIST": "node[5-2]"}, ["--", "--model", "ar"], "has a range that is not numbers"),
-    (JOB, ["--gpus-per-node", "-1", "--", "--model", "ar"], "--gpus-per-node must be 1 or more (0 = SLURM's GPU "
-                                                            "count), got -1"),
+    (JOB, ["--gpus-per-node", "-1", "--", "--model", "ar"], "--gpus-per-node must be 1 or more (0 = SLURM's "
+                                                            "GPU count), got -1"),
     (JOB, ["--port", "99999", "--", "--model", "ar"], "--port must be a TCP port, 1 to 65535, got 99999"),
     (JOB, ["--global-batch", "-512", "--", "--model", "ar"], "--global-batch must be a positive number of "
-                                                              "sequences (0 = off: --grad-accum as given), got -512"),
-    (JOB, ["--global-batch", "512", "--", "--model=ar", "--grad-accum=3"], "--global-batch sets --grad-accum: "
-                                                                            "leave --grad-accum out"),
-    (JOB, ["--", "--model", "ar", "--batch-szie", "8"], "train.py's arguments: unrecognized arguments: --batch-szie"),
+                                                              "sequences (0 = off: --grad-accum as given), "
+                                                              "got -512"),
+    (JOB, ["--global-batch", "512", "--", "--model=ar", "--grad-accum=3"], "--global-batch sets "
+                                                                            "--grad-accum: leave "
+                                                                            "--grad-accum out"),
+    (JOB, ["--", "--model", "ar", "--batch-szie", "8"], "train.py's arguments: unrecognized arguments: "
+                                                        "--batch-szie"),
     (JOB, [], "give train.py's arguments after --"),
 ])
 def test_bad_input_is_one_line(monkeypatch, env, argv, message):
@@ -152,8 +161,8 @@ def test_the_sbatch_template_runs_one_launcher_per_node(tmp_path):
     subprocess.run(["bash", os.path.join(ROOT, "cluster", "train.sbatch"), "--model", "ar", "--lr", "3e-4"],
                    env=env, check=True, timeout=30)
     assert (tmp_path / "args").read_text().split("\n")[:-1] == [
-        "--cpus-per-task=32", "--kill-on-bad-exit=1", "python", "cluster/slurm.py", "--global-batch", "256", "--",
-        "--model", "ar", "--lr", "3e-4"]
+        "--cpus-per-task=32", "--kill-on-bad-exit=1", "python", "cluster/slurm.py", "--global-batch", "256",
+        "--", "--model", "ar", "--lr", "3e-4"]
 
 
 def test_without_dry_run_the_launcher_execs_torchrun_from_the_repository_root(tmp_path):
@@ -162,10 +171,11 @@ def test_without_dry_run_the_launcher_execs_torchrun_from_the_repository_root(tm
     (tmp_path / "torchrun").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(JOB, PATH=f"{tmp_path}:{os.environ['PATH']}", RECORD=str(tmp_path / "args"))
-    subprocess.run([sys.executable, os.path.join(ROOT, "cluster", "slurm.py"), "--", "--model", "ar", "--out-dir",
-                    str(tmp_path / "none")], env=env,
+    subprocess.run([sys.executable, os.path.join(ROOT, "cluster", "slurm.py"), "--", "--model", "ar",
+                    "--out-dir", str(tmp_path / "none")], env=env,
                    cwd=tmp_path, check=True, timeout=60)
     where, *args = (tmp_path / "args").read_text().split("\n")[:-1]
     assert os.path.realpath(where) == os.path.realpath(ROOT)
     assert args == ["--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                    "gpu07:29500", "--rdzv-id", "4242", "train.py", "--model", "ar", "--out-dir", str(tmp_path / "none")]
+                    "gpu07:29500", "--rdzv-id", "4242", "train.py", "--model", "ar", "--out-dir",
+                    str(tmp_path / "none")]
