@@ -1,7 +1,7 @@
-"""Credentials from a git-ignored .env (common/credentials.py): read as python-dotenv reads it (or by the same rules
-when it is not installed), HF_TOKEN and WANDB_API_KEY reach the environment when it lacks them, never override
-it, and never appear in what the scripts print or save; other tools' entries (multi-line values, lines that are
-not NAME=VALUE) never stop a run. python -m pytest -q tests/test_credentials.py"""
+"""Credentials from a git-ignored .env (common/credentials.py): read as python-dotenv reads it (or by the same
+rules when it is not installed), HF_TOKEN and WANDB_API_KEY reach the environment when it lacks them, never
+override it, and never appear in what the scripts print or save; other tools' entries (multi-line values,
+lines that are not NAME=VALUE) never stop a run. python -m pytest -q tests/test_credentials.py"""
 import io
 import logging
 import os
@@ -57,8 +57,8 @@ CASES = [
     ('HF_TOKEN="abc"  # a comment', "abc"), ("HF_TOKEN='a b'", "a b"), ("HF_TOKEN=abc # a comment", "abc"),
     ("HF_TOKEN=abc#def", "abc#def"), ("export HF_TOKEN = v ", "v"), ('HF_TOKEN="a\\"b"', 'a"b'),
     ("HF_TOKEN='a\\nb'", "a\\nb"), ('HF_TOKEN="a\\tb"', "a\tb"), ("HF_TOKEN=", ""), ("HF_TOKEN", None),
-    ('HF_TOKEN="abc', None), ('HF_TOKEN="a"b"', None), ("HF_TOKEN='x'y", None),            # a stray quote: skipped
-    ('CERT="-----BEGIN\nHF_TOKEN=fake\n-----END"\nHF_TOKEN=real', "real"),               # inside a quoted value
+    ('HF_TOKEN="abc', None), ('HF_TOKEN="a"b"', None), ("HF_TOKEN='x'y", None),       # a stray quote: skipped
+    ('CERT="-----BEGIN\nHF_TOKEN=fake\n-----END"\nHF_TOKEN=real', "real"),             # inside a quoted value
     ("KEY=-----BEGIN\nMIIB AA==\n-----END\nHF_TOKEN=ok", "ok"), ("not an entry\n=x\nHF_TOKEN=ok", "ok"),
     ("  # c\r\n\r\n  A=1\r\nB='x\ny' # z\nHF_TOKEN=ok\r\n", "ok"),
 ]
@@ -84,9 +84,10 @@ def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path, clean_env, re
     assert credentials.load_dotenv(str(env)) == ["HF_TOKEN"] and os.environ["HF_TOKEN"] == SECRET
 
 
-def test_other_entries_never_stop_a_run_and_warnings_hide_the_text(tmp_path, clean_env, reader, capsys, caplog):
-    """Another tool's multi-line value, a line that is not an entry (holding a secret) and an unclosed quote are
-    skipped with a warning naming the line, never its text; the credentials after them are read."""
+def test_other_entries_never_stop_a_run_and_warnings_hide_the_text(tmp_path, clean_env, reader, capsys,
+                                                                   caplog):
+    """Another tool's multi-line value, a line that is not an entry (holding a secret) and an unclosed quote
+    are skipped with a warning naming the line, never its text; the credentials after them are read."""
     env = tmp_path / ".env"
     env.write_text(f'KEY="-----BEGIN\n{SECRET}\n-----END"\n{SECRET} oops\nA="{SECRET}\nHF_TOKEN={SECRET}\n')
     with caplog.at_level(logging.WARNING):
@@ -104,8 +105,8 @@ def test_an_unreadable_dotenv_is_a_warning(tmp_path, clean_env, capsys):
 
 
 def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, capsys):
-    """train.py reads .env (here: the repository's path pointed at a temporary file) and runs, a line that is no
-    entry beside the credentials; the token is in its environment but in none of its output and none of the
+    """train.py reads .env (here: the repository's path pointed at a temporary file) and runs, a line that is
+    no entry beside the credentials; the token is in its environment but in none of its output and none of the
     files it writes."""
     env = tmp_path / ".env"
     env.write_text(f"HF_TOKEN={SECRET}\n{SECRET} not an entry\nWANDB_API_KEY={WANDB}\n")
@@ -124,4 +125,5 @@ def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, cap
 
 
 def test_the_default_dotenv_is_at_the_repository_root():
-    assert credentials.DOTENV == os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".env")
+    assert credentials.DOTENV == os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                              ".env")
