@@ -12,9 +12,9 @@ an --out-dir whose config.json train.py did not write). config.json is validated
 (`check_config`). Weights load with safetensors and torch.load(weights_only=True) only.
 
 `load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (e.g.
-"gsm8k:setdlm-smax8", "owt:setdlm-smax16"): it hands them to pretrained.py, which fetches them and converts the
-official format (Qwen3 backbones, and the DiT of the OWT/LM1B models). `METHODS` is the registry of the four
-method files; `pick_device` the scripts' --device.
+"gsm8k:setdlm-smax8", "owt:setdlm-smax16"): it hands them to pretrained.py, which fetches them and converts
+the official format (Qwen3 backbones, and the DiT of the OWT/LM1B models). `METHODS` is the registry of the
+four method files; `pick_device` the scripts' --device.
 """
 import contextlib
 import dataclasses
@@ -42,8 +42,8 @@ METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3
 
 
 def pick_device(name: str) -> str:
-    """"auto" -> cuda if available, else mps, else cpu; any other name as it is, once checked (one clear line for
-    a device this machine does not have)."""
+    """"auto" -> cuda if available, else mps, else cpu; any other name as it is, once checked (one clear line
+    for a device this machine does not have)."""
     if name == "auto":
         if torch.cuda.is_available():
             return "cuda"
@@ -52,9 +52,10 @@ def pick_device(name: str) -> str:
         dev = torch.device(name)
     except RuntimeError:
         raise ValueError(f"--device {name}: not a device name; use auto, cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise ValueError(f"--device {name}: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a CPU-only "
-                         f"build or no driver?): use --device cpu or auto")
+    if dev.type == "cuda" and (not torch.cuda.is_available()
+                               or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"--device {name}: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
+                         f"CPU-only build or no driver?): use --device cpu or auto")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"--device {name}: MPS is not available here: use --device cpu or auto")
     return name
@@ -104,8 +105,8 @@ class SaveError(OSError):
 
 
 def resolved(out_dir: str) -> str:
-    """out_dir as given, or the real path it leads to when it (or a folder above it, in the path as given) is a
-    symbolic link."""
+    """out_dir as given, or the real path it leads to when it (or a folder above it, in the path as given) is
+    a symbolic link."""
     out_dir = out_dir.rstrip("/") or "/"
     real = os.path.realpath(out_dir)
     return out_dir if os.path.normpath(os.path.join(os.path.realpath("."), out_dir)) == real else real
@@ -146,7 +147,8 @@ def scratch(d: str, kind: str = "tmp|old", empty: bool = False) -> list[str]:
 
 
 def complete(d: str) -> bool:
-    return os.path.isfile(os.path.join(d, "config.json")) and os.path.isfile(os.path.join(d, "model.safetensors"))
+    return os.path.isfile(os.path.join(d, "config.json")) and \
+        os.path.isfile(os.path.join(d, "model.safetensors"))
 
 
 def step_of(d: str) -> int:
@@ -185,7 +187,8 @@ def foreign(d: str, partial: bool = False) -> str:
     if other:
         return f"it holds {', '.join(other[:3])}{', ...' if len(other) > 3 else ''}"
     if not os.path.isfile(os.path.join(d, "config.json")):
-        return "" if partial or not set(names) - {SWAP_MARK} else f"it holds {', '.join(names)} but no config.json"
+        return "" if partial or not set(names) - {SWAP_MARK} else \
+            f"it holds {', '.join(names)} but no config.json"
     try:
         with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
             check_config(json.load(f), "its config.json")
@@ -238,10 +241,10 @@ def finish_swap(out_dir: str):
 
 def claim(out_dir: str, resume: bool):
     """Before training: check that out_dir can hold our checkpoints, lock it against a second train.py, and
-    finish a swap a kill interrupted. Refuses (ValueError, one line) a file, a directory train.py did not write
-    (any config.json that fails check_config, whatever the file names), a link that leads nowhere, or a user's
-    own out_dir.old / .tmp; an unwritable place fails here, not at the first save. A symlinked out_dir is
-    locked and written through the real path. Returns the open lock file: keep it open while training."""
+    finish a swap a kill interrupted. Refuses (ValueError, one line) a file, a directory train.py did not
+    write (any config.json that fails check_config, whatever the file names), a link that leads nowhere, or a
+    user's own out_dir.old / .tmp; an unwritable place fails here, not at the first save. A symlinked out_dir
+    is locked and written through the real path. Returns the open lock file: keep it open while training."""
     d, tmp, old = siblings(out_dir)
     if os.path.islink(d):
         raise ValueError(f"--out-dir {out_dir} is a symbolic link that leads to no folder (a loop?): choose "
@@ -252,14 +255,15 @@ def claim(out_dir: str, resume: bool):
                              (tmp, "was not written by train.py", True)):
         why = os.path.isdir(x) and foreign(x, partial)
         if why:
-            raise ValueError(f"{x} {what} ({why}), and train.py replaces that directory at every save: choose "
-                             f"another --out-dir")
+            raise ValueError(f"{x} {what} ({why}), and train.py replaces that directory at every save: "
+                             f"choose another --out-dir")
     if complete(tmp) and complete(d) and step_of(tmp) <= step_of(d):
-        raise ValueError(f"{tmp} holds a checkpoint (step {step_of(tmp)}) no newer than {d}'s (step {step_of(d)}), "
-                         f"so no save of train.py left it: move it away, or choose another --out-dir")
+        raise ValueError(f"{tmp} holds a checkpoint (step {step_of(tmp)}) no newer than {d}'s (step "
+                         f"{step_of(d)}), so no save of train.py left it: move it away, or choose another "
+                         "--out-dir")
     if os.path.exists(old) and not (os.path.isfile(os.path.join(old, SWAP_MARK)) and not foreign(old)):
-        raise ValueError(f"{old} exists and was not left by train.py (which uses that name while it swaps in a "
-                         f"checkpoint): move it away, or choose another --out-dir")
+        raise ValueError(f"{old} exists and was not left by train.py (which uses that name while it swaps in "
+                         f"a checkpoint): move it away, or choose another --out-dir")
     if resume and newest(d) is None:
         resolve(out_dir)                                 # the "no checkpoint at" error
     try:
@@ -288,16 +292,16 @@ def claim(out_dir: str, resume: bool):
 
 def older_leftovers(d: str) -> list[str]:
     """Notes naming what an older version's interrupted delete left beside d (it renamed a folder to
-    <d>.old.deleting or <d>.tmp.deleting first; a symlinked --out-dir left the link itself there). Nothing reads
-    those names now, and nothing deletes them: they may hold the only copy of something."""
+    <d>.old.deleting or <d>.tmp.deleting first; a symlinked --out-dir left the link itself there). Nothing
+    reads those names now, and nothing deletes them: they may hold the only copy of something."""
     notes = []
     for x in (d + ".old.deleting", d + ".tmp.deleting"):
         if os.path.islink(x):
-            notes.append(f"note: {x} is a link an older train.py left (to {os.path.realpath(x)}); nothing uses "
-                         f"it now: remove the link once that folder is safe")
+            notes.append(f"note: {x} is a link an older train.py left (to {os.path.realpath(x)}); nothing "
+                         f"uses it now: remove the link once that folder is safe")
         elif os.path.isfile(os.path.join(x, SWAP_MARK)):
-            notes.append(f"note: {x} is a half-deleted checkpoint an older train.py left; nothing uses it now: "
-                         f"delete it")
+            notes.append(f"note: {x} is a half-deleted checkpoint an older train.py left; nothing uses it "
+                         f"now: delete it")
     return notes
 
 
@@ -324,20 +328,21 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
         with open(os.path.join(tmp, PART), "w") as f:
             json.dump(config, f, indent=2)
         os.replace(os.path.join(tmp, PART), os.path.join(tmp, "config.json"))   # last: complete
-    except BaseException as e:                           # a full disk, Ctrl-C, ...: only this save's folder goes
+    except BaseException as e:                        # a full disk, Ctrl-C, ...: only this save's folder goes
         if tmp is not None:
             remove(tmp)
-        if isinstance(e, (OSError, RuntimeError, SafetensorError)):    # torch.save's write errors: RuntimeError
+        if isinstance(e, (OSError, RuntimeError, SafetensorError)):  # torch.save's write errors: RuntimeError
             raise SaveError(cannot_save(d, config, e)) from None
         raise
     try:
         swap_in(d, tmp)
-    except OSError as e:                                 # the new checkpoint is complete in tmp: newest finds it
+    except OSError as e:                              # the new checkpoint is complete in tmp: newest finds it
         raise SaveError(cannot_save(d, config, e)) from None
 
 
 def cannot_save(d: str, config: dict, e: BaseException) -> str:
-    """The one line of a save that failed: the folder, why, its free space, and where the last checkpoint is."""
+    """The one line of a save that failed: the folder, why, its free space, and where the last checkpoint
+    is."""
     why = (getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0])[:120]
     try:
         free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(d))).free / 2**20:,.1f} MiB free there"
@@ -361,7 +366,7 @@ def ours_on_disk(path: str) -> bool:
         with open(os.path.join(path, "config.json")) as f:
             config = json.load(f)
     except (OSError, ValueError):
-        return False                                  # absent or unreadable: pretrained.fetch names the problem
+        return False                                # absent or unreadable: pretrained.fetch names the problem
     return not isinstance(config, dict) or "method" in config
 
 
@@ -403,15 +408,17 @@ def check_fields(cls, values, where: str):
         ok = {bool: isinstance(v, bool), int: number and isinstance(v, int), str: isinstance(v, str),
               float: number and math.isfinite(v)}.get(t, True)
         if not ok:
-            raise ValueError(f"{where}.{k} must be {'a finite number' if t is float else t.__name__}, got {v!r:.40}")
+            raise ValueError(f"{where}.{k} must be {'a finite number' if t is float else t.__name__}, got "
+                             f"{v!r:.40}")
 
 
 def check_config(config, where: str) -> dict:
     """A config.json of ours, checked before anything is built from it (types, sizes, ranges)."""
     if not isinstance(config, dict):
-        raise ValueError(f"{where} holds {type(config).__name__}, not an object: it was not written by train.py")
-    for key, kind in (("model", dict), ("method", str), ("method_config", dict), ("tokenizer", str), ("data", str),
-                      ("seq_len", int)):
+        raise ValueError(f"{where} holds {type(config).__name__}, not an object: it was not written by "
+                         "train.py")
+    for key, kind in (("model", dict), ("method", str), ("method_config", dict), ("tokenizer", str),
+                      ("data", str), ("seq_len", int)):
         if key not in config:
             raise ValueError(f"{where} has no {key!r}: it was not written by train.py, or was edited")
         if not isinstance(config[key], kind) or isinstance(config[key], bool):
@@ -425,7 +432,8 @@ def check_config(config, where: str) -> dict:
     vocab = model.get("vocab_size", ModelConfig.vocab_size)
     lowest = {"seq_len": (config["seq_len"], 1), "method_config.smax": (mc.get("smax", 2), 2),
               "method_config.block_size": (mc.get("block_size", 1), 1),
-              **{f"model.{k}": (model.get(k, 1), 1) for k in ("vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd")}}
+              **{f"model.{k}": (model.get(k, 1), 1) for k in ("vocab_size", "n_layer", "n_head", "n_kv_head",
+                                                              "n_embd")}}
     for name, (value, low) in lowest.items():
         if value < low:
             raise ValueError(f"{where}: {name} must be >= {low}, got {value}")
@@ -433,13 +441,16 @@ def check_config(config, where: str) -> dict:
         if model.get(k, 1.0) <= 0:
             raise ValueError(f"{where}: model.{k} must be > 0, got {model[k]}")
     if not isinstance(mc.get("mask_id"), int) or not 0 <= mc["mask_id"] < vocab:
-        raise ValueError(f"{where}: method_config.mask_id must be a token id in [0, {vocab}), got {mc.get('mask_id')!r}")
+        raise ValueError(f"{where}: method_config.mask_id must be a token id in [0, {vocab}), got "
+                         f"{mc.get('mask_id')!r}")
     sampler = config.get("sampler", {})
     if not isinstance(sampler, dict) or any(
-            not isinstance(sampler.get(k, 0), int) or isinstance(sampler.get(k), bool) or sampler.get(k, 0) < 0
-            for k in ("window", "max_new_tokens")) or not isinstance(sampler.get("threshold", 1.0), (int, float)):
-        raise ValueError(f"{where}: sampler must be an object with a threshold number and window / max_new_tokens "
-                         f"integers >= 0, got {sampler!r:.80}")
+            not isinstance(sampler.get(k, 0), int) or isinstance(sampler.get(k), bool)
+            or sampler.get(k, 0) < 0
+            for k in ("window", "max_new_tokens")) or not isinstance(sampler.get("threshold", 1.0),
+                                                                     (int, float)):
+        raise ValueError(f"{where}: sampler must be an object with a threshold number and window / "
+                         f"max_new_tokens integers >= 0, got {sampler!r:.80}")
     return config
 
 
@@ -448,7 +459,8 @@ def load_ours(d: str, device="cpu"):
     try:
         with open(os.path.join(d, "config.json")) as f:
             config = check_config(json.load(f), os.path.join(d, "config.json"))
-        model = from_state(ModelConfig(**config["model"]), load_safetensors(os.path.join(d, "model.safetensors")))
+        model = from_state(ModelConfig(**config["model"]),
+                           load_safetensors(os.path.join(d, "model.safetensors")))
         method, cfg = method_of(config)
     except (OSError, ValueError, KeyError, TypeError) as e:       # json.JSONDecodeError is a ValueError
         raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
@@ -456,8 +468,8 @@ def load_ours(d: str, device="cpu"):
 
 
 def load_train_state(path: str) -> dict:
-    """train_state.pt of the newest complete checkpoint in path, for --resume: a damaged or foreign file is one
-    line (it is read with weights_only=True, so nothing in it runs)."""
+    """train_state.pt of the newest complete checkpoint in path, for --resume: a damaged or foreign file is
+    one line (it is read with weights_only=True, so nothing in it runs)."""
     d = resolve(path)
     f = os.path.join(d, "train_state.pt")
     if not os.path.isfile(f):
@@ -468,8 +480,8 @@ def load_train_state(path: str) -> dict:
         raise ValueError(f"{e}; start again without --resume") from None
     if not isinstance(state, dict) or not {"model", "optimizer", "step"} <= set(state) or \
             not isinstance(state["step"], int):
-        raise ValueError(f"{f} is not a train state written by train.py (it needs model, optimizer and step): "
-                         f"start again without --resume")
+        raise ValueError(f"{f} is not a train state written by train.py (it needs model, optimizer and "
+                         f"step): start again without --resume")
     return state
 
 
@@ -495,8 +507,8 @@ def restore_optimizer(state, opt, out_dir):
 
 
 def cannot_resume(out_dir: str, e: Exception) -> str:
-    return (f"cannot resume from {resolve(out_dir)}: its train state does not fit ({str(e).splitlines()[0][:100]}); "
-            f"start again without --resume")
+    return (f"cannot resume from {resolve(out_dir)}: its train state does not fit "
+            f"({str(e).splitlines()[0][:100]}); start again without --resume")
 
 
 def check_resume(out_dir: str, config: dict):
@@ -508,7 +520,8 @@ def check_resume(out_dir: str, config: dict):
 
     def flat(c):
         return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
-                if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len", "predict_padding")
+                if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len",
+                         "predict_padding")
                 for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
     # older checkpoints: no predict_padding, and no method setting added since (its default then)
     saved = {"predict_padding": False, **saved,
@@ -517,8 +530,8 @@ def check_resume(out_dir: str, config: dict):
     diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
             for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
-        raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that wrote it "
-                         f"(see its config.json), or choose another --out-dir")
+        raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that "
+                         f"wrote it (see its config.json), or choose another --out-dir")
 
 
 def method_config(name: str, mask_id: int, seq_len: int | None = None, **settings) -> dict:
