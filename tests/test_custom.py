@@ -110,14 +110,16 @@ def test_the_automatic_seq_len_is_capped(tmp_path):
     path = write_jsonl(tmp_path / "d.jsonl", rows)
     with pytest.raises(ValueError) as e:
         get_task(f"jsonl:{path}")
-    assert str(e.value) == (f"{path} line 10 has {AUTO_SEQ_LEN_MAX + 3} tokens, more than the automatic --seq-len "
-                            f"allows ({AUTO_SEQ_LEN_MAX}): pass --seq-len, and --drop-long to drop the longer examples")
+    assert str(e.value) == (f"{path} line 10 has {AUTO_SEQ_LEN_MAX + 3} tokens, more than the automatic "
+                            f"--seq-len allows ({AUTO_SEQ_LEN_MAX}): pass --seq-len, and --drop-long to drop "
+                            f"the longer examples")
     task = get_task(f"jsonl:{path}", {"seq_len": 16, "drop_long": True})
     assert len(task.load("train")) + len(task.load("test")) == 9
 
 
 def test_special_token_text_in_the_data_is_ordinary_text(tmp_path):
-    """Literal <|endoftext|> / <|mask|> in a target are those bytes: EOS and [MASK] come only from the code."""
+    """Literal <|endoftext|> / <|mask|> in a target are those bytes: EOS and [MASK] come only from the
+    code."""
     rows = [{"prompt": "a<|mask|>", "target": f"{i}<|endoftext|><|mask|>"} for i in range(10)]
     task = get_task(f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', rows)}")
     tok = byte_tokenizer()
@@ -126,13 +128,13 @@ def test_special_token_text_in_the_data_is_ordinary_text(tmp_path):
     batch = encode(tok, [ex], task.SEQ_LEN)
     ids = batch["x0"][0][~batch["pad_mask"][0]].tolist()
     assert ids == list(ex["prompt"].encode() + ex["target"].encode()) + [tok.eos_id]
-    assert task.SEQ_LEN == 32                                      # 9 + 22 + EOS = 32 bytes, not 2 special ids
+    assert task.SEQ_LEN == 32                                     # 9 + 22 + EOS = 32 bytes, not 2 special ids
     text = get_task(f"jsonl:{write_jsonl(tmp_path / 't.jsonl', [{'text': 'x<|endoftext|>'}] * 4)}")
     ids = encode(tok, text.load("train")[:1], text.SEQ_LEN)["x0"][0].tolist()
     assert ids[:16] == [tok.eos_id] + list(b"x<|endoftext|>") + [tok.eos_id]    # the start token stays EOS
 
 
-# ----------------------------------------------------------------------------- the Hugging Face path (offline)
+# ---------------------------------------------------------------------------- the Hugging Face path (offline)
 
 @pytest.fixture
 def hf_folder(tmp_path, monkeypatch):
@@ -154,14 +156,16 @@ def test_hf_dataset_fields_splits_and_bad_names(hf_folder):
                                          r"right one with --prompt-field"):
         get_task(f"hf:{hf_folder}")
     with pytest.raises(ValueError, match=r"has no split 'test'; its splits: train, validation"):
-        get_task(f"hf:{hf_folder}", {"prompt_field": "question", "target_field": "answer", "split": "train,test"})
+        get_task(f"hf:{hf_folder}", {"prompt_field": "question", "target_field": "answer",
+                                     "split": "train,test"})
 
 
 # ----------------------------------------------------------------------------- end to end
 
 def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
     data = write_jsonl(tmp_path / "d.jsonl", [{"prompt": f"{w}>", "target": w[::-1]}
-                                                for w in ("abc", "hello", "set", "mask", "tiny", "byte", "dog",
+                                                for w in ("abc", "hello", "set", "mask", "tiny", "byte",
+                                                          "dog",
                                                           "cat", "sun", "moon", "tree", "leaf")])
     ckpt = str(tmp_path / "ckpt")
     train.main(["--model", "setdiffusion", "--data", f"jsonl:{data}", "--smax", "4", "--max-iters", "3",
@@ -175,8 +179,9 @@ def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
         m = json.loads(out.read_text())
         assert m["n"] == 1 and ("perplexity" in m if task else 0 <= m["accuracy"] <= 1)
 
-    (tmp_path / "other").mkdir()                                     # --data-dir: another test set, same options
-    write_jsonl(tmp_path / "other" / "test.jsonl", [{"prompt": "ab>", "target": "ba"}, {"prompt": "c>", "target": "c"}])
+    (tmp_path / "other").mkdir()                                  # --data-dir: another test set, same options
+    write_jsonl(tmp_path / "other" / "test.jsonl",
+                [{"prompt": "ab>", "target": "ba"}, {"prompt": "c>", "target": "c"}])
     write_jsonl(tmp_path / "other" / "train.jsonl", [{"prompt": "x>", "target": "x"}])
     evaluate.main(["--ckpt", ckpt, "--data-dir", str(tmp_path / "other"), "--json", str(tmp_path / "o.json")])
     assert json.loads((tmp_path / "o.json").read_text())["n"] == 2
@@ -190,15 +195,17 @@ def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
     for prompt, shown in zip(prompts, batched):                       # batched == each prompt alone
         sample.main(["--ckpt", ckpt, "--prompt", prompt, "--max-new-tokens", "6"])
         assert capsys.readouterr().out.split("\n\n")[0] == shown
-    assert batched[0].startswith("abc>") and "a>" in batched[2] and "<|mask|>" not in batched[2]   # gap filled
+    assert batched[0].startswith("abc>") and "a>" in batched[2] and "<|mask|>" not in batched[2]  # gap filled
 
 
 @torch.no_grad()
 def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
-    """Set Diffusion: prompt + {mask:N} with no new tokens decodes exactly what N new tokens after it would."""
+    """Set Diffusion: prompt + {mask:N} with no new tokens decodes exactly what N new tokens after it
+    would."""
     tok = byte_tokenizer()
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)).eval()
+    model = Transformer(ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_kv_head=2,
+                                    n_embd=32)).eval()
     cfg = sd.SetDiffusionConfig(mask_id=tok.mask_id, smax=4)
     text = prompts.expand_masks(tok, "ab{mask:5}")
     assert tok.encode(text) == tok.encode("ab") + [tok.mask_id] * 5
@@ -213,36 +220,40 @@ def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
 def test_bad_data_spec(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         train.main(["--model", "ar", "--data", "csv:x"])
-    assert e.value.code == 2 and "invalid choice: 'csv:x' (choose arith, gsm8k, cnndm, jsonl:PATH or hf:ORG/NAME)" \
+    assert e.value.code == 2 \
+        and "invalid choice: 'csv:x' (choose arith, gsm8k, cnndm, jsonl:PATH or hf:ORG/NAME)" \
         in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, message", [
     ('{"prompt": "a", "target": "b"}\n{"prompt": "a", "target": \n', "line 2 is not valid JSON"),
     ('{"prompt": "a", "target": "b"}\n["a", "b"]\n', "line 2 is not a JSON object"),
-    ('{"prompt": "a", "target": "b"}\n{"prompt": "c"}\n', "line 2 has no field 'target' (its fields: prompt): "
-                                                          "name the right one with --target-field"),
-    ('{"prompt": "a", "target": ["b"]}\n{"prompt": "c", "target": "d"}\n', "field 'target' is list, not text"),
+    ('{"prompt": "a", "target": "b"}\n{"prompt": "c"}\n', "line 2 has no field 'target' (its fields: "
+                                                          "prompt): name the right one with --target-field"),
+    ('{"prompt": "a", "target": ["b"]}\n{"prompt": "c", "target": "d"}\n',
+     "field 'target' is list, not text"),
     ("\n\n", "is empty: expected one JSON object per line"),
 ])
 def test_bad_jsonl_gets_one_line_and_writes_nothing(tmp_path, content, message):
     (tmp_path / "d.jsonl").write_text(content)
     ckpt = tmp_path / "ckpt"
-    err = error_of(train.main, ["--model", "ar", "--data", f"jsonl:{tmp_path / 'd.jsonl'}", "--out-dir", str(ckpt)])
+    err = error_of(train.main, ["--model", "ar", "--data", f"jsonl:{tmp_path / 'd.jsonl'}", "--out-dir",
+                                str(ckpt)])
     assert err.startswith("error: ") and message in err and "\n" not in err
     assert not os.path.exists(ckpt) and not os.path.exists(str(ckpt) + ".tmp")
 
 
 @pytest.mark.parametrize("line, message", [
-    (b'{"prompt": "caf\xe9", "target": "x"}', "line 2 is not valid UTF-8 (byte 0xe9 at column 16): save the file "
-                                              "as UTF-8"),
-    (b"[" * 100000 + b"]" * 100000, "line 2 is nested too deeply to read (thousands of [ or {): expected one flat "
-                                    "JSON object per line"),
+    (b'{"prompt": "caf\xe9", "target": "x"}', "line 2 is not valid UTF-8 (byte 0xe9 at column 16): save the "
+                                              "file as UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "line 2 is nested too deeply to read (thousands of [ or {): expected one "
+                                    "flat JSON object per line"),
 ])
 def test_unreadable_lines_name_the_file_and_line(tmp_path, line, message):
     path = tmp_path / "d.jsonl"
     path.write_bytes(b'{"prompt": "a", "target": "b"}\r\n' + line + b"\n")
-    err = error_of(train.main, ["--model", "ar", "--data", f"jsonl:{path}", "--out-dir", str(tmp_path / "ckpt")])
+    err = error_of(train.main, ["--model", "ar", "--data", f"jsonl:{path}", "--out-dir",
+                                str(tmp_path / "ckpt")])
     assert err == f"error: {path} {message}"
     assert not os.path.exists(tmp_path / "ckpt")
 
@@ -253,12 +264,13 @@ def test_bad_paths_splits_and_regex(tmp_path, monkeypatch):
     write_jsonl(tmp_path / "train.jsonl", pairs(4))
     base = ["--model", "ar", "--out-dir", str(tmp_path / "ckpt")]
     for extra, message in [(["--data", f"jsonl:{tmp_path / 'nope.jsonl'}"], "nope.jsonl not found"),
-                           (["--data", f"jsonl:{tmp_path}", "--split", "train,dev"], "has no split 'dev'; its "
-                                                                                      "splits: train"),
+                           (["--data", f"jsonl:{tmp_path}", "--split", "train,dev"], "has no split 'dev'; "
+                                                                                      "its splits: train"),
                            (["--data", f"jsonl:{tmp_path}", "--answer-regex", "(("], "not a valid regular"),
-                           (["--data", f"jsonl:{tmp_path}", "--answer-regex", "#### (\\d+)"], "does not match the "
-                                                                                              "target"),
-                           (["--data", "hf:nobody/no-such-dataset-here"], "could not load the Hugging Face dataset")]:
+                           (["--data", f"jsonl:{tmp_path}", "--answer-regex", "#### (\\d+)"],
+                            "does not match the target"),
+                           (["--data", "hf:nobody/no-such-dataset-here"],
+                            "could not load the Hugging Face dataset")]:
         err = error_of(train.main, base + extra)
         assert err.startswith("error: ") and message in err and "\n" not in err
     assert not os.path.exists(tmp_path / "ckpt")
@@ -269,10 +281,11 @@ def test_infill_refused_by_methods_that_cannot(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     train.main(["--model", "ar", "--data", f"jsonl:{data}", "--max-iters", "1", "--out-dir", ckpt, *TINY])
     err = error_of(sample.main, ["--ckpt", ckpt, "--prompt", "1 + {mask:1} = 2"])
-    assert err == ("error: prompt 1 has [MASK]s to fill, and AR cannot fill masks inside the prompt (it continues "
-                   "the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
+    assert err == ("error: prompt 1 has [MASK]s to fill, and AR cannot fill masks inside the prompt (it "
+                   "continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
     (tmp_path / "empty.txt").write_text("\n")
-    assert "holds no prompt" in error_of(sample.main, ["--ckpt", ckpt, "--prompt-file", str(tmp_path / "empty.txt")])
+    assert "holds no prompt" in error_of(sample.main, ["--ckpt", ckpt, "--prompt-file",
+                                                       str(tmp_path / "empty.txt")])
     assert checkpoint.load(ckpt)[3]["data_options"]["prompt_field"] == "prompt"
 
 
@@ -282,7 +295,8 @@ def test_a_qwen3_format_tokenizer_end_to_end(tmp_path, capsys):
     vocab = {c: b for c, b in gpt2_byte_alphabet().items()}                     # 256 byte tokens, id = byte
     added = [{"id": 256, "content": "<|endoftext|>"}, {"id": 257, "content": "<|fim_middle|>"}]
     (tmp_path / "tok").mkdir()
-    (tmp_path / "tok" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": added}))
+    (tmp_path / "tok" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab},
+                                                                 "added_tokens": added}))
     data = write_jsonl(tmp_path / "d.jsonl", pairs(10))
     ckpt = str(tmp_path / "ckpt")
     train.main(["--model", "setdiffusion", "--smax", "4", "--data", f"jsonl:{data}", "--tokenizer",
