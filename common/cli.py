@@ -1,5 +1,5 @@
-"""Command-line input the three scripts share (train.py, sample.py, eval.py): range checks of their flags and the
---compile/--dtype settings. Prompt text to token ids lives beside the tokenizers, in data/prompts.py.
+"""Command-line input the three scripts share (train.py, sample.py, eval.py): range checks of their flags and
+the --compile/--dtype settings. Prompt text to token ids lives beside the tokenizers, in data/prompts.py.
 
 Every check raises ValueError with one line that names the flag; the scripts print it as `error: ...` and exit
 with code 1, so bad input never shows a traceback.
@@ -16,19 +16,22 @@ from data import CORPORA, TASKS, custom
 from model import static_decoding
 
 # ----------------------------------------------------------------------------- range checks of shared flags
-# Each raises ValueError with one line that names the flag (the scripts print it as `error: ...`, exit code 1).
+# Each raises ValueError with one line that names the flag (the scripts print it as `error: ...`,
+# exit code 1).
 
 
 def check_threshold(tau: float, name: str = "--threshold") -> float:
-    """A confidence threshold must be in (0, 1] or inf (one token per step). name: where the value came from."""
+    """A confidence threshold must be in (0, 1] or inf (one token per step). name: where the value came
+    from."""
     if not (0 < tau <= 1 or tau == math.inf):
-        raise ValueError(f"{name} {tau}: a confidence threshold must be in (0, 1], or inf for one token per step")
+        raise ValueError(f"{name} {tau}: a confidence threshold must be in (0, 1], or inf for one token per "
+                         "step")
     return tau
 
 
 def check_window(window: int, method, cfg, name: str = "--window") -> int:
-    """A sampling window must be in [1, smax] (0 = the default smax / 2); a method without a window in its KNOBS
-    (all but Set Diffusion) refuses one."""
+    """A sampling window must be in [1, smax] (0 = the default smax / 2); a method without a window in its
+    KNOBS (all but Set Diffusion) refuses one."""
     if window and "window" not in method.KNOBS:
         raise ValueError(f"{name} {window}: only Set Diffusion has a window")
     if window and not 1 <= window <= cfg.smax:
@@ -37,7 +40,8 @@ def check_window(window: int, method, cfg, name: str = "--window") -> int:
 
 
 def check_positive(name: str, value: int) -> int:
-    """A count that must be at least 1: --batch-size, -n, --mdlm-block, --max-new-tokens of an evaluation, ..."""
+    """A count that must be at least 1: --batch-size, -n, --mdlm-block, --max-new-tokens of an evaluation,
+    ..."""
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
     return value
@@ -83,15 +87,16 @@ def data_spec(spec: str) -> str:
     try:
         return custom.check_spec(spec)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"invalid choice: {spec!r} (choose {', '.join(TASKS)}, jsonl:PATH or "
-                                         f"hf:ORG/NAME); or a corpus: {', '.join(CORPORA)} or text:PATH") from None
+        raise argparse.ArgumentTypeError(f"invalid choice: {spec!r} (choose {', '.join(TASKS)}, jsonl:PATH "
+                                         f"or hf:ORG/NAME); or a corpus: {', '.join(CORPORA)} or "
+                                         "text:PATH") from None
 
 
 def check_train_args(args):
     """Every flag in its range, before any work (ValueError, one line); counts and the threshold with the
     checks eval.py and sample.py use."""
-    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd", "n_head",
-                 "block_size"):
+    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd",
+                 "n_head", "block_size"):
         check_positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.max_new_tokens is not None:
         check_positive("--max-new-tokens", args.max_new_tokens)
@@ -134,14 +139,16 @@ def speed_args(p):
                    "(CUDA graphs on CUDA); the first calls pay the compile time")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="weights and activations (the official evaluation runs float32)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs leave "
-                   "free, by the load average; with a short OpenMP spin wait either way: common/threads.py)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs "
+                   "leave free, by the load average; with a short OpenMP spin wait either way: "
+                   "common/threads.py)")
 
 
 def load_for_inference(args):
-    """What eval.py and sample.py do before any work with a checkpoint: --threads, HF_TOKEN from a .env (a gated
-    Hub checkpoint), --device checked against the machine, the checkpoint loaded, in --dtype, with --compile.
-    Returns (device, model, method module, method config, config dict); a bad value is a ValueError (one line)."""
+    """What eval.py and sample.py do before any work with a checkpoint: --threads, HF_TOKEN from a .env (a
+    gated Hub checkpoint), --device checked against the machine, the checkpoint loaded, in --dtype, with
+    --compile. Returns (device, model, method module, method config, config dict); a bad value is a ValueError
+    (one line)."""
     from common import credentials, threads
     threads.set_threads(args.threads)
     credentials.load_dotenv()
@@ -163,8 +170,8 @@ def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
     after the BOS token); a number that does not fit is a ValueError (one line)."""
     max_new = max_new_tokens if max_new_tokens is not None else seq_len - 1
     if max_new < 1:
-        raise ValueError(f"--task unconditional with --max-new-tokens {max_new}: it samples from BOS alone, so give "
-                         f"--max-new-tokens 1 or more (default: seq_len - 1 = {seq_len - 1})")
+        raise ValueError(f"--task unconditional with --max-new-tokens {max_new}: it samples from BOS alone, "
+                         f"so give --max-new-tokens 1 or more (default: seq_len - 1 = {seq_len - 1})")
     if 1 + max_new > seq_len:
         raise ValueError(f"--max-new-tokens {max_new} and the BOS token are more than the model's context "
                          f"(seq_len={seq_len}): at most {seq_len - 1} new tokens fit")
@@ -175,8 +182,8 @@ def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
 
 def run(main, script: str):
     """A script's entry point (eval.py, sample.py): main() with Ctrl-C turned into one line on stderr and exit
-    code 130, the shell's for an interrupted command, instead of a traceback. Nothing is left half-written: the
-    scripts write their files whole, at the end (common/files.replaced removes an unfinished one)."""
+    code 130, the shell's for an interrupted command, instead of a traceback. Nothing is left half-written:
+    the scripts write their files whole, at the end (common/files.replaced removes an unfinished one)."""
     try:
         main()
     except KeyboardInterrupt:
