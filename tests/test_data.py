@@ -15,7 +15,7 @@ import torch
 from data import PlainText, arith, byte_tokenizer, encode, gsm8k
 
 
-# ============================================================================= the arithmetic task (data/arith.py)
+# ======================================================================== the arithmetic task (data/arith.py)
 STEP = re.compile(r"(\d+)([+*-])(\d+)=(\d+)\.")
 
 
@@ -40,7 +40,7 @@ def check_example(ex):
     assert words == expected, ex
 
 
-# ---- splits, lengths, targets ---------------------------------------------------------------------------------
+# ---- splits, lengths, targets ------------------------------------------------------------------------------
 def test_arith_splits_deterministic_sized_disjoint():
     train, test = arith.load("train"), arith.load("test")
     assert train == arith.load("train") and test == arith.load("test")
@@ -81,7 +81,7 @@ def test_arith_targets_are_correct_chains():
         assert arith.is_finished(ex["target"] + "<|endoftext|>")
 
 
-# ---- scoring and stopping -------------------------------------------------------------------------------------
+# ---- scoring and stopping ----------------------------------------------------------------------------------
 def test_arith_extract_answer_and_is_correct():
     assert arith.extract_answer("12+7=19. 19-5=14. #### 14") == "14"
     assert arith.extract_answer("#### 14<|endoftext|>") == "14"
@@ -123,7 +123,7 @@ def write_jsonl(path, rows):
         f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
-# ---- prompt, target, loading ----------------------------------------------------------------------------------
+# ---- prompt, target, loading -------------------------------------------------------------------------------
 def test_gsm8k_prompt_is_the_paper_eval_prompt():
     assert gsm8k.make_prompt("What is 2+3?") == (
         "<|im_start|>user\nPlease reason step by step, and put your final answer within $\\boxed{}$. "
@@ -161,7 +161,8 @@ def test_gsm8k_folder_with_a_bad_line_names_the_file_and_line(tmp_path):
     (tmp_path / "test.jsonl").write_text(good + '\n{"question": 1}\n')
     with pytest.raises(ValueError) as e:
         gsm8k.load("test", str(tmp_path))
-    assert str(e.value) == (f'{tmp_path / "test.jsonl"} line 2: expected {{"question": "...", "answer": "..."}} '
+    assert str(e.value) == (f'{tmp_path / "test.jsonl"} line 2: expected {{"question": "...", "answer": '
+                            f'"..."}} '
                             f"(GSM8K's own format)")
 
 
@@ -178,13 +179,14 @@ def test_gsm8k_load_from_hub_with_fake_datasets(monkeypatch):
         gsm8k.load("test")
 
 
-# ---- scoring: the first \boxed{} (accuracy) and lm-eval's strict / flexible matches ---------------------------
+# ---- scoring: the first \boxed{} (accuracy) and lm-eval's strict / flexible matches ------------------------
 BOXED = "She sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\nThe final answer is $\\boxed{18}$."
 
 
 def test_gsm8k_boxed_answer():
     assert gsm8k.extract_answer(BOXED) == "18"
-    assert gsm8k.is_correct(BOXED, "18") and gsm8k.strict_match(BOXED, "18") and gsm8k.flexible_match(BOXED, "18")
+    assert gsm8k.is_correct(BOXED, "18") and gsm8k.strict_match(BOXED, "18") \
+        and gsm8k.flexible_match(BOXED, "18")
     assert not gsm8k.is_correct(BOXED, "19") and not gsm8k.strict_match(BOXED, "19")
     assert gsm8k.is_correct("first \\boxed{5}, then \\boxed{7}", "5")      # the first box counts
 
@@ -230,13 +232,13 @@ def test_gsm8k_no_answer():
     assert not gsm8k.strict_match("I am not sure.", "72") and not gsm8k.flexible_match("I am not sure.", "72")
 
 
-# ---- stopping -------------------------------------------------------------------------------------------------
+# ---- stopping ----------------------------------------------------------------------------------------------
 def test_gsm8k_stop_rules_on_token_ids():
     """The official criteria on prompt + reply ids up to the window's end, [MASK]s included."""
     tok = byte_tokenizer()
     M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("What is 2+3?"))
     stop = lambda reply, **kw: gsm8k.stop(prompt + reply, tok, **kw)
-    assert stop(tok.encode("so $\\boxed{5}$"))                          # second box (the prompt's is the first)
+    assert stop(tok.encode("so $\\boxed{5}$"))                        # second box (the prompt's is the first)
     assert stop(tok.encode("$\\boxed{}$"))                              # an empty box is a complete match
     assert not stop(tok.encode("so 2+3 = 5."))
     assert not stop(tok.encode("so $\\boxed{") + [M, M] + tok.encode("}$"))    # a box still holding [MASK]
@@ -259,7 +261,8 @@ def test_gsm8k_repeating_tokens():
 
 # ============================================================================= the Tokenizer's three encodes
 def qwen_format_tokenizer(tmp_path):
-    """A Qwen3-format tokenizer.json: 256 byte tokens (id = byte), <|endoftext|>, <|fim_middle|>, <|im_end|>."""
+    """A Qwen3-format tokenizer.json: 256 byte tokens (id = byte), <|endoftext|>, <|fim_middle|>,
+    <|im_end|>."""
     from data.qwen import gpt2_byte_alphabet, qwen3_tokenizer
     added = [{"id": 256, "content": "<|endoftext|>"}, {"id": 257, "content": "<|fim_middle|>"},
              {"id": 258, "content": "<|im_end|>"}]
@@ -269,8 +272,8 @@ def qwen_format_tokenizer(tmp_path):
 
 
 def test_code_text_data_text_and_typed_prompts_encode_differently(tmp_path):
-    """encode: the code's templates (special-token text -> the token); encode_text and PlainText: ordinary text;
-    encode_prompt: only the [MASK] text is a special token."""
+    """encode: the code's templates (special-token text -> the token); encode_text and PlainText: ordinary
+    text; encode_prompt: only the [MASK] text is a special token."""
     for tok in (byte_tokenizer(), qwen_format_tokenizer(tmp_path)):
         eos, mask, m = tok.eos_id, tok.mask_id, tok.mask_text
         special = f"a<|endoftext|>b{m}"
@@ -278,8 +281,9 @@ def test_code_text_data_text_and_typed_prompts_encode_differently(tmp_path):
         assert tok.encode_text(special) == list(special.encode())
         assert tok.encode(PlainText(special)) == tok.encode_text(special)
         assert tok.encode_prompt(special + m) == list(b"a<|endoftext|>b") + [mask, mask]
-        assert tok.encode_batch([special, PlainText(special)]) == [tok.encode(special), tok.encode_text(special)]
-        for f in (tok.encode, tok.encode_text, tok.encode_prompt):                      # normal text: unchanged
+        assert tok.encode_batch([special, PlainText(special)]) == [tok.encode(special),
+                                                                   tok.encode_text(special)]
+        for f in (tok.encode, tok.encode_text, tok.encode_prompt):                    # normal text: unchanged
             assert f("Hello, world 12") == list(b"Hello, world 12")
         batch = encode(tok, [{"prompt": PlainText(m), "target": PlainText("<|endoftext|>")},
                              {"prompt": m, "target": "<|endoftext|>"}], 32)
