@@ -29,8 +29,8 @@ from helpers import error_of
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
-TINY = ["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2", "--eval-limit",
-        "1", "--max-new-tokens", "4", "--warmup", "1"]
+TINY = ["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
+        "--eval-limit", "1", "--max-new-tokens", "4", "--warmup", "1"]
 
 
 def snapshot(root) -> dict:
@@ -78,11 +78,12 @@ def test_a_downloaded_model_folder_as_out_dir_is_refused_whatever_its_file_names
     (edited / "config.json").write_text(json.dumps({**config, "method": "gpt"}))
     before = snapshot(tmp_path)
     for out, why in [(hf, "its config.json has no 'model': it was not written by train.py, or was edited"),
-                     (edited, "its config.json: unknown method 'gpt' (one of ar, mdlm, bd3lm, setdiffusion)")]:
+                     (edited, "its config.json: unknown method 'gpt' (one of ar, mdlm, bd3lm, "
+                              "setdiffusion)")]:
         for resume in ([], ["--resume"]):
             assert error_of(train.main, [*TINY, "--max-iters", "2", "--out-dir", str(out), *resume]) == (
-                f"error: {out} is not a checkpoint directory written by train.py ({why}), and train.py replaces "
-                f"that directory at every save: choose another --out-dir")
+                f"error: {out} is not a checkpoint directory written by train.py ({why}), and train.py "
+                f"replaces that directory at every save: choose another --out-dir")
             assert snapshot(tmp_path) == before
     older = tmp_path / "older"
     shutil.copytree(base, older)
@@ -109,8 +110,8 @@ def test_folders_named_like_a_saves_scratch_are_never_deleted(base, tmp_path):
     train.main([*TINY, "--max-iters", "4", "--out-dir", str(out), "--resume"])
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(("ck/", "ck.lock"))} == mine
     assert checkpoint.step_of(str(out)) == 4 and sorted(os.listdir(out)) == sorted(checkpoint.FILES)
-    assert leftovers(out) == sorted(["ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd", "ck.old-89abcdef",
-                                     "ck.tmp-deadbeef"])
+    assert leftovers(out) == sorted(["ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd",
+                                     "ck.old-89abcdef", "ck.tmp-deadbeef"])
 
 
 # ----------------------------------------------------------------------------- a symlinked --out-dir
@@ -150,8 +151,8 @@ def test_what_an_older_version_left_of_a_symlinked_out_dir_is_repaired_and_named
     assert checkpoint.step_of(str(out)) == 2 and not os.path.exists(tmp_path / "run.old")
     assert os.readlink(tmp_path / "run.old.deleting") == str(users) and snapshot(users) == kept
     notes = [line for line in capsys.readouterr().err.splitlines() if "run.old.deleting" in line]
-    assert notes == [f"note: {tmp_path}/run.old.deleting is a link an older train.py left (to {users}); nothing "
-                     f"uses it now: remove the link once that folder is safe"]
+    assert notes == [f"note: {tmp_path}/run.old.deleting is a link an older train.py left (to {users}); "
+                     f"nothing uses it now: remove the link once that folder is safe"]
 
 
 # ----------------------------------------------------------------------------- a full disk during a save
@@ -172,7 +173,8 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(bas
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     monkeypatch.setattr(checkpoint.torch, "save", full)
     message = error_of(train.main, [*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
-    assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at inline_container.cc:672]")
+    assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at "
+                              f"inline_container.cc:672]")
     assert message.endswith(f"MiB free there); the last complete checkpoint (step 1) is in {out}: make room, "
                             f"then --resume")
     assert snapshot(out) == before and leftovers(out) == []
@@ -207,7 +209,8 @@ def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path
     runs = tmp_path / "runs"
     runs.mkdir()
     big = {"task": "arith", "model": "ar", "ckpt": "out/ar", "accuracy": 0.5, "samples": ["x" * 100] * 2000}
-    (runs / "a.json").write_text(json.dumps({k: v for k, v in big.items() if k != "samples"} | {"note": "y" * 9000}))
+    (runs / "a.json").write_text(json.dumps({k: v for k, v in big.items() if k != "samples"}
+                                            | {"note": "y" * 9000}))
     for name in ("m.json", "t.md"):
         (tmp_path / name).write_bytes(EARLIER)
     with disk_fills_after(4096):
@@ -215,10 +218,10 @@ def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path
             evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json")), big)
         with pytest.raises(SystemExit) as t:
             results.main([str(tmp_path / "t.md"), str(runs / "a.json")])
-    assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the table "
-                                 f"above holds the same metrics")
-    assert str(t.value.code) == (f"error: cannot write {tmp_path / 't.md'} (File too large): the earlier file, if "
-                                 f"any, is as it was")
+    assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the "
+                                 f"table above holds the same metrics")
+    assert str(t.value.code) == (f"error: cannot write {tmp_path / 't.md'} (File too large): the earlier "
+                                 f"file, if any, is as it was")
     assert (tmp_path / "m.json").read_bytes() == EARLIER and (tmp_path / "t.md").read_bytes() == EARLIER
     assert sorted(os.listdir(tmp_path)) == ["m.json", "runs", "t.md"]
 
@@ -235,40 +238,45 @@ def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path):
         with pytest.raises(ValueError) as f:
             results.save_figure(fig, str(tmp_path / "f.png"))
     plt.close(fig)
-    assert str(f.value) == (f"cannot write {tmp_path / 'f.png'} (File too large): the earlier file, if any, is "
-                            f"as it was")
+    assert str(f.value) == (f"cannot write {tmp_path / 'f.png'} (File too large): the earlier file, if any, "
+                            f"is as it was")
     assert (tmp_path / "f.png").read_bytes() == EARLIER and os.listdir(tmp_path) == ["f.png"]
 
 
 RUN = {"model": "setdiffusion", "ckpt": "out/smax/setdiffusion-smax8", "method_config": {"smax": 8}}
-SAMPLED = {**RUN, "task": "unconditional", "entropy": 5.0, "tokens_per_step": 1.5, "tokens_per_s": 3.0, "n": 4}
+SAMPLED = {**RUN, "task": "unconditional", "entropy": 5.0, "tokens_per_step": 1.5, "tokens_per_s": 3.0,
+           "n": 4}
 
 
 @pytest.mark.parametrize("runs, flags, message", [
     ([{}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the model and its metrics)"),
-    ([{"threshold": 0.9, "window": 4}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the model "
-                                            "and its metrics)"),
+    ([{"threshold": 0.9, "window": 4}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the "
+                                            "model and its metrics)"),
     ([{**RUN, "task": "arith", "accuracy": 0.9}], ["--plot", "{png}"],
      "--plot draws a --pareto, --sweep or --generation table's runs: add one, or drop --plot"),
     ([{**RUN, "task": "infill", "exact": 0.5, "tokens_per_step": 1.0, "tokens_per_s": 2.0, "n": 3}],
-     ["--infill", "--plot", "{png}"], "--plot draws a --pareto, --sweep or --generation table's runs: add one, or "
-                                      "drop --plot"),
-    ([{**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1}], ["--pareto", "--plot", "{png}"],
-     "--plot {png} draws accuracy against tokens/step: none of the files is an accuracy run (add them, or drop "
-     "--plot)"),
-    ([{**SAMPLED, "gen_ppl": 9.0}, {**SAMPLED, "threshold": 0.9, "mauve": 0.5}], ["--generation", "--plot", "{png}"],
-     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: some "
-     "lack it (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
-    ([{**RUN, "task": "likelihood", "nll": 1.0, "perplexity": 2.7, "tokens": 9}], ["--generation", "--plot", "{png}"],
-     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: there "
-     "is no unconditional run (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
+     ["--infill", "--plot", "{png}"], "--plot draws a --pareto, --sweep or --generation table's runs: add "
+                                      "one, or drop --plot"),
+    ([{**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1}],
+     ["--pareto", "--plot", "{png}"],
+     "--plot {png} draws accuracy against tokens/step: none of the files is an accuracy run (add them, or "
+     "drop --plot)"),
+    ([{**SAMPLED, "gen_ppl": 9.0}, {**SAMPLED, "threshold": 0.9, "mauve": 0.5}],
+     ["--generation", "--plot", "{png}"],
+     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: "
+     "some lack it (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
+    ([{**RUN, "task": "likelihood", "nll": 1.0, "perplexity": 2.7, "tokens": 9}],
+     ["--generation", "--plot", "{png}"],
+     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: "
+     "there is no unconditional run (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
     ([{**RUN, "task": "likelihood", "nll": 1.0}], ["--sweep", "--plot", "{png}", "no matplotlib"],
      "--plot needs matplotlib: pip install matplotlib, or drop --plot"),
 ])
-def test_paper_results_never_writes_an_empty_table_or_drops_a_plot(tmp_path, monkeypatch, runs, flags, message):
-    """Files that give no table, and a plot that was asked for but cannot be drawn (no run of the kind it draws,
-    no scorer every run has, matplotlib missing, a table kind without a plot) are one line, exit 1, and no file
-    is written: neither the table nor the plot."""
+def test_paper_results_never_writes_an_empty_table_or_drops_a_plot(tmp_path, monkeypatch, runs, flags,
+                                                                   message):
+    """Files that give no table, and a plot that was asked for but cannot be drawn (no run of the kind it
+    draws, no scorer every run has, matplotlib missing, a table kind without a plot) are one line, exit 1, and
+    no file is written: neither the table nor the plot."""
     from paper import results
     paths = []
     for i, run in enumerate(runs):
@@ -286,16 +294,16 @@ def test_paper_results_never_writes_an_empty_table_or_drops_a_plot(tmp_path, mon
 
 def test_make_smax_elsewhere_never_rewrites_the_tracked_table(tmp_path):
     """make smax SMAX_RESULTS=elsewhere tabulates its own folder (elsewhere.md from elsewhere*/*.json), never
-    results/smax.md from the old files; make smax-seed2 still merges its seed into results/smax.md; a table that
-    would not hold this run's files is refused in one line."""
+    results/smax.md from the old files; make smax-seed2 still merges its seed into results/smax.md; a table
+    that would not hold this run's files is refused in one line."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def make(*args):
         return subprocess.run(["make", "-n", *args], cwd=root, capture_output=True, text=True, timeout=60)
     tables = [line for line in make("smax", f"SMAX_RESULTS={tmp_path}/elsewhere").stdout.splitlines()
               if "paper.results" in line]
-    assert tables == [f"python -m paper.results {tmp_path}/elsewhere.md {tmp_path}/elsewhere*/*.json --sweep --plot "
-                      f"{tmp_path}/elsewhere.png"]
+    assert tables == [f"python -m paper.results {tmp_path}/elsewhere.md {tmp_path}/elsewhere*/*.json --sweep "
+                      f"--plot {tmp_path}/elsewhere.png"]
     assert [line for line in make("smax-seed2").stdout.splitlines() if "paper.results" in line] == [
         "python -m paper.results results/smax.md results/smax*/*.json --sweep --plot results/smax.png"]
     r = subprocess.run(["make", "smax", f"SMAX_RESULTS={tmp_path}/x", "SMAX_TABLE=results/smax", "PY=false"],
@@ -313,8 +321,8 @@ TEXT = "".join(f"{i}. To be, or not to be, that is the question.\n" for i in ran
 def text_run(tmp_path, *extra) -> list[str]:
     """train.py's flags for one step on a tiny text, its cache in tmp_path/cache."""
     (tmp_path / "play.txt").write_text(TEXT)
-    return [*TINY, "--data", f"text:{tmp_path / 'play.txt'}", "--data-dir", str(tmp_path / "cache"), "--seq-len",
-            "32", "--max-iters", "1", "--out-dir", str(tmp_path / "ck"), *extra]
+    return [*TINY, "--data", f"text:{tmp_path / 'play.txt'}", "--data-dir", str(tmp_path / "cache"),
+            "--seq-len", "32", "--max-iters", "1", "--out-dir", str(tmp_path / "ck"), *extra]
 
 
 def the_cache(tmp_path):
@@ -325,8 +333,8 @@ def the_cache(tmp_path):
 
 
 @pytest.mark.parametrize("damage, why", [
-    ("cut", "holds {got} bytes of rows where its header says {want}: it was cut short (a full disk, a killed copy) "
-            "or changed"),
+    ("cut", "holds {got} bytes of rows where its header says {want}: it was cut short (a full disk, a killed "
+            "copy) or changed"),
     ("flipped", "does not match its checksum: it is damaged"),
     ("headerless", "is not a token cache of this version (no header: an older version's, or another file)"),
     ("other ids", "its largest token id 999 is outside the bytes vocabulary of 258"),
@@ -339,7 +347,8 @@ def test_a_damaged_corpus_cache_is_one_line_naming_it_never_reused(tmp_path, dam
     argv = text_run(tmp_path)
     path = the_cache(tmp_path)
     data = path.read_bytes()
-    head, rows_ = data[:corpus.HEADER_BYTES], np.frombuffer(data[corpus.HEADER_BYTES:], dtype=np.uint16).copy()
+    head, rows_ = data[:corpus.HEADER_BYTES], np.frombuffer(data[corpus.HEADER_BYTES:],
+                                                            dtype=np.uint16).copy()
     if damage == "cut":
         data = data[:len(data) // 2]
     elif damage == "flipped":
@@ -354,7 +363,8 @@ def test_a_damaged_corpus_cache_is_one_line_naming_it_never_reused(tmp_path, dam
     path.write_bytes(data)
     got, want = len(data) - corpus.HEADER_BYTES, len(rows_) * 2
     assert error_of(train.main, argv) == (f"error: {path}{':' if damage == 'other ids' else ''} "
-                                          f"{why.format(got=got, want=want)}: delete it, and it is built again")
+                                          f"{why.format(got=got, want=want)}: delete it, and it is built "
+                                          f"again")
     assert path.read_bytes() == data and not (tmp_path / "ck").exists()
 
 
@@ -368,8 +378,8 @@ def test_a_cache_built_with_another_tokenizer_is_one_line(tmp_path):
                      + path.read_bytes()[corpus.HEADER_BYTES:])
     with pytest.raises(ValueError) as e:
         corpus.rows(str(path), 32, get_tokenizer("bytes"))
-    assert str(e.value) == (f"{path} holds rows of 32 tokens built with the gpt2 tokenizer (50258 ids), not 32 with "
-                            f"bytes (258): pass --tokenizer gpt2, or another --data-dir")
+    assert str(e.value) == (f"{path} holds rows of 32 tokens built with the gpt2 tokenizer (50258 ids), not "
+                            f"32 with bytes (258): pass --tokenizer gpt2, or another --data-dir")
     assert error_of(train.main, argv).startswith(f"error: {path} holds rows of 32 tokens built with the gpt2")
 
 
@@ -427,16 +437,17 @@ def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
     argv = text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"))
     if data == "shakespeare":
         argv += ["--data", "shakespeare"]
-    assert error_of(train.main, argv) == (f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a folder (the "
-                                          f"corpus' local copy and its token cache)")
+    assert error_of(train.main, argv) == (f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a "
+                                          f"folder (the corpus' local copy and its token cache)")
 
 
-# ----------------------------------------------------------------------------- Ctrl-C in eval.py and sample.py
+# ---------------------------------------------------------------------------- Ctrl-C in eval.py and sample.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CTRL_C = {   # where Ctrl-C lands: eval.py half-way through writing --json, sample.py while loading the checkpoint
-    "eval.py": "import json\ndef dump(obj, f, **k):\n    f.write('{\"half\": ')\n    raise KeyboardInterrupt\n"
-               "json.dump = dump\n",
+# where Ctrl-C lands: eval.py half-way through writing --json, sample.py while loading the checkpoint
+CTRL_C = {
+    "eval.py": "import json\ndef dump(obj, f, **k):\n    f.write('{\"half\": ')\n"
+               "    raise KeyboardInterrupt\njson.dump = dump\n",
     "sample.py": "from common import checkpoint\ndef load(*a, **k):\n    raise KeyboardInterrupt\n"
                  "checkpoint.load = load\n",
 }
@@ -448,8 +459,10 @@ def test_ctrl_c_in_eval_and_sample_is_one_line_exit_130_and_no_partial_file(base
     traceback, exit code 130, and eval.py's earlier --json file byte for byte as it was, no temporary file."""
     (tmp_path / "m.json").write_text('{"accuracy": 0.5}')
     argv = [script, "--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
-    argv += ["--limit", "1", "--json", str(tmp_path / "m.json")] if script == "eval.py" else ["--prompt", "1+1="]
-    code = CTRL_C[script] + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({script!r}, run_name='__main__')\n"
+    argv += ["--limit", "1", "--json", str(tmp_path / "m.json")] if script == "eval.py" \
+        else ["--prompt", "1+1="]
+    code = CTRL_C[script] \
+        + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({script!r}, run_name='__main__')\n"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 130, r.stderr[-2000:]
