@@ -5,9 +5,9 @@ from a git-ignored `.env` file at the repository root:
     HF_TOKEN=hf_...
     export WANDB_API_KEY="..."        # `export `, quotes and comments are allowed
 
-The file is read as python-dotenv reads it (the format docker and shells agree on; an optional package, imported
-here, lazily: pip install python-dotenv), else by `parse`, the same rules without variable expansion. The file
-may hold other tools' entries too, multi-line quoted values included: only these names are taken
+The file is read as python-dotenv reads it (the format docker and shells agree on; an optional package,
+imported here, lazily: pip install python-dotenv), else by `parse`, the same rules without variable expansion.
+The file may hold other tools' entries too, multi-line quoted values included: only these names are taken
 (HUGGING_FACE_HUB_TOKEN too, huggingface_hub's older name), a value already in the environment wins, and an
 entry that cannot be parsed, or a file that cannot be read, is a warning that names the line by its number
 (never its text), not an error: credentials are optional, a run goes on without them. Values are never
@@ -21,8 +21,8 @@ import sys
 KEYS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
 DOTENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".env")
 
-# python-dotenv's grammar (its dotenv/parser.py): [export ]KEY [= VALUE] [# comment], VALUE 'single', "double" or
-# unquoted (not starting with a quote: an unclosed quote makes the entry unparseable, as there)
+# python-dotenv's grammar (its dotenv/parser.py): [export ]KEY [= VALUE] [# comment], VALUE 'single', "double"
+# or unquoted (not starting with a quote: an unclosed quote makes the entry unparseable, as there)
 ENTRY = re.compile(r"""(?:export[^\S\r\n]+)?(?:'([^']+)'|([^=\#\s]+))[^\S\r\n]*
     (?:=[^\S\r\n]*(?:'((?:\\'|[^'])*)'|"((?:\\"|[^"])*)"|((?!['"])[^\r\n]*)))?
     (?:[^\S\r\n]*\#[^\r\n]*)?[^\S\r\n]*(?:\r\n|\n|\r|$)""", re.VERBOSE)
@@ -32,10 +32,10 @@ SPACE = re.compile(r"\s*")
 
 def parse(text: str) -> tuple[dict, list[int]]:
     """({name: value}, [line numbers of entries that could not be parsed]) of a .env text by python-dotenv's
-    rules: `export ` allowed; 'single' quotes literal but for \\' and \\\\; "double" quotes with backslash escapes
-    (\\n, \\", ...), both may span lines; an unquoted value runs to the end of the line, less a ` #...` comment and
-    trailing blanks; a NAME alone has no value (None); an entry that is none of these is skipped to its line's
-    end. (No ${VAR} expansion: python-dotenv, when installed, does it.)"""
+    rules: `export ` allowed; 'single' quotes literal but for \\' and \\\\; "double" quotes with backslash
+    escapes (\\n, \\", ...), both may span lines; an unquoted value runs to the end of the line, less a
+    ` #...` comment and trailing blanks; a NAME alone has no value (None); an entry that is none of these
+    is skipped to its line's end. (No ${VAR} expansion: python-dotenv, when installed, does it.)"""
     values, bad, pos = {}, [], 0
     while True:
         pos = SPACE.match(text, pos).end()
@@ -56,31 +56,31 @@ def parse(text: str) -> tuple[dict, list[int]]:
 
 
 def read(path: str) -> dict:
-    """{name: value} of the .env file at path, by python-dotenv when installed (its own warning names a line it
-    cannot parse), else by parse (a warning naming each such line by number). A UTF-8 byte-order mark is
+    """{name: value} of the .env file at path, by python-dotenv when installed (its own warning names a line
+    it cannot parse), else by parse (a warning naming each such line by number). A UTF-8 byte-order mark is
     dropped. A file that cannot be read: a warning, {}."""
     try:
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as e:
-        print(f"warning: cannot read {path} ({getattr(e, 'strerror', None) or type(e).__name__}); credentials "
-              f"(HF_TOKEN, WANDB_API_KEY) are taken from the environment alone", file=sys.stderr)
+        print(f"warning: cannot read {path} ({getattr(e, 'strerror', None) or type(e).__name__}); "
+              f"credentials (HF_TOKEN, WANDB_API_KEY) are taken from the environment alone", file=sys.stderr)
         return {}
     try:
         from dotenv import dotenv_values
     except ImportError:
         values, bad = parse(text)
         for n in bad:
-            print(f"warning: {path}, line {n}: not a NAME=VALUE entry, skipped (its text is not shown: it may hold "
-                  f"a secret)", file=sys.stderr)
+            print(f"warning: {path}, line {n}: not a NAME=VALUE entry, skipped (its text is not shown: it "
+                  f"may hold a secret)", file=sys.stderr)
         return values
     import io
     return dict(dotenv_values(stream=io.StringIO(text)))
 
 
 def load_dotenv(path: str = DOTENV) -> list[str]:
-    """Set each of KEYS that the file defines (non-empty) and the environment lacks; returns the names set (not
-    their values). No file: nothing to do. Nothing in the file stops a run (module docstring)."""
+    """Set each of KEYS that the file defines (non-empty) and the environment lacks; returns the names set
+    (not their values). No file: nothing to do. Nothing in the file stops a run (module docstring)."""
     if not os.path.exists(path):
         return []
     found = read(path)
