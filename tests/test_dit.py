@@ -1,11 +1,13 @@
-"""The paper's OWT/LM1B pieces, offline: the official DiT's released weights converted into model.py's Transformer
-(checked against a reference forward written from the DiT's equations, adaLN on and off), the released keys,
-the GPT-2 and BERT tokenizers, the OWT/LM1B token caches, corpus likelihood and zero-shot MCQA through eval.py.
+"""The paper's OWT/LM1B pieces, offline: the official DiT's released weights converted into model.py's
+Transformer (checked against a reference forward written from the DiT's equations, adaLN on and off), the
+released keys, the GPT-2 and BERT tokenizers, the OWT/LM1B token caches, corpus likelihood and zero-shot MCQA
+through eval.py.
 
     python -m pytest -q tests/test_dit.py
 
-Nothing downloads: the GPT-2 ranks come from the test-only package openai-whisper (its gpt2.tiktoken), the BERT
-vocabulary is a tiny vocab.txt made here, checkpoints are tiny random DiTs saved under the official names.
+Nothing downloads: the GPT-2 ranks come from the test-only package openai-whisper (its gpt2.tiktoken), the
+BERT vocabulary is a tiny vocab.txt made here, checkpoints are tiny random DiTs saved under the official
+names.
 """
 import dataclasses
 import importlib.util
@@ -29,18 +31,20 @@ from fakehub import fake_hub
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # the repository root
 
 
-# ----------------------------------------------------------------------------- a reference DiT, from its equations
+# ------------------------------------------------------------------------ a reference DiT, from its equations
 
 def dit_weights(V=40, D=32, H=4, n_layer=2, cond=16, adaln=True, seed=0):
     """Random weights under the official names (non-zero adaLN, so the folding is exercised)."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s, std=0.2: torch.randn(*s, generator=g) * std
-    w = {"backbone.vocab_embed.embedding": r(V, D, std=1.0), "backbone.rotary_emb.inv_freq": torch.ones(D // H // 2),
+    w = {"backbone.vocab_embed.embedding": r(V, D, std=1.0),
+         "backbone.rotary_emb.inv_freq": torch.ones(D // H // 2),
          "backbone.output_layer.norm_final.weight": 1 + r(D), "backbone.output_layer.linear.weight": r(V, D),
          "backbone.output_layer.linear.bias": r(V)}
     for i in range(n_layer):
         p = f"backbone.blocks.{i}."
-        w.update({p + "norm1.weight": 1 + r(D), p + "attn_qkv.weight": r(3 * D, D), p + "attn_out.weight": r(D, D),
+        w.update({p + "norm1.weight": 1 + r(D), p + "attn_qkv.weight": r(3 * D, D),
+                  p + "attn_out.weight": r(D, D),
                   p + "norm2.weight": 1 + r(D), p + "mlp.0.weight": r(4 * D, D), p + "mlp.0.bias": r(4 * D),
                   p + "mlp.2.weight": r(D, 4 * D), p + "mlp.2.bias": r(D)})
         if adaln:
@@ -106,14 +110,16 @@ def test_dit_matches_reference(adaln):
     model = from_state(cfg, state)
     g = torch.Generator().manual_seed(1)
     idx = torch.randint(0, 40, (2, 9), generator=g)
-    pos = torch.stack([torch.randperm(9, generator=g) for _ in range(2)])    # permuted positions (Set Diffusion)
+    # permuted positions (Set Diffusion)
+    pos = torch.stack([torch.randperm(9, generator=g) for _ in range(2)])
     mask = torch.rand(2, 1, 9, 9, generator=g) < 0.6
     mask |= torch.eye(9, dtype=torch.bool)
     with torch.no_grad():
         ours, ref = model(idx, pos, mask), reference_dit(w, idx, pos, 4, mask)
         assert torch.allclose(ours, ref, atol=1e-4, rtol=1e-4), (ours - ref).abs().max()
         causal = torch.ones(9, 9, dtype=torch.bool).tril()
-        assert torch.allclose(model(idx), reference_dit(w, idx, torch.arange(9).expand(2, 9), 4, causal), atol=1e-4)
+        assert torch.allclose(model(idx), reference_dit(w, idx, torch.arange(9).expand(2, 9), 4, causal),
+                              atol=1e-4)
 
 
 def test_dit_presets_are_the_released_architecture():
@@ -144,9 +150,11 @@ def test_dit_refuses_unknown_and_incomplete():
 def test_released_dit_keys():
     R = RELEASED
     assert R["owt:setdlm-smax16"] == R["owt:setdlm-d8"] == "kuleshov-group/owt-setdlm-smax16"
-    assert R["lm1b:setdlm-d4"] == "kuleshov-group/lm1b-setdlm-smax8" and R["lm1b:bd3lm-s16"] == "kuleshov-group/lm1b-bd3lm-s16"
+    assert R["lm1b:setdlm-d4"] == "kuleshov-group/lm1b-setdlm-smax8" \
+        and R["lm1b:bd3lm-s16"] == "kuleshov-group/lm1b-bd3lm-s16"
     assert ALSO_NAMED["kuleshov-group/owt-setdlm-smax16"] == "kuleshov-group/owt-setdlm-d8"
-    assert R["owt:bd3lm-block_size8"] == "kuleshov-group/bd3lm-owt-block_size8" and R["owt:mdlm-owt"] == "kuleshov-group/mdlm-owt"
+    assert R["owt:bd3lm-block_size8"] == "kuleshov-group/bd3lm-owt-block_size8" \
+        and R["owt:mdlm-owt"] == "kuleshov-group/mdlm-owt"
     assert R["owt:ar"] == "kuleshov-group/owt-ar"
 
 
@@ -162,7 +170,8 @@ def save_dit(d, w, config, bin_file=False):
 
 
 def test_released_dit_from_fake_hub_both_names(tmp_path):
-    """owt:setdlm-smax16 finds the repo under its other name (-setdlm-d8); lm1b:mdlm loads a .bin with adaLN."""
+    """owt:setdlm-smax16 finds the repo under its other name (-setdlm-d8); lm1b:mdlm loads a .bin with
+    adaLN."""
     hf = tmp_path / "hf"
     cfg = {"architectures": ["SetDLM"], "model_type": "bd3lm", "length": 16, "n_heads": 4,
            "tokenization_config": {"mask_token_id": 39}}
@@ -185,10 +194,12 @@ print(json.dumps(out))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(hf), HF_HUB_OFFLINE="1", PYTHONPATH=REPO)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["owt:setdlm-smax16"] == ["kuleshov-group/owt-setdlm-d8", "setdiffusion", "owt", "gpt2", 16, 16, 39, 1e-5]
+    assert out["owt:setdlm-smax16"] == ["kuleshov-group/owt-setdlm-d8", "setdiffusion", "owt", "gpt2", 16, 16,
+                                        39, 1e-5]
     assert out["lm1b:mdlm"][1:5] == ["mdlm", "lm1b", "bert-base-uncased", 16]
     assert "neither kuleshov-group/owt-setdlm-smax32 nor kuleshov-group/owt-setdlm-d16" in out["missing"]
 
@@ -202,8 +213,10 @@ def test_released_dit_local_dir_and_refusal(tmp_path):
     idx = torch.randint(0, 40, (1, 16))
     with torch.no_grad():
         assert torch.allclose(model(idx), reference_dit(w, idx, torch.arange(16)[None], 4,
-                                                        torch.ones(16, 16, dtype=torch.bool).tril()), atol=1e-4)
-    bad = save_dit(tmp_path / "owt-ar", {**w, "backbone.extra.weight": torch.zeros(2)}, {"architectures": ["AR"]})
+                                                        torch.ones(16, 16, dtype=torch.bool).tril()),
+                              atol=1e-4)
+    bad = save_dit(tmp_path / "owt-ar", {**w, "backbone.extra.weight": torch.zeros(2)},
+                   {"architectures": ["AR"]})
     with pytest.raises(ValueError, match="unknown tensor 'backbone.extra.weight'"):
         checkpoint.load(bad)
 
@@ -211,7 +224,8 @@ def test_released_dit_local_dir_and_refusal(tmp_path):
 # ----------------------------------------------------------------------------- tokenizers
 
 WHISPER = importlib.util.find_spec("whisper")
-needs_gpt2 = pytest.mark.skipif(WHISPER is None, reason="the test-only package openai-whisper ships the GPT-2 ranks")
+needs_gpt2 = pytest.mark.skipif(WHISPER is None, reason="the test-only package openai-whisper ships the "
+                                                        "GPT-2 ranks")
 _GPT2 = []
 
 
@@ -221,7 +235,8 @@ def gpt2_from_whisper():
         import tiktoken
         from tiktoken.load import load_tiktoken_bpe
         from tiktoken_ext.openai_public import r50k_pat_str
-        ranks = load_tiktoken_bpe(os.path.join(WHISPER.submodule_search_locations[0], "assets", "gpt2.tiktoken"))
+        ranks = load_tiktoken_bpe(os.path.join(WHISPER.submodule_search_locations[0], "assets",
+                                               "gpt2.tiktoken"))
         _GPT2.append(tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
                                        special_tokens={"<|endoftext|>": 50256}))
     return _GPT2[0]
@@ -242,7 +257,8 @@ def bert_dir(tmp_path):
     """A tiny bert-base-uncased-style vocab.txt: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103."""
     d = tmp_path / "bert"
     d.mkdir()
-    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] + BERT_WORDS
+    vocab = ["[PAD]"] + [f"[unused{i}]" for i in range(99)] + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"] \
+        + BERT_WORDS
     (d / "vocab.txt").write_text("\n".join(vocab) + "\n")
     return str(d)
 
@@ -332,7 +348,8 @@ def run_eval(argv, tmp_path):
 def owt_data(tmp_path):
     d = tmp_path / "owt"
     d.mkdir()
-    docs = [f"Story {i}: the quick brown fox jumps over the lazy dog, then naps in the sun." for i in range(12)]
+    docs = [f"Story {i}: the quick brown fox jumps over the lazy dog, then naps in the sun."
+            for i in range(12)]
     (d / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
     return str(d)
 
@@ -354,14 +371,16 @@ def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
     m = run_eval(["--ckpt", owt_dit(tmp_path, "owt-setdlm-d4"), "--task", "likelihood", "--data", "owt",
                   "--data-dir", data], tmp_path)
     assert m["model"] == "setdiffusion" and m["data"] == "owt" and math.isfinite(m["perplexity"])
-    assert m["exclusions"] == "official" and m["tokens"] == int((rows[:, 1:] != 50256).sum())   # EOS not counted
+    # EOS not counted
+    assert m["exclusions"] == "official" and m["tokens"] == int((rows[:, 1:] != 50256).sum())
 
 
 def piqa_dir(tmp_path, labels):
     """PIQA's original format: valid.jsonl (goal, sol1, sol2) + valid-labels.lst."""
     d = tmp_path / "piqa"
     d.mkdir()
-    recs = [{"goal": f"Goal {i}:  answer  it", "sol1": "yes" if lab == 0 else "no", "sol2": "no" if lab == 0 else "yes"}
+    recs = [{"goal": f"Goal {i}:  answer  it", "sol1": "yes" if lab == 0 else "no",
+             "sol2": "no" if lab == 0 else "yes"}
             for i, lab in enumerate(labels)]
     (d / "valid.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (d / "valid-labels.lst").write_text("".join(f"{lab}\n" for lab in labels))
@@ -371,7 +390,8 @@ def piqa_dir(tmp_path, labels):
 @needs_gpt2
 @pytest.mark.parametrize("name", ["owt-ar", "owt-setdlm-d4"])
 def test_mcqa_picks_the_likelier_option(tmp_path, gpt2, name):
-    """The model prefers " yes" everywhere, so the option "yes" wins: labels at "yes" score, the last does not."""
+    """The model prefers " yes" everywhere, so the option "yes" wins: labels at "yes" score, the last does
+    not."""
     labels = [0, 1, 1, 0, 0]
     d = piqa_dir(tmp_path, labels)
     with open(os.path.join(d, "valid-labels.lst"), "w") as f:      # the last question's gold answer is "no"
@@ -415,11 +435,13 @@ def test_mcqa_prompts_as_the_official_script(tmp_path):
                   "options": ["bakes it.", "eats it", "sleeps.", "runs."], "label": 1}
     d = tmp_path / "siqa"
     d.mkdir()
-    (d / "dev.jsonl").write_text(json.dumps({"context": "Ana lent Ben a pen.", "question": "What will Ben do?",
-                                             "answerA": "thank Ana", "answerB": "cry", "answerC": "leave"}) + "\n")
+    (d / "dev.jsonl").write_text(json.dumps({"context": "Ana lent Ben a pen.",
+                                             "question": "What will Ben do?", "answerA": "thank Ana",
+                                             "answerB": "cry", "answerC": "leave"}) + "\n")
     (d / "dev-labels.lst").write_text("1\n")
     ex = mcqa.load("siqa", str(d))[0]
-    assert ex["prompt"] == "Context: Ana lent Ben a pen.\nQuestion: What will Ben do?\nAnswer:" and ex["label"] == 0
+    assert ex["prompt"] == "Context: Ana lent Ben a pen.\nQuestion: What will Ben do?\nAnswer:" \
+        and ex["label"] == 0
 
 
 # ----------------------------------------------------------------------------- bad input: one line each
@@ -442,7 +464,8 @@ def test_checkpoint_of_another_family(tmp_path):
     from model import ModelConfig, Transformer
     cfg = ModelConfig(vocab_size=300, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
     config = {"model": dataclasses.asdict(cfg), "method": "ar",
-              "method_config": checkpoint.method_config("ar", mask_id=299), "tokenizer": "qwen3:Qwen/Qwen3-1.7B-Base",
+              "method_config": checkpoint.method_config("ar", mask_id=299),
+              "tokenizer": "qwen3:Qwen/Qwen3-1.7B-Base",
               "data": "gsm8k", "seq_len": 32}
     checkpoint.save(str(tmp_path / "gsm8k-qwen"), Transformer(cfg), config)
     msg = eval_error(["--ckpt", str(tmp_path / "gsm8k-qwen"), "--task", "likelihood", "--data", "lm1b"])
@@ -478,7 +501,8 @@ def test_eval_lm1b_likelihood_with_the_release_vocab(tmp_path):
     pytest.importorskip("tokenizers")
     V = 104 + len(BERT_WORDS)
     d = owt_dit(tmp_path, "lm1b-mdlm", V=V, adaln=True)
-    (tmp_path / "lm1b-mdlm" / "vocab.txt").write_text(open(os.path.join(bert_dir(tmp_path), "vocab.txt")).read())
+    (tmp_path / "lm1b-mdlm" / "vocab.txt").write_text(open(os.path.join(bert_dir(tmp_path),
+                                                                        "vocab.txt")).read())
     with open(os.path.join(d, "config.json")) as f:
         config = json.load(f)
     with open(os.path.join(d, "config.json"), "w") as f:
@@ -499,6 +523,8 @@ def test_results_table(tmp_path):
     for name, nll in (("ar", 0.5), ("mdlm", 0.75)):
         paths.append(str(tmp_path / f"{name}.json"))
         with open(paths[-1], "w") as f:
-            json.dump({"task": "likelihood", "model": name, "threshold": 1e9, "window": 0, "nll": nll, "n": 3}, f)
+            json.dump({"task": "likelihood", "model": name, "threshold": 1e9, "window": 0, "nll": nll,
+                       "n": 3}, f)
     assert table(paths, str(tmp_path / "t.md")).splitlines() == [
-        "| task | model | nll | n |", "|---|---|---|---|", "| likelihood | ar | 0.5 | 3 |", "| likelihood | mdlm | 0.75 | 3 |"]
+        "| task | model | nll | n |", "|---|---|---|---|", "| likelihood | ar | 0.5 | 3 |",
+        "| likelihood | mdlm | 0.75 | 3 |"]
