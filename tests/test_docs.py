@@ -1,6 +1,6 @@
-"""The README and docs/ against the tree they describe: the reading order's line counts are `wc -l` of each file,
-every relative link and #anchor resolves, every file path and test name they cite exists, and the README keeps
-CI's test command and stays a five-minute read. python -m pytest -q tests/test_docs.py"""
+"""The README and docs/ against the tree they describe: the reading order's line counts are `wc -l` of each
+file, every relative link and #anchor resolves, every file path and test name they cite exists, and the README
+keeps CI's test command and stays a five-minute read. python -m pytest -q tests/test_docs.py"""
 import os
 import re
 
@@ -56,7 +56,8 @@ def anchors(markdown: str) -> set:
 
 
 def test_anchor_slugs_follow_github():
-    assert anchors("## Quick start: `make demo`\n## How far right can Set Diffusion see: `make smax`\n# A\n# A") \
+    assert anchors("## Quick start: `make demo`\n## How far right can Set Diffusion see: `make smax`\n"
+                   "# A\n# A") \
         == {"quick-start-make-demo", "how-far-right-can-set-diffusion-see-make-smax", "a", "a-1"}
 
 
@@ -69,7 +70,8 @@ def test_relative_links_and_anchors_resolve(doc):
         if re.match(r"[a-z]+:", target):                                    # https:, mailto:
             continue
         path, _, anchor = target.partition("#")
-        full = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), path)) if path else os.path.join(ROOT, doc)
+        full = os.path.normpath(os.path.join(ROOT, os.path.dirname(doc), path)) if path \
+            else os.path.join(ROOT, doc)
         if not os.path.exists(full):
             bad.append(target)
         elif anchor and full.endswith(".md") and anchor not in anchors(open(full, encoding="utf-8").read()):
