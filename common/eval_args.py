@@ -1,18 +1,18 @@
 """eval.py's command line: its flags, grouped as --help shows them (the paper tasks' in their own groups), and
-their checks before anything is loaded. Nothing of paper/ is imported here: eval.py imports a paper task's module
-only when --task names it.
+their checks before anything is loaded. Nothing of paper/ is imported here: eval.py imports a paper task's
+module only when --task names it.
 
     parser(description)      the ArgumentParser
     check(args)              range checks, and a flag given to a task that does not read it refused (one line)
 """
 import argparse
 
-from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature, check_threshold,
-                        speed_args)
+from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature,
+                        check_threshold, speed_args)
 from data.mcqa import NAMES as MCQA
 
 ACCURACY = ("arith", "gsm8k", "cnndm")                       # generation accuracy of a task
-PAPER = ("rocstories", "unconditional", *MCQA, "lm-eval")    # the paper's runners (paper/), imported when named
+PAPER = ("rocstories", "unconditional", *MCQA, "lm-eval")  # the paper's runners (paper/), imported when named
 TASKS = [*ACCURACY, "infill", "likelihood", "throughput", *PAPER]
 SPANS = ("step", "number", "operand", "verb", "word", "line")
 
@@ -20,64 +20,74 @@ SPANS = ("step", "number", "operand", "verb", "word", "line")
 def parser(description: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eval.py", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py) or a released key")
-    p.add_argument("--task", choices=TASKS, default=None, help="what to measure (default: the checkpoint's task)")
+    p.add_argument("--ckpt", required=True, help="checkpoint directory (written by train.py) or a released "
+                   "key")
+    p.add_argument("--task", choices=TASKS, default=None, help="what to measure (default: the checkpoint's "
+                   "task)")
     p.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl")
-    p.add_argument("--data", default=None, help="likelihood or infill on a corpus: owt, lm1b, shakespeare, text:PATH")
+    p.add_argument("--data", default=None, help="likelihood or infill on a corpus: owt, lm1b, shakespeare, "
+                   "text:PATH")
     p.add_argument("--limit", type=int, default=0, help="evaluate the first N held-out examples (0 = all)")
     p.add_argument("--batch-size", type=int, default=32, help="problems generated (or rows scored) at once")
     p.add_argument("--device", default="auto", help="cuda, mps, cpu or auto")
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
-    p.add_argument("--json", default=None, help="also write the metrics to this JSON file (tables of several: "
-                   "python -m paper.results)")
+    p.add_argument("--json", default=None, help="also write the metrics to this JSON file (tables of "
+                   "several: python -m paper.results)")
     speed_args(p)
     g = p.add_argument_group("sampler")
-    g.add_argument("--threshold", type=float, default=None, help="confidence threshold tau (inf = 1 token/step)")
+    g.add_argument("--threshold", type=float, default=None, help="confidence threshold tau (inf = 1 "
+                   "token/step)")
     g.add_argument("--window", type=int, default=None, help="Set Diffusion window W (default smax / 2)")
     g.add_argument("--commit-order", choices=["l2r", "fht"], default="l2r",
-                   help="Set Diffusion: commit a step's tokens left to right (the official throughput runs) or by "
-                        "first-hitting time (the official accuracy runs)")
+                   help="Set Diffusion: commit a step's tokens left to right (the official throughput runs) "
+                        "or by first-hitting time (the official accuracy runs)")
     g.add_argument("--mdlm-block", type=int, default=32, help="MDLM sampler block length")
     g.add_argument("--official-blocks", action="store_true",
-                   help="MDLM/BD3-LM: count the new tokens from the start of the prompt's last block and (MDLM) pad "
-                        "the canvas to seq_len with [MASK], as the official align_inputs_to_blocks (released models)")
+                   help="MDLM/BD3-LM: count the new tokens from the start of the prompt's last block and "
+                        "(MDLM) pad the canvas to seq_len with [MASK], as the official "
+                        "align_inputs_to_blocks (released models)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate per problem (unconditional: default seq_len - 1)")
-    g.add_argument("--stop-on-im-end", action="store_true", help="GSM8K: also stop at <|im_end|> (official option)")
+    g.add_argument("--stop-on-im-end", action="store_true", help="GSM8K: also stop at <|im_end|> (official "
+                   "option)")
     g = p.add_argument_group("likelihood, throughput, infill")
     g.add_argument("--nll-exclusions", choices=["official", "none"], default=None,
-                   help="'official' drops pad-id (EOS) targets and position 0 from Set Diffusion's NLL as the "
-                        "official eval does (default for released checkpoints), 'none' counts all")
-    g.add_argument("--warmup", type=int, default=5, help="throughput, infill, unconditional: warm-up examples "
-                   "(samples) before timing")
-    g.add_argument("--rounds", type=int, default=3, help="throughput: times the measured prompts are decoded; the "
-                   "median round is reported with the rounds' range")
+                   help="'official' drops pad-id (EOS) targets and position 0 from Set Diffusion's NLL as "
+                        "the official eval does (default for released checkpoints), 'none' counts all")
+    g.add_argument("--warmup", type=int, default=5, help="throughput, infill, unconditional: warm-up "
+                   "examples (samples) before timing")
+    g.add_argument("--rounds", type=int, default=3, help="throughput: times the measured prompts are "
+                   "decoded; the median round is reported with the rounds' range")
     g.add_argument("--span", choices=SPANS, default=None,
-                   help="infill: what is masked. The shipped task: its middle reasoning step (step, the default: "
-                        "decided by the left context); its starting amount (number), its last action's amount "
-                        "(operand) or its first verb (verb), each decided by the reply to its right; a text corpus: "
-                        "one word (word, the default) or one line (line)")
+                   help="infill: what is masked. The shipped task: its middle reasoning step (step, the "
+                        "default: decided by the left context); its starting amount (number), its last "
+                        "action's amount (operand) or its first verb (verb), each decided by the reply to "
+                        "its right; a text corpus: one word (word, the default) or one line (line)")
     g = p.add_argument_group("paper tasks: unconditional samples (paper/generation.py, paper/hf_metrics.py)")
     g.add_argument("--ref-ckpt", default=None, help="the AR checkpoint that scores the samples (generative "
                    "perplexity), trained on the same data with the same tokenizer")
-    g.add_argument("--ppl-model", default=None, help="also the generative perplexity under this Hugging Face causal "
-                   "LM (Hub id or local directory; the paper's: gpt2-large) (optional: transformers)")
-    g.add_argument("--mauve-ref", default=None, help="MAUVE against these reference texts (.txt one a line, .jsonl, "
-                   ".json), mean and std over 5 subsets of 1000 as the official Table 4 (optional: mauve-text)")
-    g.add_argument("--mauve-encoder", default=None, help="the Hugging Face encoder whose features MAUVE compares "
-                   "(default answerdotai/ModernBERT-large, the paper's)")
+    g.add_argument("--ppl-model", default=None, help="also the generative perplexity under this Hugging Face "
+                   "causal LM (Hub id or local directory; the paper's: gpt2-large) (optional: transformers)")
+    g.add_argument("--mauve-ref", default=None, help="MAUVE against these reference texts (.txt one a line, "
+                   ".jsonl, .json), mean and std over 5 subsets of 1000 as the official Table 4 (optional: "
+                   "mauve-text)")
+    g.add_argument("--mauve-encoder", default=None, help="the Hugging Face encoder whose features MAUVE "
+                   "compares (default answerdotai/ModernBERT-large, the paper's)")
     g.add_argument("-n", type=int, default=20, help="samples scored, at batch 1")
-    g.add_argument("--no-redraw", action="store_true", help="score every sample as drawn (the official redraws one "
-                   "whose unigram entropy is < 4 nats or that holds <= 50 tokens)")
-    g = p.add_argument_group("paper tasks: rocstories, hellaswag/piqa/siqa, lm-eval (paper/infill.py, zeroshot.py, "
-                             "harness.py)")
+    g.add_argument("--no-redraw", action="store_true", help="score every sample as drawn (the official "
+                   "redraws one whose unigram entropy is < 4 nats or that holds <= 50 tokens)")
+    g = p.add_argument_group("paper tasks: rocstories, hellaswag/piqa/siqa, lm-eval (paper/infill.py, "
+                             "zeroshot.py, harness.py)")
     g.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
-    g.add_argument("--mc-samples", "--samples", dest="samples", type=int, default=1, help="hellaswag/piqa/siqa, "
+    g.add_argument("--mc-samples", "--samples", dest="samples", type=int, default=1,
+                   help="hellaswag/piqa/siqa, "
                    "lm-eval: NELBO draws averaged per option (1 = the official), noise seeded per request")
-    g.add_argument("--tasks", default=None, help="lm-eval: task names, comma-separated (lm-eval's or --include-path's)")
+    g.add_argument("--tasks", default=None, help="lm-eval: task names, comma-separated (lm-eval's or "
+                   "--include-path's)")
     g.add_argument("--include-path", default=None, help="lm-eval: a folder of task YAML files (local tasks)")
-    g.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples (default: the task's)")
+    g.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples (default: the "
+                   "task's)")
     return p
 
 
@@ -103,7 +113,7 @@ def check(args):
     for flag, value in (("--batch-size", args.batch_size), ("--mdlm-block", args.mdlm_block), ("-n", args.n),
                         ("--mc-samples", args.samples)):
         check_positive(flag, value)
-    if check_positive("--rounds", args.rounds) > 100:          # each round decodes every measured prompt again
+    if check_positive("--rounds", args.rounds) > 100:         # each round decodes every measured prompt again
         raise ValueError(f"--rounds must be at most 100 (the paper's 3), got {args.rounds}")
     check_nonnegative("--limit", args.limit, "0 = all")
     check_nonnegative("--warmup", args.warmup)
@@ -118,12 +128,14 @@ def check(args):
                               ("--mauve-ref", args.mauve_ref), ("--mauve-encoder", args.mauve_encoder)) if v]
     if args.task != "unconditional" and scorers:
         raise ValueError(f"{scorers[0]} goes with --task unconditional (it scores unconditional samples)")
-    defaults, runs = vars(parser().parse_args(["--ckpt", "x"])), {args.task} if args.task else {*ACCURACY, "likelihood"}
+    defaults, runs = vars(parser().parse_args(["--ckpt", "x"])), \
+        {args.task} if args.task else {*ACCURACY, "likelihood"}
     for dest, tasks in READERS.items():
         if getattr(args, dest) != defaults[dest] and not runs & tasks:
             flag = {"n": "-n", "samples": "--mc-samples"}.get(dest, "--" + dest.replace("_", "-"))
             task = f"--task {args.task}" if args.task else "the checkpoint's own task (no --task)"
-            raise ValueError(f"{flag} does not apply to {task}: it goes with --task {', '.join(sorted(tasks))}")
+            raise ValueError(f"{flag} does not apply to {task}: it goes with --task "
+                             f"{', '.join(sorted(tasks))}")
     if args.task == "unconditional":
         check_scorers(args)
     if args.task == "lm-eval":
@@ -134,9 +146,11 @@ def check(args):
 def check_scorers(args):
     """--task unconditional needs a scorer, each installed (paper/hf_metrics.py, imported only here)."""
     if not (args.ref_ckpt or args.ppl_model or args.mauve_ref):
-        raise ValueError("--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same data (it "
-                         "scores the samples), --ppl-model NAME (a Hugging Face causal LM) or --mauve-ref FILE")
+        raise ValueError("--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same "
+                         "data (it scores the samples), --ppl-model NAME (a Hugging Face causal LM) or "
+                         "--mauve-ref FILE")
     if args.mauve_encoder and not args.mauve_ref:
-        raise ValueError("--mauve-encoder goes with --mauve-ref FILE (the reference texts MAUVE compares with)")
+        raise ValueError("--mauve-encoder goes with --mauve-ref FILE (the reference texts MAUVE compares "
+                         "with)")
     from paper import hf_metrics
     hf_metrics.check_installed(bool(args.ppl_model), bool(args.mauve_ref))
