@@ -1,14 +1,16 @@
-"""What the scripts measure (train.py's held-out evaluation, eval.py, bench/): a task's scores with tokens/step
-and tokens/s, throughput at batch 1 (the paper's protocol), the likelihood of held-out targets or corpus rows,
-and the markdown table every result is printed as.
+"""What the scripts measure (train.py's held-out evaluation, eval.py, bench/): a task's scores with
+tokens/step and tokens/s, throughput at batch 1 (the paper's protocol), the likelihood of held-out targets or
+corpus rows, and the markdown table every result is printed as.
 
     evaluate_accuracy / evaluate_throughput  the task's scores / tokens/s at batch 1 (median of rounds)
     interleaved_throughput(runs, ...)        several runs' batch-1 tokens/s, timed in turn, in one measurement
     evaluate_likelihood(model, method, ...)  NLL per token of a task's targets or a corpus' rows
-    held_out(model, ..., args, ...)          train.py's evaluation: held-out accuracy, or a corpus' validation NLL
+    held_out(model, ..., args, ...)          train.py's evaluation: held-out accuracy, or a corpus' validation
+                                             NLL
     bits_per_char(nll, tok)                  nats/token as bits/char of a byte-level model
     window_used(window, method, cfg)         the Set Diffusion window a run decodes with (default smax / 2)
-    run_record(config, ckpt, task, ...)      the settings every result JSON starts with (eval.py, paper/speed.py)
+    run_record(config, ckpt, task, ...)      the settings every result JSON starts with (eval.py,
+                                             paper/speed.py)
     markdown_table(head, rows)               one table format for eval.py, paper/results.py and bench/
 """
 import math
@@ -23,22 +25,22 @@ from common.replies import respond
 from sampling import Settings
 
 
-def evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings: Settings, batch_size=32, seed=0,
-                      stop_opts=None):
+def evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings: Settings, batch_size=32,
+                      seed=0, stop_opts=None):
     """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
     completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
-        texts, stats, sec = respond(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device, settings,
-                                    seed + i, stop_opts)
+        texts, stats, sec = respond(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device,
+                                    settings, seed + i, stop_opts)
         completions += texts
         for name, score in task.SCORES.items():
             hits[name] += sum(score(t, e["answer"]) for t, e in zip(texts, chunk))
         tps += stats["tokens_per_step"] * len(chunk)
         n_tok, seconds, nfe = n_tok + int(stats["n_gen"].sum()), seconds + sec, nfe + stats["nfe"]
     n = len(examples)
-    return {**{k: v / n for k, v in hits.items()}, "tokens_per_step": tps / n, "tokens_per_s": n_tok / seconds,
-            "nfe": nfe, "n": n, "completions": completions}
+    return {**{k: v / n for k, v in hits.items()}, "tokens_per_step": tps / n,
+            "tokens_per_s": n_tok / seconds, "nfe": nfe, "n": n, "completions": completions}
 
 
 def evaluate_throughput(model, method, cfg, tok, task, examples, device, settings: Settings, warmup=5,
@@ -51,17 +53,19 @@ def evaluate_throughput(model, method, cfg, tok, task, examples, device, setting
     m = interleaved_throughput({"run": run}, prompts, device, warmup, rounds)["run"]
     measured = prompts[warmup:][:batch_size]
     for _ in range(2):                      # the first batched call warms up (and compiles) that shape
-        _, stats, sec = respond(model, method, cfg, tok, task, measured, device, settings, stop_opts=stop_opts)
+        _, stats, sec = respond(model, method, cfg, tok, task, measured, device, settings,
+                                stop_opts=stop_opts)
     return {**m, "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured)}
 
 
 def interleaved_throughput(runs: dict, prompts: list, device, warmup=5, rounds=3) -> dict:
-    """Batch-1 tokens/s of several runs compared in one measurement: each run decodes the first `warmup` prompts
-    untimed, then, `rounds` times over, every measured prompt is decoded by every run in turn (the order rotated
-    by prompt), so that a slow phase of a shared machine falls on all runs alike. A round's figure is the
-    paper's: the mean over prompts of each sample's tokens / seconds. Per run: the median round (tokens_per_s),
-    the rounds' range (tokens_per_s_min, _max), the per-sample spread of the median round (tokens_per_s_std),
-    tokens per step and forward passes. runs: {name: {model, method, cfg, tok, task, settings, stop_opts}}."""
+    """Batch-1 tokens/s of several runs compared in one measurement: each run decodes the first `warmup`
+    prompts untimed, then, `rounds` times over, every measured prompt is decoded by every run in turn (the
+    order rotated by prompt), so that a slow phase of a shared machine falls on all runs alike. A round's
+    figure is the paper's: the mean over prompts of each sample's tokens / seconds. Per run: the median round
+    (tokens_per_s), the rounds' range (tokens_per_s_min, _max), the per-sample spread of the median round
+    (tokens_per_s_std), tokens per step and forward passes. runs: {name: {model, method, cfg, tok, task,
+    settings, stop_opts}}."""
     from tqdm import tqdm
     if len(prompts) <= warmup:
         raise ValueError(no_examples_left(warmup, len(prompts)))
@@ -71,10 +75,10 @@ def interleaved_throughput(runs: dict, prompts: list, device, warmup=5, rounds=3
 
     def one(n, prompt, seed):
         r = runs[n]
-        return respond(r["model"], r["method"], r["cfg"], r["tok"], r["task"], [prompt], device, r["settings"],
-                       seed, r.get("stop_opts"))
-    with tqdm(total=len(names) * (warmup + rounds * len(measured)), desc="throughput", unit="run", file=sys.stderr,
-              disable=None, dynamic_ncols=True) as bar:
+        return respond(r["model"], r["method"], r["cfg"], r["tok"], r["task"], [prompt], device,
+                       r["settings"], seed, r.get("stop_opts"))
+    with tqdm(total=len(names) * (warmup + rounds * len(measured)), desc="throughput", unit="run",
+              file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
         for p in prompts[:warmup]:
             for n in names:
                 one(n, p, 0)
@@ -98,8 +102,8 @@ def round_summary(rates: list, steps: list, nfe: int) -> dict:
     k = sorted(range(len(means)), key=means.__getitem__)[(len(means) - 1) // 2]     # the (lower) median round
     std = (sum((x - means[k]) ** 2 for x in rates[k]) / len(rates[k])) ** 0.5
     return {"tokens_per_s": means[k], "tokens_per_s_min": min(means), "tokens_per_s_max": max(means),
-            "tokens_per_s_std": std, "rounds": len(means), "tokens_per_step": sum(steps) / len(steps), "nfe": nfe,
-            "n": len(rates[k])}
+            "tokens_per_s_std": std, "rounds": len(means), "tokens_per_step": sum(steps) / len(steps),
+            "nfe": nfe, "n": len(rates[k])}
 
 
 @torch.no_grad()
@@ -131,8 +135,8 @@ def bits_per_char(nll: float, tok) -> float | None:
 # ----------------------------------------------------------------------------- train.py's evaluation
 
 def held_out(model, method, cfg, tok, task, args, device, config, show):
-    """train.py's periodic and final evaluation: held-out accuracy (and one sample) with the sampler flags given
-    to train.py (args); on a corpus, the validation NLL instead (validate). Returns the metrics."""
+    """train.py's periodic and final evaluation: held-out accuracy (and one sample) with the sampler flags
+    given to train.py (args); on a corpus, the validation NLL instead (validate). Returns the metrics."""
     if is_corpus(config["data"]):
         return validate(model, method, cfg, tok, task, args, device, config, show)
     model.eval()
@@ -151,7 +155,8 @@ def held_out(model, method, cfg, tok, task, args, device, config, show):
 def validate(model, method, cfg, tok, task, args, device, config, show):
     """Validation NLL per token on --eval-limit held-out rows, spread evenly over the split: exact for AR, the
     bound of each diffusion method's nll() (MDLM/BD3-LM: the 1/t-weighted NELBO; Set Diffusion: one sampled
-    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not counted."""
+    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not
+    counted."""
     model.eval()
     rows = task.load("test", args.data_dir, tok, config["seq_len"])
     pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
@@ -160,8 +165,9 @@ def validate(model, method, cfg, tok, task, args, device, config, show):
     bound = "exact" if method.EXACT_NLL else "a bound"
     bpc = bits_per_char(m["nll"], tok)
     per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
-    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity {m['perplexity']:.3f}{per_char}, "
-          f"on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} tokens)")
+    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity "
+          f"{m['perplexity']:.3f}{per_char}, on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} "
+          "tokens)")
     if show:
         print(f"samples: python sample.py --ckpt {args.out_dir} (continues BOS)")
     model.train()
@@ -180,7 +186,8 @@ def run_record(config: dict, ckpt: str, task: str, threshold=math.inf, window=0,
     """The fields every result JSON starts with: what was measured, on which checkpoint, with which sampler
     settings, and the method's own settings (smax, S, ...; the mask id left out)."""
     return {"task": task, "model": config["method"], "ckpt": ckpt, "threshold": threshold, "window": window,
-            "commit_order": commit_order, "stop_on_im_end": stop_on_im_end, "official_blocks": official_blocks,
+            "commit_order": commit_order, "stop_on_im_end": stop_on_im_end,
+            "official_blocks": official_blocks,
             "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}
 
 
