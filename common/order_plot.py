@@ -1,7 +1,8 @@
-"""The decoding order, as text (sample.py --show-order) or as a picture: for one prompt, the step at which each
-position was revealed, one panel per checkpoint (sample.py --show-order --plot FILE.png).
+"""The decoding order, as text (sample.py --show-order) or as a picture: for one prompt, the step at which
+each position was revealed, one panel per checkpoint (sample.py --show-order --plot FILE.png).
 
-    text(tok, stats, b, n, max_new, order, colour)    row b as sample.py prints it, the steps marked with order
+    text(tok, stats, b, n, max_new, order, colour)    row b as sample.py prints it, the steps marked with
+                                                      order
 
 Each panel has two parts that share the columns, one column per position from the first one decoded:
 - the text as decoded, one cell per token (a character with the byte tokenizer), coloured by the step that
@@ -29,9 +30,9 @@ COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's co
 
 
 def text(tok, stats, b: int, n: int, max_new: int, order: bool, colour: bool) -> str:
-    """Row b of a sampler's stats as printed: the prompt of n tokens (its [MASK]s filled in), then the reply up to
-    EOS. With order, each token decoded at step s is coloured by s (colour: a terminal), or each run of tokens
-    decoded at the same step is preceded by [s]; prompt tokens (step -1) are left as they are."""
+    """Row b of a sampler's stats as printed: the prompt of n tokens (its [MASK]s filled in), then the reply
+    up to EOS. With order, each token decoded at step s is coloured by s (colour: a terminal), or each run of
+    tokens decoded at the same step is preceded by [s]; prompt tokens (step -1) are left as they are."""
     P = stats["tokens"].shape[1] - max_new
     ids, steps = [], []
     for j, (i, s) in enumerate(zip(stats["tokens"][b, P - n:].tolist(), stats["step"][b, P - n:].tolist())):
@@ -100,9 +101,9 @@ def count(p: Panel) -> str:
 
 
 def title(name: str, cfg, settings, knobs) -> str:
-    """'Set Diffusion, smax 8, τ 0.8': the method, its config's whole-number settings (mask_id aside), and the
-    decoding settings it reads (knobs): τ and MDLM's block always, a window or commit order when not the
-    default."""
+    """'Set Diffusion, smax 8, τ 0.8': the method, its config's whole-number settings (mask_id aside), and
+    the decoding settings it reads (knobs): τ and MDLM's block always, a window or commit order when not
+    the default."""
     parts = [LABELS.get(name, name)]
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
