@@ -1,5 +1,5 @@
-"""Weights from elsewhere into model.py's Transformer, converted (the weight files and the one state-dict check
-every loader ends in are common/weights.py):
+"""Weights from elsewhere into model.py's Transformer, converted (the weight files and the one state-dict
+check every loader ends in are common/weights.py):
 
 - Hugging Face Qwen3 models (`from_pretrained("Qwen/Qwen3-1.7B-Base")`, train.py --init-from): config.json
   through `qwen3_config`, the safetensors as they are (our parameter names are Qwen3's without "model.").
@@ -33,14 +33,16 @@ from model import ModelConfig, Transformer
 # ----------------------------------------------------------------------------- Hugging Face Qwen3 models
 
 def qwen3_config(hf: dict) -> ModelConfig:
-    """ModelConfig of a Hugging Face Qwen3 config.json (transformers 4.x `rope_theta` or 5.x `rope_parameters`)."""
+    """ModelConfig of a Hugging Face Qwen3 config.json (transformers 4.x `rope_theta` or 5.x
+    `rope_parameters`)."""
     kind, archs = hf.get("model_type"), hf.get("architectures") or []
     if kind != "qwen3" and not (kind is None and {"Qwen3ForCausalLM", "Qwen3Model"} & set(archs)):
         raise ValueError(f"not a Qwen3 config: model_type={kind!r}, architectures={archs}")
     rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default" or hf.get("use_sliding_window") \
             or hf.get("attention_bias") or hf.get("hidden_act", "silu") != "silu":
-        raise ValueError("unsupported Qwen3 variant: rope scaling, sliding window, attention bias or a non-silu MLP")
+        raise ValueError("unsupported Qwen3 variant: rope scaling, sliding window, attention bias or a "
+                         "non-silu MLP")
     if missing := [k for k in ("vocab_size", "num_hidden_layers", "num_attention_heads", "hidden_size",
                                "intermediate_size") if k not in hf]:
         raise ValueError(f"the Qwen3 config lacks {missing}")
@@ -63,7 +65,8 @@ def from_pretrained(name_or_path: str, dtype=torch.float32) -> Transformer:
     return from_state(cfg, state, dtype)
 
 
-# ----------------------------------------------------------------------------- the paper's released checkpoints
+# ----------------------------------------------------------------------------- the paper's released
+# checkpoints
 
 def released_keys() -> dict:
     """Short keys of the official eval scripts -> Hub ids. setdlm-dN is setdlm-smax(2N)."""
@@ -74,11 +77,12 @@ def released_keys() -> dict:
         for d in (4, 8, 16):
             repo = f"setdlm-gsm8k-smax{2 * d}" if task == "gsm8k" else f"{task}-setdlm-smax{2 * d}"
             keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = "kuleshov-group/" + repo
-    for task in ("owt", "lm1b"):                   # DiT models; the Set Diffusion ones may be named -setdlm-dN
+    for task in ("owt", "lm1b"):                  # DiT models; the Set Diffusion ones may be named -setdlm-dN
         for m in ("ar", "mdlm", "bd3lm-s4", "bd3lm-s8", "bd3lm-s16"):
             keys[f"{task}:{m}"] = f"kuleshov-group/{task}-{m}"
         for d in (4, 8, 16):
-            keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = f"kuleshov-group/{task}-setdlm-smax{2 * d}"
+            keys[f"{task}:setdlm-smax{2 * d}"] = keys[f"{task}:setdlm-d{d}"] = \
+                f"kuleshov-group/{task}-setdlm-smax{2 * d}"
     for s in (4, 8, 16):                           # the BD3-LM paper's OWT releases (the same DiT names)
         keys[f"owt:bd3lm-block_size{s}"] = f"kuleshov-group/bd3lm-owt-block_size{s}"
     keys["owt:mdlm-owt"] = "kuleshov-group/mdlm-owt"
@@ -90,11 +94,12 @@ RELEASED = released_keys()
 ALSO_NAMED = {f"kuleshov-group/{t}-setdlm-smax{2 * d}": f"kuleshov-group/{t}-setdlm-d{d}"
               for t in ("cnndm", "owt", "lm1b") for d in (4, 8, 16)}
 DIT_DATA = {50258: "owt", 30522: "lm1b"}         # vocabulary size -> corpus, when the name does not say
-DIT_DEFAULTS = {"owt": ("gpt2", 1024, 50257), "lm1b": ("bert-base-uncased", 128, 103)}   # tokenizer, L, [MASK]
+DIT_DEFAULTS = {"owt": ("gpt2", 1024, 50257), "lm1b": ("bert-base-uncased", 128, 103)}  # tokenizer, L, [MASK]
 
 
 def hub_first(repo: str) -> tuple[str, str]:
-    """(repo id, snapshot dir of its configs) for repo, else its ALSO_NAMED alternative; the first error if both fail."""
+    """(repo id, snapshot dir of its configs) for repo, else its ALSO_NAMED alternative; the first error if
+    both fail."""
     try:
         return repo, hub_dir(repo, ["*.json"])
     except FileNotFoundError:
@@ -104,22 +109,24 @@ def hub_first(repo: str) -> tuple[str, str]:
             return ALSO_NAMED[repo], hub_dir(ALSO_NAMED[repo], ["*.json"])
         except FileNotFoundError:
             raise FileNotFoundError(f"neither {repo} nor {ALSO_NAMED[repo]} could be found locally or on the "
-                                    f"Hugging Face Hub: set HF_HUB_OFFLINE=0 and check the network, or pass a "
-                                    f"local directory") from None
+                                    "Hugging Face Hub: set HF_HUB_OFFLINE=0 and check the network, or pass "
+                                    f"a local directory") from None
 
 
 def fetch(path: str) -> tuple[str, str, dict]:
-    """A checkpoint named by a released key (RELEASED), a Hub repo id or a local directory -> (source: the repo
-    id or the directory, the directory holding config.json and the weights, config.json as read). From the
-    Hub the configs come first, so a base model or another architecture is refused before any weight is
-    downloaded; a config.json that is not an object comes back as it is (checkpoint.check_config's one line)."""
+    """A checkpoint named by a released key (RELEASED), a Hub repo id or a local directory -> (source: the
+    repo id or the directory, the directory holding config.json and the weights, config.json as read). From
+    the Hub the configs come first, so a base model or another architecture is refused before any weight is
+    downloaded; a config.json that is not an object comes back as it is (checkpoint.check_config's one
+    line)."""
     if ":" in path and not os.path.exists(path):
         if path not in RELEASED:
             raise ValueError(f"unknown checkpoint key {path!r}; known keys: {', '.join(RELEASED)}")
         path = RELEASED[path]
     local = os.path.isfile(os.path.join(path, "config.json"))
     missing = FileNotFoundError(f"no checkpoint at {path}: expected a directory with config.json and model."
-                                f"safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub repo id")
+                                "safetensors (written by train.py --out-dir), a key like gsm8k:ar or a Hub "
+                                "repo id")
     if not local and (os.path.exists(path) or not is_hub_id(path)):
         raise missing
     source, d = (path, path) if local else hub_first(path)
@@ -160,8 +167,8 @@ def find_key(obj, key):
 
 
 def released_method(config: dict, source: str) -> str:
-    """Our method name for a released checkpoint, from config.json's architectures/model_type and the repo name;
-    a ValueError for anything else (a plain Qwen3 base model, another architecture)."""
+    """Our method name for a released checkpoint, from config.json's architectures/model_type and the repo
+    name; a ValueError for anything else (a plain Qwen3 base model, another architecture)."""
     archs, kind = [str(a) for a in config.get("architectures") or []], str(config.get("model_type", ""))
     text = " ".join(archs + [kind, source_name(source)]).lower()
     for word, method in (("setdlm", "setdiffusion"), ("bd3lm", "bd3lm"), ("mdlm", "mdlm")):
@@ -170,8 +177,8 @@ def released_method(config: dict, source: str) -> str:
     if "ar" in re.split(r"[^a-z0-9]+", text) or any(re.match(r"AR([A-Z_]|$)", a) for a in archs):
         return "ar"
     if kind == "qwen3" or "Qwen3ForCausalLM" in archs:
-        raise ValueError(f"{source} is a plain Qwen3 model (a backbone), not a trained checkpoint: fine-tune it "
-                         f"with train.py --init-from {source}")
+        raise ValueError(f"{source} is a plain Qwen3 model (a backbone), not a trained checkpoint: fine-tune "
+                         f"it with train.py --init-from {source}")
     raise ValueError(f"{source} is neither a checkpoint of ours (config.json has no 'method') nor a released "
                      f"SetDLM/BD3LM/MDLM/AR one: found architectures={archs}, model_type={kind!r}")
 
@@ -212,28 +219,31 @@ def infer_model_config(state: dict, config: dict) -> ModelConfig:
 
 def name_number(name: str, pattern: str):
     """N from the first dash/underscore-separated word of name matching pattern (e.g. r"smax(\\d+)")."""
-    return next((int(m[1]) for w in re.split(r"[^a-z0-9]+", name.lower()) if (m := re.fullmatch(pattern, w))), None)
+    return next((int(m[1]) for w in re.split(r"[^a-z0-9]+", name.lower()) if (m := re.fullmatch(pattern, w))),
+                None)
 
 
-# ----------------------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
+# ----------------------------------------------------------------------------- the official DiT's weights
+# (OWT, LM1B)
 
 DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
-                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|blocks\.\d+\."
-                      r"(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|mlp\.[02]\.(weight|bias)|"
-                      r"adaLN_modulation\.(weight|bias)))")
+                      r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|"
+                      r"blocks\.\d+\.(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|"
+                      r"mlp\.[02]\.(weight|bias)|adaLN_modulation\.(weight|bias)))")
 DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
-    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f = max_period^(-k/(dim/2))."""
+    """The DiT's sinusoidal embedding of t (N,) -> (N, dim): [cos(t f) | sin(t f)], f =
+    max_period^(-k/(dim/2))."""
     freqs = torch.exp(-math.log(max_period) * torch.arange(dim // 2, dtype=t.dtype) / (dim // 2))
     args = t[:, None] * freqs[None]                                           # (N, dim/2)
     return torch.cat([args.cos(), args.sin()], dim=-1)
 
 
 def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
-    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see DIT_NAME)
-    -> (ModelConfig, our state dict in fp32). Any other name is refused.
+    """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see
+    DIT_NAME) -> (ModelConfig, our state dict in fp32). Any other name is refused.
 
     The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
     1e4 (the same half-split layout) and an untied output Linear with a bias. Its fused qkv, rows laid out
@@ -248,19 +258,22 @@ def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
                          f"refusing to load what this converter does not know")
     w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
     try:
-        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w if k.startswith("blocks."))
+        emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w
+                                                           if k.startswith("blocks."))
         V, D = emb.shape
         c = None
-        if "blocks.0.adaLN_modulation.weight" in w:                            # c = silu(sigma_map(sigma = 0))
-            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64), w["sigma_map.mlp.0.weight"].shape[1])
+        if "blocks.0.adaLN_modulation.weight" in w:                           # c = silu(sigma_map(sigma = 0))
+            t_freq = timestep_embedding(torch.zeros(1, dtype=torch.float64),
+                                        w["sigma_map.mlp.0.weight"].shape[1])
             h = F.silu(F.linear(t_freq, w["sigma_map.mlp.0.weight"], w["sigma_map.mlp.0.bias"]))
             c = F.silu(F.linear(h, w["sigma_map.mlp.2.weight"], w["sigma_map.mlp.2.bias"]))   # (1, cond_dim)
 
-        def modulation(prefix: str, n: int):                                   # (shift, scale[, gate]) * blocks
+        def modulation(prefix: str, n: int):                                 # (shift, scale[, gate]) * blocks
             if c is None:                                                      # adaLN off: 0, 0, 1
                 zero, one = torch.zeros(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
                 return [zero, zero, one] * 2 if n == 6 else [zero, zero]
-            return F.linear(c, w[prefix + "adaLN_modulation.weight"], w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
+            return F.linear(c, w[prefix + "adaLN_modulation.weight"],
+                            w[prefix + "adaLN_modulation.bias"])[0].chunk(n)
 
         state = {"embed_tokens.weight": emb}
         for i in range(n_layer):
@@ -269,7 +282,7 @@ def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
             state.update({
                 o + "input_layernorm.weight": w[p + "norm1.weight"] * (1 + scale_msa),
                 o + "input_layernorm.bias": shift_msa,
-                o + "self_attn.qkv_proj.weight": w[p + "attn_qkv.weight"],       # (three h d) rows = [q | k | v]
+                o + "self_attn.qkv_proj.weight": w[p + "attn_qkv.weight"],    # (three h d) rows = [q | k | v]
                 o + "self_attn.o_proj.weight": gate_msa[:, None] * w[p + "attn_out.weight"],
                 o + "post_attention_layernorm.weight": w[p + "norm2.weight"] * (1 + scale_mlp),
                 o + "post_attention_layernorm.bias": shift_mlp,
@@ -278,7 +291,8 @@ def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
                 o + "mlp.down_proj.bias": gate_mlp * w[p + "mlp.2.bias"]})
         shift, scale = modulation("output_layer.", 2)
         state.update({"norm.weight": w["output_layer.norm_final.weight"] * (1 + scale), "norm.bias": shift,
-                      "lm_head.weight": w["output_layer.linear.weight"], "lm_head.bias": w["output_layer.linear.bias"]})
+                      "lm_head.weight": w["output_layer.linear.weight"],
+                      "lm_head.bias": w["output_layer.linear.bias"]})
         hidden = w["blocks.0.mlp.0.weight"].shape[0]
     except (KeyError, ValueError) as e:
         raise ValueError(f"not a complete DiT checkpoint: missing {e}") from None
@@ -324,8 +338,8 @@ def load_released(d: str, source: str, config: dict, device="cpu") -> tuple[Tran
     if dit:
         data = "lm1b" if "lm1b" in name else "owt" if "owt" in name else DIT_DATA.get(model_cfg.vocab_size)
         if data is None:
-            raise ValueError(f"{source}: a DiT with a vocabulary of {model_cfg.vocab_size}, neither OWT's 50258 nor "
-                             f"LM1B's 30522, and no owt/lm1b in its name")
+            raise ValueError(f"{source}: a DiT with a vocabulary of {model_cfg.vocab_size}, neither OWT's "
+                             f"50258 nor LM1B's 30522, and no owt/lm1b in its name")
     tokenizer, default_len, default_mask = DIT_DEFAULTS[data] if dit else \
         (None, 768 if data == "cnndm" else 1024, QWEN3_MASK_ID)
     length = find_key(config, "length") or find_key(config, "model_length")
@@ -360,7 +374,8 @@ def load_released(d: str, source: str, config: dict, device="cpu") -> tuple[Tran
 
 def pick_setting(source: str, what: str, from_name, from_config):
     if from_name and from_config and from_name != from_config:
-        warnings.warn(f"{source}: {what} {from_name} from the name, {from_config} from config.json; using {from_name}")
+        warnings.warn(f"{source}: {what} {from_name} from the name, {from_config} from config.json; using "
+                      f"{from_name}")
     if not (from_name or from_config):
         raise ValueError(f"{source}: cannot tell the {what} from the name or config.json")
     return int(from_name or from_config)
