@@ -1,12 +1,12 @@
-"""Replies to prompts, as the scripts get them: prompts (strings or token ids) are left-padded into one batch, run
-through a method's own sampler (`generate` in ar.py, mdlm.py, bd3lm.py, setdiffusion.py, all with one signature)
-with the task's stop rule, and come back as reply texts, the sampler's stats and the seconds it took. The
-samplers live in the method files and the logits -> tokens rules in sampling.py; this file only connects them
-to prompts, tasks and clocks.
+"""Replies to prompts, as the scripts get them: prompts (strings or token ids) are left-padded into one batch,
+run through a method's own sampler (`generate` in ar.py, mdlm.py, bd3lm.py, setdiffusion.py, all with one
+signature) with the task's stop rule, and come back as reply texts, the sampler's stats and the seconds it
+took. The samplers live in the method files and the logits -> tokens rules in sampling.py; this file only
+connects them to prompts, tasks and clocks.
 
     respond(model, method, cfg, tok, task, prompts, device, settings)   replies to a batch of prompts
-    unconditional(model, method, cfg, tok, n, settings, device)          samples from BOS alone at batch 1, the
-                                             official stop rules and (keep) redraws
+    unconditional(model, method, cfg, tok, n, settings, device)          samples from BOS alone at batch 1,
+                                             the official stop rules and (keep) redraws
     timed(device, fn, ...)                   fn's result and seconds, CUDA work synchronised
 """
 import dataclasses
@@ -63,7 +63,8 @@ def stop_rule(tok, task, prompt_mask, eos=False, **opts):
         done = []
         for row, s, e in zip(tokens.tolist(), first, end.tolist()):
             reply = row[P:e]
-            decided = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply   # before its first [MASK]
+            decided = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply   # before its
+                                                                                            # first [MASK]
             if eos and tok.eos_id in reply:
                 done.append(True)
             elif task is None:
@@ -80,12 +81,15 @@ def respond(model, method, cfg, tok, task, prompts, device, settings: Settings, 
     """Replies to a list of prompts: strings (special-token text encoded as the token), or token id lists
     (sample.py's, encoded as it chose), decoded with method.generate under settings. task: the stop rule's
     (stop_rule; None: stop at EOS). Returns completions, stats and seconds."""
-    batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else encode_prompts(tok, prompts)
+    batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else \
+        encode_prompts(tok, prompts)
     prompt, prompt_mask = (t.to(device) for t in batch)
     stop = stop_rule(tok, task, prompt_mask, eos=method.HF_GENERATE, **(stop_opts or {})) \
-        if settings.max_new_tokens else None    # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's needs N > 0)
+        if settings.max_new_tokens else None    # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's needs
+                                                # N > 0)
     g = torch.Generator(device=device).manual_seed(seed)
-    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, settings, prompt_mask, stop, g)
+    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, settings, prompt_mask,
+                                     stop, g)
     texts = [tok.decode(completion_ids(tok, row)) for row in tokens[:, prompt.shape[1]:]]
     return texts, {**stats, "tokens": tokens}, seconds
 
@@ -137,7 +141,7 @@ def draw(model, method, cfg, tok, settings: Settings, device, generator) -> dict
     cut = stop.cut(0) if isinstance(stop, EntropyStop) and stop.ends else None
     if 0 in eos.at:                          # stopped at an EOS with no [MASK] before it: keep up to it
         ids = row[1:eos.at[0]]
-    elif cut is not None:                    # stopped by low entropy: the official legacy cut, [MASK]s out first
+    elif cut is not None:                 # stopped by low entropy: the official legacy cut, [MASK]s out first
         ids = [i for i in row if i != tok.mask_id][1:cut]
     else:
         ids = raw
@@ -149,8 +153,8 @@ def draw(model, method, cfg, tok, settings: Settings, device, generator) -> dict
 class EosStop:
     """A sampler stop hook for a 1-token (BOS) prompt, the official EntropyEosStoppingCriteria's EOS rule
     (var_length, ignore_prompt_eos, num_matches 1): a row decided up to column end stops at its first EOS in a
-    column >= min(start, end - 1) (start - 1 = confidence_min_tokens new tokens; the official floor is capped by
-    the sequence so far, so an EOS in its last column counts at once: every EOS an AR model writes) once no
+    column >= min(start, end - 1) (start - 1 = confidence_min_tokens new tokens; the official floor is capped
+    by the sequence so far, so an EOS in its last column counts at once: every EOS an AR model writes) once no
     [MASK] is left before that EOS; while one is, it goes on decoding. at: {row: the column of that EOS}."""
 
     def __init__(self, eos_id: int, start: int = 1, mask_id: int = -1):
