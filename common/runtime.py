@@ -4,7 +4,8 @@ a run after a saved step, and the progress line.
 
     init_distributed(args)        (ddp, rank, world size, device) from torchrun's environment
     shard(model, ema)             --fsdp: FSDP2's fully_shard, block by block
-    check_fits / check_examples_fit   weights + AdamW + one micro-batch (or the encoded examples) against memory
+    check_fits / check_examples_fit   weights + AdamW + one micro-batch (or the encoded examples) against
+                                      memory
     flex_on(attention, device)    whether training masks are FlexAttention block masks
     interrupts()                  Ctrl-C / SIGTERM -> stop after the current step, which is saved
     finite / stop_run             a NaN or inf stops the run, naming the last good checkpoint
@@ -32,7 +33,8 @@ def init_distributed(args):
         world, rank, local = (int(os.environ.get(k, d)) for k, d in (("WORLD_SIZE", "1"), ("RANK", "0"),
                                                                      ("LOCAL_RANK", "0")))
     except ValueError:
-        raise ValueError("WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)") from None
+        raise ValueError("WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers "
+                         "(torchrun sets them)") from None
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"WORLD_SIZE={world}, RANK={rank}: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
                          f"(torchrun --nproc_per_node=N train.py ... sets them)")
@@ -53,13 +55,13 @@ def rendezvous(world: int, rank: int, seconds: float) -> dict:
         return {}
     missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
     if missing:
-        raise ValueError(f"WORLD_SIZE={world} needs {' and '.join(missing)}: start the processes with torchrun "
-                         f"--nproc_per_node={world} train.py ..., which sets them")
+        raise ValueError(f"WORLD_SIZE={world} needs {' and '.join(missing)}: start the processes with "
+                         f"torchrun --nproc_per_node={world} train.py ..., which sets them")
     from datetime import timedelta
     try:
         store = torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
                                            rank == 0, timedelta(seconds=seconds), wait_for_workers=True)
-    except (RuntimeError, ValueError) as e:                   # DistStoreError / DistNetworkError are RuntimeErrors
+    except (RuntimeError, ValueError) as e:              # DistStoreError / DistNetworkError are RuntimeErrors
         raise ValueError(f"WORLD_SIZE={world}: the other processes did not join within {seconds:g} s "
                          f"({str(e).splitlines()[0][:80]}): start all of them, e.g. with torchrun "
                          f"--nproc_per_node={world}, or unset WORLD_SIZE") from None
@@ -67,9 +69,9 @@ def rendezvous(world: int, rank: int, seconds: float) -> dict:
 
 
 def shard(*models):
-    """train.py --fsdp: PyTorch's FSDP2 (fully_shard) over the ranks, each transformer block its own unit, then
-    the rest (embeddings, final norm, head); None models are skipped. Parameters become DTensors: the optimizer
-    is built after this, and checkpoint.weights gathers them whole for the one safetensors file."""
+    """train.py --fsdp: PyTorch's FSDP2 (fully_shard) over the ranks, each transformer block its own unit,
+    then the rest (embeddings, final norm, head); None models are skipped. Parameters become DTensors: the
+    optimizer is built after this, and checkpoint.weights gathers them whole for the one safetensors file."""
     from torch.distributed.fsdp import fully_shard
     for m in models:
         if m is not None:
@@ -101,23 +103,24 @@ def memory_of(device: str) -> float:
 def check_fits(cfg: ModelConfig, device: str, seq_len: int, batch_size: int, method: str, flex: bool = False):
     """Refuse, before anything is allocated, a run that needs more than this machine's memory (the GPU's on
     CUDA): the weights, gradients and AdamW state (16 bytes a parameter) and at least one micro-batch's
-    activations: its float32 logits (4 bytes x batch x L x vocabulary) and, with dense masks (not FlexAttention),
-    the bool attention mask, batch x (2L)^2 bytes over [x0 | xt] (BD3-LM, Set Diffusion), batch x L^2 (MDLM),
-    none for AR (causal attention needs no mask)."""
+    activations: its float32 logits (4 bytes x batch x L x vocabulary) and, with dense masks (not
+    FlexAttention), the bool attention mask, batch x (2L)^2 bytes over [x0 | xt] (BD3-LM, Set Diffusion),
+    batch x L^2 (MDLM), none for AR (causal attention needs no mask)."""
     D, hd = cfg.n_embd, cfg.head_dim
-    per_layer = D * hd * (cfg.n_head + 2 * cfg.n_kv_head) + hd * cfg.n_head * D + 3 * D * cfg.intermediate_size
+    per_layer = D * hd * (cfg.n_head + 2 * cfg.n_kv_head) + hd * cfg.n_head * D + \
+        3 * D * cfg.intermediate_size
     params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * per_layer   # qkv, o, MLP
     streams = 0 if flex else {"ar": 0, "mdlm": 1}.get(method, 2)
     activations = 4 * batch_size * seq_len * cfg.vocab_size + batch_size * (streams * seq_len) ** 2
     memory, gib = memory_of(device), 2 ** 30
     if 16 * params > memory:
-        raise ValueError(f"a model of {params / 1e9:.1f}B parameters needs about {16 * params / gib:.0f} GiB to "
-                         f"train, more than the {memory / gib:.0f} GiB here: make it smaller")
+        raise ValueError(f"a model of {params / 1e9:.1f}B parameters needs about {16 * params / gib:.0f} GiB "
+                         f"to train, more than the {memory / gib:.0f} GiB here: make it smaller")
     if 16 * params + activations > memory:
-        raise ValueError(f"--seq-len {seq_len} and --batch-size {batch_size} need at least {activations / gib:,.0f} "
-                         f"GiB of activations a micro-batch beside the {16 * params / gib:,.1f} GiB of weights and "
-                         f"optimizer state, more than the {memory / gib:,.0f} GiB here: lower --seq-len or "
-                         f"--batch-size")
+        raise ValueError(f"--seq-len {seq_len} and --batch-size {batch_size} need at least "
+                         f"{activations / gib:,.0f} GiB of activations a micro-batch beside the "
+                         f"{16 * params / gib:,.1f} GiB of weights and optimizer state, more than the "
+                         f"{memory / gib:,.0f} GiB here: lower --seq-len or --batch-size")
 
 
 def check_examples_fit(n: int, seq_len: int, default: int):
@@ -125,15 +128,16 @@ def check_examples_fit(n: int, seq_len: int, default: int):
     position): refuse, before allocating them, more than this machine's memory."""
     need, memory = 10 * n * seq_len, memory_of("cpu")
     if need > memory:
-        raise ValueError(f"the {n:,} training examples at --seq-len {seq_len} take {need / 2**30:,.0f} GiB encoded, "
-                         f"more than the {memory / 2**30:,.0f} GiB here: lower --seq-len (0 = the task's {default})")
+        raise ValueError(f"the {n:,} training examples at --seq-len {seq_len} take {need / 2**30:,.0f} GiB "
+                         f"encoded, more than the {memory / 2**30:,.0f} GiB here: lower --seq-len (0 = the "
+                         f"task's {default})")
 
 
 def flex_on(attention: str, device: str) -> bool:
     """--attention -> whether the methods' training masks are FlexAttention BlockMasks (Transformer.flex)."""
     if attention == "flex" and not device.startswith("cuda"):
-        raise ValueError(f"--attention flex needs a CUDA device, not {device} (FlexAttention has no backward on "
-                         f"CPU): use --attention sdpa or auto")
+        raise ValueError(f"--attention flex needs a CUDA device, not {device} (FlexAttention has no backward "
+                         f"on CPU): use --attention sdpa or auto")
     return attention == "flex" or attention == "auto" and device.startswith("cuda")
 
 
@@ -142,7 +146,8 @@ def flex_on(attention: str, device: str) -> bool:
 def stop_run(what: str, out_dir: str):
     """A NaN/inf stops the run: say where the last complete (finite) checkpoint is, if there is one."""
     d = checkpoint.newest(out_dir)
-    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else "no checkpoint was saved"
+    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else \
+        "no checkpoint was saved"
     print(f"\n{what}: stopping; {where}", file=sys.stderr)
     sys.exit(1)
 
