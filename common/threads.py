@@ -6,14 +6,17 @@ what makes 2 threads faster than 1; on a machine where another job holds a core,
 waiting for each other's turn on the CPU, and a training run becomes slower with 2 threads than with 1
 (docs/speed.md measures both). A short spin (SPIN iterations) keeps most of the idle-machine speed and nearly
 all of the shared-machine speed, so the scripts set it when the user has not: `quiet_spin()` must run before
-torch is imported (libgomp reads it when it loads), which is why the scripts import this module first. Even so,
-a second thread that has to share a core with another job slows small models down (decoding 2.6x on 2 cores
-with one other job, docs/speed.md), so --threads 0 uses the cores the load average leaves free, at least one.
+torch is imported (libgomp reads it when it loads), which is why the scripts import this module first. Even
+so, a second thread that has to share a core with another job slows small models down (decoding 2.6x on 2
+cores with one other job, docs/speed.md), so --threads 0 uses the cores the load average leaves free, at least
+one.
 """
 import os
 
-SPIN = "1000"   # GOMP_SPINCOUNT: long enough to catch the next parallel region on an idle core, short on a busy one
-CORES = []      # torch's own thread count (one per physical core), read once, before any set_threads changes it
+SPIN = "1000"   # GOMP_SPINCOUNT: long enough to catch the next parallel region on an idle core, short on a
+                # busy one
+CORES = []      # torch's own thread count (one per physical core), read once, before any set_threads
+                # changes it
 
 
 def quiet_spin():
@@ -23,14 +26,14 @@ def quiet_spin():
 
 
 def free_cores(cores: int, load: float) -> int:
-    """Threads for `cores` when `load` jobs already run (the 1-minute load average): the cores they leave, at least
-    one: 2 cores idle -> 2; one other job -> 1."""
+    """Threads for `cores` when `load` jobs already run (the 1-minute load average): the cores they leave, at
+    least one: 2 cores idle -> 2; one other job -> 1."""
     return max(1, min(cores, round(cores - load)))
 
 
 def set_threads(n: int):
-    """--threads N: torch's intra-op threads; 0 = the cores other jobs leave free (free_cores of torch's default,
-    one per physical core). A negative N is a ValueError of one line."""
+    """--threads N: torch's intra-op threads; 0 = the cores other jobs leave free (free_cores of torch's
+    default, one per physical core). A negative N is a ValueError of one line."""
     if n < 0:
         raise ValueError(f"--threads must be >= 0 (0 = the cores other jobs leave free), got {n}")
     import torch
