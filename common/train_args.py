@@ -24,16 +24,19 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     """train.py's flags, grouped as --help shows them."""
     p = argparse.ArgumentParser(prog="train.py", description=description, formatter_class=HelpFormat)
     g = p.add_argument_group("method")
-    g.add_argument("--model", required=True, choices=list(checkpoint.METHODS), help="which objective to train")
+    g.add_argument("--model", required=True, choices=list(checkpoint.METHODS),
+                   help="which objective to train")
     g.add_argument("--smax", type=int, default=8, help="Set Diffusion: max set size / reorder reach (= 2d)")
     g.add_argument("--block-size", type=int, default=4, help="BD3-LM: tokens per block S")
     g.add_argument("--nelbo", action="store_true", help="MDLM/BD3-LM: train on the 1/t-weighted NELBO")
-    g.add_argument("--infill", type=float, default=0.0, help="Set Diffusion, NOT in the paper: the fraction of rows "
-                   "trained in an infilling order (a random span revealed after everything else; 0 = the paper)")
+    g.add_argument("--infill", type=float, default=0.0, help="Set Diffusion, NOT in the paper: the fraction "
+                   "of rows trained in an infilling order (a random span revealed after everything else; 0 = "
+                   "the paper)")
     g.add_argument("--infill-len", default="uniform", choices=["uniform", "loguniform"], help="Set Diffusion "
-                   "--infill: how a span's length n <= a quarter of the row is drawn (loguniform: P(n) ~ 1/n)")
-    g.add_argument("--infill-added", action="store_true", help="Set Diffusion --infill: the infilling rows are "
-                   "copies added to the batch (each row also keeps its paper order), not replacements")
+                   "--infill: how a span's length n <= a quarter of the row is drawn (loguniform: "
+                   "P(n) ~ 1/n)")
+    g.add_argument("--infill-added", action="store_true", help="Set Diffusion --infill: the infilling rows "
+                   "are copies added to the batch (each row also keeps its paper order), not replacements")
     g = p.add_argument_group("model")
     g.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
     g.add_argument("--n-embd", type=int, default=128, help="width")
@@ -42,18 +45,23 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--preset", default="", choices=["", *PRESETS],
                    help="a named model shape (model.PRESETS) instead of --n-layer/--n-embd/...: cnndm = the "
                         "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
-    g.add_argument("--init-from", default="", help="start from pretrained Qwen3 weights (Hub id or directory)")
+    g.add_argument("--init-from", default="",
+                   help="start from pretrained Qwen3 weights (Hub id or directory)")
     g = p.add_argument_group("data")
     g.add_argument("--data", default="arith", type=data_spec,
                    help=f"training task: {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME (your own data); or a "
-                        f"corpus of token rows: {', '.join(CORPORA)} or text:PATH (a UTF-8 file or folder of .txt)")
-    g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl; for a corpus, "
-                                                    "its local copy and token cache (default ~/.cache/setdiffusion)")
-    g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default; text: 256)")
+                        f"corpus of token rows: {', '.join(CORPORA)} or text:PATH (a UTF-8 file or folder of "
+                        ".txt)")
+    g.add_argument("--data-dir", default=None, help="local folder with the task's train/test .jsonl; for a "
+                                                    "corpus, its local copy and token cache (default "
+                                                    "~/.cache/setdiffusion)")
+    g.add_argument("--seq-len", type=int, default=0, help="sequence length L (0 = the task's default; text: "
+                   "256)")
     g.add_argument("--predict-padding", action="store_true",
-                   help="train on the padding too (attended, predicted), so a bidirectional model learns where "
-                        "a reply ends; the official code's predict_padding")
-    g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's; text:PATH: bytes, or gpt2)")
+                   help="train on the padding too (attended, predicted), so a bidirectional model learns "
+                        "where a reply ends; the official code's predict_padding")
+    g.add_argument("--tokenizer", default="", help="tokenizer name (default: the task's; text:PATH: bytes, "
+                   "or gpt2)")
     custom.add_args(p)
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-iters", type=int, default=3000, help="optimizer steps")
@@ -65,7 +73,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay")
     g.add_argument("--beta2", type=float, default=0.98, help="AdamW beta2 (the OWT/LM1B recipe: 0.999)")
     g.add_argument("--grad-clip", type=float, default=1.0, help="clip the gradient norm (0 = off)")
-    g.add_argument("--ema", type=float, default=0.995, help="EMA decay of the weights, used at eval (0 = off)")
+    g.add_argument("--ema", type=float, default=0.995,
+                   help="EMA decay of the weights, used at eval (0 = off)")
     g = p.add_argument_group("system")
     g.add_argument("--device", default="auto", help="cuda, mps, cpu or auto (cuda > mps > cpu)")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
@@ -73,14 +82,18 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
     g.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex"],
                    help="training masks: dense for SDPA, or FlexAttention block masks (auto: flex on CUDA)")
-    g.add_argument("--fsdp", action="store_true", help="under torchrun: shard weights, gradients and AdamW state "
-                   "over the processes (FSDP2 fully_shard) instead of DDP's full copies; checkpoints stay one file")
+    g.add_argument("--fsdp", action="store_true", help="under torchrun: shard weights, gradients and AdamW "
+                   "state over the processes (FSDP2 fully_shard) instead of DDP's full copies; checkpoints "
+                   "stay one file")
     g.add_argument("--seed", type=int, default=1, help="seed of weights, data order and noise")
-    g.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs leave "
-                   "free, by the load average; with a short OpenMP spin wait either way: common/threads.py)")
-    g.add_argument("--wandb", default="", help="log to this Weights & Biases project (key from WANDB_API_KEY)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs "
+                   "leave free, by the load average; with a short OpenMP spin wait either way: "
+                   "common/threads.py)")
+    g.add_argument("--wandb", default="",
+                   help="log to this Weights & Biases project (key from WANDB_API_KEY)")
     g.add_argument("--dist-timeout", type=float, default=60,
-                   help="processes started by hand with WORLD_SIZE > 1 (not torchrun): seconds to wait for the others")
+                   help="processes started by hand with WORLD_SIZE > 1 (not torchrun): seconds to wait for "
+                   "the others")
     g = p.add_argument_group("checkpoints and evaluation")
     g.add_argument("--out-dir", default="", help="checkpoint directory (default out/<model>)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
@@ -90,7 +103,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--eval-every", type=int, default=0,
                    help="held-out accuracy (validation NLL on a corpus) every N steps (0 = at the end)")
     g.add_argument("--eval-limit", type=int, default=200,
-                   help="held-out problems per evaluation (on a corpus: validation rows, spread over the split)")
+                   help="held-out problems per evaluation (on a corpus: validation rows, spread over the "
+                   "split)")
     g.add_argument("--threshold", type=float, default=math.inf, help="sampler confidence threshold tau")
     g.add_argument("--window", type=int, default=0, help="Set Diffusion window W (0 = smax / 2)")
     g.add_argument("--max-new-tokens", type=int, default=None,
