@@ -26,13 +26,13 @@ def load_safetensors(path: str) -> dict:
 
 
 def load_pt(f: str):
-    """torch.load(f, weights_only=True): a file holding anything but tensors and numbers (code) or a damaged one
-    is a ValueError naming it, never torch's advice to turn weights_only off."""
+    """torch.load(f, weights_only=True): a file holding anything but tensors and numbers (code) or a damaged
+    one is a ValueError naming it, never torch's advice to turn weights_only off."""
     try:
         return torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise ValueError(f"{f} holds objects other than tensors and numbers, so it was not loaded (only plain "
-                         f"weights are read from .pt/.bin files)") from None
+        raise ValueError(f"{f} holds objects other than tensors and numbers, so it was not loaded (only "
+                         f"plain weights are read from .pt/.bin files)") from None
     except (EOFError, RuntimeError, OSError) as e:
         raise ValueError(f"{f} is damaged ({(str(e).splitlines() or [type(e).__name__])[0][:60]})") from None
 
@@ -44,7 +44,8 @@ def read_weights(d: str) -> dict:
         sorted(glob.glob(os.path.join(d, "pytorch_model*.bin")))
     if not files:
         raise FileNotFoundError(f"{d} holds no weights (*.safetensors or pytorch_model*.bin)")
-    return {k: v for f in files for k, v in (load_safetensors(f) if f.endswith(".safetensors") else load_pt(f)).items()}
+    return {k: v for f in files
+            for k, v in (load_safetensors(f) if f.endswith(".safetensors") else load_pt(f)).items()}
 
 
 # ----------------------------------------------------------------------------- state dicts into a Transformer
@@ -77,7 +78,8 @@ def load_weights(model: Transformer, state: dict, assign: bool = False):
         model.lm_head.weight = model.embed_tokens.weight          # assign=True replaced the embedding
         missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
-        raise ValueError(f"weights do not fit the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}")
+        raise ValueError(f"weights do not fit the model: missing {sorted(missing)[:5]}, unexpected "
+                         f"{sorted(unexpected)[:5]}")
 
 
 def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transformer:
@@ -89,7 +91,8 @@ def from_state(cfg: ModelConfig, state: dict, dtype=torch.float32) -> Transforme
                          f"n_layer={cfg.n_layer}")
     odd = next((k for k, v in state.items() if not v.is_floating_point()), None)
     if odd is not None:
-        raise ValueError(f"weights do not fit the model: {odd} is stored as {state[odd].dtype}, not floating point")
+        raise ValueError(f"weights do not fit the model: {odd} is stored as {state[odd].dtype}, not floating "
+                         "point")
     with torch.device("meta"):
         model = Transformer(cfg)
     load_weights(model, {k: v.to(dtype) for k, v in state.items()}, assign=True)
