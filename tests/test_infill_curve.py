@@ -1,6 +1,7 @@
 """make infill-curve's driver (paper/infill_curve.py) end to end on a tiny model: train.py keeps each step's
-weights, each kept step is evaluated once (held-out accuracy and the number infill; every span kind at the last
-step), a finished run is neither trained nor evaluated again, and the table is the seeds' mean [min, max]."""
+weights, each kept step is evaluated once (held-out accuracy and the number infill; every span kind at the
+last step), a finished run is neither trained nor evaluated again, and the table is the seeds' mean [min,
+max]."""
 import json
 import os
 
