@@ -27,7 +27,8 @@ def ckpts(tmp_path_factory):
 
 
 @pytest.mark.parametrize("script, flags, message", [
-    ("sample", ["--max-new-tokens", "-5"], "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got -5"),
+    ("sample", ["--max-new-tokens", "-5"],
+     "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got -5"),
     ("sample", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     ("sample", ["--batch-size", "-1"], "--batch-size must be at least 1, got -1"),
     ("eval", ["--limit", "-1"], "--limit must be 0 or more (0 = all), got -1"),
@@ -44,10 +45,12 @@ def test_counts_out_of_range(ckpts, capsys, script, flags, message):
 
 
 @pytest.mark.parametrize("script, flags, message", [
-    ("sample", ["--temperature", "nan"], "--temperature nan: the temperature must be a finite number >= 0 (0 = greedy)"),
-    ("eval", ["--temperature", "inf"], "--temperature inf: the temperature must be a finite number >= 0 (0 = greedy)"),
-    ("eval", ["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one "
-                                     "token per step"),
+    ("sample", ["--temperature", "nan"],
+     "--temperature nan: the temperature must be a finite number >= 0 (0 = greedy)"),
+    ("eval", ["--temperature", "inf"],
+     "--temperature inf: the temperature must be a finite number >= 0 (0 = greedy)"),
+    ("eval", ["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for "
+                                     "one token per step"),
 ])
 def test_non_finite_sampler_floats(ckpts, script, flags, message):
     """A NaN or infinite temperature or threshold is one line, never taken as greedy decoding (NaN passes a
@@ -65,8 +68,8 @@ def test_threshold_from_config_is_blamed_on_config(ckpts, tmp_path):
     config["sampler"]["threshold"] = 0.0
     (ckpt / "config.json").write_text(json.dumps(config))
     assert error_of(evaluate.main, ["--ckpt", str(ckpt), "--limit", "1"]) == (
-        "error: config.json's sampler.threshold 0.0: a confidence threshold must be in (0, 1], or inf for one token "
-        "per step")
+        "error: config.json's sampler.threshold 0.0: a confidence threshold must be in (0, 1], or inf for "
+        "one token per step")
 
 
 def test_prompt_and_reply_must_fit_the_context(ckpts):
@@ -74,17 +77,19 @@ def test_prompt_and_reply_must_fit_the_context(ckpts):
     ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", "abc"]
     for n in ("1000000000", "500"):
         assert error_of(sample.main, [*ckpt, "--max-new-tokens", n]) == (
-            f"error: prompt 1 has 3 tokens, and with --max-new-tokens {n} that is {int(n) + 3}, more than the model's "
-            f"context (seq_len={SEQ_LEN}): at most {SEQ_LEN - 3} new tokens fit; pass --max-new-tokens {SEQ_LEN - 3} "
-            f"or less, or shorten the prompt")
-    long = "x" * (SEQ_LEN - 4)                               # the checkpoint's default (8 new tokens) does not fit:
+            f"error: prompt 1 has 3 tokens, and with --max-new-tokens {n} that is {int(n) + 3}, more than "
+            f"the model's context (seq_len={SEQ_LEN}): at most {SEQ_LEN - 3} new tokens fit; pass "
+            f"--max-new-tokens {SEQ_LEN - 3} or less, or shorten the prompt")
+    long = "x" * (SEQ_LEN - 4)                         # the checkpoint's default (8 new tokens) does not fit:
     sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "4"])
     sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long])   # it shrinks to the 4 that fit
-    assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "5"])
+    assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long,
+                                  "--max-new-tokens", "5"])
     for n in ("99999999999999", "9" * 5000):                 # no MemoryError, nor int()'s digit limit
-        assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", f"x {{mask:{n}}} y"]) == (
-            f"error: prompt 1 has more than {SEQ_LEN} tokens with its {{mask:{n}}}: more than the model's context "
-            f"(seq_len={SEQ_LEN}); shorten it")
+        assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt",
+                                      f"x {{mask:{n}}} y"]) == (
+            f"error: prompt 1 has more than {SEQ_LEN} tokens with its {{mask:{n}}}: more than the model's "
+            f"context (seq_len={SEQ_LEN}); shorten it")
 
 
 def test_default_reply_length_follows_each_prompt(ckpts, tmp_path, capsys):
@@ -104,11 +109,13 @@ def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
     one line."""
     binary = tmp_path / "binary.bin"
     binary.write_bytes(b"ok\n\xa1\xff\x00")
-    cases = [(binary, f"--prompt-file {binary} is not UTF-8 text (invalid start byte at byte 3): give a text file "
-                      f"of prompts, one per line"),
+    cases = [(binary, f"--prompt-file {binary} is not UTF-8 text (invalid start byte at byte 3): give a text "
+                      f"file of prompts, one per line"),
              (tmp_path, f"cannot read --prompt-file {tmp_path}: Is a directory"),
-             (tmp_path / "nope.txt", f"cannot read --prompt-file {tmp_path / 'nope.txt'}: No such file or directory"),
-             ("/dev/zero", "--prompt-file /dev/zero is larger than 4 MiB: give a text file of prompts, one per line")]
+             (tmp_path / "nope.txt",
+              f"cannot read --prompt-file {tmp_path / 'nope.txt'}: No such file or directory"),
+             ("/dev/zero",
+              "--prompt-file /dev/zero is larger than 4 MiB: give a text file of prompts, one per line")]
     for path, message in cases:
         assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt-file", str(path)]) == \
             "error: " + message
@@ -132,7 +139,8 @@ def test_prompt_text_is_plain_text_except_masks(ckpts, monkeypatch, capsys):
 def test_device_not_here(ckpts, device):
     """A device name that is not one, or a GPU this machine lacks: one line naming --device."""
     for main in (sample.main, evaluate.main):
-        assert error_of(main, ["--ckpt", str(ckpts / "ar"), "--device", device]).startswith(f"error: --device {device}: ")
+        assert error_of(main, ["--ckpt", str(ckpts / "ar"), "--device", device]).startswith(
+            f"error: --device {device}: ")
 
 
 def test_eval_outputs_and_warmup_checked_before_the_evaluation(ckpts, tmp_path, capsys):
@@ -140,14 +148,15 @@ def test_eval_outputs_and_warmup_checked_before_the_evaluation(ckpts, tmp_path, 
     before any work."""
     ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--limit", "2"]
     missing = tmp_path / "no" / "such" / "x.json"
-    cases = [(["--json", str(missing)], f"--json {missing}: the folder {missing.parent} does not exist; create it "
-                                        f"first"),
+    cases = [(["--json", str(missing)], f"--json {missing}: the folder {missing.parent} does not exist; "
+                                        f"create it first"),
              (["--json", str(tmp_path)], f"--json {tmp_path} is a folder: give a file name in it"),
-             (["--task", "throughput", "--warmup", "5"], "--warmup 5 leaves no example to measure: only 2 example(s) "
-                                                         "are evaluated; raise --limit above --warmup (or lower "
-                                                         "--warmup)"),
-             (["--task", "infill", "--warmup", "2"], "--warmup 2 leaves no example to score: only 2 example(s) are "
-                                                     "evaluated; raise --limit above --warmup (or lower --warmup)")]
+             (["--task", "throughput", "--warmup", "5"], "--warmup 5 leaves no example to measure: only 2 "
+                                                         "example(s) are evaluated; raise --limit above "
+                                                         "--warmup (or lower --warmup)"),
+             (["--task", "infill", "--warmup", "2"], "--warmup 2 leaves no example to score: only 2 "
+                                                     "example(s) are evaluated; raise --limit above --warmup "
+                                                     "(or lower --warmup)")]
     for flags, message in cases:
         assert error_of(evaluate.main, [*ckpt, *flags]) == "error: " + message
         assert "|" not in capsys.readouterr().out                                 # no result row: nothing ran
@@ -160,9 +169,10 @@ def test_summarize_of_a_bad_json_names_the_file(tmp_path):
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     out = str(tmp_path / "p.md")
-    for name, message in [("bad.json", "is not valid JSON (Expecting value, line 1 column 1): pass the files eval.py "
-                                       "--json wrote"),
-                          ("partial.json", "lacks 'model', 'ckpt': not the eval.py --json file of an accuracy run"),
+    for name, message in [("bad.json", "is not valid JSON (Expecting value, line 1 column 1): pass the files "
+                                       "eval.py --json wrote"),
+                          ("partial.json",
+                           "lacks 'model', 'ckpt': not the eval.py --json file of an accuracy run"),
                           ("list.json", "holds a JSON list, not the object eval.py --json writes")]:
         path = tmp_path / name
         assert error_of(paper.results.main, [out, str(path), "--pareto"]) == f"error: {path} {message}"
@@ -177,10 +187,12 @@ def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
     heads = {}
     for name, task in [("ar", "arith"), ("setdiffusion", "arith"), ("setdiffusion", "likelihood")]:
         evaluate.main(["--ckpt", str(ckpts / name), "--task", task, "--limit", "1",
-                       *(["--max-new-tokens", "4"] if task != "likelihood" else [])])      # likelihood samples nothing
+                       # likelihood samples nothing
+                       *(["--max-new-tokens", "4"] if task != "likelihood" else [])])
         heads[name, task] = capsys.readouterr().out.splitlines()[0]
     assert heads["ar", "arith"].startswith("| task | model | accuracy |")
-    assert heads["setdiffusion", "arith"].startswith("| task | model | threshold | window | commit_order | accuracy |")
+    assert heads["setdiffusion", "arith"].startswith("| task | model | threshold | window | commit_order | "
+                                                     "accuracy |")
     assert heads["setdiffusion", "likelihood"].startswith("| task | model | nll |")
 
 
@@ -195,16 +207,19 @@ def nothing_allocated(monkeypatch):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--n-embd", "100000"], "a model of 640.0B parameters needs about 9537 GiB to train, more than the 16 GiB here: "
-                             "make it smaller"),
-    ([], "--seq-len 100000000 and --batch-size 16 need at least 1,538 GiB of activations a micro-batch beside the "
-         "0.0 GiB of weights and optimizer state, more than the 16 GiB here: lower --seq-len or --batch-size"),
+    (["--n-embd", "100000"], "a model of 640.0B parameters needs about 9537 GiB to train, more than the 16 "
+                             "GiB here: make it smaller"),
+    ([], "--seq-len 100000000 and --batch-size 16 need at least 1,538 GiB of activations a micro-batch "
+         "beside the 0.0 GiB of weights and optimizer state, more than the 16 GiB here: lower --seq-len or "
+         "--batch-size"),
 ])
-def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, nothing_allocated, flags, message):
+def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, nothing_allocated,
+                                                                  flags, message):
     """A huge --seq-len or --n-embd is one line before anything is allocated: the weights (16 bytes a
     parameter) or the activations, at least the float32 logits (4 x 16 x 1e8 x 258 bytes), more than the
     memory here."""
-    argv = ["--model", "ar", "--seq-len", "100000000", *flags, "--max-iters", "1", "--out-dir", str(tmp_path / "o")]
+    argv = ["--model", "ar", "--seq-len", "100000000", *flags, "--max-iters", "1", "--out-dir",
+            str(tmp_path / "o")]
     assert error_of(train.main, argv) == "error: " + message
 
 
@@ -212,15 +227,16 @@ def test_train_refuses_examples_larger_than_memory_before_encoding(tmp_path, not
     """The arith task's 20,000 examples encoded at L = 1e7: 10 bytes a position, 1,863 GiB."""
     argv = ["--model", "ar", "--seq-len", "10000000", "--batch-size", "1", "--max-iters", "1",
             "--out-dir", str(tmp_path / "o")]
-    assert error_of(train.main, argv) == ("error: the 20,000 training examples at --seq-len 10000000 take 1,863 GiB "
-                                          "encoded, more than the 16 GiB here: lower --seq-len (0 = the task's 128)")
+    assert error_of(train.main, argv) == ("error: the 20,000 training examples at --seq-len 10000000 take "
+                                          "1,863 GiB encoded, more than the 16 GiB here: lower --seq-len (0 "
+                                          "= the task's 128)")
 
 
 def test_train_seq_len_one_says_the_context_must_be_at_least_two(tmp_path):
     with pytest.raises(SystemExit) as e:
         train.main(["--model", "ar", "--seq-len", "1", "--max-iters", "1", "--out-dir", str(tmp_path / "o")])
-    assert str(e.value.code) == ("error: --seq-len 1: the context must be at least 2 tokens (one to condition on, one "
-                                 "to predict); 0 = the task's default")
+    assert str(e.value.code) == ("error: --seq-len 1: the context must be at least 2 tokens (one to "
+                                 "condition on, one to predict); 0 = the task's default")
 
 
 @pytest.mark.parametrize("model, value, message", [
@@ -229,12 +245,14 @@ def test_train_seq_len_one_says_the_context_must_be_at_least_two(tmp_path):
     ("bd3lm", "0.5", "--infill 0.5: only Set Diffusion trains infilling orders")])
 def test_train_infill_fraction_is_checked(tmp_path, model, value, message):
     with pytest.raises(SystemExit) as e:
-        train.main(["--model", model, "--infill", value, "--max-iters", "1", "--out-dir", str(tmp_path / "o")])
+        train.main(["--model", model, "--infill", value, "--max-iters", "1", "--out-dir",
+                    str(tmp_path / "o")])
     assert str(e.value.code) == "error: " + message
 
 
 def test_sample_help_shows_the_prompts_backslash_n_as_written(capsys):
-    """The docstring's example prompt ends with the two characters \\n (sample.py turns them into a line break)."""
+    """The docstring's example prompt ends with the two characters \\n (sample.py turns them into a line
+    break)."""
     with pytest.raises(SystemExit) as e:
         sample.main(["--help"])
     assert e.value.code == 0
