@@ -24,8 +24,8 @@ def test_pareto_plot_is_accuracy_against_tokens_per_step(tmp_path, monkeypatch):
             if model == "ar" and tau != math.inf:
                 continue
             p = tmp_path / f"{model}-{tau}.json"
-            p.write_text(json.dumps({"task": "arith", "model": model, "ckpt": f"out/{model}", "threshold": tau,
-                                     "accuracy": acc, "tokens_per_step": tps, "n": 500}))
+            p.write_text(json.dumps({"task": "arith", "model": model, "ckpt": f"out/{model}",
+                                     "threshold": tau, "accuracy": acc, "tokens_per_step": tps, "n": 500}))
             paths.append(str(p))
     fig = drawn_figure(monkeypatch, lambda: results.summarize(paths, str(tmp_path / "t.md"),
                                                                str(tmp_path / "p.png")))
@@ -35,7 +35,7 @@ def test_pareto_plot_is_accuracy_against_tokens_per_step(tmp_path, monkeypatch):
     assert "arith" in heading and "is_correct on 500 held-out problems" in heading       # task and scorer
     assert f"seeds: one run each ({tmp_path})" in heading                                 # where its runs are
     labels = sorted(t.get_text() for ax in fig.axes for t in ax.texts)
-    assert labels == ["0.9", "0.9", "τ=∞", "τ=∞", "τ=∞"]                                  # tau at every point
+    assert labels == ["0.9", "0.9", "τ=∞", "τ=∞", "τ=∞"]                         # tau at every point
 
 
 def drawn_figure(monkeypatch, draw):
@@ -120,8 +120,10 @@ def test_smax_sweep_table_merges_seeds_and_orders_by_smax(tmp_path, monkeypatch)
     for seed, acc in (("s1", 0.98), ("s2", 0.96)):
         for name, smax, infill in (("sd32", 32, 0.0), ("sd8", 8, 0.0), ("sd8-infill", 8, 0.5)):
             d = tmp_path / seed
-            paths += [sweep_run(d, name, smax, infill, "arith", threshold=math.inf, accuracy=acc, tokens_per_step=1.0),
-                      sweep_run(d, name, smax, infill, "arith", threshold=0.9, accuracy=acc - 0.01, tokens_per_step=3.5),
+            paths += [sweep_run(d, name, smax, infill, "arith", threshold=math.inf, accuracy=acc,
+                                tokens_per_step=1.0),
+                      sweep_run(d, name, smax, infill, "arith", threshold=0.9, accuracy=acc - 0.01,
+                                tokens_per_step=3.5),
                       sweep_run(d, name, smax, infill, "likelihood", nll=0.03, perplexity=1.03, tokens=10),
                       sweep_run(d, name, smax, infill, "infill", span="number", exact=0.1 + infill)]
     saved = []
@@ -139,7 +141,8 @@ def test_smax_sweep_table_merges_seeds_and_orders_by_smax(tmp_path, monkeypatch)
         assert f"seeds: mean of 2 runs ({tmp_path / 's1'}, {tmp_path / 's2'}), bars min-max" in heading
     bad = tmp_path / "ar.json"
     bad.write_text(json.dumps({"task": "arith", "model": "ar", "ckpt": "out/ar", "method_config": {}}))
-    with pytest.raises(ValueError, match="ar.json: a run of ar; the smax sweep takes Set Diffusion runs only"):
+    with pytest.raises(ValueError,
+                       match="ar.json: a run of ar; the smax sweep takes Set Diffusion runs only"):
         results.sweep([str(bad)], str(tmp_path / "x.md"))
 
 
