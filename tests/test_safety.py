@@ -79,7 +79,7 @@ def all_finite(d) -> bool:
                for t in w.values())
 
 
-# ----------------------------------------------------------------------------- 1. --out-dir train.py did not write
+# ------------------------------------------------------------------------ 1. --out-dir train.py did not write
 
 def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_path, monkeypatch):
     """A folder with a user's file, a regular file, a user's .tmp or .old next to a checkpoint are refused
@@ -89,27 +89,29 @@ def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_
     (mydata / "sub").mkdir(parents=True)
     (mydata / "important.txt").write_text("precious")
     (tmp_path / "afile.txt").write_text("my notes")
-    for name in ("bk", "bk.old", "tm", "tm.tmp"):                    # cp -r of a checkpoint: no .swapping mark
+    for name in ("bk", "bk.old", "tm", "tm.tmp"):                   # cp -r of a checkpoint: no .swapping mark
         shutil.copytree(base, tmp_path / name)
     (tmp_path / "tm.tmp" / "notes.md").write_text("mine")
     before = snapshot(tmp_path)
     no_training(monkeypatch)
     for out, resume, message in [
-        (mydata, [], f"{mydata} is not a checkpoint directory written by train.py (it holds important.txt, sub), "
-                     f"and train.py replaces that directory at every save: choose another --out-dir"),
+        (mydata, [], f"{mydata} is not a checkpoint directory written by train.py (it holds important.txt, "
+                     f"sub), and train.py replaces that directory at every save: choose another --out-dir"),
         (tmp_path / "afile.txt", [], f"--out-dir {tmp_path}/afile.txt is a file, not a checkpoint directory: "
                                      f"choose another --out-dir"),
-        (tmp_path / "bk", [], f"{tmp_path}/bk.old exists and was not left by train.py (which uses that name while "
-                              f"it swaps in a checkpoint): move it away, or choose another --out-dir"),
-        (tmp_path / "bk", ["--resume"], f"{tmp_path}/bk.old exists and was not left by train.py (which uses that "
-                                        f"name while it swaps in a checkpoint): move it away, or choose another "
+        (tmp_path / "bk", [], f"{tmp_path}/bk.old exists and was not left by train.py (which uses that name "
+                              f"while it swaps in a checkpoint): move it away, or choose another --out-dir"),
+        (tmp_path / "bk", ["--resume"], f"{tmp_path}/bk.old exists and was not left by train.py (which uses "
+                                        f"that name while it swaps in a checkpoint): move it away, or choose "
+                                        f"another --out-dir"),
+        (tmp_path / "tm", ["--resume"], f"{tmp_path}/tm.tmp was not written by train.py (it holds notes.md), "
+                                        f"and train.py replaces that directory at every save: choose another "
                                         f"--out-dir"),
-        (tmp_path / "tm", ["--resume"], f"{tmp_path}/tm.tmp was not written by train.py (it holds notes.md), and "
-                                        f"train.py replaces that directory at every save: choose another --out-dir"),
         (tmp_path / "afile.txt" / "ck", [], f"cannot write checkpoints to --out-dir {tmp_path}/afile.txt/ck: "
                                             f"File exists"),
     ]:
-        assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", str(out), *resume]) == "error: " + message
+        assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", str(out), *resume]) == \
+            "error: " + message
         assert snapshot(tmp_path) == before                           # nothing moved, renamed or deleted
         assert sorted(os.listdir(tmp_path)) == sorted(["mydata", "afile.txt", "bk", "bk.old", "tm", "tm.tmp"])
     monkeypatch.undo()
@@ -121,7 +123,7 @@ def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_
                                              if k.startswith("mydata/")}
 
 
-# ----------------------------------------------------------------------------- 2. kills and faults during a save
+# -------------------------------------------------------------------------- 2. kills and faults during a save
 
 def kill_state(out, kind, parts):
     """out as a kill during a save leaves it; returns the step of the newest complete checkpoint there."""
@@ -173,7 +175,8 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     capsys.readouterr()
     train.main([*SD, "--max-iters", str(step + 1), "--out-dir", str(out), "--resume"])
     assert f"resuming from step {step} of {out}" in capsys.readouterr().out
-    assert checkpoint.load_train_state(str(out))["step"] == step + 1 and checkpoint.step_of(str(out)) == step + 1
+    assert checkpoint.load_train_state(str(out))["step"] == step + 1 and \
+        checkpoint.step_of(str(out)) == step + 1
     assert clean(out) and all_finite(out)
 
 
@@ -206,8 +209,10 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
         assert calls[-1][0] == str(out) and re.fullmatch(scratch, calls[-1][1]) and "old" in calls[-1][1]
     if fault == "out.tmp -> out":
         assert re.fullmatch(scratch, calls[-1][0]) and "tmp" in calls[-1][0] and calls[-1][1] == str(out)
-    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if checkpoint.complete(d)]   # the previous one, whole
-    assert len(kept) == 1 and {k: v for k, v in snapshot(kept[0]).items() if k != checkpoint.SWAP_MARK} == previous
+    # the previous one, whole
+    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if checkpoint.complete(d)]
+    assert len(kept) == 1 and \
+        {k: v for k, v in snapshot(kept[0]).items() if k != checkpoint.SWAP_MARK} == previous
     assert checkpoint.load_ours(str(kept[0]))[3]["step"] == 2 and all_finite(kept[0])
     newer = fault in ("out -> out.old", "out.tmp -> out")              # the new one was complete in ck.tmp
     assert checkpoint.load(str(out))[3]["step"] == (4 if newer else 2)
@@ -345,17 +350,18 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
     (["--ema", "1.5"], "--ema must be a finite number in [0, 1) (0 = off), got 1.5"),
     (["--grad-clip", "inf"], "--grad-clip must be a finite number >= 0 (0 = off), got inf"),
     (["--dist-timeout", "0"], "--dist-timeout must be a finite number > 0, got 0.0"),
-    (["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one token "
-                             "per step"),
+    (["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one "
+                             "token per step"),
     (["--threshold", "0"], "--threshold 0.0: a confidence threshold must be in (0, 1], or inf for one token "
                            "per step"),
     (["--device", "foo"], "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),
     (["--device", "cuda:99"], f"--device cuda:99: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
                               f"CPU-only build or no driver?): use --device cpu or auto"),
     # checked once the task is known (after the --out-dir claim, still before any training)
-    (["--model", "bd3lm", "--block-size", "999"], f"--block-size 999 is larger than the sequence length {SEQ_LEN}"),
+    (["--model", "bd3lm", "--block-size", "999"],
+     f"--block-size 999 is larger than the sequence length {SEQ_LEN}"),
     (["--max-new-tokens", "999"], f"--max-new-tokens 999 is more than the sequence length {SEQ_LEN}"),
-    (["--n-layer", "1000000000"], None),                                                              # too big
+    (["--n-layer", "1000000000"], None),                                                             # too big
     (["--wandb", "x"], "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),
 ])
 def test_a_train_flag_out_of_range_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, flags, message):
@@ -365,8 +371,8 @@ def test_a_train_flag_out_of_range_is_one_line_before_any_work(tmp_path, monkeyp
     out = tmp_path / "ck"
     got = error_of(train.main, [*SD, "--max-iters", "3", "--device", "cpu", *flags, "--out-dir", str(out)])
     if message is None:
-        assert re.fullmatch(r"error: a model of [\d.]+B parameters needs about \d+ GiB to train, more than the "
-                            r"\d+ GiB here: make it smaller", got), got
+        assert re.fullmatch(r"error: a model of [\d.]+B parameters needs about \d+ GiB to train, more than "
+                            r"the \d+ GiB here: make it smaller", got), got
     else:
         assert got == "error: " + message
     assert capsys.readouterr().out == ""
@@ -396,16 +402,16 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
         "empty": (b"", r"{f} is damaged \(.+\); start again without --resume"),
         "truncated": (good[:len(good) // 2], r"{f} is damaged \(.+\); start again without --resume"),
         "code": ({"model": Evil(marker), "optimizer": {}, "step": 2},
-                 r"{f} holds objects other than tensors and numbers, so it was not loaded \(only plain weights are "
-                 r"read from \.pt/\.bin files\); start again without --resume"),
+                 r"{f} holds objects other than tensors and numbers, so it was not loaded \(only plain "
+                 r"weights are read from \.pt/\.bin files\); start again without --resume"),
         "no optimizer": ({"model": state["model"], "step": 2},
-                         r"{f} is not a train state written by train.py \(it needs model, optimizer and step\): "
-                         r"start again without --resume"),
-        "a list": ([1, 2], r"{f} is not a train state written by train.py \(it needs model, optimizer and step\): "
-                           r"start again without --resume"),
+                         r"{f} is not a train state written by train.py \(it needs model, optimizer and "
+                         r"step\): start again without --resume"),
+        "a list": ([1, 2], r"{f} is not a train state written by train.py \(it needs model, optimizer and "
+                           r"step\): start again without --resume"),
         "other weights": ({**state, "model": wide},
-                          r"cannot resume from {d}: its train state does not fit \(weights do not fit the model: "
-                          r"missing .+\); start again without --resume"),
+                          r"cannot resume from {d}: its train state does not fit \(weights do not fit the "
+                          r"model: missing .+\); start again without --resume"),
         "missing": (None, r"{d} holds no train_state.pt, so training cannot resume from it"),
     }
     for name, (content, pattern) in cases.items():
@@ -420,7 +426,8 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
             torch.save(content, f)
         before = snapshot(d)
         got = error_of(train.main, [*SD, "--max-iters", "4", "--out-dir", str(d), "--resume"])
-        assert re.fullmatch("error: " + pattern.format(f=re.escape(str(f)), d=re.escape(str(d))), got), (name, got)
+        assert re.fullmatch("error: " + pattern.format(f=re.escape(str(f)), d=re.escape(str(d))),
+                            got), (name, got)
         assert snapshot(d) == before, name
     assert not marker.exists()                                       # the pickle's code did not run
     theirs = f"--resume: {tmp_path}/other holds another run ({{}}): pass the flags that wrote it (see its " \
@@ -430,19 +437,21 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
     for flags, diff in [
         (["--model", "ar", *TINY], "method: 'setdiffusion' in the checkpoint, 'ar' from the flags; "
                                    "method_config.infill: 0.0 in the checkpoint, None from the flags; "
-                                   "method_config.infill_added: False in the checkpoint, None from the flags"),
+                                   "method_config.infill_added: False in the checkpoint, None from the "
+                                   "flags"),
         ([*SD, "--smax", "4"], "method_config.smax: 8 in the checkpoint, 4 from the flags"),
         ([*SD, "--n-embd", "64"], "model.head_dim: 16 in the checkpoint, 32 from the flags; "
                                   "model.intermediate_size: 128 in the checkpoint, 256 from the flags; "
                                   "model.n_embd: 32 in the checkpoint, 64 from the flags"),
     ]:
-        got = error_of(train.main, [*flags, "--max-iters", "4", "--out-dir", str(tmp_path / "other"), "--resume"])
+        got = error_of(train.main, [*flags, "--max-iters", "4", "--out-dir",
+                                    str(tmp_path / "other"), "--resume"])
         assert got == "error: " + theirs.format(diff)
         assert snapshot(tmp_path / "other") == before
     assert "resuming" not in capsys.readouterr().out
 
 
-# ----------------------------------------------------------------------------- 8. config.json of the wrong shape
+# -------------------------------------------------------------------------- 8. config.json of the wrong shape
 
 def edit(config, path, value):
     """Set the dotted path of config to value (KeyError: delete it)."""
@@ -473,14 +482,15 @@ class TooSlow(BaseException):
     ({"method_config.smax": "8"}, WHERE + ": method_config.smax must be int, got '8'"),
     ({"method_config.smax": 0}, WHERE + ": method_config.smax must be >= 2, got 0"),
     ({"seq_len": "128"}, WHERE + ": seq_len must be int, got '128'"),
-    ({"sampler.max_new_tokens": "16"}, WHERE + ": sampler must be an object with a threshold number and window / "
-                                               "max_new_tokens integers >= 0, got {{'threshold': inf, "
-                                               "'window': 0, 'max_new_tokens': '16'}}"),
+    ({"sampler.max_new_tokens": "16"}, WHERE + ": sampler must be an object with a threshold number and "
+                                               "window / max_new_tokens integers >= 0, got {{'threshold': "
+                                               "inf, 'window': 0, 'max_new_tokens': '16'}}"),
     ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),
     ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),
     ({"model.n_layer": 1000000000}, "weights do not fit the model: the weights hold 1 layers, the config "
                                     "n_layer=1000000000"),
-    ("int64", "weights do not fit the model: embed_tokens.weight is stored as torch.int64, not floating point"),
+    ("int64",
+     "weights do not fit the model: embed_tokens.weight is stored as torch.int64, not floating point"),
 ])
 def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, message):
     """checkpoint.load refuses a config.json of the wrong type, shape or range, or integer weights,
@@ -527,10 +537,10 @@ def free_port() -> int:
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0, RANK=0: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE (torchrun "
                           "--nproc_per_node=N train.py ... sets them)"),
-    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2, RANK=2: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
-                                       "(torchrun --nproc_per_node=N train.py ... sets them)"),
-    ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT: start the processes with "
-                                       "torchrun --nproc_per_node=2 train.py ..., which sets them"),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2, RANK=2: need WORLD_SIZE >= 1 and 0 <= RANK < "
+                                       "WORLD_SIZE (torchrun --nproc_per_node=N train.py ... sets them)"),
+    ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT: start the processes "
+                                       "with torchrun --nproc_per_node=2 train.py ..., which sets them"),
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "free"}, None),
 ])
 def test_a_distributed_environment_without_peers_is_one_line(tmp_path, monkeypatch, env, message):
@@ -547,8 +557,9 @@ def test_a_distributed_environment_without_peers_is_one_line(tmp_path, monkeypat
                                 "--out-dir", str(out)])
     assert time.time() - t0 < 15
     if message is None:
-        assert re.fullmatch(r"error: WORLD_SIZE=2: the other processes did not join within 2 s \(.+\): start all "
-                            r"of them, e.g. with torchrun --nproc_per_node=2, or unset WORLD_SIZE", got), got
+        assert re.fullmatch(r"error: WORLD_SIZE=2: the other processes did not join within 2 s \(.+\): start "
+                            r"all of them, e.g. with torchrun --nproc_per_node=2, or unset WORLD_SIZE",
+                            got), got
     else:
         assert got == "error: " + message
     assert os.listdir(tmp_path) == []
