@@ -1,9 +1,9 @@
-"""sample.py on checkpoints trained on a corpus (--data text:PATH here; shakespeare, owt and lm1b take the same
-path): --prompt and --prompt-file continue [BOS] + the prompt until EOS or --max-new-tokens, [MASK] gaps are
-filled in place by the diffusion methods (AR refuses them in one line), --show-order, --threshold and --window,
-no prompt (BOS alone), the EOS stop rule; and eval.py's default task on such a checkpoint (the likelihood).
-Exact outputs come from the checkpoints made "peaked": a huge logit added to one token, so that every method is
-certain of that token everywhere and what it prints follows from its decoding schedule alone.
+"""sample.py on checkpoints trained on a corpus (--data text:PATH here; shakespeare, owt and lm1b take the
+same path): --prompt and --prompt-file continue [BOS] + the prompt until EOS or --max-new-tokens, [MASK] gaps
+are filled in place by the diffusion methods (AR refuses them in one line), --show-order, --threshold and
+--window, no prompt (BOS alone), the EOS stop rule; and eval.py's default task on such a checkpoint (the
+likelihood). Exact outputs come from the checkpoints made "peaked": a huge logit added to one token, so that
+every method is certain of that token everywhere and what it prints follows from its decoding schedule alone.
 python -m pytest -q tests/test_sample_corpus.py
 """
 import json
@@ -21,10 +21,11 @@ from data import byte_tokenizer
 from helpers import error_of
 from test_shakespeare_eval import METHODS
 
-run = test_shakespeare_eval.run     # the fixture: a tiny text and one checkpoint per method (context 32, 3 steps)
+# the fixture: a tiny text and one checkpoint per method (context 32, 3 steps)
+run = test_shakespeare_eval.run
 
 TOK = byte_tokenizer()
-BOS, MASK = TOK.eos_id, TOK.mask_id               # a text row is [BOS] + 31 bytes, BOS = EOS (data/textfile.py)
+BOS, MASK = TOK.eos_id, TOK.mask_id             # a text row is [BOS] + 31 bytes, BOS = EOS (data/textfile.py)
 DIFFUSION = [m for m in METHODS if m != "ar"]
 
 
@@ -95,7 +96,8 @@ def test_a_reply_stops_at_eos(run, capsys, peak, method):
 
 
 def test_the_corpus_stop_rule_is_an_eos_decided_in_the_reply():
-    """replies.stop_rule with no task: EOS in the reply before its first [MASK]; the prompt's BOS not counted."""
+    """replies.stop_rule with no task: EOS in the reply before its first [MASK]; the prompt's BOS not
+    counted."""
     prompt_mask = torch.ones(4, 2, dtype=torch.bool)
     tokens = torch.tensor([[BOS, 65, 66, BOS, 67], [BOS, 65, 66, MASK, BOS], [BOS, 65, 66, 67, 68],
                            [BOS, 65, 66, 67, BOS]])
@@ -108,11 +110,13 @@ def test_the_corpus_stop_rule_is_an_eos_decided_in_the_reply():
 @pytest.mark.parametrize("method", DIFFUSION)
 def test_a_gap_is_filled_in_place_and_the_visible_tokens_stay(run, capsys, calls, method):
     prompt = [BOS, *b"Now is the ", *[MASK] * 4, *b" of our"]
-    text, summary = sampled(run, capsys, method, "--prompt", "Now is the {mask:4} of our", "--max-new-tokens", "0")
+    text, summary = sampled(run, capsys, method, "--prompt", "Now is the {mask:4} of our",
+                            "--max-new-tokens", "0")
     assert calls[0]["prompts"] == [prompt] and calls[0]["room"] == 0
     out = calls[0]["tokens"][0].tolist()
     assert len(out) == len(prompt) and MASK not in out                            # every [MASK] filled
-    assert [t for t, p in zip(out, prompt) if p != MASK] == [p for p in prompt if p != MASK]   # the rest as given
+    # the rest as given
+    assert [t for t, p in zip(out, prompt) if p != MASK] == [p for p in prompt if p != MASK]
     assert text.startswith("Now is the ") and text.endswith(" of our")
     assert summary.endswith(" 4 tokens")                                         # the 4 masks, nothing after
 
@@ -123,17 +127,18 @@ def test_a_gap_and_new_tokens_on_a_peaked_model(run, capsys, peak, method):
     for new, reply in (("0", ""), ("2", "aa")):
         text, _ = sampled(run, capsys, method, "--prompt", "Now {mask:3} winter", "--max-new-tokens", new)
         assert text == "Now aaa winter" + reply
-    assert sampled(run, capsys, method, "--prompt", "Now <|mask|><|mask|> winter", "--max-new-tokens", "0")[0] == \
+    assert sampled(run, capsys, method, "--prompt", "Now <|mask|><|mask|> winter",
+                   "--max-new-tokens", "0")[0] == \
         "Now aa winter"
 
 
 def test_ar_refuses_a_gap_in_one_line(run):
     assert error_of(sample.main, ["--ckpt", str(run / "ar"), "--prompt", "Now {mask:2} winter"]) == (
-        "error: prompt 1 has [MASK]s to fill, and AR cannot fill masks inside the prompt (it continues the left "
-        "context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
+        "error: prompt 1 has [MASK]s to fill, and AR cannot fill masks inside the prompt (it continues the "
+        "left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
 
 
-# ----------------------------------------------------------------------------- --show-order, --threshold, --window
+# ------------------------------------------------------------------------ --show-order, --threshold, --window
 
 @pytest.mark.parametrize("method, flags, shown, per_step", [
     ("ar", [], "Now is[0]a[1]a[2]a[3]a[4]a[5]a[6]a[7]a", "1.00"),
@@ -141,20 +146,22 @@ def test_ar_refuses_a_gap_in_one_line(run):
     ("setdiffusion", ["--threshold", "0.5", "--window", "2"], "Now is[0]aa[1]aa[2]aa[3]aa", "2.00"),
     # MDLM's block of 32 holds all 8: one step
     ("mdlm", ["--threshold", "0.5"], "Now is[0]aaaaaaaa", "8.00"),
-    # BD3-LM's blocks of 4: the prompt (7 tokens) ends one column into its block, then a block of 4, then 3 left
+    # BD3-LM's blocks of 4: the prompt (7 tokens) ends one column into its block, then a block of 4,
+    # then 3 left
     ("bd3lm", ["--threshold", "0.5"], "Now is[0]a[1]aaaa[2]aaa", "2.67"),
 ])
-def test_show_order_threshold_and_window_follow_the_schedule(run, capsys, peak, method, flags, shown, per_step):
+def test_show_order_threshold_and_window_follow_the_schedule(run, capsys, peak, method, flags,
+                                                             shown, per_step):
     peak(ord("a"))
-    text, summary = sampled(run, capsys, method, "--prompt", "Now is", "--max-new-tokens", "8", "--show-order",
-                            *flags)
+    text, summary = sampled(run, capsys, method, "--prompt", "Now is", "--max-new-tokens", "8",
+                            "--show-order", *flags)
     assert text == shown and f"tokens/step {per_step} | 8 tokens" in summary
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_show_order_on_the_trained_model_marks_every_step(run, capsys, method):
-    text, summary = sampled(run, capsys, method, "--prompt", "Now is", "--max-new-tokens", "6", "--show-order",
-                            *(["--threshold", "0.5"] if method != "ar" else []))
+    text, summary = sampled(run, capsys, method, "--prompt", "Now is", "--max-new-tokens", "6",
+                            "--show-order", *(["--threshold", "0.5"] if method != "ar" else []))
     assert text.startswith("Now is[")                                             # the prompt unmarked
     steps = [int(s) for s in re.findall(r"\[(\d+)\]", text)]
     nfe = int(re.search(r"forward passes (\d+)", summary)[1])
