@@ -24,7 +24,7 @@ def track_for(opt, tokens, counted, n):
 def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
     logits = torch.tensor([[[2.0, -1.0, 3.0, 0.5]]])                  # (1, 1, 4)
     tokens = torch.tensor([[0, 1, 3, 3]])
-    counted = torch.tensor([[True, True, False, True]])                # token 3 counted once, token 2 never seen
+    counted = torch.tensor([[True, True, False, True]])             # token 3 counted once, token 2 never seen
     out = sampling.process(logits, track_for(SamplerOptions(repetition_penalty=2.0), tokens, counted,
                                              torch.zeros(1, 1, dtype=torch.long)))
     assert out.tolist() == [[[1.0, -2.0, 3.0, 0.25]]]
@@ -32,12 +32,13 @@ def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
 
 def test_exponential_length_penalty_boosts_eos_after_start_whatever_its_sign():
     logits = torch.tensor([[[-2.0, 1.0], [-2.0, 1.0], [-2.0, 1.0], [4.0, 1.0]]])    # EOS = 0, 4 slots
-    n = torch.tensor([[3, 4, 6, 6]])                                                  # new tokens before each slot
+    n = torch.tensor([[3, 4, 6, 6]])                                             # new tokens before each slot
     opt = SamplerOptions(length_penalty=(4, 1.5), eos_id=EOS)
     out = sampling.process(logits, track_for(opt, torch.zeros(1, 1, dtype=torch.long),
                                              torch.zeros(1, 1, dtype=torch.bool), n))
     # HF: eos += |eos| * (factor^(n - start) - 1) when n > start
-    torch.testing.assert_close(out[0, :, 0], torch.tensor([-2.0, -2.0, -2.0 + 2 * (1.5 ** 2 - 1), 4.0 * 1.5 ** 2]))
+    torch.testing.assert_close(out[0, :, 0], torch.tensor([-2.0, -2.0, -2.0 + 2 * (1.5 ** 2 - 1),
+                                                           4.0 * 1.5 ** 2]))
     assert out[0, :, 1].tolist() == [1.0] * 4
 
 
@@ -107,7 +108,7 @@ class Processed(torch.nn.Module):
         logits[..., MASK] = -math.inf                          # as every sampler does first
         pos = torch.arange(x.shape[1])[None] if pos is None else pos
         counted = (x != MASK) & (self.opt.penalize_context | (pos >= self.first))
-        n = pos + self.shift - self.first                      # AR: the logits at i predict the token at i + 1
+        n = pos + self.shift - self.first                     # AR: the logits at i predict the token at i + 1
         t = track_for(self.opt, x, counted, n)
         return sampling.process(logits, t)
 
@@ -124,7 +125,8 @@ def test_sampler_with_options_equals_naive_recompute(name, opt):
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
     extra = {} if name == "ar" else {"threshold": 0.5}
     tokens, stats = mod.generate(model, prompt, cfg, Settings(N, options=opt, **extra, **kw))
-    x, step = naive_generate(name, Processed(model, opt, P, int(name == "ar")), prompt, N, extra.get("threshold", math.inf))
+    x, step = naive_generate(name, Processed(model, opt, P, int(name == "ar")), prompt, N,
+                             extra.get("threshold", math.inf))
     assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
     plain, _ = mod.generate(model, prompt, cfg, Settings(N, **extra, **kw))
     assert not torch.equal(plain, tokens)                      # the options changed something
@@ -169,7 +171,8 @@ def test_ar_low_confidence_stop_stops_where_the_confidences_say():
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
 def test_block_samplers_infill_masks_inside_the_prompt_as_naive_recompute(name):
-    """[MASK]s inside the prompt: block-aligned from the block of the first one; equal to a naive recompute."""
+    """[MASK]s inside the prompt: block-aligned from the block of the first one; equal to a naive
+    recompute."""
     mod, cfg, kw = METHODS[name]
     model = tiny_model(6)
     prompt = torch.tensor([[1, 2, 3, 4, 5, MASK, MASK, MASK, MASK, MASK, 7, 8, 9]])
