@@ -1,5 +1,6 @@
 """The command-line scripts on tiny models: training resumes exactly, a NaN stops cleanly, checkpoints survive
-a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q tests/test_scripts.py
+a kill, eval/sample read checkpoints, bad input gets one clear line, DDP runs. python -m pytest -q
+tests/test_scripts.py
 """
 import contextlib
 import copy
@@ -70,7 +71,8 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
     assert run_train(tmp_path / "b", *args, "--keep-every", "2") == plain
     out = tmp_path / "b" / "ckpt"
     kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
-    assert all(checkpoint.step_of(str(d)) == k and not (d / "train_state.pt").exists() for k, d in kept.items())
+    assert all(checkpoint.step_of(str(d)) == k and not (d / "train_state.pt").exists()
+               for k, d in kept.items())
     monkeypatch.setitem(checkpoint.METHODS, "setdiffusion", killed_after(3, sd.loss, KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):                # the same run, saved at step 2, stopped in step 3
         run_train(tmp_path / "c", *args, "--save-every", "2")
@@ -122,7 +124,8 @@ def test_eval_and_sample_from_a_checkpoint(tmp_path, capsys):
             assert {"tokens_per_step", "tokens_per_s", "nfe"} <= set(m)
     assert "accuracy" in json.loads((tmp_path / "arith.json").read_text())
     assert math.isfinite(json.loads((tmp_path / "likelihood.json").read_text())["perplexity"])
-    paper.results.main([str(tmp_path / "p.md"), str(tmp_path / "arith.json"), str(tmp_path / "throughput.json"),
+    paper.results.main([str(tmp_path / "p.md"), str(tmp_path / "arith.json"),
+                        str(tmp_path / "throughput.json"),
                   "--pareto"])
     assert "| ckpt | inf |" in (tmp_path / "p.md").read_text()
     sample.main(["--ckpt", ckpt, "--max-new-tokens", "8", "--show-order", "--threshold", "0.5"])
@@ -183,7 +186,8 @@ def test_progress_off_a_terminal_is_one_plain_line_per_log_interval(tmp_path, mo
     assert "\r" not in out + err
     lines = [line for line in err.splitlines() if line.startswith("step ")]
     assert [line.split(" | ")[:2] for line in lines] == [
-        [f"step {done}/10", f"loss {sum(losses[a:done]) / (done - a):.4f}"] for a, done in [(0, 4), (4, 8), (8, 10)]]
+        [f"step {done}/10", f"loss {sum(losses[a:done]) / (done - a):.4f}"]
+        for a, done in [(0, 4), (4, 8), (8, 10)]]
 
 
 def test_progress_on_a_terminal_is_tqdms_bar(tmp_path, monkeypatch):
@@ -196,7 +200,8 @@ def test_progress_on_a_terminal_is_tqdms_bar(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stderr", Terminal())
     losses = run_train(tmp_path, "--model", "ar", "--max-iters", "10", "--eval-limit", "1")
     last = sys.stderr.getvalue().split("\r")[-1]
-    assert re.search(r"10/10 \[\d\d:\d\d<00:00, +[\d.]+step/s, loss=" + f"{sum(losses[8:]) / 2:.4f}", last), last
+    assert re.search(r"10/10 \[\d\d:\d\d<00:00, +[\d.]+step/s, loss=" + f"{sum(losses[8:]) / 2:.4f}",
+                     last), last
     assert "step 4/10" not in sys.stderr.getvalue()
 
 
@@ -222,8 +227,9 @@ def test_grad_accum_under_ddp_reduces_the_gradients_once_a_step():
         x0 = torch.randint(0, 15, (8, 12), generator=torch.Generator().manual_seed(0))
         data = {"x0": x0, "prompt_mask": torch.zeros_like(x0, dtype=torch.bool),
                 "pad_mask": torch.zeros_like(x0, dtype=torch.bool)}
-        run = dict(args=SimpleNamespace(seed=1, batch_size=2, grad_accum=3, predict_padding=False), train=data,
-                   rank=0, world=1, tok=None, task=None, device="cpu", method=ar, cfg=ar.ARConfig(15))
+        run = dict(args=SimpleNamespace(seed=1, batch_size=2, grad_accum=3, predict_padding=False),
+                   train=data, rank=0, world=1, tok=None, task=None, device="cpu", method=ar,
+                   cfg=ar.ARConfig(15))
         for step in range(2):
             for model, no_sync in ((ddp, ddp.no_sync), (alone, contextlib.nullcontext)):
                 model.zero_grad(set_to_none=True)
@@ -236,8 +242,9 @@ def test_grad_accum_under_ddp_reduces_the_gradients_once_a_step():
 
 
 def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, monkeypatch, capsys):
-    """eval.py gives Set Diffusion the model's seq_len (its FHT commit order is the tail of the L-long schedule)
-    and, with --official-blocks, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official block count."""
+    """eval.py gives Set Diffusion the model's seq_len (its FHT commit order is the tail of the L-long
+    schedule) and, with --official-blocks, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official
+    block count."""
     seen = {}
     for m in ("setdiffusion", "mdlm", "bd3lm"):
         run_train(tmp_path / m, "--model", m, "--max-iters", "1")
@@ -257,8 +264,8 @@ def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, m
 # ----------------------------------------------------------------------------- the import graph
 
 def local_imports(path: str, top: bool = False) -> set:
-    """The repo modules a file imports at its top level or anywhere inside it (ast: import x, from x import y);
-    top: at its top level only (what importing the file runs)."""
+    """The repo modules a file imports at its top level or anywhere inside it (ast: import x, from x import
+    y); top: at its top level only (what importing the file runs)."""
     import ast
     names = set()
     tree = ast.parse(open(path).read())
@@ -287,15 +294,15 @@ def closure(name: str, top: bool = False) -> set:
 
 
 def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
-    """No module imports a script (train, sample, eval); sample.py and eval.py import nothing of paper/ when they
-    load (eval.py imports a paper task's module when --task names it); test_all.py needs only the method files;
-    the library modules form no import circle."""
+    """No module imports a script (train, sample, eval); sample.py and eval.py import nothing of paper/ when
+    they load (eval.py imports a paper task's module when --task names it); test_all.py needs only the method
+    files; the library modules form no import circle."""
     scripts = {"train", "sample", "eval"}
     library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.replies", "common.metrics",
-               "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data", "paper.generation",
-               "paper.infill", "paper.zeroshot", "paper.results", "paper.harness", "paper.speed", "common.credentials",
-               "common.eval_args", "common.train_args", "common.threads", "common.files", "data.prompts",
-               "common.weights"]
+               "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data",
+               "paper.generation", "paper.infill", "paper.zeroshot", "paper.results", "paper.harness",
+               "paper.speed", "common.credentials", "common.eval_args", "common.train_args", "common.threads",
+               "common.files", "data.prompts", "common.weights"]
     for name in [*scripts, *library]:
         assert not (local_imports(module_path(name)) & scripts), name
     assert not {n for n in closure("sample", top=True) | closure("eval", top=True) if n.startswith("paper")}
@@ -303,4 +310,5 @@ def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
     assert "common.pretrained" not in closure("common.checkpoint", top=True)    # only to load a released one
     for name in library:
         deps = closure(name) - {name}
-        assert all(name not in local_imports(module_path(d)) for d in deps if not d.startswith(name + ".")), name
+        assert all(name not in local_imports(module_path(d))
+                   for d in deps if not d.startswith(name + ".")), name
