@@ -1,5 +1,6 @@
 """Static-shape decoding (model.static_decoding): the padded steps give the same tokens as the dynamic ones,
-and the compiled steps the same as eager, with one graph for every step. python -m pytest -q tests/test_static.py
+and the compiled steps the same as eager, with one graph for every step. python -m pytest -q
+tests/test_static.py
 """
 import pytest
 import torch
