@@ -1,7 +1,8 @@
-"""Infilling a text corpus (eval.py --task infill --span word|line on a corpus checkpoint; paper/infill.py): the
-items rebuild each held-out row, a word span is one whole word and a line span one whole line, the scorers' math,
-the eval run of every method on tiny text-trained checkpoints, the table (python -m paper.results --infill, seeds
-merged) and one line per bad input. python -m pytest -q tests/test_text_infill.py
+"""Infilling a text corpus (eval.py --task infill --span word|line on a corpus checkpoint; paper/infill.py):
+the items rebuild each held-out row, a word span is one whole word and a line span one whole line, the
+scorers' math, the eval run of every method on tiny text-trained checkpoints, the table (python -m
+paper.results --infill, seeds merged) and one line per bad input. python -m pytest -q
+tests/test_text_infill.py
 """
 import dataclasses
 import importlib.util
@@ -18,7 +19,8 @@ from model import ModelConfig, Transformer
 from paper import infill, results
 
 WORDS = "to be or not that is the question whether tis nobler in mind suffer slings and arrows".split()
-LINES = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 5)).capitalize() + ("," if i % 3 else ".")
+LINES = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 5)).capitalize()
+         + ("," if i % 3 else ".")
          for i in range(300)]                                     # 300 lines of 2 to 40 characters, ASCII
 TEXT = "\n".join(LINES) + "\n"
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "64", "--max-iters", "2",
@@ -53,7 +55,8 @@ def test_items_rebuild_each_row_and_mask_one_whole_word_or_line(run, span):
         assert it["answer"] == mid and TOK.decode(it["span"]) == mid
         assert len(TOK.encode(left)) >= infill.MIN_CONTEXT <= len(it["right"])
         if span == "word":
-            assert infill.WORD.fullmatch(mid) and not infill.WORD.match(left[-1]) and not infill.WORD.match(right[0])
+            assert infill.WORD.fullmatch(mid) and not infill.WORD.match(left[-1]) and \
+                not infill.WORD.match(right[0])
         else:
             assert mid in LINES and left.endswith("\n") and right.startswith("\n")
     assert infill.text_items(TOK, rows, span, limit=2)[0] == items[:2]
@@ -65,9 +68,9 @@ def test_the_span_is_the_one_nearest_the_rows_middle():
     words = infill.row_item(TOK, row, "word")
     assert words["text"][1] == "gg" and words["left"] + words["span"] + words["right"] == row
     assert infill.row_item(TOK, row, "line")["text"][1] == "ii jj"
-    assert infill.text_spans("a-b\nc\n\n d\ne", "line") == [(4, 5), (7, 9)]            # blank lines and edges out
+    assert infill.text_spans("a-b\nc\n\n d\ne", "line") == [(4, 5), (7, 9)]        # blank lines and edges out
     assert infill.text_spans("x it's 42, y", "word") == [(2, 6), (7, 9)]              # edge words out
-    assert infill.row_item(TOK, [TOK.eos_id] + list(b"one two"), "word") is None     # no context of 4 each side
+    assert infill.row_item(TOK, [TOK.eos_id] + list(b"one two"), "word") is None   # no context of 4 each side
 
 
 def test_a_row_cut_inside_a_character_and_a_second_document_stay_as_they_are():
@@ -106,7 +109,8 @@ def test_scorers_math():
 
 def test_without_rouge_score_rougeL_is_left_out_with_a_note(monkeypatch, capsys):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rouge_score" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "rouge_score" else real(name, *a))
     assert set(infill.text_scores()) == {"exact", "char_accuracy"}
     assert capsys.readouterr().out.count("note: rouge-score is not installed") == 1
 
@@ -118,11 +122,12 @@ def test_eval_infill_word_and_line_on_a_text_checkpoint(run, tmp_path, method, c
     for span in ("word", "line"):
         out = tmp_path / f"{method}-{span}.json"
         evaluate.main(["--ckpt", str(run / method), "--task", "infill", "--span", span, "--limit", "3",
-                       "--warmup", "1", "--threshold", "0.9", "--data-dir", str(run / "cache"), "--device", "cpu",
-                       "--json", str(out)])
+                       "--warmup", "1", "--threshold", "0.9", "--data-dir", str(run / "cache"),
+                       "--device", "cpu", "--json", str(out)])
         m = json.loads(out.read_text())
         assert m["task"] == "infill" and m["span"] == span and m["n"] == 2 and m["model"] == method
-        assert 0 <= m["exact"] <= m["char_accuracy"] <= 1 and m["tokens_per_step"] >= 1 and m["tokens_per_s"] > 0
+        assert 0 <= m["exact"] <= m["char_accuracy"] <= 1 and m["tokens_per_step"] >= 1 and \
+            m["tokens_per_s"] > 0
         assert ("rougeL" in m) == HAS_ROUGE and m["ckpt"] == str(run / method)
         assert m["threshold"] == 0.9 and m["data"] == f"text:{run / 'verse.txt'}"
     default = tmp_path / "default.json"
@@ -133,13 +138,13 @@ def test_eval_infill_word_and_line_on_a_text_checkpoint(run, tmp_path, method, c
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--span", "step"], "--span step: a text corpus masks one whole word or one whole line of a held-out row "
-     "(--span word or line)"),
+    (["--span", "step"], "--span step: a text corpus masks one whole word or one whole line of a held-out "
+     "row (--span word or line)"),
     (["--span", "number"], "--span number: a text corpus masks one whole word or one whole line"),
     (["--limit", "2"], "--warmup 5 leaves no example to score: only 2 example(s) are evaluated"),
     (["--window", "9"], "--window 9: the window must be in [1, smax=8]"),
-    (["--span", "line", "--data", "text:{short}"], "none of the 1 held-out rows has a whole line with 4 tokens of "
-     "text on each side"),
+    (["--span", "line", "--data", "text:{short}"], "none of the 1 held-out rows has a whole line with 4 "
+     "tokens of text on each side"),
 ])
 def test_eval_infill_bad_input_is_one_line(run, tmp_path, extra, message):
     short = tmp_path / "short.txt"
@@ -152,10 +157,12 @@ def test_eval_infill_bad_input_is_one_line(run, tmp_path, extra, message):
 def test_eval_infill_word_span_on_the_shipped_task_is_one_line(tmp_path):
     cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
     checkpoint.save(str(tmp_path / "arith"), Transformer(cfg), {
-        "model": dataclasses.asdict(cfg), "method": "mdlm", "tokenizer": "bytes", "data": "arith", "seq_len": 128,
-        "method_config": checkpoint.method_config("mdlm", TOK.mask_id)})
-    assert "--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb of the problem" in error_of(
-        evaluate.main, ["--ckpt", str(tmp_path / "arith"), "--task", "infill", "--span", "word", "--device", "cpu"])
+        "model": dataclasses.asdict(cfg), "method": "mdlm", "tokenizer": "bytes", "data": "arith",
+        "seq_len": 128, "method_config": checkpoint.method_config("mdlm", TOK.mask_id)})
+    assert ("--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb of "
+            "the problem") in error_of(
+        evaluate.main, ["--ckpt", str(tmp_path / "arith"), "--task", "infill", "--span", "word",
+                        "--device", "cpu"])
 
 
 # ----------------------------------------------------------------------------- the table
@@ -164,7 +171,8 @@ def infill_run(folder, model, span, **metrics) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{model}-{span}.json"
     path.write_text(json.dumps({"task": "infill", "model": model, "ckpt": f"out/{folder.name}/{model}",
-                                "span": span, "tokens_per_step": 1.0, "tokens_per_s": 10.0, "n": 20, **metrics}))
+                                "span": span, "tokens_per_step": 1.0, "tokens_per_s": 10.0,
+                                "n": 20, **metrics}))
     return str(path)
 
 
@@ -182,9 +190,11 @@ def test_infill_table_merges_seed_folders_and_orders_spans_and_methods(tmp_path,
     assert lines[0] == ("| span | checkpoint | exact | answer_right | char acc. | ROUGE-L | tokens/step | "
                         "tokens/s (batch 1) | n | seeds |")
     assert lines[2] == "| step | bd3lm | 0.900 | 0.950 |  |  | 1.00 | 10.0 | 20 | 1 |"
-    assert lines[3] == "| word | setdiffusion | 0.400 [0.300, 0.500] |  | 0.700 | 0.700 | 1.00 | 10.0 | 20 | 2 |"
+    assert lines[3] == ("| word | setdiffusion | 0.400 [0.300, 0.500] |  | 0.700 | 0.700 | 1.00 | 10.0 | "
+                        "20 | 2 |")
     assert lines[4] == "| line | ar | 0.100 |  | 0.300 | 0.400 | 1.00 | 10.0 | 20 | 2 |"
-    assert lines[5] == "| line | setdiffusion | 0.300 [0.200, 0.400] |  | 0.500 | 0.600 | 1.00 | 10.0 | 20 | 2 |"
+    assert lines[5] == ("| line | setdiffusion | 0.300 [0.200, 0.400] |  | 0.500 | 0.600 | 1.00 | 10.0 | "
+                        "20 | 2 |")
 
 
 def test_infill_table_leaves_out_columns_no_run_has(tmp_path):
@@ -194,14 +204,14 @@ def test_infill_table_leaves_out_columns_no_run_has(tmp_path):
 
 
 @pytest.mark.parametrize("run_json, message", [
-    ({"task": "infill", "model": "ar", "ckpt": "out/ar"}, "lacks 'tokens_per_step', 'tokens_per_s', 'n': not the "
-     "eval.py --json file of an infill run"),
-    ({"task": "likelihood", "model": "ar", "ckpt": "out/ar", "nll": 1.0}, "a likelihood run, not an infill or "
-     "rocstories run"),
+    ({"task": "infill", "model": "ar", "ckpt": "out/ar"}, "lacks 'tokens_per_step', 'tokens_per_s', 'n': not "
+     "the eval.py --json file of an infill run"),
+    ({"task": "likelihood", "model": "ar", "ckpt": "out/ar", "nll": 1.0}, "a likelihood run, not an infill "
+     "or rocstories run"),
     ({"task": "infill", "model": "gpt", "ckpt": "out/ar", "tokens_per_step": 1, "tokens_per_s": 1, "n": 1},
      "model 'gpt', ckpt 'out/ar', span 'step': not an eval.py --json file of an infill run"),
-    ({"task": "infill", "model": "ar", "ckpt": "out/ar", "span": "page", "tokens_per_step": 1, "tokens_per_s": 1,
-      "n": 1}, "span 'page': not an eval.py --json file of an infill run"),
+    ({"task": "infill", "model": "ar", "ckpt": "out/ar", "span": "page", "tokens_per_step": 1,
+      "tokens_per_s": 1, "n": 1}, "span 'page': not an eval.py --json file of an infill run"),
     ([1, 2], "holds a JSON list, not the object eval.py --json writes"),
 ])
 def test_infill_table_bad_file_is_one_line(tmp_path, run_json, message):
