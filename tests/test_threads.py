@@ -1,5 +1,5 @@
-"""CPU threads (common/threads.py): every script sets a short OpenMP spin wait before torch loads OpenMP, keeps
-one the user set, and --threads sets torch's intra-op threads (a negative count is one line).
+"""CPU threads (common/threads.py): every script sets a short OpenMP spin wait before torch loads OpenMP,
+keeps one the user set, and --threads sets torch's intra-op threads (a negative count is one line).
 python -m pytest -q tests/test_threads.py"""
 import ast
 import os
@@ -15,18 +15,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("script", ["train.py", "eval.py", "sample.py"])
 def test_scripts_import_the_spin_setting_before_anything_that_loads_torch(script):
-    """libgomp reads GOMP_SPINCOUNT when torch loads it, so common.threads must be the first import of a script
-    that is not the standard library's."""
+    """libgomp reads GOMP_SPINCOUNT when torch loads it, so common.threads must be the first import of a
+    script that is not the standard library's."""
     tree = ast.parse(open(os.path.join(ROOT, script)).read())
     imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    first = next(n for n in imports if (n.module if isinstance(n, ast.ImportFrom) else n.names[0].name).split(".")[0]
+    first = next(n for n in imports
+                 if (n.module if isinstance(n, ast.ImportFrom) else n.names[0].name).split(".")[0]
                  not in sys.stdlib_module_names)
     assert isinstance(first, ast.ImportFrom) and first.module == "common" and first.names[0].name == "threads"
 
 
 def test_the_spin_is_set_in_a_fresh_script_and_a_users_is_kept(monkeypatch):
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    out = subprocess.run([sys.executable, "-c", "import os, common.threads; print(os.environ['GOMP_SPINCOUNT'])"],
+    out = subprocess.run([sys.executable, "-c",
+                          "import os, common.threads; print(os.environ['GOMP_SPINCOUNT'])"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60).stdout.strip()
     assert out == "1000"
     from common import threads
