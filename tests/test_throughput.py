@@ -1,6 +1,7 @@
 """The tokens/s protocol (metrics.interleaved_throughput, eval.py --task throughput --rounds, python -m
 paper.speed): runs compared in one measurement see the same machine load, the median round and the rounds'
-range are what they say, and paper.speed's files are eval.py's. python -m pytest -q tests/test_throughput.py"""
+range are what they say, and paper.speed's files are eval.py's. python -m pytest -q
+tests/test_throughput.py"""
 import json
 
 import pytest
@@ -14,15 +15,17 @@ from paper import results, speed
 
 
 def fake_clock(monkeypatch, cost: dict, load):
-    """metrics.respond replaced: run r (its "method" is the name) takes cost[r] * load(k, j) seconds for prompt
-    j of round k (k counted from the calls of each prompt) and makes 10 tokens in 2 steps. Returns the call log."""
+    """metrics.respond replaced: run r (its "method" is the name) takes cost[r] * load(k, j) seconds for
+    prompt j of round k (k counted from the calls of each prompt) and makes 10 tokens in 2 steps. Returns the
+    call log."""
     calls, seen = [], {}
 
     def fake(model, method, cfg, tok, task, prompts, device, settings, seed=0, stop_opts=None):
         j = prompts[0]
         k = seen[(method, j)] = seen.get((method, j), -1) + 1
         calls.append((method, j))
-        return ["x"], {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0, "nfe": 2}, cost[method] * load(k, j)
+        return ["x"], {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0,
+                       "nfe": 2}, cost[method] * load(k, j)
     monkeypatch.setattr(metrics, "respond", fake)
     return calls
 
@@ -33,10 +36,10 @@ def runs_of(names):
 
 
 def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact(monkeypatch):
-    """The machine's load changes from prompt to prompt and round to round; interleaving decodes each prompt with
-    every run back to back, so the ratio of two runs' tokens/s is exactly the ratio of their costs, in every
-    round; each prompt's order of runs is rotated."""
-    load = lambda k, j: 1 + 0.5 * ((3 * k + j) % 4)                 # a load that jumps between prompts and rounds
+    """The machine's load changes from prompt to prompt and round to round; interleaving decodes each prompt
+    with every run back to back, so the ratio of two runs' tokens/s is exactly the ratio of their costs, in
+    every round; each prompt's order of runs is rotated."""
+    load = lambda k, j: 1 + 0.5 * ((3 * k + j) % 4)             # a load that jumps between prompts and rounds
     calls = fake_clock(monkeypatch, {"a": 1.0, "b": 0.25}, load)
     m = metrics.interleaved_throughput(runs_of(["a", "b"]), list(range(8)), "cpu", warmup=2, rounds=3)
     assert m["b"]["tokens_per_s"] == pytest.approx(4 * m["a"]["tokens_per_s"], rel=1e-12)
@@ -53,7 +56,7 @@ def test_median_round_and_range(monkeypatch):
     per_round = {0: 2.0, 1: 1.0, 2: 4.0}                                # seconds per sample in each round
     fake_clock(monkeypatch, {"a": 1.0}, lambda k, j: per_round[k] * (1 if j % 2 else 0.5))
     m = metrics.interleaved_throughput(runs_of(["a"]), list(range(5)), "cpu", warmup=1, rounds=3)["a"]
-    means = {k: (10 / (s * 0.5) + 10 / s) / 2 for k, s in per_round.items()}        # prompts 1..4: two of each
+    means = {k: (10 / (s * 0.5) + 10 / s) / 2 for k, s in per_round.items()}       # prompts 1..4: two of each
     assert m["tokens_per_s"] == pytest.approx(means[0])
     assert (m["tokens_per_s_min"], m["tokens_per_s_max"]) == pytest.approx((means[2], means[1]))
     assert m["tokens_per_s_std"] == pytest.approx((10 / 1.0 - 10 / 2.0) / 2)
@@ -75,7 +78,8 @@ def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp
     out = tmp_path / "runs"
     out.mkdir()
     m = speed.main([str(ckpts / "ar"), f"{ckpts / 'setdiffusion'}@0.5", f"{ckpts / 'setdiffusion'}@inf",
-                    "--limit", "4", "--warmup", "1", "--rounds", "3", "--max-new-tokens", "6", "--out", str(out)])
+                    "--limit", "4", "--warmup", "1", "--rounds", "3", "--max-new-tokens", "6",
+                    "--out", str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["ar-inf-tput.json", "setdiffusion-0.5-tput.json",
                                                     "setdiffusion-inf-tput.json"]
     evaluate.main(["--ckpt", str(ckpts / "ar"), "--task", "throughput", "--limit", "3", "--warmup", "1",
@@ -88,7 +92,8 @@ def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp
     assert m["setdiffusion-inf"]["tokens_per_step"] == 1.0 and m["ar-inf"]["tokens_per_step"] == 1.0
     capsys.readouterr()
     results.main([str(tmp_path / "t.md"), *map(str, out.iterdir()), "--pareto"])
-    line = next(x for x in (tmp_path / "t.md").read_text().splitlines() if x.startswith("| setdiffusion | 0.5"))
+    line = next(x for x in (tmp_path / "t.md").read_text().splitlines()
+                if x.startswith("| setdiffusion | 0.5"))
     r = m["setdiffusion-0.5"]
     assert f"{r['tokens_per_s']:.1f} [{r['tokens_per_s_min']:.1f}, {r['tokens_per_s_max']:.1f}]" in line
 
@@ -105,5 +110,6 @@ def test_paper_speed_bad_input_is_one_line(ckpts, argv, message):
 
 
 def test_eval_rounds_must_be_positive(ckpts):
-    assert "--rounds must be at least 1, got 0" in error_of(evaluate.main, ["--ckpt", str(ckpts / "ar"), "--task",
-                                                                             "throughput", "--rounds", "0"])
+    assert "--rounds must be at least 1, got 0" in error_of(evaluate.main, ["--ckpt", str(ckpts / "ar"),
+                                                                            "--task", "throughput",
+                                                                            "--rounds", "0"])
