@@ -172,8 +172,8 @@ def ar_greedy(setup: Setup, pairs: list) -> list[bool]:
         x = torch.full((len(batch), max(len(p) + len(a) for p, a in batch)), setup.tok.pad_id)    # (b, W)
         for r, (p, a) in enumerate(batch):
             x[r, :len(p) + len(a)] = torch.tensor(p + a)
-        pred = setup.model(x[:, :-1].to(setup.device)).argmax(-1).cpu()       # (b, W - 1): column j predicts
-                                                                              # j + 1
+        # (b, W - 1): column j predicts j + 1
+        pred = setup.model(x[:, :-1].to(setup.device)).argmax(-1).cpu()
         greedy += [pred[r, len(p) - 1:len(p) + len(a) - 1].tolist() == a for r, (p, a) in enumerate(batch)]
     return greedy
 
@@ -346,8 +346,7 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, setting
         raise RuntimeError(f"lm-eval could not load the data of {', '.join(names)} ({type(e).__name__}: "
                            f"{first}); a task reads the Hugging Face Hub unless its YAML names local "
                            f"files") from None
-    except TemplateError as e:    # a doc_to_text / doc_to_target / doc_to_choice naming a field the data
-                                  # lacks
+    except TemplateError as e:    # a doc_to_text / doc_to_target / doc_to_choice naming a missing field
         raise ValueError(template_error(names, tm, e)) from None
     results = {t: {k: plain(v) for k, v in res.items()} for t, res in out["results"].items()}
     m = {"tasks": names, "lm_eval": version, "num_fewshot": args.num_fewshot, "limit": args.limit,

@@ -156,8 +156,8 @@ def batch_nll(model, rows: list[list[int]], pad: int, device) -> tuple[float, in
     T = max(len(r) for r in rows)
     x = torch.tensor([r + [pad] * (T - len(r)) for r in rows], device=device)                  # (B, T)
     real = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows], device=device)
-    logp = torch.log_softmax(model(input_ids=x, attention_mask=real).logits.float()[:, :-1],
-                             -1)   # (B, T-1, V)
+    logits = model(input_ids=x, attention_mask=real).logits.float()[:, :-1]
+    logp = torch.log_softmax(logits, -1)   # (B, T-1, V)
     nll = -logp.gather(-1, x[:, 1:, None]).squeeze(-1) * real[:, 1:]
     return float(nll.sum()), int(real[:, 1:].sum())
 

@@ -52,8 +52,7 @@ def encode_options(tok, prompt: str, options: list[str], L: int) -> list[tuple[l
     return pairs
 
 
-MC_CHUNK = 16                 # NELBO draws of one request scored in one forward (a fixed size: batching moves
-                              # nothing)
+MC_CHUNK = 16     # NELBO draws of one request scored in one forward (a fixed size: batching moves nothing)
 
 
 def request_seed(seed: int, prompt: list, answer: list, chunk: int = 0) -> int:
@@ -82,8 +81,7 @@ def option_scores(model, method, cfg, tok, pairs, width: int, device, samples: i
         prompt_mask[r, :len(p)], pad_mask[r, :len(p) + len(a)] = True, False
     x0, prompt_mask, pad_mask = x0.to(device), prompt_mask.to(device), pad_mask.to(device)
     extra = {"exclude": x0 == tok.pad_id} if exclusions == "official" and method.OFFICIAL_EXCLUDES else {}
-    if method.EXACT_NLL:                                                      # no noise: every draw is the
-                                                                              # same
+    if method.EXACT_NLL:                                       # no noise: every draw is the same
         total = method.nll(model, x0, cfg, prompt_mask, pad_mask, **extra)[0].double()
     else:
         total = torch.zeros(R, device=device, dtype=torch.float64)
