@@ -65,8 +65,7 @@ def from_pretrained(name_or_path: str, dtype=torch.float32) -> Transformer:
     return from_state(cfg, state, dtype)
 
 
-# ----------------------------------------------------------------------------- the paper's released
-# checkpoints
+# ---------------------------------------------------------------------- the paper's released checkpoints
 
 def released_keys() -> dict:
     """Short keys of the official eval scripts -> Hub ids. setdlm-dN is setdlm-smax(2N)."""
@@ -223,8 +222,7 @@ def name_number(name: str, pattern: str):
                 None)
 
 
-# ----------------------------------------------------------------------------- the official DiT's weights
-# (OWT, LM1B)
+# ----------------------------------------------------------------- the official DiT's weights (OWT, LM1B)
 
 DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.(weight|bias)|output_layer\."
                       r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|"
