@@ -3,19 +3,20 @@
     python -m bench.bench                   # this working tree only
     python -m bench.bench --ref e2a4fee     # and commit e2a4fee, timed in the same run (interleaved)
 
-Every claim "x times faster" in the README is a ratio from one run of this script: each source tree runs in its
-own worker process (this file, run with that tree first on sys.path: it imports that tree's model.py and
+Every claim "x times faster" in the README is a ratio from one run of this script: each source tree runs in
+its own worker process (this file, run with that tree first on sys.path: it imports that tree's model.py and
 method files, so its top imports only the standard library, and a tree from before this layout works too); the
 workers alternate (ref, new, ref,
-new, ...) `--rounds` times, and each number is the median over rounds. Shapes (CPU-sized; --quick shrinks them):
+new, ...) `--rounds` times, and each number is the median over rounds. Shapes (CPU-sized; --quick shrinks
+them):
 - decode: a 16-token prompt + 96 new tokens, tau = inf (one token per step), batch 1, 8 and 32, the tiny
   DiT-like model (4 layers x 256, 4 heads, vocab 4097); ms/forward = seconds / forward passes.
 - train: loss + backward on the shipped task's shape (batch 16 x 128 tokens, prompt 40, 8 padding) and at
   GSM8K's shape (L = 1024, prompt 150, answer 250, batch 1) with a small Qwen3 block; tokens/s counts
   non-padding tokens.
 - compiled decode (this tree): the same at batch 1 and 8 with model.static_decoding(compile=True).
-- shipped task: the `make pareto` checkpoints (--pareto), eval.py's throughput protocol (evaluate_throughput) at
-  batch 1: Set Diffusion at tau = 0.9 against AR, eager and compiled (trees with static_decoding).
+- shipped task: the `make pareto` checkpoints (--pareto), eval.py's throughput protocol (evaluate_throughput)
+  at batch 1: Set Diffusion at tau = 0.9 against AR, eager and compiled (trees with static_decoding).
 - forward: one forward (8 x 128 tokens) of the DiT-like block and the Qwen3 block at the same width, and the
   Qwen3 block without QK-norm / with a SwiGLU of the DiT MLP's parameter count.
 """
@@ -49,10 +50,12 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     import model
     mods = {m: importlib.import_module(m) for m in METHODS}
     cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
-            "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4), "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
+            "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4),
+            "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
     torch.manual_seed(0)
     dit = model.Transformer(model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097,
-                                              norm="layer", mlp="gelu", qk_norm=False, tie_embeddings=False)).eval()
+                                              norm="layer", mlp="gelu", qk_norm=False,
+                                              tie_embeddings=False)).eval()
     out = decode(dit, mods, cfgs, DECODE["batches"][:2 if quick else 3], quick, "")
     if hasattr(model, "static_decoding"):               # static shapes + torch.compile (commits that have it)
         model.static_decoding(dit, compile=True)
@@ -61,9 +64,11 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     for kind in ("", " compiled"):
         if f"decode ar batch 1{kind}: ms/forward" in out:
             out[f"ratio Set Diffusion / AR ms/forward, batch 1{kind}"] = \
-                out[f"decode setdiffusion batch 1{kind}: ms/forward"] / out[f"decode ar batch 1{kind}: ms/forward"]
+                out[f"decode setdiffusion batch 1{kind}: ms/forward"] / \
+                out[f"decode ar batch 1{kind}: ms/forward"]
             out[f"ratio Set Diffusion tokens/s, batch 8 / batch 1{kind}"] = \
-                out[f"decode setdiffusion batch 8{kind}: tokens/s"] / out[f"decode setdiffusion batch 1{kind}: tokens/s"]
+                out[f"decode setdiffusion batch 8{kind}: tokens/s"] / \
+                out[f"decode setdiffusion batch 1{kind}: tokens/s"]
     out |= train(model, mods, cfgs, quick)
     out |= blocks(model, quick)
     if pareto and hasattr(model, "static_decoding") and os.path.isdir(os.path.join(pareto, "setdiffusion")):
@@ -72,8 +77,9 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
 
 
 def greedy(mod, model, prompt, cfg, new: int):
-    """One greedy call of mod.generate, tau = inf, in the interface of the tree being timed: one sampling.Settings
-    argument, or the keyword arguments of commits from before it (AR's took no threshold)."""
+    """One greedy call of mod.generate, tau = inf, in the interface of the tree being timed: one
+    sampling.Settings argument, or the keyword arguments of commits from before it (AR's took no
+    threshold)."""
     import sampling
     if hasattr(sampling, "Settings"):
         return mod.generate(model, prompt, cfg, sampling.Settings(new))
@@ -103,13 +109,16 @@ def train(model, mods, cfgs, quick):
     out = {}
     for shape, s in TRAIN.items():
         L = s["L"] // (4 if quick else 1)
-        cfg = (model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097) if shape == "arith"
-               else model.ModelConfig(n_layer=2, n_embd=256, n_head=4, n_kv_head=2, head_dim=64, vocab_size=4097))
+        cfg = (model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097)
+               if shape == "arith"
+               else model.ModelConfig(n_layer=2, n_embd=256, n_head=4, n_kv_head=2, head_dim=64,
+                                      vocab_size=4097))
         torch.manual_seed(0)
         net = model.Transformer(cfg).train()
         x0 = torch.randint(0, 4096, (s["B"], L))
         cols = torch.arange(L).expand(s["B"], L)
-        prompt_mask, pad_mask = cols < s["prompt"] // (4 if quick else 1), cols >= L - s["pad"] // (4 if quick else 1)
+        prompt_mask, pad_mask = (cols < s["prompt"] // (4 if quick else 1),
+                                 cols >= L - s["pad"] // (4 if quick else 1))
         for m in METHODS:
             g = torch.Generator().manual_seed(0)
             mods[m].loss(net, x0, cfgs[m], prompt_mask, pad_mask, g)[0].backward()   # warm-up
@@ -127,8 +136,8 @@ def blocks(model, quick):
     out, x = {}, torch.randint(0, 4096, (8, 128 // (4 if quick else 1)))
     for name, kw in BLOCKS.items():
         torch.manual_seed(0)
-        net = model.Transformer(model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097,
-                                                  **kw)).eval()
+        net = model.Transformer(model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4,
+                                                  vocab_size=4097, **kw)).eval()
         with torch.no_grad():
             net(x)
             t0 = time.perf_counter()
@@ -139,13 +148,13 @@ def blocks(model, quick):
 
 
 def shipped(model, pareto, quick):
-    """The shipped task with the `make pareto` checkpoints, batch 1 as eval.py --task throughput: Set Diffusion
-    at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
+    """The shipped task with the `make pareto` checkpoints, batch 1 as eval.py --task throughput: Set
+    Diffusion at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
     from common import checkpoint
     from data import get_task, get_tokenizer
     try:
         from common.metrics import evaluate_throughput
-    except ImportError:                      # a reference tree from before metrics.py: decoding.py, earlier eval.py
+    except ImportError:                # a reference tree from before metrics.py: decoding.py, earlier eval.py
         try:
             from decoding import evaluate_throughput
         except ImportError:
@@ -161,8 +170,8 @@ def shipped(model, pareto, quick):
             params = inspect.signature(evaluate_throughput).parameters
             if "settings" in params:                                          # one pass, as older trees
                 import sampling
-                r = evaluate_throughput(net, method, cfg, tok, task, examples, "cpu", sampling.Settings(64, tau),
-                                        warmup=5, batch_size=1, rounds=1)
+                r = evaluate_throughput(net, method, cfg, tok, task, examples, "cpu",
+                                        sampling.Settings(64, tau), warmup=5, batch_size=1, rounds=1)
             else:                      # a reference tree from before sampling.Settings: keyword settings
                 rounds = {"rounds": 1} if "rounds" in params else {}
                 r = evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",
@@ -187,7 +196,8 @@ def run_worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
 
 def checkout(commit: str, into: str) -> str:
     """The files of `commit` (this repository's history) in a fresh folder, via git archive."""
-    r = subprocess.run(f"git -C {ROOT} archive {commit} | tar -x -C {into}", shell=True, capture_output=True, text=True)
+    r = subprocess.run(f"git -C {ROOT} archive {commit} | tar -x -C {into}", shell=True, capture_output=True,
+                       text=True)
     if r.returncode != 0:
         sys.exit(f"error: cannot read commit {commit!r} of this repository: {r.stderr.strip()}")
     return into
@@ -195,19 +205,21 @@ def checkout(commit: str, into: str) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", default="", help="also time this commit (e.g. e2a4fee), interleaved with this tree")
+    p.add_argument("--ref", default="",
+                   help="also time this commit (e.g. e2a4fee), interleaved with this tree")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; each number is the median")
     p.add_argument("--threads", type=int, default=2, help="torch threads per worker")
     p.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     p.add_argument("--json", default=None, help="also write every round's numbers here")
-    p.add_argument("--pareto", default="out/pareto", help="the `make pareto` checkpoints for the shipped-task "
-                   "rows (this tree only; skipped when absent)")
+    p.add_argument("--pareto", default="out/pareto",
+                   help="the `make pareto` checkpoints for the shipped-task "
+                        "rows (this tree only; skipped when absent)")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto)))
         return
-    from common.metrics import markdown_table           # this tree's (not at the top: a worker imports another tree's)
+    from common.metrics import markdown_table  # this tree's (not at the top: a worker imports another tree's)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"new": ROOT} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
         runs = {name: [] for name in trees}
