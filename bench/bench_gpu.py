@@ -1,38 +1,39 @@
-"""GPU benchmarks at the paper's GSM8K scale: decode tokens/s of the four methods at Qwen3-1.7B-Base's shape, and
-training tokens/s and MFU at GSM8K's shape.
+"""GPU benchmarks at the paper's GSM8K scale: decode tokens/s of the four methods at Qwen3-1.7B-Base's shape,
+and training tokens/s and MFU at GSM8K's shape.
 
-    python -m bench.bench_gpu --json results/bench_gpu.json          # make bench-gpu (a CUDA GPU)
-    python -m bench.bench_gpu --device cpu --tiny --new-tokens 3 --prompt 4 --train-len 32   # smoke run on CPU
+    python -m bench.bench_gpu --json results/bench_gpu.json         # make bench-gpu (a CUDA GPU)
+    python -m bench.bench_gpu --device cpu --tiny --new-tokens 3 --prompt 4 --train-len 32  # smoke run on CPU
 
 Random weights (nothing is downloaded: a step's time does not depend on the values), built on the device.
-Decode (--parts decode): bfloat16 weights, a 150-token prompt (GSM8K's length), 128 new tokens, greedy, batch 1
-and 8 (--batch), for
+Decode (--parts decode): bfloat16 weights, a 150-token prompt (GSM8K's length), 128 new tokens, greedy, batch
+1 and 8 (--batch), for
 - AR: ar.generate, one token per step;
-- MDLM (blocks of 32), BD3-LM (S = 4), Set Diffusion (smax 8, window 4) at tau = 0.9 (--threshold), the paper's
-  Set Diffusion point. Random weights are never that sure, so every step decodes one token, each with the shape
-  of a tau = 0.9 step (compiled Set Diffusion: 4 clean + 4 query slots).
-Modes (--modes), for each batch size in turn (batch 1 in every mode first), torch._dynamo.reset() between them:
+- MDLM (blocks of 32), BD3-LM (S = 4), Set Diffusion (smax 8, window 4) at tau = 0.9 (--threshold), the
+  paper's Set Diffusion point. Random weights are never that sure, so every step decodes one token, each with
+  the shape of a tau = 0.9 step (compiled Set Diffusion: 4 clean + 4 query slots).
+Modes (--modes), for each batch size in turn (batch 1 in every mode first), torch._dynamo.reset() between
+them:
 - eager: dynamic shapes (model.step = None), the default sampler path;
 - static: static_decoding(model): every cached step padded to a fixed number of slots, run eagerly;
 - compiled: static_decoding(model, compile=True): torch.compile, one graph per (method, batch);
 - cudagraphs: static_decoding(model, compile=True, mode="reduce-overhead"): that graph as a CUDA graph.
 Each (mode, batch, method) runs one warm-up call (it compiles: its seconds are reported), then --repeats timed
-calls (median). ms/step = seconds / forward passes (stats["nfe"]), the prefill included, as the paper's tokens/s;
-tokens/s = tokens generated (all rows) / seconds. At batch 1, AR's and Set Diffusion's rows also give the paper's
-measured tokens/s (its GSM8K Pareto data, H100, batch 1: AR 55.52; Set Diffusion smax 8 at tau 0.9: 87.47 at 1.95
-tokens/step) and the implied tokens/s = the paper's tokens/step * 1000 / our ms/step (our step at a trained
-model's tokens per step: an assumption that the step's cost does not depend on how many of its tokens decode).
-Train (--parts train): train.py's CUDA step (float32 weights, bfloat16 autocast, FlexAttention masks, the model
-not compiled, AdamW, gradient clipping at 1) at GSM8K's shape: --train-batch rows of L = 1024 (--train-len), a
-150-token prompt, a 250-token answer, the rest padding (the losses trim it); one warm-up step, then --train-steps
-timed steps (median). tokens/s counts prompt + answer tokens; fed tokens/s the tokens the forwards take (BD3-LM
-[x0 | xt]: 2x; Set Diffusion: the clean stream + the answer's [MASK] stream). MFU = model FLOP/s / the GPU's peak
-dense bf16 FLOP/s (PEAK_BF16, or --peak-tflops); a forward of B x T tokens counts B T (6 N + 12 n_layer n_head
-head_dim T) FLOPs for forward + backward (PaLM, appendix B; N = parameters, the tied output head included;
-attention counted dense).
+calls (median). ms/step = seconds / forward passes (stats["nfe"]), the prefill included, as the paper's
+tokens/s; tokens/s = tokens generated (all rows) / seconds. At batch 1, AR's and Set Diffusion's rows also
+give the paper's measured tokens/s (its GSM8K Pareto data, H100, batch 1: AR 55.52; Set Diffusion smax 8 at
+tau 0.9: 87.47 at 1.95 tokens/step) and the implied tokens/s = the paper's tokens/step * 1000 / our ms/step
+(our step at a trained model's tokens per step: an assumption that the step's cost does not depend on how many
+of its tokens decode). Train (--parts train): train.py's CUDA step (float32 weights, bfloat16 autocast,
+FlexAttention masks, the model not compiled, AdamW, gradient clipping at 1) at GSM8K's shape: --train-batch
+rows of L = 1024 (--train-len), a 150-token prompt, a 250-token answer, the rest padding (the losses trim it);
+one warm-up step, then --train-steps timed steps (median). tokens/s counts prompt + answer tokens; fed
+tokens/s the tokens the forwards take (BD3-LM [x0 | xt]: 2x; Set Diffusion: the clean stream + the answer's
+[MASK] stream). MFU = model FLOP/s / the GPU's peak dense bf16 FLOP/s (PEAK_BF16, or --peak-tflops); a forward
+of B x T tokens counts B T (6 N + 12 n_layer n_head head_dim T) FLOPs for forward + backward (PaLM, appendix
+B; N = parameters, the tied output head included; attention counted dense).
 --budget: a case is not started when the seconds so far plus the slowest case of its mode so far would pass it
-(decoding's cases: the budget less --train-reserve, when training follows); skipped cases are listed. A case that fails prints one line and the run goes on; --json is rewritten after
-every result.
+(decoding's cases: the budget less --train-reserve, when training follows); skipped cases are listed. A case
+that fails prints one line and the run goes on; --json is rewritten after every result.
 """
 import argparse
 import json
@@ -88,13 +89,15 @@ def set_mode(model, mode: str):
     if mode == "eager":
         model.step = None
     else:
-        static_decoding(model, compile=mode != "static", mode="reduce-overhead" if mode == "cudagraphs" else None)
+        static_decoding(model, compile=mode != "static",
+                        mode="reduce-overhead" if mode == "cudagraphs" else None)
 
 
 def decode(model, method: str, prompt, N: int, threshold: float = 0.9) -> dict:
     """One greedy generate call of the method; its stats."""
     mod, cfg = method_of(method, model.cfg.vocab_size - 1)
-    return mod.generate(model, prompt, cfg, Settings(N, threshold, window=4 if "window" in mod.KNOBS else 0))[1]
+    return mod.generate(model, prompt, cfg, Settings(N, threshold,
+                                                     window=4 if "window" in mod.KNOBS else 0))[1]
 
 
 def time_decode(model, method: str, prompt, N: int, repeats: int, threshold: float):
@@ -112,7 +115,8 @@ def decode_row(method: str, mode: str, batch: int, seconds: float, stats: dict, 
          "nfe": nfe, "tokens": tokens, "warmup_s": warm}
     if method in PAPER and batch == 1:
         p = PAPER[method]
-        r |= {"paper_tokens_per_step": p["tokens_per_step"], "implied_tokens_per_s": p["tokens_per_step"] * 1000 / ms,
+        r |= {"paper_tokens_per_step": p["tokens_per_step"],
+              "implied_tokens_per_s": p["tokens_per_step"] * 1000 / ms,
               "paper_tokens_per_s": p["tokens_per_s"]}
         r["ours_over_paper"] = r["implied_tokens_per_s"] / p["tokens_per_s"]
     return r
@@ -128,12 +132,14 @@ def sd_over_ar(rows: list) -> dict:
 # ----------------------------------------------------------------------------- train
 
 def flops_per_forward(cfg: ModelConfig, n_params: int, B: int, T: int) -> float:
-    """Forward + backward FLOPs of a forward over (B, T) tokens (PaLM, appendix B; attention counted dense)."""
+    """Forward + backward FLOPs of a forward over (B, T) tokens (PaLM, appendix B; attention counted
+    dense)."""
     return B * T * (6 * n_params + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * T)
 
 
 def gsm8k_batch(B: int, L: int, prompt: int, answer: int, vocab: int, dev):
-    """x0 (B, L) random tokens below the [MASK] id, prompt_mask and pad_mask (B, L): prompt, answer, padding."""
+    """x0 (B, L) random tokens below the [MASK] id, prompt_mask and pad_mask (B, L): prompt, answer,
+    padding."""
     g = torch.Generator().manual_seed(0)
     x0 = torch.randint(0, vocab - 1, (B, L), generator=g).to(dev)
     col = torch.arange(L, device=dev).expand(B, L)
@@ -158,7 +164,8 @@ def time_train(model, opt, method: str, batch, steps: int, peak) -> dict:
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast(
         "cpu", enabled=False)
     gen, fed = torch.Generator(dev).manual_seed(0), []
-    hook = model.register_forward_pre_hook(lambda m, args, kw: fed.append(tuple((args or (kw["idx"],))[0].shape)),
+    hook = model.register_forward_pre_hook(lambda m, args, kw:
+                                           fed.append(tuple((args or (kw["idx"],))[0].shape)),
                                            with_kwargs=True)
     try:
         warm = timed(dev, train_step, model, opt, method, batch, gen, autocast)[1]
@@ -181,9 +188,10 @@ def time_train(model, opt, method: str, batch, steps: int, peak) -> dict:
 def decode_table(rows: list) -> str:
     head = ["method", "batch", "mode", "ms/step", "tokens/step", "tokens/s", "warm-up s",
             "implied tokens/s at the paper's tokens/step", "paper tokens/s (H100, batch 1)"]
-    cells = [[NAMES[r["method"]], r["batch"], r["mode"], f"{r['ms_per_step']:.2f}", f"{r['tokens_per_step']:.2f}",
-              f"{r['tokens_per_s']:.1f}", f"{r['warmup_s']:.0f}",
-              f"{r['implied_tokens_per_s']:.1f} (at {r['paper_tokens_per_step']:.2f})" if "implied_tokens_per_s" in r
+    cells = [[NAMES[r["method"]], r["batch"], r["mode"], f"{r['ms_per_step']:.2f}",
+              f"{r['tokens_per_step']:.2f}", f"{r['tokens_per_s']:.1f}", f"{r['warmup_s']:.0f}",
+              f"{r['implied_tokens_per_s']:.1f} (at {r['paper_tokens_per_step']:.2f})"
+              if "implied_tokens_per_s" in r
               else "", f"{r['paper_tokens_per_s']:.1f}" if "paper_tokens_per_s" in r else ""] for r in rows]
     return markdown_table(head, cells)
 
@@ -192,7 +200,8 @@ def train_table(rows: list) -> str:
     head = ["method", "batch x L", "ms/step", "tokens/s", "fed tokens/s", "TFLOP/s", "MFU", "warm-up s"]
     cells = [[NAMES[r["method"]], f"{r['batch']} x {r['seq_len']}", f"{r['ms_per_step']:.1f}",
               f"{r['tokens_per_s']:.0f}", f"{r['fed_tokens_per_s']:.0f}", f"{r['tflops_per_s']:.1f}",
-              f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "n/a", f"{r['warmup_s']:.0f}"] for r in rows]
+              f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "n/a",
+              f"{r['warmup_s']:.0f}"] for r in rows]
     return markdown_table(head, cells)
 
 
@@ -215,12 +224,15 @@ def parse_args(argv):
     p.add_argument("--train-len", type=int, default=1024, help="training row length L (GSM8K: 1024)")
     p.add_argument("--train-prompt", type=int, default=150, help="prompt tokens per training row")
     p.add_argument("--train-answer", type=int, default=250, help="answer tokens per training row")
-    p.add_argument("--train-steps", type=int, default=3, help="timed training steps per method, after one warm-up")
+    p.add_argument("--train-steps", type=int, default=3,
+                   help="timed training steps per method, after one warm-up")
     p.add_argument("--peak-tflops", type=float, default=0, help="the GPU's peak dense bf16 TFLOP/s for MFU "
                                                                "(0: from its name, PEAK_BF16)")
-    p.add_argument("--budget", type=float, default=math.inf, help="seconds: start no case that would pass them")
-    p.add_argument("--train-reserve", type=float, default=0, help="with --parts decode,train: seconds of the budget "
-                                                                  "that decoding leaves to training")
+    p.add_argument("--budget", type=float, default=math.inf,
+                   help="seconds: start no case that would pass them")
+    p.add_argument("--train-reserve", type=float, default=0,
+                   help="with --parts decode,train: seconds of the budget "
+                        "that decoding leaves to training")
     p.add_argument("--json", default=None, help="write the results here (rewritten after every result)")
     return p.parse_args(argv)
 
@@ -239,10 +251,11 @@ def check(args) -> dict:
         raise ValueError("CUDA is not available: run on a CUDA GPU, or pass --device cpu (with --tiny)")
     if "cudagraphs" in lists["modes"] and not cuda:
         raise ValueError("--modes cudagraphs needs --device cuda")
-    counts = (args.new_tokens, args.prompt, args.repeats, args.train_batch, args.train_steps, args.train_prompt)
+    counts = (args.new_tokens, args.prompt, args.repeats, args.train_batch, args.train_steps,
+              args.train_prompt)
     if min(counts) < 1 or args.train_answer < 0:
-        raise ValueError("--new-tokens, --prompt, --repeats, --train-batch, --train-steps and --train-prompt must "
-                         "be >= 1 (--train-answer >= 0)")
+        raise ValueError("--new-tokens, --prompt, --repeats, --train-batch, --train-steps and --train-prompt "
+                         "must be >= 1 (--train-answer >= 0)")
     if args.train_prompt + args.train_answer > args.train_len:
         raise ValueError(f"--train-prompt + --train-answer must fit in --train-len {args.train_len}")
     return lists
@@ -280,11 +293,12 @@ def save(out: dict, path):
 def run_decode(out, args, lists, dev, start):
     torch.manual_seed(0)
     with torch.device(dev):                                 # init on the device: seconds, not minutes on CPU
-        model = Transformer(ModelConfig(**(TINY if args.tiny else QWEN3_1_7B))).to(getattr(torch, args.dtype)).eval()
+        model = Transformer(ModelConfig(**(TINY if args.tiny else QWEN3_1_7B))).to(
+            getattr(torch, args.dtype)).eval()
     out["params"], cost = model.num_params(), {}
     budget = args.budget - (args.train_reserve if "train" in lists["parts"] else 0)
     for B in lists["batch"]:                                # batch 1 in every mode first: the paper's setting
-        prompt = torch.randint(0, model.cfg.vocab_size - 1, (B, args.prompt), device=dev)   # (B, P), no [MASK]
+        prompt = torch.randint(0, model.cfg.vocab_size - 1, (B, args.prompt), device=dev)  # (B, P), no [MASK]
         for mode in lists["modes"]:
             set_mode(model, mode)
             for method in lists["methods"]:
@@ -308,13 +322,14 @@ def run_train(out, args, lists, dev, start):
         model = Transformer(ModelConfig(**(TINY if args.tiny else QWEN3_1_7B))).train()   # float32 weights
     model.flex = flex_on("auto", str(dev))                  # FlexAttention masks on CUDA, as train.py
     opt = make_optimizer(model, SimpleNamespace(weight_decay=0.1, lr=1e-5, beta2=0.98))
-    batch = gsm8k_batch(args.train_batch, args.train_len, args.train_prompt, args.train_answer, model.cfg.vocab_size,
-                        dev)
+    batch = gsm8k_batch(args.train_batch, args.train_len, args.train_prompt, args.train_answer,
+                        model.cfg.vocab_size, dev)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     peak = args.peak_tflops * 1e12 or peak_flops(name)
     out["train_peak_flops"], out["train_params"], cost = peak, model.num_params(), {}
     for method in lists["methods"]:
-        attempt(out, "train", {"method": method}, lambda: time_train(model, opt, method, batch, args.train_steps, peak),
+        attempt(out, "train", {"method": method},
+                lambda: time_train(model, opt, method, batch, args.train_steps, peak),
                 cost, start, args.budget)
         save(out, args.json)
 
@@ -336,7 +351,7 @@ def main(argv=None) -> dict:
     if "decode" in lists["parts"]:
         run_decode(out, args, lists, dev, start)
         if dev.type == "cuda":
-            torch.cuda.empty_cache()                        # the decode model is gone; training builds its own
+            torch.cuda.empty_cache()                       # the decode model is gone; training builds its own
         print(decode_table(out["decode"]))
     if "train" in lists["parts"]:
         run_train(out, args, lists, dev, start)
