@@ -1,20 +1,20 @@
 """The prepared GPU check, `make gpu-check`: <= 8 minutes on one H100-class GPU, nothing downloaded.
 
-    python -m bench.gpu_check                                 # make gpu-check: writes results/gpu.md
-    python -m bench.gpu_check --dry-run --out /tmp/gpu.md     # the same driver on the CPU, tiny shapes (seconds)
+    python -m bench.gpu_check                              # make gpu-check: writes results/gpu.md
+    python -m bench.gpu_check --dry-run --out /tmp/gpu.md  # the same driver on the CPU, tiny shapes (seconds)
 
 Two subprocesses, whose exact commands results/gpu.md prints above their numbers, within one time budget
 (--budget seconds, default 480):
 1. python -m pytest -v tests/test_gpu.py (at most --test-time seconds): each test's outcome and seconds;
 2. python -m bench.bench_gpu --parts decode,train with the seconds left: decode tokens/s per method at
    Qwen3-1.7B's shape (random bf16 weights), batch 1 and 8, eager and compiled (eval.py --compile on CUDA:
-   static shapes, torch.compile, CUDA graphs), beside the paper's H100 tokens/s; then training tokens/s and MFU
-   at GSM8K's shape, for which decoding leaves --train-reserve seconds. A decode case that would pass its share
-   of the budget (compiles are slow) is skipped and listed.
-A subprocess past its time is killed with the processes it started; gpu.md is rewritten after each, so a run cut
-short keeps what it measured, and the benchmark's JSON (every number, the failures' tracebacks) lies beside it
-(gpu-bench.json). --dry-run runs all of it on the CPU with CUDA hidden (the tests skip, the benchmarks time a
-tiny model): the check of this driver that tests/test_bench_gpu.py runs.
+   static shapes, torch.compile, CUDA graphs), beside the paper's H100 tokens/s; then training tokens/s and
+   MFU at GSM8K's shape, for which decoding leaves --train-reserve seconds. A decode case that would pass its
+   share of the budget (compiles are slow) is skipped and listed.
+A subprocess past its time is killed with the processes it started; gpu.md is rewritten after each, so a run
+cut short keeps what it measured, and the benchmark's JSON (every number, the failures' tracebacks) lies
+beside it (gpu-bench.json). --dry-run runs all of it on the CPU with CUDA hidden (the tests skip, the
+benchmarks time a tiny model): the check of this driver that tests/test_bench_gpu.py runs.
 """
 import argparse
 import datetime
@@ -40,15 +40,16 @@ BENCH = ["-m", "bench.bench_gpu", "--parts", "decode,train", "--modes", "eager,c
          "--repeats", "2", "--train-batch", "8", "--train-steps", "3"]
 DRY = ["-m", "bench.bench_gpu", "--parts", "decode,train", "--device", "cpu", "--tiny", "--new-tokens", "3",
        "--prompt", "4", "--repeats", "1", "--dtype", "float32", "--modes", "eager", "--batch", "1,2",
-       "--train-len", "32", "--train-prompt", "8", "--train-answer", "12", "--train-batch", "2", "--train-steps", "1"]
+       "--train-len", "32", "--train-prompt", "8", "--train-answer", "12", "--train-batch", "2",
+       "--train-steps", "1"]
 
 
 def run(cmd: list, timeout: float, env: dict) -> dict:
     """cmd from the repository root, its output streamed here and kept; past `timeout` seconds its process
     group (it and the processes it started) is killed. {rc (None: killed), output, seconds}."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     lines = []
 
     def pump():
@@ -68,7 +69,8 @@ def run(cmd: list, timeout: float, env: dict) -> dict:
 
 
 def pytest_results(output: str) -> dict:
-    """From `pytest -v -rfE --durations=0` output: {tests: [(id, outcome, seconds)], counts, failures: [line]}."""
+    """From `pytest -v -rfE --durations=0` output: {tests: [(id, outcome, seconds)], counts, failures:
+    [line]}."""
     outcomes = dict(re.findall(r"^(tests/\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)", output, re.M))
     seconds = {}
     for sec, test in re.findall(r"^([\d.]+)s (?:setup|call|teardown)\s+(\S+)", output, re.M):
@@ -77,7 +79,8 @@ def pytest_results(output: str) -> dict:
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)",
                                                  tail[0])} if tail else {}
     failures = [line for line in output.splitlines() if line.startswith(("FAILED ", "ERROR "))]
-    return {"tests": [(t, o, seconds.get(t)) for t, o in outcomes.items()], "counts": counts, "failures": failures}
+    return {"tests": [(t, o, seconds.get(t)) for t, o in outcomes.items()], "counts": counts,
+            "failures": failures}
 
 
 def environment() -> dict:
@@ -91,9 +94,12 @@ def environment() -> dict:
     dirty = " + uncommitted changes" if out(["git", "status", "--porcelain", "--untracked-files=no"]) else ""
     return {"gpu": torch.cuda.get_device_name(0) if cuda else "none (CPU)",
             "gpus": torch.cuda.device_count() if cuda else 0,
-            "driver": out(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).split("\n")[0],
-            "torch": torch.__version__, "cuda": torch.version.cuda or "none", "cudnn": torch.backends.cudnn.version(),
-            "python": platform.python_version(), "commit": (out(["git", "rev-parse", "--short", "HEAD"]) or "?") + dirty,
+            "driver": out(["nvidia-smi", "--query-gpu=driver_version",
+                           "--format=csv,noheader"]).split("\n")[0],
+            "torch": torch.__version__, "cuda": torch.version.cuda or "none",
+            "cudnn": torch.backends.cudnn.version(),
+            "python": platform.python_version(),
+            "commit": (out(["git", "rev-parse", "--short", "HEAD"]) or "?") + dirty,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
@@ -124,14 +130,15 @@ def render_tests(phase: dict) -> list:
         lines += [f"| `{t.split('::', 1)[1]}` | {o} | " + (f"{s:.1f} |" if s is not None else "|")
                   for t, o, s in r["tests"]]
     if r["failures"]:
-        lines += ["", "Failures (the whole output: rerun the command):", ""] + [f"- {f[:400]}" for f in r["failures"]]
+        lines += ["", "Failures (the whole output: rerun the command):", ""] + [f"- {f[:400]}"
+                                                                                 for f in r["failures"]]
     return lines
 
 
-TITLES = {"decode": "Decode tokens/s at Qwen3-1.7B's shape (random bf16 weights, 150-token prompt, 128 new tokens, "
-                    "greedy, diffusion methods at tau 0.9; cudagraphs = eval.py --compile on CUDA)",
-          "train": "Training tokens/s and MFU at GSM8K's shape (Qwen3-1.7B's shape, rows of 1024: a 150-token "
-                   "prompt, a 250-token answer, padding; bf16 autocast, FlexAttention, AdamW)"}
+TITLES = {"decode": "Decode tokens/s at Qwen3-1.7B's shape (random bf16 weights, 150-token prompt, 128 new "
+                    "tokens, greedy, diffusion methods at tau 0.9; cudagraphs = eval.py --compile on CUDA)",
+          "train": "Training tokens/s and MFU at GSM8K's shape (Qwen3-1.7B's shape, rows of 1024: a "
+                   "150-token prompt, a 250-token answer, padding; bf16 autocast, FlexAttention, AdamW)"}
 
 
 def render_bench(phase: dict, part: str) -> list:
@@ -145,11 +152,14 @@ def render_bench(phase: dict, part: str) -> list:
         lines += [decode_table(res["decode"]), "", "Set Diffusion ms/step / AR ms/step: "
                   + ", ".join(f"{k}: {v:.2f}" for k, v in res["sd_over_ar"].items()) + ".",
                   "Compiled graphs (one per method expected; in brackets CUDA-graph skips, 0 expected): "
-                  + ", ".join(f"{m}: {g['graphs']} ({g['cudagraph_skips']})" for m, g in res["graphs"].items()) + "."]
+                  + ", ".join(f"{m}: {g['graphs']} ({g['cudagraph_skips']})"
+                              for m, g in res["graphs"].items()) + "."]
     else:
         peak = res.get("train_peak_flops")
-        lines += [train_table(res["train"]), "", f"{res.get('train_params', 0) / 1e9:.2f}B parameters; MFU against "
-                  + (f"{peak / 1e12:.0f} TFLOP/s, the peak dense bf16" if peak else "no known peak (--peak-tflops)")]
+        lines += [train_table(res["train"]), "",
+                  f"{res.get('train_params', 0) / 1e9:.2f}B parameters; MFU against "
+                  + (f"{peak / 1e12:.0f} TFLOP/s, the peak dense bf16" if peak
+                     else "no known peak (--peak-tflops)")]
     for key, what in (("skipped", "Skipped"), ("failures", "Failed")):
         lines += [f"- {what}: {' '.join(str(c[k]) for k in ('mode', 'batch', 'method') if k in c)}: "
                   f"{c.get('reason') or c.get('error')}" for c in res.get(key, []) if c["part"] == part]
@@ -158,12 +168,13 @@ def render_bench(phase: dict, part: str) -> list:
 
 def render(state: dict) -> str:
     e = state["env"]
-    lines = ["# GPU check", "", f"`{state['command']}`: {e['date']}, commit {e['commit']}, {state['elapsed']:.0f} s "
+    lines = ["# GPU check", "",
+             f"`{state['command']}`: {e['date']}, commit {e['commit']}, {state['elapsed']:.0f} s "
              f"of a {state['budget']:.0f} s budget" + (" (dry run on the CPU at tiny shapes: no GPU numbers)"
                                                       if state["dry_run"] else "") + ".", "",
              "| GPU | driver | torch | CUDA | cuDNN | Python |", "|---|---|---|---|---|---|",
-             f"| {e['gpu']} (x{e['gpus']}) | {e['driver'] or '-'} | {e['torch']} | {e['cuda']} | {e['cudnn']} | "
-             f"{e['python']} |", ""]
+             f"| {e['gpu']} (x{e['gpus']}) | {e['driver'] or '-'} | {e['torch']} | {e['cuda']} | "
+             f"{e['cudnn']} | {e['python']} |", ""]
     lines += render_tests(state["tests"]) + [""]
     for part in ("decode", "train"):
         lines += render_bench(state["bench"], part) + [""]
@@ -176,7 +187,8 @@ def main(argv=None) -> dict:
     p.add_argument("--budget", type=float, default=480, help="seconds for the whole check")
     p.add_argument("--test-time", type=float, default=270, help="seconds the tests may take at most")
     p.add_argument("--train-reserve", type=float, default=150, help="seconds decoding leaves to training")
-    p.add_argument("--dry-run", action="store_true", help="on the CPU (CUDA hidden), tiny shapes: checks this driver")
+    p.add_argument("--dry-run", action="store_true",
+                   help="on the CPU (CUDA hidden), tiny shapes: checks this driver")
     args = p.parse_args(argv)
     start, out_dir = time.perf_counter(), os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
