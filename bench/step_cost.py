@@ -10,8 +10,8 @@ and every number is the median, per forward pass of the generation (its prefill 
 ms/forward). forward = inside model.forward (embedding, blocks, final norm, output head);
 head = the output head alone (a forward hook pair on lm_head); sampler = the step minus its forward: masks,
 gathers, the confidence rule, cache bookkeeping, Python. FLOPs per step are the matmuls' multiply-adds of the
-tokens a step feeds (AR 1; Set Diffusion 1 clean + W queries, the head on the W queries; BD3-LM 2S at tau = inf;
-MDLM its whole block canvas, no cache).
+tokens a step feeds (AR 1; Set Diffusion 1 clean + W queries, the head on the W queries; BD3-LM 2S at tau =
+inf; MDLM its whole block canvas, no cache).
 """
 import argparse
 import json
@@ -65,7 +65,8 @@ def measure(mods, cfgs, model, spent, rounds: int, new: int) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU time barely depends on load)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1: CPU time barely depends on load)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved repetitions; medians reported")
     p.add_argument("--new", type=int, default=DECODE["new"], help="new tokens per generation")
     p.add_argument("--json", default=None, help="also write the numbers here")
@@ -78,7 +79,8 @@ def main(argv=None):
     import model as model_py
     mods = {m: importlib.import_module(m) for m in METHODS}
     cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
-            "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4), "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
+            "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4),
+            "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
     torch.manual_seed(0)
     net = model_py.Transformer(model_py.ModelConfig(**SHAPE)).eval()
     spent = instrument(net)
@@ -86,7 +88,8 @@ def main(argv=None):
         out = measure(mods, cfgs, net, spent, args.rounds, args.new)
     from common.metrics import markdown_table
     ar = out["ar"]
-    rows = [[m, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}", f"{r['ms_sampler']:.3f}",
+    rows = [[m, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}",
+             f"{r['ms_sampler']:.3f}",
              f"{r['ms_step'] / ar['ms_step']:.2f}x", f"{r['ms_forward'] / ar['ms_forward']:.2f}x"]
             for m, r in out.items()]
     print(markdown_table(["method", "CPU ms/step", "forward", "of which head", "sampler", "step vs AR",
