@@ -1,5 +1,5 @@
-"""Multi-node training on a SLURM cluster: one launcher per node (cluster/train.sbatch runs it with srun) turns
-SLURM's variables into the torchrun command that starts that node's processes:
+"""Multi-node training on a SLURM cluster: one launcher per node (cluster/train.sbatch runs it with srun)
+turns SLURM's variables into the torchrun command that starts that node's processes:
 
     torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id JOB \
         train.py ARGS [--grad-accum A] [--resume]
@@ -11,8 +11,8 @@ processes and train.py's DDP (or --fsdp) runs as under `torchrun --standalone`. 
 --grad-accum to B / (N x G x --batch-size), so a recipe's batch (make train-owt: 512) holds on any number of
 nodes. A requeued job (#SBATCH --requeue) restarts the same command: when --out-dir already holds a complete
 checkpoint, --resume is added, and training continues from its newest complete save. train.py's arguments are
-read with train.py's own parser (common/train_args.py): --model=ar, --batch-size=8, an abbreviated flag and the
-default --out-dir out/<model> mean here what they mean to train.py.
+read with train.py's own parser (common/train_args.py): --model=ar, --batch-size=8, an abbreviated flag and
+the default --out-dir out/<model> mean here what they mean to train.py.
 
     python cluster/slurm.py --dry-run -- --model ar --data owt ...    # print the command, start nothing
 """
@@ -22,7 +22,7 @@ import re
 import shlex
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))     # train.py's folder, where torchrun runs
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # train.py's folder, where torchrun runs
 sys.path.insert(0, ROOT)
 from common import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
 from common.train_args import parse, parser  # noqa: E402  (train.py's own flags)
@@ -86,7 +86,8 @@ def out_dir_of(argv: list[str]) -> str:
 
 
 def with_grad_accum(argv: list[str], global_batch: int, processes: int) -> list[str]:
-    """--grad-accum set so that processes x --batch-size x grad_accum = global_batch (ValueError otherwise)."""
+    """--grad-accum set so that processes x --batch-size x grad_accum = global_batch (ValueError
+    otherwise)."""
     args = parse_train(argv)
     if args.grad_accum is not None:
         raise ValueError("--global-batch sets --grad-accum: leave --grad-accum out of the training arguments")
@@ -94,8 +95,8 @@ def with_grad_accum(argv: list[str], global_batch: int, processes: int) -> list[
     if micro < 1:
         raise ValueError(f"--batch-size must be at least 1, got {micro}")
     if global_batch % (processes * micro):
-        raise ValueError(f"--global-batch {global_batch} is not a multiple of {processes} processes x --batch-size "
-                         f"{micro}: change one of them")
+        raise ValueError(f"--global-batch {global_batch} is not a multiple of {processes} processes x "
+                         f"--batch-size {micro}: change one of them")
     return [*argv, "--grad-accum", str(global_batch // (processes * micro))]
 
 
@@ -110,11 +111,12 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global
     args = parse_train(train_args)
     missing = [k for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST") if not env.get(k)]
     if missing:
-        raise ValueError(f"{' and '.join(missing)} not set: run this inside a SLURM job (sbatch cluster/train.sbatch "
-                         f"...), or pass --dry-run with them set by hand")
+        raise ValueError(f"{' and '.join(missing)} not set: run this inside a SLURM job (sbatch "
+                         f"cluster/train.sbatch ...), or pass --dry-run with them set by hand")
     nodes = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")
     if not nodes:
-        raise ValueError("SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set: run this inside a SLURM job, or set it")
+        raise ValueError("SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set: run this inside a SLURM job, "
+                         "or set it")
     if not nodes.isdigit() or int(nodes) < 1:
         raise ValueError(f"SLURM_JOB_NUM_NODES={nodes!r} is not a node count")
     G, host = gpus_per_node(gpus, env), expand_hostlist(env["SLURM_JOB_NODELIST"])[0]
@@ -128,9 +130,11 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpus-per-node", type=int, default=0, help="processes per node (default: SLURM's GPU count)")
+    p.add_argument("--gpus-per-node", type=int, default=0,
+                   help="processes per node (default: SLURM's GPU count)")
     p.add_argument("--port", type=int, default=29500, help="rendezvous port on the first node")
-    p.add_argument("--global-batch", type=int, default=0, help="sequences per optimizer step over all processes")
+    p.add_argument("--global-batch", type=int, default=0,
+                   help="sequences per optimizer step over all processes")
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's arguments")
     args = p.parse_args(argv)
@@ -144,7 +148,7 @@ def main(argv=None):
     if args.dry_run:
         print(shlex.join(cmd))
         return cmd
-    os.chdir(ROOT)                                 # a relative --out-dir / --data-dir: from the repository root
+    os.chdir(ROOT)                               # a relative --out-dir / --data-dir: from the repository root
     os.execvp(cmd[0], cmd)
 
 
