@@ -14,10 +14,10 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
 data/custom.py: get_task(name, options)), and every tokenizer is a `Tokenizer` below: a tiktoken.Encoding
 plus the special ids the methods need.
 Corpora are not tasks: data/owt.py, data/lm1b.py, data/shakespeare.py and any text (`text:PATH`,
-data/textfile.py) are wrapped token rows, whose load(split, data_dir, tok, L) returns an array (N, L) and whose
-batch() makes the methods' batches (data/corpus.py); `get_corpus` finds them (train.py --data, eval.py --task
-likelihood). data/mcqa.py holds HellaSwag, PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). The corpora's
-tokenizers (gpt2, bert-base-uncased) are in data/text.py.
+data/textfile.py) are wrapped token rows, whose load(split, data_dir, tok, L) returns an array (N, L) and
+whose batch() makes the methods' batches (data/corpus.py); `get_corpus` finds them (train.py --data, eval.py
+--task likelihood). data/mcqa.py holds HellaSwag, PIQA and SIQA (eval.py --task hellaswag|piqa|siqa). The
+corpora's tokenizers (gpt2, bert-base-uncased) are in data/text.py.
 """
 import importlib
 from dataclasses import dataclass
@@ -40,12 +40,12 @@ class PlainText(str):
 class Tokenizer:
     """Three ways to encode, by who wrote the text:
         encode(text)         text the code built (a task's template, e.g. GSM8K's chat turns): the text of a
-                             special token ("<|endoftext|>", "<|im_end|>", ...) becomes that token; a PlainText
-                             is encoded as encode_text does
+                             special token ("<|endoftext|>", "<|im_end|>", ...) becomes that token; a
+                             PlainText is encoded as encode_text does
         encode_text(text)    data text: ordinary text only, no special token ever
-        encode_prompt(text)  text holding [MASK]s: the [MASK] text (mask_text) becomes mask_id, everything else
-                             is ordinary text (sample.py's typed prompts go through data/prompts.py instead,
-                             which also reads <|mask|> and {mask:N})
+        encode_prompt(text)  text holding [MASK]s: the [MASK] text (mask_text) becomes mask_id, everything
+                             else is ordinary text (sample.py's typed prompts go through data/prompts.py
+                             instead, which also reads <|mask|> and {mask:N})
     """
     enc: tiktoken.Encoding
     name: str          # how to rebuild it: "bytes" or "qwen3:<repo id or local dir>"
@@ -81,8 +81,9 @@ class Tokenizer:
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """[encode(t) for t in texts]. A plain loop: tiktoken's threaded encode_batch spends more on its thread
-        pool than on short texts (the shipped task's 40,000 strings: 1.0 s threaded, 0.16 s in this loop)."""
+        """[encode(t) for t in texts]. A plain loop: tiktoken's threaded encode_batch spends more on its
+        thread pool than on short texts (the shipped task's 40,000 strings: 1.0 s threaded, 0.16 s in this
+        loop)."""
         return [self.encode(t) for t in texts]
 
     def decode(self, ids) -> str:
@@ -124,10 +125,10 @@ def is_corpus(name: str) -> bool:
 
 
 def get_corpus(name: str):
-    """The corpus module (owt, lm1b, shakespeare), or for "text:PATH" the corpus data/textfile.py makes: NAME (what
-    config.json stores), TOKENIZER, SEQ_LEN, load(split, data_dir, tok, L) -> rows (N, L), where split is
-    "train" or "test" (the held-out split: OWT's and a text's validation tail, LM1B's test), batch, and bos(tok), the
-    token a row (and a prompt on such a checkpoint) starts with."""
+    """The corpus module (owt, lm1b, shakespeare), or for "text:PATH" the corpus data/textfile.py makes: NAME
+    (what config.json stores), TOKENIZER, SEQ_LEN, load(split, data_dir, tok, L) -> rows (N, L), where split
+    is "train" or "test" (the held-out split: OWT's and a text's validation tail, LM1B's test), batch, and
+    bos(tok), the token a row (and a prompt on such a checkpoint) starts with."""
     if name.startswith("text:"):
         from data.textfile import make_corpus
         return make_corpus(name.split(":", 1)[1])
@@ -143,7 +144,8 @@ def get_task(name: str, options: dict | None = None):
         from data.custom import make_task
         return make_task(name, options)
     if name not in TASKS + EVAL_TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME")
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}, jsonl:PATH "
+                         f"or hf:ORG/NAME")
     return importlib.import_module(f"data.{name}")
 
 
