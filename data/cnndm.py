@@ -19,7 +19,8 @@ close to the per-example mean), BLEU as its "sacrebleu" (sacrebleu.corpus_bleu, 
 Stop rule: the official regex stop uses the YAML value `r'<|endoftext|>'`, a plain scalar, so the pattern is
 the string r'<|endoftext|>' itself: the alternation of `r'<`, `endoftext` and `>'`; with num_matches 3 over
 prompt + reply and the prompt's BOS and EOS giving two "endoftext" matches, it fires at the first generated
-<|endoftext|> (or at a literal `r'<` or `>'` in the reply). `is_finished` counts the same matches in the reply.
+<|endoftext|> (or at a literal `r'<` or `>'` in the reply). `is_finished` counts the same matches in the
+reply.
 """
 import glob
 import os
@@ -95,7 +96,8 @@ SCORERS = {}                                 # kind -> rouge_scorer.RougeScorer,
 
 
 def require_rouge():
-    """A ValueError with one line when the optional ROUGE package is missing (checked before any generation)."""
+    """A ValueError with one line when the optional ROUGE package is missing (checked before any
+    generation)."""
     try:
         import rouge_score  # noqa: F401
     except ImportError:
@@ -136,9 +138,9 @@ ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 def corpus_scores(completions: list[str], answers: list[str], seed: int = 0) -> dict:
     """The official seq2seq_eval metrics over a whole test set (completions as generated, answers the
     references): {"rouge1", "rouge2", "rougeL", "rougeLsum"} as Hugging Face evaluate's "rouge" (no stemmer,
-    rouge_score's BootstrapAggregator, mid F-measure; its numpy resampling seeded with `seed` here, unseeded in
-    the official), and "bleu" as its "sacrebleu" (corpus BLEU, 0-100), left out without the sacrebleu package.
-    Summaries are cut as SCORES cuts them (strip_target_prompt). METEOR is not computed."""
+    rouge_score's BootstrapAggregator, mid F-measure; its numpy resampling seeded with `seed` here, unseeded
+    in the official), and "bleu" as its "sacrebleu" (corpus BLEU, 0-100), left out without the sacrebleu
+    package. Summaries are cut as SCORES cuts them (strip_target_prompt). METEOR is not computed."""
     if not completions:
         return {}
     require_rouge()
@@ -158,14 +160,15 @@ def corpus_scores(completions: list[str], answers: list[str], seed: int = 0) -> 
         import sacrebleu
     except ImportError:
         return result
-    return {**result, "bleu": float(sacrebleu.corpus_bleu(predictions, [list(answers)], smooth_method="exp").score)}
+    return {**result, "bleu": float(sacrebleu.corpus_bleu(predictions, [list(answers)],
+                                                          smooth_method="exp").score)}
 
 
 # ----------------------------------------------------------------------------- the paper's sampler preset
 
 def sampler_options(tok, method) -> SamplerOptions:
-    """The official CNN/DM decoding options: repetition penalty 1.2 and the exponential length penalty (80, 1.1).
-    The diffusion samplers penalise the reply (running_generation); the official AR runs decode with Hugging
-    Face generate (method.HF_GENERATE), which penalises the prompt too."""
+    """The official CNN/DM decoding options: repetition penalty 1.2 and the exponential length penalty (80,
+    1.1). The diffusion samplers penalise the reply (running_generation); the official AR runs decode with
+    Hugging Face generate (method.HF_GENERATE), which penalises the prompt too."""
     return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
                           penalize_context=method.HF_GENERATE)
