@@ -1,26 +1,26 @@
-"""Wrapped text corpora for likelihood evaluation (data/owt.py, data/lm1b.py): documents -> one token stream ->
-rows of L tokens, tokenized once and cached as a numpy memmap (nanoGPT style).
+"""Wrapped text corpora for likelihood evaluation (data/owt.py, data/lm1b.py): documents -> one token stream
+-> rows of L tokens, tokenized once and cached as a numpy memmap (nanoGPT style).
 
 The rows are built as the official data builder builds its `*_wrapped*.dat` files (the BD3-LM/MDLM dataloader,
-`get_dataset(wrap=True)`; setdlms evaluates those files): every document is tokenized without special tokens and
-followed by EOS; `datasets.map(batched=True)` hands over 1000 documents at a time, whose tokens are concatenated
-and cut into rows, the remainder of each 1000 being dropped. With `special` (LM1B) a row is [BOS] + L-2 tokens +
-[EOS]; without (OWT's `_specialFalse` files) it is L tokens of the stream. Text files (data/textfile.py) take a
-third form, [BOS] + L-1 tokens: every token of the stream is a target once, and a row starts as an unconditional
-sample does (from BOS alone).
+`get_dataset(wrap=True)`; setdlms evaluates those files): every document is tokenized without special tokens
+and followed by EOS; `datasets.map(batched=True)` hands over 1000 documents at a time, whose tokens are
+concatenated and cut into rows, the remainder of each 1000 being dropped. With `special` (LM1B) a row is [BOS]
++ L-2 tokens + [EOS]; without (OWT's `_specialFalse` files) it is L tokens of the stream. Text files
+(data/textfile.py) take a third form, [BOS] + L-1 tokens: every token of the stream is a target once, and a
+row starts as an unconditional sample does (from BOS alone).
 
-A row's position 0 is kept clean (the official `keep_clean_bos`): `batch` marks it as context (prompt_mask), so
-no method predicts it and the likelihood counts the L-1 tokens after it. Rows have no padding.
+A row's position 0 is kept clean (the official `keep_clean_bos`): `batch` marks it as context (prompt_mask),
+so no method predicts it and the likelihood counts the L-1 tokens after it. Rows have no padding.
 
 Cache: <dir>/<name>_<split>_L<L>.bin (<dir> is --data-dir when given, else ~/.cache/setdiffusion): a header of
-HEADER_BYTES (what built the rows: the tokenizer, its vocabulary, L, the number of rows and bytes, their largest
-id and their sha256), then the rows, uint16 tokens (uint32 for vocabularies over 65536). `cached` builds it once,
-under a lock (<path>.lock: a second run waits, then reads the first one's), into a fresh temporary file beside
-it (two builders never share one) whose header is written last, then renamed: a kill leaves no cache at all.
-`rows` checks it on every use: the header (a file without one, from an older version or not a cache, is
-refused), the tokenizer, the size (a cache cut short by a full disk or a killed copy), the largest id against
-the vocabulary, and the checksum of caches up to FULL_CHECK bytes. A cache that fails is one line naming the
-file: delete it, and it is built again.
+HEADER_BYTES (what built the rows: the tokenizer, its vocabulary, L, the number of rows and bytes, their
+largest id and their sha256), then the rows, uint16 tokens (uint32 for vocabularies over 65536). `cached`
+builds it once, under a lock (<path>.lock: a second run waits, then reads the first one's), into a fresh
+temporary file beside it (two builders never share one) whose header is written last, then renamed: a kill
+leaves no cache at all. `rows` checks it on every use: the header (a file without one, from an older version
+or not a cache, is refused), the tokenizer, the size (a cache cut short by a full disk or a killed copy), the
+largest id against the vocabulary, and the checksum of caches up to FULL_CHECK bytes. A cache that fails is
+one line naming the file: delete it, and it is built again.
 """
 import contextlib
 import glob
@@ -35,12 +35,14 @@ import torch
 from common.files import replaced
 
 MAP_BATCH = 1000                 # documents per datasets.map batch in the official builder
-MAGIC = b"setdiffusion token rows 1\n"   # a cache's first bytes; its JSON header follows, padded to HEADER_BYTES
+# a cache's first bytes; its JSON header follows, padded to HEADER_BYTES
+MAGIC = b"setdiffusion token rows 1\n"
 HEADER_BYTES = 1024
 FULL_CHECK = 1 << 30             # caches up to this many bytes are checksummed on every use (about a second)
 
 
-def wrap(docs: list[list[int]], L: int, eos: int, bos: int | None = None, close: bool = True) -> list[list[int]]:
+def wrap(docs: list[list[int]], L: int, eos: int, bos: int | None = None,
+         close: bool = True) -> list[list[int]]:
     """Rows of one batch of tokenized documents (each followed by eos); with bos, [bos] + L-2 + [eos] per row
     (close) or [bos] + L-1 (not close)."""
     stream = [t for doc in docs for t in doc + [eos]]
@@ -51,7 +53,8 @@ def wrap(docs: list[list[int]], L: int, eos: int, bos: int | None = None, close:
 
 def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text"):
     """A datasets.Dataset of the texts: the *.parquet / *.jsonl / *.json files of data_dir (the Hub's formats;
-    one split per folder, or files named <split>*), else the Hub dataset hub = (repo id, config, split name)."""
+    one split per folder, or files named <split>*), else the Hub dataset hub = (repo id, config, split
+    name)."""
     import datasets
     if data_dir is not None:
         if not os.path.isdir(data_dir):
@@ -65,11 +68,13 @@ def read_texts(data_dir: str | None, hub: tuple, split: str, column: str = "text
         else:
             raise FileNotFoundError(f"--data-dir {data_dir} holds no .parquet, .jsonl or .json files")
     else:
-        try:    # the Hub's parquet conversion: these datasets are loading scripts, which datasets no longer runs
+        # the Hub's parquet conversion: these datasets are loading scripts, which datasets no longer runs
+        try:
             ds = datasets.load_dataset(hub[0], hub[1], split=hub[2], revision="refs/convert/parquet")
         except Exception as e:
-            raise FileNotFoundError(f"cannot load {hub[0]} from the Hugging Face Hub ({type(e).__name__}): check "
-                                    f"the network, or pass --data-dir with a local copy (parquet or jsonl)") from None
+            raise FileNotFoundError(f"cannot load {hub[0]} from the Hugging Face Hub ({type(e).__name__}): "
+                                    f"check the network, or pass --data-dir with a local copy "
+                                    f"(parquet or jsonl)") from None
     if column not in ds.column_names:
         raise ValueError(f"the {split} data has no {column!r} column (found {ds.column_names})")
     return ds
@@ -79,10 +84,10 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
           short: str = "") -> None:
     """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos], or
     [bos] + L-1 when not close) and write them to path as a flat memmap after its header, 1000 documents at a
-    time (tiktoken's threads), straight to disk: memory stays that of one batch, whatever the corpus' size. The
-    file is written to a fresh temporary name and renamed when whole (common/files.replaced). ValueError (one
-    line): documents that give no row (short: what to say then), or a write that fails (a full disk; nothing
-    of the file is left)."""
+    time (tiktoken's threads), straight to disk: memory stays that of one batch, whatever the corpus' size.
+    The file is written to a fresh temporary name and renamed when whole (common/files.replaced). ValueError
+    (one line): documents that give no row (short: what to say then), or a write that fails (a full disk;
+    nothing of the file is left)."""
     from tqdm import tqdm
     dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
     n, top, digest = 0, -1, hashlib.sha256()
@@ -94,7 +99,8 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
                           unit="k docs"):
                 batch = texts[i:i + MAP_BATCH]
                 docs = tok.encode_batch([detokenize(t) for t in batch] if detokenize else list(batch))
-                rows_ = np.array(wrap(docs, L, tok.eos_id, bos, close), dtype=dtype).reshape(-1, L)   # (rows, L)
+                rows_ = np.array(wrap(docs, L, tok.eos_id, bos, close),
+                                 dtype=dtype).reshape(-1, L)   # (rows, L)
                 data = rows_.tobytes()
                 f.write(data)
                 digest.update(data)
@@ -102,7 +108,8 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
             if n == 0:
                 raise ValueError(short or f"{len(texts)} documents give no full row of {L} tokens")
             f.seek(0)
-            f.write(header({"tokenizer": tok.name, "vocab_size": tok.vocab_size, "dtype": np.dtype(dtype).name,
+            f.write(header({"tokenizer": tok.name, "vocab_size": tok.vocab_size,
+                            "dtype": np.dtype(dtype).name,
                             "L": L, "rows": n, "bytes": n * L * np.dtype(dtype).itemsize, "max_id": top,
                             "sha256": digest.hexdigest()}))
     except OSError as e:
@@ -146,8 +153,8 @@ def cache_dir(data_dir: str | None) -> str:
     """Where corpora are cached: --data-dir when given (a folder; a file is a ValueError), else
     ~/.cache/setdiffusion."""
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
-        raise ValueError(f"--data-dir {data_dir} is a file: give a folder (the corpus' local copy and its token "
-                         f"cache)")
+        raise ValueError(f"--data-dir {data_dir} is a file: give a folder (the corpus' local copy and its "
+                         f"token cache)")
     return data_dir or os.path.expanduser("~/.cache/setdiffusion")
 
 
@@ -184,23 +191,24 @@ def cached(path: str, tok, L: int, texts, **how) -> np.memmap:
 
 
 def rows(path: str, L: int, tok) -> np.memmap:
-    """The cached rows (N, L) of path, checked against its header and the tokenizer tok (the module docstring);
-    a cache that fails is a ValueError naming the file."""
+    """The cached rows (N, L) of path, checked against its header and the tokenizer tok (the module
+    docstring); a cache that fails is a ValueError naming the file."""
     meta, size = read_header(path)
     again = "delete it, and it is built again"
     if meta is None:
-        raise ValueError(f"{path} is not a token cache of this version (no header: an older version's, or another "
-                         f"file): {again}")
+        raise ValueError(f"{path} is not a token cache of this version (no header: an older version's, or "
+                         f"another file): {again}")
     want = {"tokenizer": tok.name, "vocab_size": tok.vocab_size, "L": L}
     if any(meta.get(k) != v for k, v in want.items()):
-        raise ValueError(f"{path} holds rows of {meta.get('L')} tokens built with the {meta.get('tokenizer')} "
-                         f"tokenizer ({meta.get('vocab_size')} ids), not {L} with {tok.name} ({tok.vocab_size}): "
-                         f"pass --tokenizer {meta.get('tokenizer')}, or another --data-dir")
+        raise ValueError(f"{path} holds rows of {meta.get('L')} tokens built with the "
+                         f"{meta.get('tokenizer')} tokenizer ({meta.get('vocab_size')} ids), not {L} with "
+                         f"{tok.name} ({tok.vocab_size}): pass --tokenizer {meta.get('tokenizer')}, or "
+                         f"another --data-dir")
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 65536 else np.uint32)
     expected = meta.get("rows", -1) * L * dtype.itemsize
     if meta.get("dtype") != dtype.name or meta.get("bytes") != expected or size != HEADER_BYTES + expected:
-        raise ValueError(f"{path} holds {size - HEADER_BYTES} bytes of rows where its header says {expected}: it "
-                         f"was cut short (a full disk, a killed copy) or changed: {again}")
+        raise ValueError(f"{path} holds {size - HEADER_BYTES} bytes of rows where its header says "
+                         f"{expected}: it was cut short (a full disk, a killed copy) or changed: {again}")
     if not isinstance(meta.get("max_id"), int) or not 0 <= meta["max_id"] < tok.vocab_size:
         raise ValueError(f"{path}: its largest token id {meta.get('max_id')!r} is outside the {tok.name} "
                          f"vocabulary of {tok.vocab_size}: {again}")
