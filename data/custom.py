@@ -37,7 +37,7 @@ from types import SimpleNamespace
 from data import PlainText
 
 PREFIXES = ("jsonl:", "hf:")
-AUTO_SEQ_LEN_MAX = 4096       # --seq-len 0 fits the longest example, up to this (Set Diffusion's masks are L x L)
+AUTO_SEQ_LEN_MAX = 4096   # --seq-len 0 fits the longest example, up to this (Set Diffusion's masks are L x L)
 
 
 @dataclass
@@ -54,23 +54,27 @@ class Options:
 
 def add_args(parser):
     """The command-line options of this module (train.py's "your own data" group)."""
-    g = parser.add_argument_group("your own data (--data jsonl:PATH or hf:ORG/NAME[:CONFIG], see data/custom.py)")
+    g = parser.add_argument_group("your own data (--data jsonl:PATH or hf:ORG/NAME[:CONFIG], see "
+                                  "data/custom.py)")
     g.add_argument("--prompt-field", default="prompt", help="field holding the prompt")
     g.add_argument("--target-field", default="target", help="field holding the reply to learn")
     g.add_argument("--text-field", default="", help="plain language modelling on this field (no prompt)")
-    g.add_argument("--split", default="", help="TRAIN[,TEST] split names (default: train; test, else validation)")
+    g.add_argument("--split", default="",
+                   help="TRAIN[,TEST] split names (default: train; test, else validation)")
     g.add_argument("--answer-regex", default="", help="score the regex match (group 1 if any) instead of the "
                                                       "whole reply, e.g. '#### (\\S+)'")
-    g.add_argument("--drop-long", action="store_true", help="drop examples longer than --seq-len (else an error)")
+    g.add_argument("--drop-long", action="store_true",
+                   help="drop examples longer than --seq-len (else an error)")
 
 
 def options_from_args(args) -> dict:
-    return asdict(Options(args.prompt_field, args.target_field, args.text_field, args.split, args.answer_regex,
-                          args.drop_long, args.tokenizer or "bytes", args.seq_len))
+    return asdict(Options(args.prompt_field, args.target_field, args.text_field, args.split,
+                          args.answer_regex, args.drop_long, args.tokenizer or "bytes", args.seq_len))
 
 
 def check_spec(spec: str) -> str:
-    """argparse type of --data: a shipped task name, jsonl:PATH or hf:ORG/NAME (ArgumentTypeError otherwise)."""
+    """argparse type of --data: a shipped task name, jsonl:PATH or hf:ORG/NAME (ArgumentTypeError
+    otherwise)."""
     from data import TASKS
     if spec in TASKS or (spec.startswith(PREFIXES) and spec.split(":", 1)[1]):
         return spec
@@ -121,7 +125,8 @@ def jsonl_splits(path: str) -> dict:
         names = sorted(f[:-len(".jsonl")] for f in os.listdir(path) if f.endswith(".jsonl"))
         return {n: (lambda n=n: read_jsonl(os.path.join(path, n + ".jsonl"))) for n in names}
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: jsonl:PATH needs a .jsonl file or a folder of <split>.jsonl")
+        raise FileNotFoundError(f"{path} not found: jsonl:PATH needs a .jsonl file or a folder "
+                                f"of <split>.jsonl")
     return {"train": lambda: read_jsonl(path)}
 
 
@@ -131,10 +136,12 @@ def hf_splits(name: str) -> dict:
     try:
         import datasets
         dd = datasets.load_dataset(repo, config or None)
-    except Exception as e:      # no network, unknown dataset, bad files, ...: one line, whatever datasets raised
+    except Exception as e:   # no network, unknown dataset, bad files, ...: one line, whatever datasets raised
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(f"could not load the Hugging Face dataset {name!r} ({type(e).__name__}: {first})") from None
-    return {s: (lambda s=s: [(f"{name} split {s} row {i}", dict(r)) for i, r in enumerate(dd[s])]) for s in dd}
+        raise ValueError(f"could not load the Hugging Face dataset {name!r} "
+                         f"({type(e).__name__}: {first})") from None
+    return {s: (lambda s=s: [(f"{name} split {s} row {i}", dict(r)) for i, r in enumerate(dd[s])])
+            for s in dd}
 
 
 def pick_splits(available: dict, split: str, source: str):
@@ -174,8 +181,8 @@ def field_names(record: dict, opts: Options):
 def field(record: dict, name: str, where: str, flag: str) -> PlainText:
     """The text of record[name]: a PlainText, so special-token text in the data is never a special token."""
     if name not in record:
-        raise ValueError(f"{where} has no field {name!r} (its fields: {', '.join(map(str, record)) or 'none'}): "
-                         f"name the right one with {flag}")
+        raise ValueError(f"{where} has no field {name!r} (its fields: "
+                         f"{', '.join(map(str, record)) or 'none'}): name the right one with {flag}")
     value = record[name]
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise ValueError(f"{where}: field {name!r} is {type(value).__name__}, not text")
@@ -183,7 +190,8 @@ def field(record: dict, name: str, where: str, flag: str) -> PlainText:
 
 
 def to_examples(rows, prompt_f, target_f, regex, start: str) -> list[dict]:
-    """{"prompt", "target", "answer", "where"} per record; answer = the regex match of the target, or the target."""
+    """{"prompt", "target", "answer", "where"} per record; answer = the regex match of the target, or the
+    target."""
     out = []
     for where, r in rows:
         prompt = field(r, prompt_f, where, "--prompt-field") if prompt_f else start
@@ -192,7 +200,8 @@ def to_examples(rows, prompt_f, target_f, regex, start: str) -> list[dict]:
         if regex is not None:
             answer = extract(regex, target)
             if answer is None:
-                raise ValueError(f"{where}: --answer-regex {regex.pattern!r} does not match the target {target[:60]!r}")
+                raise ValueError(f"{where}: --answer-regex {regex.pattern!r} does not match the target "
+                                 f"{target[:60]!r}")
         out.append({"prompt": prompt, "target": target, "answer": answer, "where": where})
     return out
 
@@ -244,7 +253,8 @@ def make_task(spec: str, options: dict | None = None) -> SimpleNamespace:
     try:
         regex = re.compile(opts.answer_regex) if opts.answer_regex else None
     except re.error as e:
-        raise ValueError(f"--answer-regex {opts.answer_regex!r} is not a valid regular expression: {e}") from None
+        raise ValueError(f"--answer-regex {opts.answer_regex!r} is not a valid regular "
+                         f"expression: {e}") from None
     tok = get_tokenizer(opts.tokenizer)
     eos = tok.enc.decode([tok.eos_id])                     # ends every reply; also a text example's prompt
 
@@ -275,8 +285,8 @@ def make_task(spec: str, options: dict | None = None) -> SimpleNamespace:
         longest = max(range(len(n)), key=n.__getitem__)
         if n[longest] > AUTO_SEQ_LEN_MAX:
             raise ValueError(f"{examples[longest]['where']} has {n[longest]} tokens, more than the automatic "
-                             f"--seq-len allows ({AUTO_SEQ_LEN_MAX}): pass --seq-len, and --drop-long to drop "
-                             f"the longer examples")
+                             f"--seq-len allows ({AUTO_SEQ_LEN_MAX}): pass --seq-len, and --drop-long to "
+                             f"drop the longer examples")
         opts.seq_len = -(-n[longest] // 16) * 16
 
     def load(split: str, data_dir=None) -> list[dict]:
