@@ -47,7 +47,8 @@ def load(split: str, data_dir: str | None = None) -> list[dict]:
     if data_dir is not None:
         path = os.path.join(data_dir, f"{split}.jsonl")
         if not os.path.isdir(data_dir):
-            raise FileNotFoundError(f"GSM8K folder {data_dir} does not exist (it should hold train.jsonl, test.jsonl)")
+            raise FileNotFoundError(f"GSM8K folder {data_dir} does not exist (it should hold "
+                                    f"train.jsonl, test.jsonl)")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path} not found: the GSM8K folder needs {split}.jsonl "
                                     f'(one {{"question": ..., "answer": ...}} per line)')
@@ -55,7 +56,8 @@ def load(split: str, data_dir: str | None = None) -> list[dict]:
         rows = []
         for where, r in read_jsonl(path):
             if not isinstance(r.get("question"), str) or not isinstance(r.get("answer"), str):
-                raise ValueError(f'{where}: expected {{"question": "...", "answer": "..."}} (GSM8K\'s own format)')
+                raise ValueError(f'{where}: expected {{"question": "...", "answer": "..."}} '
+                                 f'(GSM8K\'s own format)')
             rows.append(r)
     else:
         try:
@@ -77,7 +79,8 @@ def _cut(completion: str) -> str:
 
 
 def _boxed(text: str) -> str | None:
-    """Contents of the first complete 'boxed{...}' in text, braces balanced (\\boxed{\\frac{1}{2}} -> \\frac{1}{2})."""
+    """Contents of the first complete 'boxed{...}' in text, braces balanced (\\boxed{\\frac{1}{2}} ->
+    \\frac{1}{2})."""
     start = text.find("boxed{")
     if start < 0:
         return None
@@ -147,13 +150,14 @@ def flexible_match(completion: str, answer: str) -> bool:
     return bool(found) and _harness_clean(found[-1][0] or found[-1][1]) == _harness_clean(answer)
 
 
-# ---- stopping rules ------------------------------------------------------------------------------------------
+# ---- stopping rules ----------------------------------------------------------------------------------------
 BOX = re.compile(r"\\boxed\{.*?\}")             # the official gsm8k_regex_stopping_criteria pattern
 
 
 def stop(ids, tok, im_end: bool = False) -> bool:
-    r"""The official GSM8K stopping criteria, on the token ids of the sequence so far: the prompt and the reply
-    up to the end of the sampler's window, still-masked positions included (they decode as the mask text).
+    r"""The official GSM8K stopping criteria, on the token ids of the sequence so far: the prompt and the
+    reply up to the end of the sampler's window, still-masked positions included (they decode as the mask
+    text).
     - RegexStoppingCriteria('\\boxed\{.*?\}', num_matches=2): two complete boxes in prompt + reply, boxes
       holding the mask text ignored; the prompt's '$\\boxed{}$' is one, so one complete box in the reply;
     - RepeatingTokenStoppingCriteria(8): the last 8 ids before trailing [MASK]s are identical;
