@@ -14,17 +14,19 @@ def is_hub_id(name: str) -> bool:
 
 
 def hub_dir(name_or_path: str, allow_patterns: list) -> str:
-    """A local directory as it is, else the snapshot directory of a Hub repo id holding (at least) the files that
-    match allow_patterns. Errors are one line (FileNotFoundError) naming the id."""
+    """A local directory as it is, else the snapshot directory of a Hub repo id holding (at least) the files
+    that match allow_patterns. Errors are one line (FileNotFoundError) naming the id."""
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):
         return path
     if not is_hub_id(name_or_path):
-        raise FileNotFoundError(f"{name_or_path}: no such directory, and not a Hugging Face repo id (org/name)")
+        raise FileNotFoundError(f"{name_or_path}: no such directory, and not a Hugging Face "
+                                f"repo id (org/name)")
     from huggingface_hub import snapshot_download
     try:
         return snapshot_download(repo_id=name_or_path, allow_patterns=allow_patterns)
     except Exception as e:   # offline and not cached, no network, unknown or gated repo, ...
-        raise FileNotFoundError(f"{name_or_path}: no such local directory, and downloading it from the Hugging "
-                                f"Face Hub failed ({type(e).__name__}): check the id, set HF_HUB_OFFLINE=0 and "
-                                f"check the network (HF_TOKEN for a gated repo), or pass a local directory") from None
+        raise FileNotFoundError(f"{name_or_path}: no such local directory, and downloading it from the "
+                                f"Hugging Face Hub failed ({type(e).__name__}): check the id, set "
+                                f"HF_HUB_OFFLINE=0 and check the network (HF_TOKEN for a gated repo), or "
+                                f"pass a local directory") from None
