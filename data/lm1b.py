@@ -1,14 +1,15 @@
 """lm1b: the One Billion Word benchmark, bert-base-uncased WordPiece rows of L = 128, for likelihood
 (eval.py --task likelihood --data lm1b).
 
-As the official files (`lm1b_{train,test}_bs128_wrapped.dat`, made by the BD3-LM/MDLM dataloader): the sentences
-go through its LM1B detokenizer (below), each is followed by [SEP], and the stream is cut, per 1000 sentences,
-into rows of [CLS] + 126 tokens + [SEP] (data/corpus.py; the builder's BOS is BERT's [CLS], its EOS [SEP]).
-Splits: "test" (the evaluation split) and "train". Source: the Hub's billion-word-benchmark/lm1b (its parquet
-conversion) or --data-dir with a local copy (<split>*.parquet / *.jsonl, or any such file, with a "text" column).
+As the official files (`lm1b_{train,test}_bs128_wrapped.dat`, made by the BD3-LM/MDLM dataloader): the
+sentences go through its LM1B detokenizer (below), each is followed by [SEP], and the stream is cut, per 1000
+sentences, into rows of [CLS] + 126 tokens + [SEP] (data/corpus.py; the builder's BOS is BERT's [CLS], its EOS
+[SEP]). Splits: "test" (the evaluation split) and "train". Source: the Hub's billion-word-benchmark/lm1b (its
+parquet conversion) or --data-dir with a local copy (<split>*.parquet / *.jsonl, or any such file, with a
+"text" column).
 
-Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N, L);
-batch() makes the methods' batch. No generation: no SCORES, is_correct or is_finished.
+Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N,
+L); batch() makes the methods' batch. No generation: no SCORES, is_correct or is_finished.
 """
 import os
 import re
@@ -50,8 +51,8 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
         raise FileNotFoundError(f"--data-dir {data_dir}: no such folder")
     tok = tok or get_tokenizer(TOKENIZER)
     path = corpus.cache_path(NAME, split, L, data_dir)
-    return corpus.cached(path, tok, L, lambda: corpus.read_texts(data_dir, (*HUB, split), split)["text"], bos=bos(tok),
-                         detokenize=detokenize)
+    return corpus.cached(path, tok, L, lambda: corpus.read_texts(data_dir, (*HUB, split), split)["text"],
+                         bos=bos(tok), detokenize=detokenize)
 
 
 def bos(tok) -> int:
