@@ -1,15 +1,18 @@
-"""Zero-shot multiple choice for the OWT models: HellaSwag, PIQA, Social IQa (validation splits), with the prompts
-of the official scripts/eval/mcqa_eval.py (texts whitespace-normalised, HellaSwag's ctx_b capitalised):
+"""Zero-shot multiple choice for the OWT models: HellaSwag, PIQA, Social IQa (validation splits), with the
+prompts of the official scripts/eval/mcqa_eval.py (texts whitespace-normalised, HellaSwag's ctx_b
+capitalised):
 
-    hellaswag  "Activity: {activity_label}\\nContext: {ctx_a} {ctx_b}\\nContinuation:"   endings[0..3], label 0-based
+    hellaswag  "Activity: {activity_label}\\nContext: {ctx_a} {ctx_b}\\nContinuation:"   endings[0..3],
+                                                                                        label 0-based
     piqa       "Question: Which option best accomplishes the following goal?\\n{goal}\\nAnswer:"   sol1, sol2
     siqa       "Context: {context}\\nQuestion: {question}\\nAnswer:"   answerA/B/C, label 1-based
 
 An option is scored as " " + option after the prompt (zeroshot.py). load(name, data_dir) -> list of
-{"prompt": str, "options": [str], "label": int}. Sources: the Hub (Rowan/hellaswag, ybisk/piqa, allenai/social_i_qa,
-their parquet conversions: the latter two are loading scripts, which datasets no longer runs) or --data-dir with
-the files in the Hub's or the original formats: *.parquet or *.jsonl records, and when the records have no "label",
-the labels one per line in a *labels.lst (PIQA's valid-labels.lst, SIQA's dev-labels.lst).
+{"prompt": str, "options": [str], "label": int}. Sources: the Hub (Rowan/hellaswag, ybisk/piqa,
+allenai/social_i_qa, their parquet conversions: the latter two are loading scripts, which datasets no longer
+runs) or --data-dir with the files in the Hub's or the original formats: *.parquet or *.jsonl records, and
+when the records have no "label", the labels one per line in a *labels.lst (PIQA's valid-labels.lst, SIQA's
+dev-labels.lst).
 """
 import glob
 import json
@@ -33,7 +36,8 @@ def hellaswag(ex: dict) -> dict:
 
 def piqa(ex: dict) -> dict:
     prompt = f"Question: Which option best accomplishes the following goal?\n{normalize(ex['goal'])}\nAnswer:"
-    return {"prompt": prompt, "options": [normalize(ex["sol1"]), normalize(ex["sol2"])], "label": int(ex["label"])}
+    return {"prompt": prompt, "options": [normalize(ex["sol1"]), normalize(ex["sol2"])],
+            "label": int(ex["label"])}
 
 
 def siqa(ex: dict) -> dict:
@@ -58,7 +62,8 @@ def read_local(data_dir: str) -> list[dict]:
     if records and "label" not in records[0]:
         labels = sorted(glob.glob(os.path.join(data_dir, "*labels.lst")))
         if not labels:
-            raise FileNotFoundError(f"the records in {data_dir} have no label, and there is no *labels.lst file")
+            raise FileNotFoundError(f"the records in {data_dir} have no label, and there is no "
+                                    f"*labels.lst file")
         values = [line.strip() for line in open(labels[0]) if line.strip()]
         if len(values) != len(records):
             raise ValueError(f"{labels[0]} has {len(values)} labels for {len(records)} records")
@@ -73,10 +78,12 @@ def load(name: str, data_dir: str | None = None) -> list[dict]:
     else:
         import datasets
         try:
-            records = list(datasets.load_dataset(HUB[name], split="validation", revision="refs/convert/parquet"))
+            records = list(datasets.load_dataset(HUB[name], split="validation",
+                                                 revision="refs/convert/parquet"))
         except Exception as e:
-            raise FileNotFoundError(f"cannot load {HUB[name]} from the Hugging Face Hub ({type(e).__name__}): check "
-                                    f"the network, or pass --data-dir with its validation files") from None
+            raise FileNotFoundError(f"cannot load {HUB[name]} from the Hugging Face Hub "
+                                    f"({type(e).__name__}): check the network, or pass --data-dir with its "
+                                    f"validation files") from None
     try:
         return [BUILD[name](r) for r in records]
     except (KeyError, ValueError, TypeError) as e:
