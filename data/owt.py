@@ -1,15 +1,17 @@
-"""owt: OpenWebText, GPT-2 tokens wrapped into rows of L = 1024, for likelihood (eval.py --task likelihood --data owt).
+"""owt: OpenWebText, GPT-2 tokens wrapped into rows of L = 1024, for likelihood (eval.py --task likelihood
+--data owt).
 
 The split as the official code builds it: the OWT release has only a train split; "validation" is its last
 100,000 documents (`openwebtext-valid`, train[-100000:]), "train" the rest. The texts go in as they are (no
 detokenizer); every document is followed by <|endoftext|> and the stream is cut into rows of 1024 with no BOS
-inserted (the `_specialFalse` files), per 1000 documents (data/corpus.py). Source: the Hub's Skylion007/openwebtext
-(its parquet conversion), or --data-dir with a local copy (*.parquet / *.jsonl with a "text" column, all of
-OWT's train split). Token rows are cached once (data/corpus.py).
+inserted (the `_specialFalse` files), per 1000 documents (data/corpus.py). Source: the Hub's
+Skylion007/openwebtext (its parquet conversion), or --data-dir with a local copy (*.parquet / *.jsonl with a
+"text" column, all of OWT's train split). Token rows are cached once (data/corpus.py).
 
-Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N, L)
-instead of prompt/target examples; batch() turns rows into the methods' (x0, prompt_mask, pad_mask). There is no
-generation here, so no SCORES, is_correct or is_finished (train.py and generation accuracy do not apply).
+Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N,
+L) instead of prompt/target examples; batch() turns rows into the methods' (x0, prompt_mask, pad_mask). There
+is no generation here, so no SCORES, is_correct or is_finished (train.py and generation accuracy do not
+apply).
 """
 import os
 
