@@ -1,13 +1,13 @@
-"""Prompts a person types (sample.py --prompt, --prompt-file) to token ids: plain text, except the [MASK] spans
-(<|mask|>, {mask:N} and the tokenizer's own [MASK] text) that the diffusion samplers fill in place. Every problem
-is a ValueError of one line that names the prompt or the file.
+"""Prompts a person types (sample.py --prompt, --prompt-file) to token ids: plain text, except the [MASK]
+spans (<|mask|>, {mask:N} and the tokenizer's own [MASK] text) that the diffusion samplers fill in place.
+Every problem is a ValueError of one line that names the prompt or the file.
 """
 import os
 import re
 
 from common.files import read_capped
 
-MAX_PROMPT_FILE = 4 << 20          # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
+MAX_PROMPT_FILE = 4 << 20      # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
 MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")
 
 
@@ -21,8 +21,8 @@ def plain_ids(tok, text: str, raw: bool) -> list[int]:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         bad = os.fsencode(text[e.start:e.end])
-        raise ValueError(f"--prompt holds bytes that are not UTF-8 text ({bad.hex(' ')}): the {tok.name} tokenizer "
-                         f"reads text; pass UTF-8") from None
+        raise ValueError(f"--prompt holds bytes that are not UTF-8 text ({bad.hex(' ')}): the {tok.name} "
+                         f"tokenizer reads text; pass UTF-8") from None
     if hasattr(tok, "encode_text"):     # data.Tokenizer's ordinary-text encoding (Qwen3: NFC first)
         return tok.encode_text(text)
     if hasattr(tok.enc, "encode_ordinary"):
@@ -33,8 +33,8 @@ def plain_ids(tok, text: str, raw: bool) -> list[int]:
 def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> list[int]:
     """Token ids of prompt k: <|mask|>, the tokenizer's own [MASK] text and {mask:N} become N [MASK] tokens
     (N checked against the context before any is made); all other text is plain text."""
-    own = getattr(tok, "mask_text", None) or (tok.enc.decode([tok.mask_id]) if hasattr(tok.enc, "encode_ordinary")
-                                              else "")
+    own = getattr(tok, "mask_text", None) or (tok.enc.decode([tok.mask_id])
+                                              if hasattr(tok.enc, "encode_ordinary") else "")
     pattern = re.compile(MASKS.pattern + (f"|{re.escape(own)}" if own and own != "<|mask|>" else ""))
     ids, at = [], 0
     for m in pattern.finditer(prompt):
@@ -42,8 +42,8 @@ def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> lis
         at = m.end()
         n = 1 if m[1] is None else int(m[1]) if len(m[1]) <= 12 else seq_len + 1
         if len(ids) + n > seq_len:
-            raise ValueError(f"prompt {k} has more than {seq_len} tokens with its {m[0]}: more than the model's "
-                             f"context (seq_len={seq_len}); shorten it")
+            raise ValueError(f"prompt {k} has more than {seq_len} tokens with its {m[0]}: more than the "
+                             f"model's context (seq_len={seq_len}); shorten it")
         ids += [tok.mask_id] * n
     return ids + plain_ids(tok, prompt[at:], raw)
 
@@ -51,7 +51,8 @@ def prompt_ids(tok, prompt: str, seq_len: int, k: int, raw: bool = False) -> lis
 def fit(k: int, n: int, max_new: int, seq_len: int):
     """Prompt k (n tokens) and max_new new tokens must fit the model's context (ValueError: one line)."""
     if n > seq_len:
-        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context (seq_len={seq_len}); shorten it")
+        raise ValueError(f"prompt {k} has {n} tokens, more than the model's context "
+                         f"(seq_len={seq_len}); shorten it")
     if n + max_new > seq_len:
         flag = f"--max-new-tokens {max_new}"
         raise ValueError(f"prompt {k} has {n} tokens, and with {flag} that is {n + max_new}, more than the "
@@ -78,8 +79,8 @@ def read_prompts(path: str) -> list[str]:
 
 def prompt_texts(prompt, prompt_file, task) -> tuple[list[str], bool]:
     """sample.py's prompts and whether they came from the command line (raw: bytes that are not UTF-8 kept):
-    --prompt, each line of --prompt-file, else the task's first held-out problem, or on a corpus (task None) the
-    empty text, so that the sample continues BOS alone."""
+    --prompt, each line of --prompt-file, else the task's first held-out problem, or on a corpus (task None)
+    the empty text, so that the sample continues BOS alone."""
     if prompt is not None:
         return [prompt.replace("\\n", "\n")], True
     if prompt_file:
@@ -96,16 +97,16 @@ def encode_prompts(tok, prompts: list[str], raw: bool, head: list[int], seq_len:
         ids.append(head + prompt_ids(tok, prompt, seq_len, k, raw))
         fit(k, len(ids[-1]), max_new, seq_len)
         if tok.mask_id in ids[-1] and not can_infill:
-            raise ValueError(f"prompt {k} has [MASK]s to fill, and {method_name.upper()} cannot fill masks inside "
-                             f"the prompt (it continues the left context only): use a Set Diffusion, BD3-LM or MDLM "
-                             f"checkpoint")
+            raise ValueError(f"prompt {k} has [MASK]s to fill, and {method_name.upper()} cannot fill masks "
+                             f"inside the prompt (it continues the left context only): use a Set Diffusion, "
+                             f"BD3-LM or MDLM checkpoint")
     return ids
 
 
 def batches(ids: list[list[int]], batch_size: int, max_new: int, seq_len: int, default: bool):
-    """(index of the first prompt, prompts, new tokens) per batch, in order. An explicit max_new is every batch's
-    (fit checked it); the checkpoint's default shrinks to what fits beside each prompt, and a prompt that would
-    shorten the replies of the batch before it starts a new batch."""
+    """(index of the first prompt, prompts, new tokens) per batch, in order. An explicit max_new is every
+    batch's (fit checked it); the checkpoint's default shrinks to what fits beside each prompt, and a prompt
+    that would shorten the replies of the batch before it starts a new batch."""
     out = []
     for k, row in enumerate(ids):
         room = min(max_new, seq_len - len(row)) if default else max_new
