@@ -36,7 +36,8 @@ def gpt2_byte_alphabet() -> dict[str, int]:
     Printable bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 bytes
     (control chars, space, ...) are given the code points 256, 257, ... in byte order.
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
     char_of, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -59,7 +60,8 @@ class QwenTokenizer(Tokenizer):
 
 
 def find_tokenizer_json(name_or_path: str) -> str:
-    """Path of tokenizer.json: the file itself, in a local directory, else from the Hub / its cache (data/hub.py)."""
+    """Path of tokenizer.json: the file itself, in a local directory, else from the Hub / its cache
+    (data/hub.py)."""
     if os.path.isfile(os.path.expanduser(name_or_path)):
         return os.path.expanduser(name_or_path)
     file = os.path.join(hub_dir(name_or_path, ["tokenizer.json"]), "tokenizer.json")
@@ -90,7 +92,8 @@ def qwen3_tokenizer(name_or_path: str) -> Tokenizer:
     specials = {t["content"]: t["id"] for t in spec.get("added_tokens", [])}
     for needed in ("<|endoftext|>", "<|fim_middle|>"):
         if needed not in specials:
-            raise ValueError(f"tokenizer.json of {name_or_path} has no added token {needed}: not a Qwen3 tokenizer")
+            raise ValueError(f"tokenizer.json of {name_or_path} has no added token {needed}: not a "
+                             f"Qwen3 tokenizer")
 
     byte_of = gpt2_byte_alphabet()
     special_ids = set(specials.values())
