@@ -5,7 +5,8 @@ reference sentence(s).
 
     file:  <data_dir>/cloze_test_val__spring2016.csv (the official eval_datasets/ file name). The set needs a
            form to download: https://cs.rochester.edu/nlp/rocstories/ ("Story Cloze Test Spring 2016 val").
-    row:   InputStoryid, InputSentence1..4, RandomFifthSentenceQuiz1, RandomFifthSentenceQuiz2, AnswerRightEnding
+    row:   InputStoryid, InputSentence1..4, RandomFifthSentenceQuiz1, RandomFifthSentenceQuiz2,
+           AnswerRightEnding
            -> the story = sentences 1-4 + the right fifth sentence.
     input: [BOS] + left + [MASK] * |middle tokens| + right + [EOS]   (official), sentences joined by spaces.
 
@@ -25,7 +26,8 @@ def load(split: str = "test", data_dir: str | None = None) -> list[list[str]]:
     """The stories (five sentences each) of the CSV in data_dir; split is ignored (there is one set)."""
     path = os.path.join(data_dir or ".", FILE)
     if data_dir is None or not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: pass --data-dir with the Story Cloze CSV {FILE}, from {WHERE}")
+        raise FileNotFoundError(f"{path} not found: pass --data-dir with the Story Cloze CSV "
+                                f"{FILE}, from {WHERE}")
     from data.cnndm import require_rouge
     require_rouge()
     with open(path, newline="", encoding="utf-8") as f:
