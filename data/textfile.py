@@ -3,10 +3,11 @@ Shakespeare-char setting, for any text).
 
 A file is one document; a folder's *.txt files (searched recursively, in sorted path order) are one document
 each. Every document is encoded as ordinary text (PlainText: "<|endoftext|>" written in it stays those
-characters), followed by EOS, and the stream is cut into rows of [BOS] + L-1 tokens by data/corpus.py's builder,
-BOS being the tokenizer's EOS (GPT-2's convention). Position 0, the BOS, is context and never predicted (the
-official keep_clean_bos), so every token of the stream is a target exactly once, and a row starts as an
-unconditional sample starts (eval.py --task unconditional, sample.py without a prompt: from BOS alone).
+characters), followed by EOS, and the stream is cut into rows of [BOS] + L-1 tokens by data/corpus.py's
+builder, BOS being the tokenizer's EOS (GPT-2's convention). Position 0, the BOS, is context and never
+predicted (the official keep_clean_bos), so every token of the stream is a target exactly once, and a row
+starts as an unconditional sample starts (eval.py --task unconditional, sample.py without a prompt: from BOS
+alone).
 
 Splits: the rows in stream order; the last VALID_FRACTION of them (at least one) are "validation" (also
 "test"), the rest "train": a held-out tail, the same on every run.
@@ -15,8 +16,8 @@ Tokenizer: "bytes" by default (256 byte tokens, exact for any text, L = SEQ_LEN 
 data.get_tokenizer works too (--tokenizer gpt2).
 
 Cache: the rows are built once into <dir>/text-<name>-<tokenizer>-<key>_all_L<L>.bin (data/corpus.py; <dir> is
---data-dir, else ~/.cache/setdiffusion), under a lock, and checked on every use; the key hashes the files' paths,
-sizes and modification times, so an edited text is built again.
+--data-dir, else ~/.cache/setdiffusion), under a lock, and checked on every use; the key hashes the files'
+paths, sizes and modification times, so an edited text is built again.
 
 Errors are one line (FileNotFoundError / ValueError) that says what to do: a missing path, a folder with no
 .txt file, an empty text, a file that is not UTF-8 (a binary file), a text too short for two rows.
@@ -40,11 +41,12 @@ def files_of(path: str) -> list[str]:
     if os.path.isfile(path):
         return [path]
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"text:{path}: no such file or folder; give a UTF-8 text file or a folder of .txt "
-                                f"files")
+        raise FileNotFoundError(f"text:{path}: no such file or folder; give a UTF-8 text file or a folder of "
+                                f".txt files")
     found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".txt"))
     if not found:
-        raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in files ending .txt")
+        raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in "
+                                f"files ending .txt")
     return found
 
 
@@ -58,8 +60,8 @@ def read_text(path: str) -> str:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): is it a "
-                         f"binary file? Give a text file saved as UTF-8") from None
+        raise ValueError(f"{path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): is it "
+                         f"a binary file? Give a text file saved as UTF-8") from None
     if "\x00" in text:
         raise ValueError(f"{path} holds NUL bytes, so it is a binary file, not text: give a UTF-8 text file")
     return text
@@ -88,15 +90,15 @@ def split_rows(rows, split: str):
     """The train rows or the held-out tail of rows (N, L)."""
     n = len(rows)
     if n < 2:
-        raise ValueError(f"the text gives {n} row(s) of {rows.shape[1]} tokens, too few to hold out a validation "
-                         f"tail: give more text or a smaller --seq-len")
+        raise ValueError(f"the text gives {n} row(s) of {rows.shape[1]} tokens, too few to hold out a "
+                         f"validation tail: give more text or a smaller --seq-len")
     n_valid = max(1, round(n * VALID_FRACTION))
     return rows[:n - n_valid] if split == "train" else rows[n - n_valid:]
 
 
 def load(split: str, path: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
-    """Token rows (N, L) of "train" or "validation" (also "test") of the text at path, built and cached on first
-    use (tokenized with tok, default "bytes")."""
+    """Token rows (N, L) of "train" or "validation" (also "test") of the text at path, built and cached on
+    first use (tokenized with tok, default "bytes")."""
     from data import get_tokenizer
     split = "validation" if split == "test" else split
     if split not in ("train", "validation"):
@@ -105,9 +107,10 @@ def load(split: str, path: str, data_dir: str | None = None, tok=None, L: int = 
     cached = corpus.cache_path(cache_name(path, tok.name), "all", L, data_dir)
     if not os.path.exists(cached):
         docs = read_documents(path)                      # checked first: a bad text is one line
-        short = (f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row of {L} tokens: give "
-                 f"more text or a smaller --seq-len")
-        return split_rows(corpus.cached(cached, tok, L, lambda: docs, bos=bos(tok), close=False, short=short), split)
+        short = (f"text:{path} has {sum(len(d) for d in docs)} characters, fewer than one row of {L} tokens: "
+                 f"give more text or a smaller --seq-len")
+        return split_rows(corpus.cached(cached, tok, L, lambda: docs, bos=bos(tok), close=False, short=short),
+                          split)
     return split_rows(corpus.rows(cached, L, tok), split)
 
 
@@ -118,9 +121,11 @@ def bos(tok) -> int:
 
 def make_corpus(path: str) -> SimpleNamespace:
     """The corpus of `--data text:PATH`, with the interface of data/owt.py (NAME, TOKENIZER, SEQ_LEN, load,
-    batch, bos). NAME is text:<absolute path>, what config.json stores, so eval.py finds the text from anywhere."""
+    batch, bos). NAME is text:<absolute path>, what config.json stores, so eval.py finds the text from
+    anywhere."""
     if not path:
         raise ValueError("--data text:PATH needs a path: a UTF-8 text file or a folder of .txt files")
     path = os.path.abspath(os.path.expanduser(path))
-    return SimpleNamespace(NAME=PREFIX + path, TOKENIZER=TOKENIZER, SEQ_LEN=SEQ_LEN, batch=corpus.batch, bos=bos,
-                           load=lambda split, data_dir=None, tok=None, L=SEQ_LEN: load(split, path, data_dir, tok, L))
+    return SimpleNamespace(NAME=PREFIX + path, TOKENIZER=TOKENIZER, SEQ_LEN=SEQ_LEN, batch=corpus.batch,
+                           bos=bos, load=lambda split, data_dir=None, tok=None, L=SEQ_LEN:
+                           load(split, path, data_dir, tok, L))
