@@ -75,7 +75,8 @@ def setup(args, device, flex: bool = False):
     else:
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
-    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,   # checked by it
+    # method_config keeps the settings this method has and checks them against seq_len: one line if bad
+    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
                                    block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
                                    infill_len=args.infill_len, infill_added=args.infill_added)
     if args.max_new_tokens is None:

@@ -3,8 +3,7 @@ infill-curve, docs/results.md): train.py runs that keep their weights every few 
 then, at each kept step, the held-out accuracy and the right-determined `number` infill of the shipped task,
 and at the last step every span kind of make infill (step, number, operand, verb).
 
-    python -m paper.infill_curve                                    # every run in RUNS, seeds 1-3
-                                                                      (CPU: hours)
+    python -m paper.infill_curve                                    # all RUNS, seeds 1-3 (CPU: hours)
     python -m paper.infill_curve --runs b16,b32 --seeds 1 --jobs 2  # a part
     python -m paper.infill_curve --device cuda --jobs 12 --deadline 300
 
@@ -113,8 +112,8 @@ def one(run: str, seed: int, args):
                      "n": args.limit if last else args.curve_limit, **m})
         with replaced(path) as f:
             json.dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
-        print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} "
-                                                             f"{v:.3f}" for k, v in m.items()), flush=True)
+        print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in m.items()),
+              flush=True)
 
 
 def side_by_side(jobs: list[tuple[str, int]], args):
@@ -208,8 +207,8 @@ def plot(rows: list[dict], out_png: str, runs: list[str]):
         seen = [s * rows_per_step(run) / 1000 for s in steps]
         for ax, key in zip(axes, ("infill_number", "accuracy")):
             ys = [[100 * x[key] for x in rows if x["run"] == run and x["step"] == s] for s in steps]
-            full = [(r, sum(y) / len(y)) for r, y in zip(seen, ys)
-                    if len(y) == max(map(len, ys))]  # every seed
+            every = max(map(len, ys))                         # a point of the line: every seed measured
+            full = [(r, sum(y) / len(y)) for r, y in zip(seen, ys) if len(y) == every]
             ax.plot(*zip(*full), "-o", color=f"C{i}", ms=3, label=label)
             for r, y in zip(seen, ys):
                 ax.scatter([r] * len(y), y, color=f"C{i}", s=7, alpha=0.35)

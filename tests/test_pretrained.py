@@ -114,8 +114,8 @@ def test_from_pretrained_through_hub_cache(tmp_path):
 import torch
 from common.pretrained import from_pretrained
 with torch.no_grad():
-    torch.save(from_pretrained("Qwen/Qwen3-Tiny")(torch.load({str(tmp_path / 'x.pt')!r})), \
-{str(tmp_path / 'y.pt')!r})
+    torch.save(from_pretrained("Qwen/Qwen3-Tiny")(torch.load({str(tmp_path / 'x.pt')!r})),
+               {str(tmp_path / 'y.pt')!r})
 """)
     with torch.no_grad():
         torch.testing.assert_close(torch.load(tmp_path / "y.pt"), from_pretrained(snapshot)(x))
@@ -188,8 +188,8 @@ for name, key in {loads!r}.items():
         model, method, cfg, config = checkpoint.load(key)
         with torch.no_grad():
             logits = model(torch.tensor({X.tolist()!r}))
-        results[name] = dict(method=method.__name__, cfg=dataclasses.asdict(cfg), config=config, \
-logits=logits)
+        results[name] = dict(method=method.__name__, cfg=dataclasses.asdict(cfg), config=config,
+                             logits=logits)
     except Exception as e:
         results[name] = dict(error=type(e).__name__ + ": " + str(e))
 torch.save(results, {out!r})
