@@ -326,7 +326,5 @@ def read_back(pending, first, run):
     return [loss / world for loss, _ in values], any(flag > 0 for _, flag in values)
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:                         # before the training loop (which saves, then exits)
-        sys.exit("interrupted before training started: nothing was saved")
+    from common.cli import run
+    run(main, "train.py", "nothing was saved")       # before the training loop (which saves, then exits)
