@@ -145,6 +145,25 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     assert checkpoint.step_of(str(tmp_path / "empty-step1")) == 1
 
 
+def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkeypatch):
+    """A user's folder created at a --keep-every name after the run's start-up checks: the save there stops
+    the run with one line naming it, and the folder is byte for byte as it was."""
+    out, real_loss = tmp_path / "ck", sd.loss
+
+    def loss(*a, **k):
+        if not (tmp_path / "ck-step2").exists():
+            hf_folder(tmp_path / "ck-step2")
+        return real_loss(*a, **k)
+    monkeypatch.setattr(sd, "loss", loss)
+    with pytest.raises(SystemExit) as e:
+        train.main([*SD, "--max-iters", "2", "--keep-every", "2", "--out-dir", str(out)])
+    assert e.value.code == (f"error: cannot save step 2 to {out}-step2: it was not written by train.py ({HF}), "
+                            f"so it is not replaced; move it away, then --resume")
+    monkeypatch.undo()
+    hf_folder(tmp_path / "theirs")
+    assert snapshot(tmp_path / "ck-step2") == snapshot(tmp_path / "theirs")
+
+
 # -------------------------------------------------------------------------- 2. kills and faults during a save
 
 def kill_state(out, kind, parts):
