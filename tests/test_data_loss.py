@@ -555,6 +555,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CTRL_C = {
     "train.py": "from common import checkpoint\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
                 "checkpoint.claim = claim\n",
+    "train.py in a step": "import ar, os, signal\nreal = ar.loss\ndef loss(*a, **k):\n"
+                          "    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\nar.loss = loss\n",
     "eval.py": "import json\ndef dump(obj, f, **k):\n    f.write('{\"half\": ')\n"
                "    raise KeyboardInterrupt\njson.dump = dump\n",
     "sample.py": "from common import checkpoint\ndef load(*a, **k):\n    raise KeyboardInterrupt\n"
@@ -562,23 +564,28 @@ CTRL_C = {
 }
 
 
-@pytest.mark.parametrize("script", ["train.py", "eval.py", "sample.py"])
+@pytest.mark.parametrize("script", ["train.py", "train.py in a step", "eval.py", "sample.py"])
 def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path, script):
     """The script run as from a shell, Ctrl-C (KeyboardInterrupt) landing mid-run (train.py: at start-up),
     and a second one while it exits (in an atexit handler, where torch's run): one line on stderr, no
     traceback, exit code 130, and eval.py's earlier --json file byte for byte as it was, no temporary file."""
     (tmp_path / "m.json").write_text('{"accuracy": 0.5}')
     ckpt = ["--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
-    argv = [script, *{"train.py": ["--model", "ar", "--out-dir", str(tmp_path / "ck")],
+    argv = [script.split()[0], *{"train.py": ["--model", "ar", "--out-dir", str(tmp_path / "ck")],
+                          "train.py in a step": [*TINY, "--out-dir", str(tmp_path / "ck")],
                       "eval.py": [*ckpt, "--limit", "1", "--json", str(tmp_path / "m.json")],
                       "sample.py": [*ckpt, "--prompt", "1+1="]}[script]]
     second = "import atexit, os, signal\natexit.register(os.kill, os.getpid(), signal.SIGINT)\n"
     code = second + CTRL_C[script] \
-        + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({script!r}, run_name='__main__')\n"
+        + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 130, r.stderr[-2000:]
+    saved = script == "train.py in a step"                          # the step is saved, then it exits (1)
+    assert r.returncode == (1 if saved else 130), r.stderr[-2000:]
     why = "nothing was saved" if script == "train.py" else "no file was written"
-    assert r.stderr.strip().splitlines()[-1] == f"{script}: interrupted (Ctrl-C); {why}"
-    assert "Traceback" not in r.stderr
-    assert (tmp_path / "m.json").read_text() == '{"accuracy": 0.5}' and os.listdir(tmp_path) == ["m.json"]
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"interrupted after step 1: saved it to {tmp_path / 'ck'}; --resume continues from there" if saved
+        else f"{script}: interrupted (Ctrl-C); {why}")
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+    assert (tmp_path / "m.json").read_text() == '{"accuracy": 0.5}'
+    assert sorted(os.listdir(tmp_path)) == (["ck", "ck.lock", "m.json"] if saved else ["m.json"])
