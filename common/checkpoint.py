@@ -373,25 +373,26 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
         if tmp is not None:
             remove(tmp)
         if isinstance(e, (OSError, RuntimeError, SafetensorError)):  # torch.save's write errors: RuntimeError
-            raise SaveError(cannot_save(d, config, e)) from None
+            raise SaveError(cannot_save(d, config, e, train_state is not None)) from None
         raise
     try:
         swap_in(d, tmp)
     except OSError as e:                              # the new checkpoint is complete in tmp: newest finds it
-        raise SaveError(cannot_save(d, config, e)) from None
+        raise SaveError(cannot_save(d, config, e, train_state is not None)) from None
 
 
-def cannot_save(d: str, config: dict, e: BaseException) -> str:
+def cannot_save(d: str, config: dict, e: BaseException, resumable: bool = True) -> str:
     """The one line of a save that failed: the folder, why, its free space, and where the last checkpoint
-    is."""
+    is (of a weights-only save, not resumable: --keep-every's snapshot, the run's own is in --out-dir)."""
     why = (getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0])[:120]
     try:
         free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(d))).free / 2**20:,.1f} MiB free there"
     except OSError:
         free = "its free space unknown"
-    last = newest(d)
+    last = newest(d) if resumable else None
     kept = (f"the last complete checkpoint (step {step_of(last)}) is in {last}: make room, then --resume"
-            if last else "no checkpoint was saved yet")
+            if last else "no checkpoint was saved yet" if resumable else
+            "the run's last checkpoint is in --out-dir: fix this, then --resume")
     return f"cannot save step {config.get('step', '?')} to {d} ({why}; {free}); {kept}"
 
 
@@ -484,6 +485,8 @@ def check_config(config, where: str) -> dict:
     if not isinstance(mc.get("mask_id"), int) or not 0 <= mc["mask_id"] < vocab:
         raise ValueError(f"{where}: method_config.mask_id must be a token id in [0, {vocab}), got "
                          f"{mc.get('mask_id')!r}")
+    if not isinstance(config.get("run", {}), dict):                       # train.py's run record
+        raise ValueError(f"{where}: run must be an object, got {config['run']!r:.40}")
     sampler = config.get("sampler", {})
     if not isinstance(sampler, dict) or any(
             not isinstance(sampler.get(k, 0), int) or isinstance(sampler.get(k), bool)

@@ -89,14 +89,15 @@ def no_examples_left(warmup: int, n: int) -> str:
 # ----------------------------------------------------------------------------- flags that would do nothing
 # The one rule of the three scripts: a flag given (its value not its default) that would do nothing where it
 # is given is refused in one line (`refuse_unused`), never ignored and never written into a config.json. What
-# a flag needs to act is data: the flag it refines (PARENTS), and the method setting it sets (SETTINGS: a
-# field of the method's config or a sampler knob in its KNOBS; a method without it refuses the flag). eval.py
-# adds the tasks that read each of its flags (eval_args.READERS). Sampler settings that one command shares
-# over several methods (sample.py's panels, a sweep's --threshold or --commit-order) act where the method has
-# them, and eval.py's row shows only those that did.
+# a flag needs to act is data: the flag it refines (PARENTS), and for train.py, whose run trains one method,
+# the method setting it sets (SETTINGS: a field of the method's config or a sampler knob in its KNOBS; a
+# method without it refuses the flag). eval.py adds the tasks that read each of its flags
+# (eval_args.READERS). Sampler settings that one eval.py or sample.py command may share over several methods
+# (sample.py's panels, a sweep's --threshold or --commit-order) act where the method has them, and eval.py's
+# row shows only those that did; --window, which only Set Diffusion has, is check_window's.
 PARENTS = {"infill_len": "infill", "infill_added": "infill", "top_p": "temperature"}
 SETTINGS = {"smax": "smax", "block_size": "block_size", "nelbo": "nelbo", "infill": "infill",
-            "infill_len": "infill", "infill_added": "infill", "window": "window"}
+            "infill_len": "infill", "infill_added": "infill", "window": "window", "threshold": "threshold"}
 FLAGS = {"n": "-n", "samples": "--mc-samples"}          # a flag whose name is not --dest-with-dashes
 
 

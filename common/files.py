@@ -56,7 +56,14 @@ def replaced(path: str, mode: str = "w", encoding: str | None = "utf-8"):
     writable(path)
     if stream(path):
         sys.stdout.flush()                            # what was printed comes first when it is the same file
-        with open(path, mode.replace("w", "a"), encoding=None if "b" in mode else encoding) as f:
+        # a pipe no process reads would block open() for ever: O_NONBLOCK makes that ENXIO, one line
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+        except OSError as e:
+            raise OSError(e.errno, "no process reads this pipe" if e.errno == errno.ENXIO else e.strerror,
+                          path) from None
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, mode.replace("w", "a"), encoding=None if "b" in mode else encoding) as f:
             yield f
         return
     target = os.path.realpath(path)

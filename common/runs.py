@@ -129,7 +129,9 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
     if not every:
         return
     for n, path in sorted(snapshots(out_dir).items()):
-        why = checkpoint.not_ours(checkpoint.resolved(path))
+        real = checkpoint.resolved(path)
+        why = checkpoint.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
+                                            f"it leads into {os.path.dirname(real)}, which does not exist")
         if why and n % every == 0 and start < n <= max_iters:
             raise ValueError(f"--keep-every {every} writes step {n} to {path}, which is not a checkpoint "
                              f"directory written by train.py ({why}): move it away, or choose another "

@@ -599,7 +599,7 @@ def check_outputs(out_md: str, out_png: str | None, runs: list[str]):
     """Before any file is read or written: the table is a .md file (a forgotten OUT.md would make the first
     run the table), the plot's suffix a format matplotlib writes (matplotlib installed), and neither is one of
     the runs (ValueError, one line)."""
-    if not out_md.endswith(".md"):
+    if not out_md.lower().endswith(".md"):
         raise ValueError(f"{out_md}: the first argument is the markdown table to write (OUT.md), then the "
                          f"eval.py --json files: add the table's name first")
     if out_png:

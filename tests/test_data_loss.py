@@ -258,7 +258,8 @@ def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path, save
 def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, monkeypatch):
     """--json /dev/stdout while the shell appends stdout to a log, a named pipe and a device (a terminal):
     written in place (the log keeps what it held, the pipe and the device stay what they are), never renamed
-    over, as a device node (/dev/null as root) was; a file this user may not write (as
+    over, as a device node (/dev/null as root) was; a pipe no process reads is one OSError, not a hang at
+    open(); a file this user may not write (as
     os.access answers for a chmod 444 file of a non-root user) is refused as open() would refuse it, and
     stays as it was."""
     from common import files
@@ -271,13 +272,11 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
     assert log.read_bytes() == EARLIER + b"{}\n" and os.stat(log).st_ino == inode
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
-    reader.start()
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)               # a process reading it
     with files.replaced(str(fifo)) as f:
         f.write("through the pipe")
-    reader.join(10)
-    assert got == [b"through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert os.read(reader, 100) == b"through the pipe" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    os.close(reader)
     master, slave = os.openpty()                                      # a device: a terminal's /dev/pts/N
     with files.replaced(os.ttyname(slave)) as f:
         f.write("to the terminal")
@@ -285,6 +284,9 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
     assert stat.S_ISCHR(os.stat(os.ttyname(slave)).st_mode)
     os.close(master)
     os.close(slave)
+    with pytest.raises(OSError, match="no process reads this pipe"):   # not a hang at open()
+        with files.replaced(str(fifo)) as f:
+            f.write("nobody reads this")
     assert sorted(os.listdir(tmp_path)) == ["all.log", "pipe"]
     locked = tmp_path / "m.json"
     locked.write_bytes(EARLIER)
@@ -302,7 +304,7 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
 
 def test_paper_results_never_writes_over_an_input(tmp_path):
     """A forgotten OUT.md (the first run would be the table), a table or --plot that is one of the runs: one
-    line before anything is written, every file as it was."""
+    line before anything is written, every file as it was; T.MD is a table name too."""
     pytest.importorskip("matplotlib")
     from paper import results
     a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
@@ -322,6 +324,8 @@ def test_paper_results_never_writes_over_an_input(tmp_path):
                            f"--plot {tmp_path}/p.png is also a run to read ({b}): {over}")]:
         assert error_of(results.main, argv) == "error: " + message
         assert snapshot(tmp_path) == before
+    results.main([f"{tmp_path}/T.MD", a])                            # .md in any case
+    assert (tmp_path / "T.MD").read_text().startswith("| model | ckpt | task |")
 
 
 RUN = {"model": "setdiffusion", "ckpt": "out/smax/setdiffusion-smax8", "method_config": {"smax": 8}}

@@ -55,8 +55,10 @@ def save_at(path, step, parts):
 
 
 def snapshot(root) -> dict:
-    """Every file under root -> its bytes (to show that nothing was changed, moved or deleted)."""
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+    """Every file (or link) under root -> its bytes (its target): to show that nothing was changed, moved or
+    deleted."""
+    return {os.path.relpath(os.path.join(d, f), root): "-> " + os.readlink(os.path.join(d, f))
+            if os.path.islink(os.path.join(d, f)) else open(os.path.join(d, f), "rb").read()
             for d, _, files in os.walk(root) for f in files}
 
 
@@ -102,6 +104,9 @@ CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused befor
     ("run2", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run2-step1, which is not a "
                                     "checkpoint directory written by train.py (it is a file, not a folder): "
                                     "move it away, or choose another --out-dir"),
+    ("run4", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run4-step1, which is not a checkpoint "
+                                    "directory written by train.py (it leads into {t}/missing, which does not "
+                                    "exist): move it away, or choose another --out-dir"),
     ("run3", ["--keep-every", "1", "--seed", "2"],
      "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the checkpoint, 2 from the flags), "
      "which --keep-every would mix with this run's: move the {t}/run3-step* folders away, or choose another "
@@ -111,15 +116,18 @@ CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused befor
 
 def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_path, monkeypatch):
     """--out-dir, or a name --keep-every will write (<out>-stepN), that is a user's folder, a file, a
-    Hugging Face model folder or another run's snapshot: refused in one line before training, everything
+    Hugging Face model folder, a link into a missing folder or another run's snapshot: refused in one line
+    before training, everything
     byte for byte as it was. A user's <out>.tmp and <out>.old (copies of a checkpoint: a newer one of
-    another run, one with a note of theirs) are no half-save of train.py's: the run resumes from <out> and
+    another run, one with a note of theirs) are no half-save of train.py's, and <out>-step03 is no name it
+    writes: the run resumes from <out> (whose run record lacks an entry added later: not compared) and
     never reads, moves or deletes them; an empty folder is accepted, given as folder/ too."""
     (tmp_path / "mydata" / "sub").mkdir(parents=True)
     (tmp_path / "mydata" / "important.txt").write_text("precious")
     (tmp_path / "afile.txt").write_text("my notes")
     hf_folder(tmp_path / "run-step1")
     (tmp_path / "run2-step1").write_text("a file")
+    (tmp_path / "run4-step1").symlink_to(tmp_path / "missing" / "x")       # a link into a missing folder
     shutil.copytree(base, tmp_path / "run3-step2")               # seed 1's snapshot; this run's is seed 2
     before = snapshot(tmp_path)
     no_training(monkeypatch)
@@ -135,10 +143,15 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     (tmp_path / "ck.tmp" / "config.json").write_text(json.dumps({**config, "step": 9,
                                                                 "run": {**config["run"], "seed": 7}}))
     (tmp_path / "ck.old" / "notes.md").write_text("mine")
-    mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(("ck.tmp/", "ck.old/"))}
-    train.main([*SD, "--max-iters", "3", "--out-dir", str(tmp_path / "ck"), "--resume"])
-    assert checkpoint.step_of(str(tmp_path / "ck")) == 3
-    assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(("ck.tmp/", "ck.old/"))} == mine
+    shutil.copytree(tmp_path / "mydata", tmp_path / "ck-step03")    # not a name train.py writes (ck-step3)
+    older = json.loads((tmp_path / "ck" / "config.json").read_text())
+    del older["run"]["ema"]                                           # a run record without a later entry
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(older))
+    users = ("ck.tmp/", "ck.old/", "ck-step03/")
+    mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)}
+    train.main([*SD, "--max-iters", "3", "--keep-every", "1", "--out-dir", str(tmp_path / "ck"), "--resume"])
+    assert checkpoint.step_of(str(tmp_path / "ck")) == 3 == checkpoint.step_of(str(tmp_path / "ck-step3"))
+    assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)} == mine
     (tmp_path / "empty").mkdir()                                    # out/ck/: its snapshots beside it
     train.main([*SD, "--max-iters", "1", "--keep-every", "1", "--out-dir", f"{tmp_path}/empty/"])
     assert checkpoint.load_train_state(str(tmp_path / "empty"))["step"] == 1 and clean(tmp_path / "empty")
@@ -162,6 +175,22 @@ def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkey
     monkeypatch.undo()
     hf_folder(tmp_path / "theirs")
     assert snapshot(tmp_path / "ck-step2") == snapshot(tmp_path / "theirs")
+
+
+def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_path, monkeypatch):
+    """A full disk at a --keep-every snapshot (a weights-only save): its line points at the run's checkpoint
+    in --out-dir, not at the snapshot folder's (which never holds one to resume)."""
+    import safetensors.torch
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    model, config, _ = parts
+    with pytest.raises(checkpoint.SaveError) as e:
+        checkpoint.save(str(tmp_path / "ck-step4"), model, {**config, "step": 4})
+    assert str(e.value).startswith(f"cannot save step 4 to {tmp_path}/ck-step4 (No space left on device; ")
+    assert str(e.value).endswith("; the run's last checkpoint is in --out-dir: fix this, then --resume")
+    assert os.listdir(tmp_path) == []
 
 
 # -------------------------------------------------------------------------- 2. kills and faults during a save
@@ -408,6 +437,8 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
                                          "setdiffusion"),
     (["--model", "bd3lm", "--infill", "0.5"], "--infill does not apply to --model bd3lm: it goes with "
                                               "--model setdiffusion"),
+    (["--model", "ar", "--threshold", "0.9"], "--threshold does not apply to --model ar: it goes with --model "
+                                              "bd3lm, mdlm, setdiffusion"),
     (["--model", "ar", "--smax", "4"], "--smax does not apply to --model ar: it goes with --model "
                                        "setdiffusion"),
     (["--model", "mdlm", "--block-size", "8"], "--block-size does not apply to --model mdlm: it goes with "
@@ -569,6 +600,7 @@ class TooSlow(BaseException):
                                                "inf, 'window': 0, 'max_new_tokens': '16'}}"),
     ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),
     ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),
+    ({"run": [1, 2]}, WHERE + ": run must be an object, got [1, 2]"),
     ({"model.n_layer": 1000000000}, "weights do not fit the model: the weights hold 1 layers, the config "
                                     "n_layer=1000000000"),
     ("int64",
