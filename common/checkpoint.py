@@ -96,7 +96,7 @@ def unsharded(x):
 # act on the folder it points to, and the link stays. Older versions swapped through the fixed names
 # <out_dir>.tmp and <out_dir>.old: what a kill left there is recovered the same way, but a <out_dir>.tmp only
 # when it is that version's half-save of the run in out_dir (`legacy_tmp`): a folder of yours of that name
-# (a copy, another run) is never read, moved or deleted.
+# (a copy, another run) is never moved or deleted.
 FILES = ("config.json", "model.safetensors", "train_state.pt")    # what a checkpoint directory holds
 SWAP_MARK = ".swapping"                                          # "this folder is train.py's scratch"
 PART = "config.json.part"                                         # config.json while it is written
@@ -133,7 +133,8 @@ def legacy(d: str) -> tuple[str | None, str | None]:
     """(<d>.tmp, <d>.old) of an older train.py's interrupted swap, each None unless it is one: that .old
     holds the version's swap mark (a copy of yours never does) and train.py's files only; that .tmp holds
     train.py's files only, while a swap was under way (d, or that .old, holds the mark), and a complete one
-    is of the same run. A folder of those names that is not is yours: nothing reads, moves or deletes it."""
+    is of the same run. A folder of those names that is not is yours: train.py never reads, moves or deletes
+    it (load reads an unmarked .old when d holds no checkpoint: reading loses nothing)."""
     tmp, old = d + ".tmp", d + ".old"
     marked = [x for x in (d, old) if os.path.isfile(os.path.join(x, SWAP_MARK)) and not os.path.islink(x)
               and not foreign(x)]
@@ -422,7 +423,9 @@ def load(path: str, device="cpu"):
     error (a plain Qwen3 base model is a backbone, not a trained checkpoint).
     """
     if not os.path.isfile(os.path.join(path, "config.json")):
-        path = newest(path) or path                   # a save killed mid-swap left out_dir.tmp or out_dir.old
+        # a save killed mid-swap left its .tmp or .old (an older version's unmarked .old too): read, not moved
+        old = resolved(path) + ".old"
+        path = newest(path) or (old if complete(old) else path)
     if ours_on_disk(path):                            # our directory format: read here, nothing fetched
         return load_ours(resolve(path), device)
     from common import pretrained                     # a released checkpoint or a Hub repo

@@ -560,7 +560,8 @@ CTRL_C = {
     "train.py": "from common import checkpoint\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
                 "checkpoint.claim = claim\n",
     "train.py in a step": "import ar, os, signal\nreal = ar.loss\ndef loss(*a, **k):\n"
-                          "    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\nar.loss = loss\n",
+                          "    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
+                          "ar.loss = loss\n",
     "eval.py": "import json\ndef dump(obj, f, **k):\n    f.write('{\"half\": ')\n"
                "    raise KeyboardInterrupt\njson.dump = dump\n",
     "sample.py": "from common import checkpoint\ndef load(*a, **k):\n    raise KeyboardInterrupt\n"

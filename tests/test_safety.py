@@ -104,9 +104,9 @@ CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused befor
     ("run2", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run2-step1, which is not a "
                                     "checkpoint directory written by train.py (it is a file, not a folder): "
                                     "move it away, or choose another --out-dir"),
-    ("run4", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run4-step1, which is not a checkpoint "
-                                    "directory written by train.py (it leads into {t}/missing, which does not "
-                                    "exist): move it away, or choose another --out-dir"),
+    ("run4", ["--keep-every", "1"],
+     "--keep-every 1 writes step 1 to {t}/run4-step1, which is not a checkpoint directory written by "
+     "train.py (it leads into {t}/missing, which does not exist): move it away, or choose another --out-dir"),
     ("run3", ["--keep-every", "1", "--seed", "2"],
      "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the checkpoint, 2 from the flags), "
      "which --keep-every would mix with this run's: move the {t}/run3-step* folders away, or choose another "
@@ -170,8 +170,8 @@ def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkey
     monkeypatch.setattr(sd, "loss", loss)
     with pytest.raises(SystemExit) as e:
         train.main([*SD, "--max-iters", "2", "--keep-every", "2", "--out-dir", str(out)])
-    assert e.value.code == (f"error: cannot save step 2 to {out}-step2: it was not written by train.py ({HF}), "
-                            f"so it is not replaced; move it away, then --resume")
+    assert e.value.code == (f"error: cannot save step 2 to {out}-step2: it was not written by train.py "
+                            f"({HF}), so it is not replaced; move it away, then --resume")
     monkeypatch.undo()
     hf_folder(tmp_path / "theirs")
     assert snapshot(tmp_path / "ck-step2") == snapshot(tmp_path / "theirs")
@@ -437,8 +437,8 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
                                          "setdiffusion"),
     (["--model", "bd3lm", "--infill", "0.5"], "--infill does not apply to --model bd3lm: it goes with "
                                               "--model setdiffusion"),
-    (["--model", "ar", "--threshold", "0.9"], "--threshold does not apply to --model ar: it goes with --model "
-                                              "bd3lm, mdlm, setdiffusion"),
+    (["--model", "ar", "--threshold", "0.9"], "--threshold does not apply to --model ar: it goes with "
+                                              "--model bd3lm, mdlm, setdiffusion"),
     (["--model", "ar", "--smax", "4"], "--smax does not apply to --model ar: it goes with --model "
                                        "setdiffusion"),
     (["--model", "mdlm", "--block-size", "8"], "--block-size does not apply to --model mdlm: it goes with "

@@ -104,8 +104,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
 
 def test_checkpoint_survives_a_kill_between_renames(tmp_path):
     run_train(tmp_path, "--model", "ar", "--max-iters", "2")
-    (tmp_path / "ckpt" / checkpoint.SWAP_MARK).touch()               # as if killed between the two renames
-    os.replace(tmp_path / "ckpt", tmp_path / "ckpt.old")            # of an older version
+    os.replace(tmp_path / "ckpt", tmp_path / "ckpt.old")            # as if killed between the two renames
     model, method, cfg, config = checkpoint.load(str(tmp_path / "ckpt"))
     assert config["method"] == "ar" and config["step"] == 2
 
