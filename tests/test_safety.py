@@ -120,8 +120,9 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     before training, everything
     byte for byte as it was. A user's <out>.tmp and <out>.old (copies of a checkpoint: a newer one of
     another run, one with a note of theirs) are no half-save of train.py's, and <out>-step03 is no name it
-    writes: the run resumes from <out> (whose run record lacks an entry added later: not compared) and
-    never reads, moves or deletes them; an empty folder is accepted, given as folder/ too."""
+    writes: the run resumes from <out> (whose run record lacks an entry added later, and whose
+    --infill-added without --infill an older version recorded: neither compared) and never reads, moves or
+    deletes them; an empty folder is accepted, given as folder/ too."""
     (tmp_path / "mydata" / "sub").mkdir(parents=True)
     (tmp_path / "mydata" / "important.txt").write_text("precious")
     (tmp_path / "afile.txt").write_text("my notes")
@@ -146,6 +147,7 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     shutil.copytree(tmp_path / "mydata", tmp_path / "ck-step03")    # not a name train.py writes (ck-step3)
     older = json.loads((tmp_path / "ck" / "config.json").read_text())
     del older["run"]["ema"]                                           # a run record without a later entry
+    older["method_config"]["infill_added"] = True                     # an older version's no-op (infill 0)
     (tmp_path / "ck" / "config.json").write_text(json.dumps(older))
     users = ("ck.tmp/", "ck.old/", "ck-step03/")
     mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)}
