@@ -23,14 +23,14 @@ from common import threads  # noqa: F401
 
 from common import order_plot
 from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window,
-                        load_for_inference, speed_args)
+                        load_for_inference, refuse_unused, speed_args)
 from common.replies import respond
 from data import get_corpus, get_task, get_tokenizer, is_corpus
 from data.prompts import batches, encode_prompts, prompt_texts
 from sampling import SamplerOptions, Settings, check
 
 
-def get_args(argv=None):
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, action="append",
                    help="checkpoint directory (written by train.py); several only with --plot (a panel each)")
@@ -54,9 +54,14 @@ def get_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--show-order", action="store_true", help="mark each token with the step that decoded it")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="with --show-order: draw the step that "
-                   "revealed each position of one prompt, a panel per --ckpt (needs matplotlib)")
+                   "revealed each position of one prompt, a panel per --ckpt, in the format of the file's "
+                   "suffix (.png, .pdf, .svg, ...; needs matplotlib)")
     speed_args(p)
-    return p.parse_args(argv)
+    return p
+
+
+def get_args(argv=None):
+    return parser().parse_args(argv)
 
 
 def check_flags(args) -> SamplerOptions | None:
@@ -67,6 +72,7 @@ def check_flags(args) -> SamplerOptions | None:
         check_nonnegative("--max-new-tokens", args.max_new_tokens, "0 = only fill [MASK]s")
     check_temperature(args.temperature)
     check_threshold(args.threshold)
+    refuse_unused(parser(), args, lambda dest: None, set(), "", "")   # --top-p without --temperature
     if args.prompt is not None and args.prompt_file:
         raise ValueError("give --prompt or --prompt-file, not both")
     if args.plot and (not args.show_order or args.prompt_file):
@@ -84,7 +90,10 @@ def main(argv=None):
     args = get_args(argv)
     panels = [decode(args, ckpt) for ckpt in args.ckpt]      # several only with --plot: check_flags
     if args.plot:
-        order_plot.draw(panels, args.plot)
+        try:
+            order_plot.draw(panels, args.plot)
+        except ValueError as e:                              # a full disk: one line, the earlier file kept
+            sys.exit(f"error: {e}")
         print(f"\nwrote {args.plot}")
 
 

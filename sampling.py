@@ -94,8 +94,8 @@ def check(opt: SamplerOptions, temperature: float = 0.0):
                *opt.length_penalty]
     if not all(math.isfinite(x) for x in numbers):
         raise ValueError(f"sampler options must be finite numbers, got {opt}")
-    if not 0 < opt.top_p <= 1:
-        raise ValueError(f"top-p must be in (0, 1], got {opt.top_p}")
+    if not 1e-30 <= opt.top_p <= 1:             # float32 rounds a smaller nucleus mass to 0: no token kept
+        raise ValueError(f"top-p must be {'>= 1e-30' if 0 < opt.top_p < 1 else 'in (0, 1]'}, got {opt.top_p}")
     if opt.top_p < 1 and temperature <= 0:
         raise ValueError("top-p < 1 needs sampling: set a temperature > 0 (temperature 0 is greedy)")
     if temperature < 0:

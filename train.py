@@ -26,8 +26,7 @@ from common import threads  # first, before torch loads OpenMP: a short spin wai
 import torch
 
 from common import checkpoint
-from common import credentials, train_args
-from common.cli import check_train_args
+from common import credentials, runs, train_args
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer
@@ -154,7 +153,7 @@ def main(argv=None):
     args = get_args(argv)
     with contextlib.ExitStack() as held:                  # the --out-dir lock, released however main ends
         try:
-            check_train_args(args)
+            train_args.check(args)
             threads.set_threads(args.threads)
             credentials.load_dotenv()                 # HF_TOKEN, WANDB_API_KEY from .env
             ddp, rank, world, device = init_distributed(args)
@@ -163,19 +162,20 @@ def main(argv=None):
                                  "--nproc_per_node=N train.py ... (N >= 2), or drop --fsdp")
             master = rank == 0
             if master:
-                held.enter_context(checkpoint.claim(args.out_dir, args.resume))
+                held.enter_context(checkpoint.claim(args.out_dir, args.resume, lock=not args.no_lock))
             flex = flex_on(args.attention, device)
             wandb = import_wandb(args, master)
             first = ddp and is_corpus(args.data)            # rank 0 builds (or fetches) a corpus' cache first
             if first and not master:
                 torch.distributed.barrier()
             task, tok, train, model, config = setup(args, device, flex)
+            config["run"] = runs.identity(args, world)      # what makes it another run: seed, lr, ...
             model.flex = flex
             if first and master:
                 torch.distributed.barrier()
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
-                checkpoint.check_resume(args.out_dir, config)
+                runs.check_resume(args.out_dir, config, state["step"], args.max_iters)
             elif master and checkpoint.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces "
                       f"it (--resume would continue it)", file=sys.stderr)
@@ -184,14 +184,16 @@ def main(argv=None):
             method, cfg = checkpoint.method_of(config)
             model = model.to(device)
             ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
-            start = checkpoint.restore(state, model, ema, args.out_dir) if state is not None else 0
+            start = runs.restore(state, model, ema, args.out_dir) if state is not None else 0
+            if master:                               # --keep-every's folders, claimed as --out-dir is
+                runs.check_snapshots(args.out_dir, config, start, args.max_iters, args.keep_every)
             if args.fsdp:
                 shard(model, ema)
                 if master:
                     print(f"FSDP2: weights, gradients and optimizer state sharded over {world} processes")
             opt = make_optimizer(model, args)
             if state is not None:
-                checkpoint.restore_optimizer(state, opt, args.out_dir)
+                runs.restore_optimizer(state, opt, args.out_dir)
                 if args.fsdp:
                     shard_optimizer_state(opt)
         except (FileNotFoundError, ValueError) as e:
@@ -324,7 +326,5 @@ def read_back(pending, first, run):
     return [loss / world for loss, _ in values], any(flag > 0 for _, flag in values)
 
 if __name__ == "__main__":
-    try:
-        main()
-    except KeyboardInterrupt:                         # before the training loop (which saves, then exits)
-        sys.exit("interrupted before training started: nothing was saved")
+    from common.cli import run
+    run(main, "train.py", "nothing was saved")       # before the training loop (which saves, then exits)

@@ -2,7 +2,8 @@
 
     out_dir/model.safetensors   weights for evaluation (the EMA weights when EMA is on)
     out_dir/config.json         {"model": ModelConfig, "method": "setdiffusion", "method_config": {...},
-                                 "tokenizer": "bytes", "data": "arith", "seq_len": 128, "step": 500, ...}
+                                 "tokenizer": "bytes", "data": "arith", "seq_len": 128, "step": 500,
+                                 "run": {"seed": 1, "lr": 0.002, ...}, ...}
     out_dir/train_state.pt      what --resume needs besides: raw weights, optimizer, step (tensors only)
 
 A checkpoint is written whole into a fresh out_dir.tmp-XXXXXXXX, then swapped in with two renames, so a kill
@@ -14,7 +15,8 @@ an --out-dir whose config.json train.py did not write). config.json is validated
 `load` also takes a Hugging Face repo id or a short key of the paper's released checkpoints (e.g.
 "gsm8k:setdlm-smax8", "owt:setdlm-smax16"): it hands them to pretrained.py, which fetches them and converts
 the official format (Qwen3 backbones, and the DiT of the OWT/LM1B models). `METHODS` is the registry of the
-four method files; `pick_device` the scripts' --device.
+four method files; `pick_device` the scripts' --device. Which run a checkpoint is (its "run" record),
+--resume's checks and --keep-every's claims are common/runs.py's.
 """
 import contextlib
 import dataclasses
@@ -34,7 +36,7 @@ import bd3lm
 import mdlm
 import setdiffusion
 from model import ModelConfig
-from common.weights import from_state, load_pt, load_safetensors, load_weights
+from common.weights import from_state, load_pt, load_safetensors
 
 METHODS = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
 METHOD_CONFIGS = {"ar": ar.ARConfig, "mdlm": mdlm.MDLMConfig, "bd3lm": bd3lm.BD3LMConfig,
@@ -92,7 +94,9 @@ def unsharded(x):
 # names that hold the mark, and in them only train.py's file names (config.json first, the mark last), then
 # the folder once that left it empty. A symlinked out_dir is resolved (`resolved`): the lock and the renames
 # act on the folder it points to, and the link stays. Older versions swapped through the fixed names
-# <out_dir>.tmp and <out_dir>.old: what a kill left there is recovered the same way.
+# <out_dir>.tmp and <out_dir>.old: what a kill left there is recovered the same way, but a <out_dir>.tmp only
+# when it is that version's half-save of the run in out_dir (`legacy_tmp`): a folder of yours of that name
+# (a copy, another run) is never moved or deleted.
 FILES = ("config.json", "model.safetensors", "train_state.pt")    # what a checkpoint directory holds
 SWAP_MARK = ".swapping"                                          # "this folder is train.py's scratch"
 PART = "config.json.part"                                         # config.json while it is written
@@ -112,10 +116,33 @@ def resolved(out_dir: str) -> str:
     return out_dir if os.path.normpath(os.path.join(os.path.realpath("."), out_dir)) == real else real
 
 
-def siblings(out_dir: str) -> tuple[str, str, str]:
-    """out_dir resolved, and the fixed .tmp and .old names that older versions swapped through."""
-    d = resolved(out_dir)
-    return d, d + ".tmp", d + ".old"
+def same_run(a: str, b: str) -> bool:
+    """Whether the checkpoints in folders a and b have the same config.json but for the step (the saves of
+    one run)."""
+    def config(d):
+        try:
+            with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
+                c = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return {k: v for k, v in c.items() if k != "step"} if isinstance(c, dict) else None
+    return config(a) is not None and config(a) == config(b)
+
+
+def legacy(d: str) -> tuple[str | None, str | None]:
+    """(<d>.tmp, <d>.old) of an older train.py's interrupted swap, each None unless it is one: that .old
+    holds the version's swap mark (a copy of yours never does) and train.py's files only; that .tmp holds
+    train.py's files only, while a swap was under way (d, or that .old, holds the mark), and a complete one
+    is of the same run. A folder of those names that is not is yours: train.py never reads, moves or deletes
+    it (load reads an unmarked .old when d holds no checkpoint: reading loses nothing)."""
+    tmp, old = d + ".tmp", d + ".old"
+    marked = [x for x in (d, old) if os.path.isfile(os.path.join(x, SWAP_MARK)) and not os.path.islink(x)
+              and not foreign(x)]
+    old = old if old in marked else None
+    if not os.path.isdir(tmp) or os.path.islink(tmp) or foreign(tmp, partial=True) or not any(
+            not complete(tmp) or complete(x) and same_run(x, tmp) for x in marked):
+        tmp = None
+    return tmp, old
 
 
 def fresh(d: str, kind: str) -> str:
@@ -163,9 +190,10 @@ def step_of(d: str) -> int:
 def newest(out_dir: str) -> str | None:
     """The newest complete checkpoint of out_dir: out_dir itself, or a save's .tmp (killed before its swap,
     newer), or its .old (killed between its two renames); None if there is none."""
-    d, tmp, old = siblings(out_dir)
-    found = [x for x in (d, tmp, *scratch(d, "tmp")) if complete(x)] or \
-        [x for x in (old, *scratch(d, "old")) if complete(x)]
+    d = resolved(out_dir)
+    tmp, old = legacy(d)
+    found = [x for x in (d, tmp, *scratch(d, "tmp")) if x and complete(x)] or \
+        [x for x in (old, *scratch(d, "old")) if x and complete(x)]
     return max(found, key=step_of) if found else None       # max keeps out_dir on a tie
 
 
@@ -173,8 +201,11 @@ def resolve(out_dir: str) -> str:
     """The directory holding the newest complete checkpoint written to out_dir, or a clear error."""
     d = newest(out_dir)
     if d is None:
+        tmp = resolved(out_dir) + ".tmp"
+        hint = f" ({tmp} holds one, not marked as a save of train.py's: if it is, mv {tmp} {out_dir})" \
+            if complete(tmp) else ""
         raise FileNotFoundError(f"no checkpoint at {out_dir}: expected a directory with config.json and "
-                                f"model.safetensors (written by train.py --out-dir)")
+                                f"model.safetensors (written by train.py --out-dir){hint}")
     return d
 
 
@@ -195,6 +226,14 @@ def foreign(d: str, partial: bool = False) -> str:
     except (OSError, ValueError, RecursionError) as e:   # json's and UTF-8's errors are ValueErrors
         return str(e).splitlines()[0][:200]
     return ""
+
+
+def not_ours(d: str) -> str:
+    """Why train.py may not write a checkpoint to d, for a one-line refusal; "" when it may: d is absent, an
+    empty folder, or a checkpoint folder of train.py's."""
+    if os.path.lexists(d) and not os.path.isdir(d):
+        return "it is a file, not a folder"
+    return foreign(d) if os.path.isdir(d) else ""
 
 
 def remove(d: str):
@@ -225,13 +264,14 @@ def swap_in(d: str, src: str):
 def finish_swap(out_dir: str):
     """Bring out_dir to a clean state after a kill: the newest complete checkpoint in out_dir itself, and no
     scratch folder of train.py's left (any other folder is never touched)."""
-    d, tmp, old = siblings(out_dir)
+    d = resolved(out_dir)
+    tmp, old = legacy(d)
     best = newest(d)
     if best is not None and best != d:
         swap_in(d, best)
-    if os.path.isdir(tmp) and not complete(tmp) and not foreign(tmp, partial=True):
+    if tmp is not None and os.path.isdir(tmp) and not complete(tmp):
         remove(tmp)                                      # an older version's save killed half-way
-    if os.path.isfile(os.path.join(old, SWAP_MARK)) and not foreign(old):
+    if old is not None and os.path.isdir(old):
         remove(old)
     for x in scratch(d, empty=True):
         remove(x)
@@ -239,55 +279,53 @@ def finish_swap(out_dir: str):
         os.remove(os.path.join(d, SWAP_MARK))            # killed after marking out_dir, before its rename
 
 
-def claim(out_dir: str, resume: bool):
+def claim(out_dir: str, resume: bool, lock: bool = True):
     """Before training: check that out_dir can hold our checkpoints, lock it against a second train.py, and
     finish a swap a kill interrupted. Refuses (ValueError, one line) a file, a directory train.py did not
-    write (any config.json that fails check_config, whatever the file names), a link that leads nowhere, or a
-    user's own out_dir.old / .tmp; an unwritable place fails here, not at the first save. A symlinked out_dir
-    is locked and written through the real path. Returns the open lock file: keep it open while training."""
-    d, tmp, old = siblings(out_dir)
+    write (any config.json that fails check_config, whatever the file names) or a link that leads nowhere; an
+    unwritable place fails here, not at the first save. A symlinked out_dir is locked and written through the
+    real path. Returns the open lock file: keep it open while training. lock=False (train.py --no-lock, for a
+    file system without locks) only opens it: the user keeps other runs off out_dir."""
+    d = resolved(out_dir)
     if os.path.islink(d):
         raise ValueError(f"--out-dir {out_dir} is a symbolic link that leads to no folder (a loop?): choose "
                          f"another --out-dir")
     if os.path.exists(d) and not os.path.isdir(d):
         raise ValueError(f"--out-dir {d} is a file, not a checkpoint directory: choose another --out-dir")
-    for x, what, partial in ((d, "is not a checkpoint directory written by train.py", False),
-                             (tmp, "was not written by train.py", True)):
-        why = os.path.isdir(x) and foreign(x, partial)
-        if why:
-            raise ValueError(f"{x} {what} ({why}), and train.py replaces that directory at every save: "
-                             f"choose another --out-dir")
-    if complete(tmp) and complete(d) and step_of(tmp) <= step_of(d):
-        raise ValueError(f"{tmp} holds a checkpoint (step {step_of(tmp)}) no newer than {d}'s (step "
-                         f"{step_of(d)}), so no save of train.py left it: move it away, or choose another "
-                         "--out-dir")
-    if os.path.exists(old) and not (os.path.isfile(os.path.join(old, SWAP_MARK)) and not foreign(old)):
-        raise ValueError(f"{old} exists and was not left by train.py (which uses that name while it swaps in "
-                         f"a checkpoint): move it away, or choose another --out-dir")
+    why = not_ours(d)
+    if why:
+        raise ValueError(f"{d} is not a checkpoint directory written by train.py ({why}), and train.py "
+                         f"replaces that directory at every save: choose another --out-dir")
     if resume and newest(d) is None:
         resolve(out_dir)                                 # the "no checkpoint at" error
     try:
         os.makedirs(os.path.dirname(os.path.abspath(d)), exist_ok=True)
-        lock = open(d + ".lock", "a")
+        held = open(d + ".lock", "a")
     except OSError as e:
         raise ValueError(f"cannot write checkpoints to --out-dir {d}: {e.strerror or e}") from None
     try:
         import fcntl
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if lock:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except ImportError:                                  # no fcntl (Windows): no lock
         pass
-    except OSError:
-        lock.close()
+    except BlockingIOError:
+        held.close()
         raise ValueError(f"another train.py is writing {d} (it holds {d}.lock): wait for it to finish, or "
                          f"choose another --out-dir") from None
+    except OSError as e:                                 # ENOLCK, EOPNOTSUPP: NFS without lockd, Lustre
+        held.close()
+        raise ValueError(f"{d}.lock cannot be locked on this file system ({e.strerror}), so train.py cannot "
+                         f"keep a second run off {d}: choose an --out-dir on a file system with locks, or "
+                         f"add --no-lock and start one train.py per --out-dir yourself") from None
     try:
         finish_swap(d)
     except OSError as e:
-        lock.close()
+        held.close()
         raise ValueError(f"cannot finish the save a kill interrupted in {d}: {e.strerror or e}") from None
     for line in older_leftovers(d):
         print(line, file=sys.stderr)
-    return lock
+    return held
 
 
 def older_leftovers(d: str) -> list[str]:
@@ -317,6 +355,10 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
     if not write:
         return
     d = resolved(out_dir)
+    why = not_ours(d)
+    if why:                                           # a folder that appeared since train.py started
+        raise SaveError(f"cannot save step {config.get('step', '?')} to {d}: it was not written by train.py "
+                        f"({why}), so it is not replaced; move it away, then --resume")
     finish_swap(d)
     tmp = None
     try:
@@ -332,25 +374,26 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
         if tmp is not None:
             remove(tmp)
         if isinstance(e, (OSError, RuntimeError, SafetensorError)):  # torch.save's write errors: RuntimeError
-            raise SaveError(cannot_save(d, config, e)) from None
+            raise SaveError(cannot_save(d, config, e, train_state is not None)) from None
         raise
     try:
         swap_in(d, tmp)
     except OSError as e:                              # the new checkpoint is complete in tmp: newest finds it
-        raise SaveError(cannot_save(d, config, e)) from None
+        raise SaveError(cannot_save(d, config, e, train_state is not None)) from None
 
 
-def cannot_save(d: str, config: dict, e: BaseException) -> str:
+def cannot_save(d: str, config: dict, e: BaseException, resumable: bool = True) -> str:
     """The one line of a save that failed: the folder, why, its free space, and where the last checkpoint
-    is."""
+    is (of a weights-only save, not resumable: --keep-every's snapshot, the run's own is in --out-dir)."""
     why = (getattr(e, "strerror", None) or (str(e).splitlines() or [type(e).__name__])[0])[:120]
     try:
         free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(d))).free / 2**20:,.1f} MiB free there"
     except OSError:
         free = "its free space unknown"
-    last = newest(d)
+    last = newest(d) if resumable else None
     kept = (f"the last complete checkpoint (step {step_of(last)}) is in {last}: make room, then --resume"
-            if last else "no checkpoint was saved yet")
+            if last else "no checkpoint was saved yet" if resumable else
+            "the run's last checkpoint is in --out-dir: fix this, then --resume")
     return f"cannot save step {config.get('step', '?')} to {d} ({why}; {free}); {kept}"
 
 
@@ -380,7 +423,9 @@ def load(path: str, device="cpu"):
     error (a plain Qwen3 base model is a backbone, not a trained checkpoint).
     """
     if not os.path.isfile(os.path.join(path, "config.json")):
-        path = newest(path) or path                   # a save killed mid-swap left out_dir.tmp or out_dir.old
+        # a save killed mid-swap left its .tmp or .old (an older version's unmarked .old too): read, not moved
+        old = resolved(path) + ".old"
+        path = newest(path) or (old if complete(old) else path)
     if ours_on_disk(path):                            # our directory format: read here, nothing fetched
         return load_ours(resolve(path), device)
     from common import pretrained                     # a released checkpoint or a Hub repo
@@ -443,6 +488,8 @@ def check_config(config, where: str) -> dict:
     if not isinstance(mc.get("mask_id"), int) or not 0 <= mc["mask_id"] < vocab:
         raise ValueError(f"{where}: method_config.mask_id must be a token id in [0, {vocab}), got "
                          f"{mc.get('mask_id')!r}")
+    if not isinstance(config.get("run", {}), dict):                       # train.py's run record
+        raise ValueError(f"{where}: run must be an object, got {config['run']!r:.40}")
     sampler = config.get("sampler", {})
     if not isinstance(sampler, dict) or any(
             not isinstance(sampler.get(k, 0), int) or isinstance(sampler.get(k), bool)
@@ -483,55 +530,6 @@ def load_train_state(path: str) -> dict:
         raise ValueError(f"{f} is not a train state written by train.py (it needs model, optimizer and "
                          f"step): start again without --resume")
     return state
-
-
-def restore(state, model, ema, out_dir) -> int:
-    """Load a train_state's weights (and the EMA weights of model.safetensors) for --resume; returns the step.
-    The optimizer's state follows with restore_optimizer (train.py --fsdp shards the model in between)."""
-    try:
-        load_weights(model, state["model"])
-        if ema is not None:
-            ema_file = os.path.join(resolve(out_dir), "model.safetensors")
-            load_weights(ema, load_safetensors(ema_file))
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ValueError(cannot_resume(out_dir, e)) from None
-    return state["step"]
-
-
-def restore_optimizer(state, opt, out_dir):
-    """Load a train_state's optimizer state into opt (built over the restored model)."""
-    try:
-        opt.load_state_dict(state["optimizer"])
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise ValueError(cannot_resume(out_dir, e)) from None
-
-
-def cannot_resume(out_dir: str, e: Exception) -> str:
-    return (f"cannot resume from {resolve(out_dir)}: its train state does not fit "
-            f"({str(e).splitlines()[0][:100]}); start again without --resume")
-
-
-def check_resume(out_dir: str, config: dict):
-    """--resume continues the same run: the method, its settings, the model shape and the data of the flags
-    must be those of the checkpoint (its config.json), or it is one line naming what differs."""
-    d = resolve(out_dir)
-    with open(os.path.join(d, "config.json")) as f:
-        saved = check_config(json.load(f), os.path.join(d, "config.json"))
-
-    def flat(c):
-        return {f"{k}.{j}" if isinstance(v, dict) else k: w for k, v in c.items()
-                if k in ("method", "method_config", "model", "tokenizer", "data", "seq_len",
-                         "predict_padding")
-                for j, w in (v.items() if isinstance(v, dict) else [(None, v)])}
-    # older checkpoints: no predict_padding, and no method setting added since (its default then)
-    saved = {"predict_padding": False, **saved,
-             "method_config": method_config(saved["method"], **saved["method_config"])}
-    old, new = flat(saved), flat(config)
-    diff = [f"{k}: {old.get(k)!r} in the checkpoint, {new.get(k)!r} from the flags"
-            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    if diff:
-        raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that "
-                         f"wrote it (see its config.json), or choose another --out-dir")
 
 
 def method_config(name: str, mask_id: int, seq_len: int | None = None, **settings) -> dict:

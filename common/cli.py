@@ -7,11 +7,12 @@ with code 1, so bad input never shows a traceback.
 import argparse
 import math
 import os
+import signal
 import sys
 
 import torch
 
-from common import checkpoint
+from common import checkpoint, files
 from data import CORPORA, TASKS, custom
 from model import static_decoding
 
@@ -62,10 +63,17 @@ def check_temperature(t: float, name: str = "--temperature") -> float:
 
 
 def check_output_file(path: str, flag: str = "--json") -> str:
-    """An output file that will be written at the end: its folder must exist and be writable now."""
-    folder = os.path.dirname(path) or "."
+    """An output file that will be written at the end: a stream or device (written in place) this process
+    may write, or a file it may write (not write-protected) in an existing folder it may write (the file is
+    replaced through a temporary file there; a symlink's is the folder it leads to)."""
     if os.path.isdir(path):
         raise ValueError(f"{flag} {path} is a folder: give a file name in it")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path} is write-protected: make it writable (chmod u+w) or give another "
+                         f"file")
+    if files.stream(path):
+        return path
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else path) or "."
     if not os.path.isdir(folder):
         raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first")
     if not os.access(folder, os.W_OK):
@@ -76,6 +84,54 @@ def check_output_file(path: str, flag: str = "--json") -> str:
 def no_examples_left(warmup: int, n: int) -> str:
     return (f"--warmup {warmup} leaves no example to measure: only {n} example(s) are evaluated; "
             f"raise --limit above --warmup (or lower --warmup)")
+
+
+# ----------------------------------------------------------------------------- flags that would do nothing
+# The one rule of the three scripts: a flag given (its value not its default) that would do nothing where it
+# is given is refused in one line (`refuse_unused`), never ignored and never written into a config.json. What
+# a flag needs to act is data: the flag it refines (PARENTS), and for train.py, whose run trains one method,
+# the method setting it sets (SETTINGS: a field of the method's config or a sampler knob in its KNOBS; a
+# method without it refuses the flag). eval.py adds the tasks that read each of its flags
+# (eval_args.READERS). Sampler settings that one eval.py or sample.py command may share over several methods
+# (sample.py's panels, a sweep's --threshold or --commit-order) act where the method has them, and eval.py's
+# row shows only those that did; --window, which only Set Diffusion has, is check_window's.
+PARENTS = {"infill_len": "infill", "infill_added": "infill", "top_p": "temperature"}
+SETTINGS = {"smax": "smax", "block_size": "block_size", "nelbo": "nelbo", "infill": "infill",
+            "infill_len": "infill", "infill_added": "infill", "window": "window", "threshold": "threshold"}
+FLAGS = {"n": "-n", "samples": "--mc-samples"}          # a flag whose name is not --dest-with-dashes
+
+
+def flag(dest: str) -> str:
+    return FLAGS.get(dest, "--" + dest.replace("_", "-"))
+
+
+def methods_with(setting: str) -> set[str]:
+    """The methods that have a setting: a field of their config, or a knob their sampler reads."""
+    return {name for name, method in checkpoint.METHODS.items()
+            if setting in checkpoint.METHOD_CONFIGS[name].__dataclass_fields__ or setting in method.KNOBS}
+
+
+def method_needs(dest: str) -> set[str] | None:
+    """refuse_unused's needs by method: the methods a flag acts with (SETTINGS), None for any."""
+    return methods_with(SETTINGS[dest]) if dest in SETTINGS else None
+
+
+def refuse_unused(parser, args, needs, here: set, where: str, kind: str):
+    """Refuse (ValueError, one line) the first flag of args given (not parser's default) that would do
+    nothing: its parent flag (PARENTS) not given, or none of what it needs here (needs(dest): the methods or
+    tasks it acts with, None for any). where names here in the line ("--model ar"), kind what chooses it
+    ("--model ")."""
+    def given(dest):
+        return dest in vars(args) and getattr(args, dest) != parser.get_default(dest)
+    for dest in [d for d in vars(args) if given(d)]:
+        parent = PARENTS.get(dest)
+        if parent is not None and parent in vars(args) and not given(parent):
+            raise ValueError(f"{flag(dest)} does nothing without {flag(parent)}: add {flag(parent)}, or drop "
+                             f"{flag(dest)}")
+        wanted = needs(dest)
+        if wanted is not None and not wanted & here:
+            raise ValueError(f"{flag(dest)} does not apply to {where}: it goes with {kind}"
+                             f"{', '.join(sorted(wanted))}")
 
 
 # ----------------------------------------------------------------------------- train.py's flags
@@ -90,45 +146,6 @@ def data_spec(spec: str) -> str:
         raise argparse.ArgumentTypeError(f"invalid choice: {spec!r} (choose {', '.join(TASKS)}, jsonl:PATH "
                                          f"or hf:ORG/NAME); or a corpus: {', '.join(CORPORA)} or "
                                          "text:PATH") from None
-
-
-def check_train_args(args):
-    """Every flag in its range, before any work (ValueError, one line); counts and the threshold with the
-    checks eval.py and sample.py use."""
-    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd",
-                 "n_head", "block_size"):
-        check_positive("--" + name.replace("_", "-"), getattr(args, name))
-    if args.max_new_tokens is not None:
-        check_positive("--max-new-tokens", args.max_new_tokens)
-    for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
-                       ("keep_every", "0 = none"), ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
-        check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
-    if args.seq_len == 1:
-        raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "
-                         "predict); 0 = the task's default")
-    if args.smax < 2:
-        raise ValueError(f"--smax must be at least 2, got {args.smax}")
-    for flag, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
-                                  ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
-                                  ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
-                                  ("--beta2", args.beta2, 0 <= args.beta2 < 1, "in [0, 1)"),
-                                  ("--grad-clip", args.grad_clip, args.grad_clip >= 0, ">= 0 (0 = off)"),
-                                  ("--ema", args.ema, 0 <= args.ema < 1, "in [0, 1) (0 = off)"),
-                                  ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
-        if not (math.isfinite(value) and ok):
-            raise ValueError(f"{flag} must be a finite number {rule}, got {value}")
-    check_threshold(args.threshold)
-    method = checkpoint.METHODS[args.model]
-    if args.window and "window" not in method.KNOBS:
-        raise ValueError(f"--window {args.window}: only Set Diffusion has a window")
-    if not 0 <= args.infill <= 1:
-        raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
-    if args.infill and "infill" not in checkpoint.METHOD_CONFIGS[args.model].__dataclass_fields__:
-        raise ValueError(f"--infill {args.infill}: only Set Diffusion trains infilling orders")
-    if args.fsdp and args.eval_every:
-        raise ValueError("--fsdp evaluates once, at the end, from the saved checkpoint: drop --eval-every")
-    if args.window > args.smax:
-        raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")
 
 
 # ----------------------------------------------------------------------------- model settings
@@ -180,12 +197,18 @@ def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
 
 # ----------------------------------------------------------------------------- the scripts' entry point
 
-def run(main, script: str):
-    """A script's entry point (eval.py, sample.py): main() with Ctrl-C turned into one line on stderr and exit
-    code 130, the shell's for an interrupted command, instead of a traceback. Nothing is left half-written:
-    the scripts write their files whole, at the end (common/files.replaced removes an unfinished one)."""
+def run(main, script: str, why: str = "no file was written"):
+    """A script's entry point: main() with Ctrl-C turned into one line on stderr (`script: interrupted
+    (Ctrl-C); why`) and exit code 130, the shell's for an interrupted command, instead of a traceback; once
+    the script is exiting with a line, a second Ctrl-C is ignored (it would land in torch's atexit handlers
+    and print their traceback). Nothing is left half-written: the scripts write their files whole, at the
+    end (common/files.replaced removes an unfinished one)."""
     try:
         main()
     except KeyboardInterrupt:
-        print(f"\n{script}: interrupted (Ctrl-C); no file was written", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(f"\n{script}: interrupted (Ctrl-C); {why}", file=sys.stderr)
         sys.exit(130)
+    except SystemExit:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise

@@ -6,9 +6,11 @@ module only when --task names it.
     check(args)              range checks, and a flag given to a task that does not read it refused (one line)
 """
 import argparse
+import os
 
+from common import checkpoint
 from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature,
-                        check_threshold, speed_args)
+                        check_threshold, refuse_unused, speed_args)
 from data.mcqa import NAMES as MCQA
 
 ACCURACY = ("arith", "gsm8k", "cnndm")                       # generation accuracy of a task
@@ -91,7 +93,8 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-# Each flag that only some tasks read, and those tasks: given (not its default) to another, it is refused.
+# Each flag that only some tasks read, and those tasks: given (not its default) to another, it is refused
+# (common/cli.py's refuse_unused, the rule of every script's flags).
 SAMPLED = ("rocstories", "infill", "throughput", "unconditional", "lm-eval")
 READERS = {"data_dir": set(TASKS) - {"unconditional", "lm-eval"}, "n": {"unconditional"},
            "no_redraw": {"unconditional"}, "samples": {*MCQA, "lm-eval"}, "rounds": {"throughput"},
@@ -124,18 +127,17 @@ def check(args):
         check_threshold(args.threshold)
     if args.json:
         check_output_file(args.json)
+        folder = os.path.dirname(args.json) or "."
+        if os.path.basename(args.json) in checkpoint.FILES and checkpoint.complete(folder):
+            raise ValueError(f"--json {args.json} would replace a file of the checkpoint in {folder}: give "
+                             f"another name")
     scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),
                               ("--mauve-ref", args.mauve_ref), ("--mauve-encoder", args.mauve_encoder)) if v]
     if args.task != "unconditional" and scorers:
         raise ValueError(f"{scorers[0]} goes with --task unconditional (it scores unconditional samples)")
-    defaults, runs = vars(parser().parse_args(["--ckpt", "x"])), \
-        {args.task} if args.task else {*ACCURACY, "likelihood"}
-    for dest, tasks in READERS.items():
-        if getattr(args, dest) != defaults[dest] and not runs & tasks:
-            flag = {"n": "-n", "samples": "--mc-samples"}.get(dest, "--" + dest.replace("_", "-"))
-            task = f"--task {args.task}" if args.task else "the checkpoint's own task (no --task)"
-            raise ValueError(f"{flag} does not apply to {task}: it goes with --task "
-                             f"{', '.join(sorted(tasks))}")
+    runs = {args.task} if args.task else {*ACCURACY, "likelihood"}
+    refuse_unused(parser(), args, READERS.get, runs,
+                  f"--task {args.task}" if args.task else "the checkpoint's own task (no --task)", "--task ")
     if args.task == "unconditional":
         check_scorers(args)
     if args.task == "lm-eval":

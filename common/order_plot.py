@@ -15,8 +15,10 @@ tokens of one step share a colour that stands out from its neighbours'.
 
     panel(title, tok, stats, b, n, max_new) -> Panel   what row b of a sampler's stats draws
     title(name, cfg, settings, knobs) -> str            a panel's heading: the method and its settings
-    require(path)                                       matplotlib is there, path writable (else ValueError)
-    draw(panels, path)                                  the PNG, written atomically (temp file, then rename)
+    require(path)                                       matplotlib is there, path writable, its suffix a
+                                                        format matplotlib writes (else ValueError)
+    draw(panels, path)                                  the picture in that format, written atomically (a
+                                                        temporary file, then a rename; ValueError if not)
 
 matplotlib is optional: it is imported only here, when a picture is asked for.
 """
@@ -24,7 +26,7 @@ import dataclasses
 import math
 
 from common.cli import check_output_file
-from common.files import replaced
+from common.files import figure_format, replaced
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's colours, one per step (cycled)
 
@@ -136,6 +138,7 @@ def require(path: str):
     """Check before any work that a picture can be drawn and written to path (ValueError: one line)."""
     check_output_file(path, "--plot")
     pyplot()
+    figure_format(path, "--plot")
 
 
 def first_decoded(p: Panel) -> int:
@@ -148,7 +151,7 @@ def columns(p: Panel) -> range:
 
 
 def draw(panels: list[Panel], path: str):
-    """panels one above the other under the first panel's prompt, written to path (a PNG) atomically. Every
+    """panels one above the other under the first panel's prompt, written to path atomically. Every
     panel has the same cell width and step height, so a shorter chart is fewer forward passes."""
     plt = pyplot()
     cols = max(len(columns(p)) for p in panels)
@@ -204,9 +207,14 @@ def draw_panel(p: Panel, strip, chart, cmap, norm, cell: float):
 
 
 def save(fig, path: str, plt):
-    """fig as a PNG at path, whole or not at all (common/files.replaced: a temporary file, then a rename)."""
+    """fig at path in the format its suffix names, whole or not at all (common/files.replaced: a temporary
+    file, then a rename); a write that fails (a full disk, a link into a missing folder) is a ValueError of
+    one line, and the earlier file stays."""
     try:
         with replaced(path, "wb") as f:
-            fig.savefig(f, format="png", dpi=DPI)
+            fig.savefig(f, format=figure_format(path, "--plot"), dpi=DPI)
+    except OSError as e:
+        raise ValueError(f"cannot write --plot {path} ({e.strerror or e}): the earlier file, if any, is as "
+                         f"it was") from None
     finally:
         plt.close(fig)

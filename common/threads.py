@@ -31,11 +31,18 @@ def free_cores(cores: int, load: float) -> int:
     return max(1, min(cores, round(cores - load)))
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask, e.g. a SLURM or taskset share), else all."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def set_threads(n: int):
     """--threads N: torch's intra-op threads; 0 = the cores other jobs leave free (free_cores of torch's
-    default, one per physical core). A negative N is a ValueError of one line."""
-    if n < 0:
-        raise ValueError(f"--threads must be >= 0 (0 = the cores other jobs leave free), got {n}")
+    default, one per physical core). N below 0 or above the usable cores (more threads only wait for each
+    other, and OpenMP crashes past some thousands) is a ValueError of one line, before torch sees it."""
+    if not 0 <= n <= usable_cores():
+        raise ValueError(f"--threads must be in [0, {usable_cores()}] (the CPUs this process may use; 0 = "
+                         f"the cores other jobs leave free), got {n}")
     import torch
     CORES[:] = CORES or [torch.get_num_threads()]
     if n == 0:

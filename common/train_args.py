@@ -5,13 +5,15 @@ it means to train.py.
 
     parser(description)      the ArgumentParser (train.py passes its docstring, shown by --help)
     parse(argv, p)           the arguments, --out-dir defaulted to out/<model>
+    check(args)              every flag in its range, none that would do nothing (ValueError, one line)
 """
 import argparse
 import math
 import os
 
 from common import checkpoint
-from common.cli import data_spec
+from common.cli import (check_nonnegative, check_positive, check_threshold, data_spec, method_needs,
+                        refuse_unused)
 from data import CORPORA, TASKS, custom
 from model import PRESETS
 
@@ -97,6 +99,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g = p.add_argument_group("checkpoints and evaluation")
     g.add_argument("--out-dir", default="", help="checkpoint directory (default out/<model>)")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out-dir")
+    g.add_argument("--no-lock", action="store_true", help="--out-dir on a file system without file locks "
+                   "(some NFS mounts, Lustre): run without OUT_DIR.lock, and start one train.py per "
+                   "--out-dir yourself")
     g.add_argument("--save-every", type=int, default=500, help="checkpoint every N steps (and at the end)")
     g.add_argument("--keep-every", type=int, default=0, help="also keep the eval weights every N steps in "
                    "OUT_DIR-stepN, a checkpoint of its own (learning curves; 0 = none)")
@@ -113,7 +118,44 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse(argv=None, p: argparse.ArgumentParser | None = None) -> argparse.Namespace:
-    """train.py's arguments from argv (default sys.argv), with --out-dir's default out/<model> filled in."""
+    """train.py's arguments from argv (default sys.argv), with --out-dir's default out/<model> filled in, and
+    a trailing slash dropped (--keep-every's OUT_DIR-stepN is then beside it, not in it)."""
     args = (p or parser()).parse_args(argv)
-    args.out_dir = args.out_dir or os.path.join("out", args.model)
+    args.out_dir = os.path.normpath(args.out_dir or os.path.join("out", args.model))   # out/ck/ -> out/ck
     return args
+
+
+def check(args):
+    """Every flag in its range, and none that would do nothing with --model (or without the flag it refines),
+    before any work (ValueError, one line); counts and the threshold with the checks eval.py and sample.py
+    use."""
+    for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd",
+                 "n_head", "block_size"):
+        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+    if args.max_new_tokens is not None:
+        check_positive("--max-new-tokens", args.max_new_tokens)
+    for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
+                       ("keep_every", "0 = none"), ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
+        check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
+    if args.seq_len == 1:
+        raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "
+                         "predict); 0 = the task's default")
+    if args.smax < 2:
+        raise ValueError(f"--smax must be at least 2, got {args.smax}")
+    for name, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
+                                  ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
+                                  ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
+                                  ("--beta2", args.beta2, 0 <= args.beta2 < 1, "in [0, 1)"),
+                                  ("--grad-clip", args.grad_clip, args.grad_clip >= 0, ">= 0 (0 = off)"),
+                                  ("--ema", args.ema, 0 <= args.ema < 1, "in [0, 1) (0 = off)"),
+                                  ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
+        if not (math.isfinite(value) and ok):
+            raise ValueError(f"{name} must be a finite number {rule}, got {value}")
+    check_threshold(args.threshold)
+    if not 0 <= args.infill <= 1:
+        raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
+    refuse_unused(parser(), args, method_needs, {args.model}, f"--model {args.model}", "--model ")
+    if args.fsdp and args.eval_every:
+        raise ValueError("--fsdp evaluates once, at the end, from the saved checkpoint: drop --eval-every")
+    if args.window > args.smax:
+        raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")

@@ -164,9 +164,17 @@ def cache_path(name: str, split: str, L: int, data_dir: str | None) -> str:
 
 @contextlib.contextmanager
 def building(path: str):
-    """Hold <path>.lock while the cache at path is built: a second process building it waits here."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".lock", "a") as lock:
+    """Hold <path>.lock while the cache at path is built: a second process building it waits here. A folder
+    that cannot be written is a ValueError of one line; a file system without locks (some NFS, Lustre) builds
+    without one, after a note: each builder writes its own temporary file and renames it whole, so two at
+    once cost time, never a mixed cache."""
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        lock = open(path + ".lock", "a")
+    except OSError as e:
+        raise ValueError(f"cannot build the token cache {path} ({e.strerror or e}): give --data-dir a folder "
+                         f"you can write, or build the cache once where you can and copy it there") from None
+    with lock:
         try:
             import fcntl
         except ImportError:                               # no fcntl (Windows): no lock
@@ -174,9 +182,12 @@ def building(path: str):
             return
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             print(f"waiting for another process to finish building {path}", file=sys.stderr)
             fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError as e:
+            print(f"note: {path}.lock cannot be locked on this file system ({e.strerror}): building the "
+                  f"cache without the lock", file=sys.stderr)
         yield
 
 

@@ -132,6 +132,43 @@ def task_manager(names: list[str], include_path: str | None):
     return tm
 
 
+def expand(names: list[str], tm) -> list[str]:
+    """--tasks as lm-eval is to run them: a glob pattern (tiny_*, which lm-eval's own command line takes)
+    replaced by the names it matches, in order, each once."""
+    out = []
+    for n in names:
+        for m in [n] if n in tm.all_tasks else sorted(tm.match_tasks([n])):
+            out += [m] if m not in out else []
+    return out
+
+
+def leaf_tasks(tasks: dict):
+    """The Task objects of get_task_dict's result (groups are dicts of their tasks)."""
+    for v in tasks.values():
+        yield from leaf_tasks(v) if isinstance(v, dict) else [v] if hasattr(v, "OUTPUT_TYPE") else []
+
+
+def check_targets(names: list[str], tm, limit: int):
+    """Refuse (ValueError, one line) a multiple-choice task with a document whose target is none of its
+    choices (an index outside them, or a text not among them), in the documents --limit evaluates: lm-eval
+    would count it wrong with a warning lost in its log, or fail."""
+    from lm_eval.tasks import get_task_dict
+    for task in leaf_tasks(get_task_dict(names, tm)):
+        if task.OUTPUT_TYPE != "multiple_choice" or task.multiple_input:
+            continue
+        for i, doc in enumerate(task.eval_docs):
+            if limit and i >= limit:
+                break
+            choices, gold = task.doc_to_choice(doc), task.doc_to_target(doc)
+            ok = range(len(choices))
+            bad = [g for g in (gold if isinstance(gold, list) else [gold])
+                   if not (isinstance(g, int) and g in ok or isinstance(g, str) and g in choices)]
+            if bad:
+                raise ValueError(f"lm-eval task {task.config.task}: document {i}'s target {bad[0]!r} is none "
+                                 f"of its {len(choices)} choices (an index in [0, {len(choices)}) or a "
+                                 f"choice's text): fix its data or its doc_to_target (--include-path)")
+
+
 # ----------------------------------------------------------------------------- loglikelihood
 
 def encode_pair(tok, context: str, continuation: str, L: int) -> tuple[list, list]:
@@ -330,14 +367,15 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, setting
     from jinja2 import TemplateError                  # lm-eval's templates are Jinja (a dependency of
                                                       # lm-eval)
     from lm_eval.evaluator import simple_evaluate
-    names = task_names(args.tasks)
-    tm = task_manager(names, args.include_path)
+    tm = task_manager(task_names(args.tasks), args.include_path)
+    names = expand(task_names(args.tasks), tm)
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
     setup = Setup(model, method, cfg, tok, config, device, args.batch_size, args.samples, args.seed,
                   exclusions, settings, {"im_end": True} if args.stop_on_im_end else {})
     print(f"lm-eval {version}: {', '.join(names)}, batch size {args.batch_size}, "
           f"dtype {next(model.parameters()).dtype}")
     try:
+        check_targets(names, tm, args.limit)
         out = simple_evaluate(model=harness_lm(setup), tasks=names, num_fewshot=args.num_fewshot,
                               limit=args.limit or None, task_manager=tm, batch_size=args.batch_size,
                               log_samples=False)

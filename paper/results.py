@@ -22,7 +22,7 @@ import sys
 
 from common.checkpoint import METHODS
 from data import get_task
-from common.files import replaced
+from common.files import figure_format, replaced
 from common.metrics import markdown_table
 
 NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method
@@ -308,7 +308,7 @@ def save_figure(fig, out_png: str):
     try:
         os.makedirs(os.path.dirname(out_png) or ".", exist_ok=True)
         with replaced(out_png, "wb") as f:
-            fig.savefig(f, format=os.path.splitext(out_png)[1][1:].lower() or "png", dpi=DPI)
+            fig.savefig(f, format=figure_format(out_png, "--plot"), dpi=DPI)
     except OSError as e:
         raise ValueError(f"cannot write {out_png} ({e.strerror or e}): the earlier file, if any, is as it "
                          f"was") from None
@@ -595,6 +595,24 @@ def label_of(ckpt: str) -> str:
     return ckpt if ":" in ckpt else os.path.basename(ckpt.rstrip("/"))
 
 
+def check_outputs(out_md: str, out_png: str | None, runs: list[str]):
+    """Before any file is read or written: the table is a .md file (a forgotten OUT.md would make the first
+    run the table), the plot's suffix a format matplotlib writes (matplotlib installed), and neither is one of
+    the runs (ValueError, one line)."""
+    if not out_md.lower().endswith(".md"):
+        raise ValueError(f"{out_md}: the first argument is the markdown table to write (OUT.md), then the "
+                         f"eval.py --json files: add the table's name first")
+    if out_png:
+        pyplot()
+        figure_format(out_png, "--plot")
+    for out, what in ((out_md, "the table"), (out_png, "--plot")):
+        same = [r for r in runs
+                if out and os.path.exists(out) and os.path.exists(r) and os.path.samefile(r, out)]
+        if same:
+            raise ValueError(f"{what} {out} is also a run to read ({same[0]}): give it another name, so that "
+                             f"no input is written over")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", metavar="OUT.md", help="the markdown table to write")
@@ -621,8 +639,7 @@ def main(argv=None):
         if args.plot and not (args.pareto or args.generation or args.sweep):
             raise ValueError("--plot draws a --pareto, --sweep or --generation table's runs: add one, or "
                              "drop --plot")
-        if args.plot:
-            pyplot()                                  # matplotlib, checked before any file is written
+        check_outputs(args.out, args.plot, args.runs)
         if args.generation:
             return generation(args.runs, args.out, args.plot)
         if args.infill:

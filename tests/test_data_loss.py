@@ -7,12 +7,14 @@ checked when reused. Ctrl-C in eval.py and sample.py is one line, exit code 130,
 python -m pytest -q tests/test_data_loss.py
 """
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -226,21 +228,104 @@ def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path
     assert sorted(os.listdir(tmp_path)) == ["m.json", "runs", "t.md"]
 
 
-def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path):
-    """paper.results' figures (save_figure) the same way: one line, the earlier picture as it was."""
+@pytest.mark.parametrize("saver", ["paper.results", "sample.py --plot"])
+def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path, saver):
+    """paper.results' figures and sample.py --plot's the same way: one line, the earlier picture as it was;
+    and a picture is written in the format its suffix names (a .pdf is a PDF, not PNG bytes)."""
     pytest.importorskip("matplotlib")
+    from common import order_plot
     from paper import results
+    save = {"paper.results": lambda fig, path: results.save_figure(fig, path),
+            "sample.py --plot": lambda fig, path: order_plot.save(fig, path, plt)}[saver]
     plt = results.pyplot()
     (tmp_path / "f.png").write_bytes(EARLIER)
     fig = plt.figure()
     fig.gca().plot(range(100), [i * i for i in range(100)])
     with disk_fills_after(4096):
         with pytest.raises(ValueError) as f:
-            results.save_figure(fig, str(tmp_path / "f.png"))
+            save(fig, str(tmp_path / "f.png"))
     plt.close(fig)
-    assert str(f.value) == (f"cannot write {tmp_path / 'f.png'} (File too large): the earlier file, if any, "
-                            f"is as it was")
+    flag = "--plot " if saver == "sample.py --plot" else ""
+    assert str(f.value) == (f"cannot write {flag}{tmp_path / 'f.png'} (File too large): the earlier file, if "
+                            f"any, is as it was")
     assert (tmp_path / "f.png").read_bytes() == EARLIER and os.listdir(tmp_path) == ["f.png"]
+    for suffix, magic in ((".pdf", b"%PDF"), (".svg", b"<?xml")):
+        fig = plt.figure()
+        save(fig, str(tmp_path / f"f{suffix}"))
+        assert (tmp_path / f"f{suffix}").read_bytes().startswith(magic)
+
+
+def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, monkeypatch):
+    """--json /dev/stdout while the shell appends stdout to a log, a named pipe and a device (a terminal):
+    written in place (the log keeps what it held, the pipe and the device stay what they are), never renamed
+    over, as a device node (/dev/null as root) was; a pipe no process reads is one OSError, not a hang at
+    open(); a file this user may not write (as
+    os.access answers for a chmod 444 file of a non-root user) is refused as open() would refuse it, and
+    stays as it was."""
+    from common import files
+    log = tmp_path / "all.log"
+    log.write_bytes(EARLIER)
+    inode = os.stat(log).st_ino
+    code = "from common.files import replaced\nwith replaced('/dev/stdout') as f:\n    f.write('{}\\n')\n"
+    with open(log, "ab") as out:
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdout=out, check=True, timeout=60)
+    assert log.read_bytes() == EARLIER + b"{}\n" and os.stat(log).st_ino == inode
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)               # a process reading it
+    with files.replaced(str(fifo)) as f:
+        f.write("through the pipe")
+    assert os.read(reader, 100) == b"through the pipe" and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    os.close(reader)
+    master, slave = os.openpty()                                      # a device: a terminal's /dev/pts/N
+    with files.replaced(os.ttyname(slave)) as f:
+        f.write("to the terminal")
+    assert os.read(master, 100).replace(b"\r", b"") == b"to the terminal"
+    assert stat.S_ISCHR(os.stat(os.ttyname(slave)).st_mode)
+    os.close(master)
+    os.close(slave)
+    with pytest.raises(OSError, match="no process reads this pipe"):   # not a hang at open()
+        with files.replaced(str(fifo)) as f:
+            f.write("nobody reads this")
+    assert sorted(os.listdir(tmp_path)) == ["all.log", "pipe"]
+    locked = tmp_path / "m.json"
+    locked.write_bytes(EARLIER)
+    real = os.access
+    monkeypatch.setattr(os, "access",
+                        lambda p, mode: real(p, mode) and not (p == str(locked) and mode & os.W_OK))
+    with pytest.raises(PermissionError):
+        with files.replaced(str(locked)) as f:
+            f.write("new")
+    import eval as evaluate
+    assert error_of(evaluate.main, ["--ckpt", "x", "--json", str(locked)]) == (
+        f"error: --json {locked} is write-protected: make it writable (chmod u+w) or give another file")
+    assert locked.read_bytes() == EARLIER and sorted(os.listdir(tmp_path)) == ["all.log", "m.json", "pipe"]
+
+
+def test_paper_results_never_writes_over_an_input(tmp_path):
+    """A forgotten OUT.md (the first run would be the table), a table or --plot that is one of the runs: one
+    line before anything is written, every file as it was; T.MD is a table name too."""
+    pytest.importorskip("matplotlib")
+    from paper import results
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    for path in (a, b):
+        with open(path, "w") as f:
+            json.dump({**SAMPLED, "gen_ppl": 9.0}, f)
+    (tmp_path / "t.md").symlink_to(a)
+    (tmp_path / "p.png").symlink_to(b)
+    before = snapshot(tmp_path)
+    first = (f"{a}: the first argument is the markdown table to write (OUT.md), then the eval.py --json "
+             f"files: add the table's name first")
+    over = "give it another name, so that no input is written over"
+    for argv, message in [([a, b, "--generation"], first), ([a, b, "--pareto"], first), ([a, b], first),
+                          ([f"{tmp_path}/t.md", a, b],
+                           f"the table {tmp_path}/t.md is also a run to read ({a}): {over}"),
+                          ([f"{tmp_path}/o.md", a, b, "--generation", "--plot", f"{tmp_path}/p.png"],
+                           f"--plot {tmp_path}/p.png is also a run to read ({b}): {over}")]:
+        assert error_of(results.main, argv) == "error: " + message
+        assert snapshot(tmp_path) == before
+    results.main([f"{tmp_path}/T.MD", a])                            # .md in any case
+    assert (tmp_path / "T.MD").read_text().startswith("| model | ckpt | task |")
 
 
 RUN = {"model": "setdiffusion", "ckpt": "out/smax/setdiffusion-smax8", "method_config": {"smax": 8}}
@@ -432,6 +517,32 @@ def test_a_full_disk_while_building_a_cache_is_one_line_and_leaves_no_file(tmp_p
                             f"--data-dir a folder with room")
 
 
+def test_a_cache_folder_without_locks_or_writes_is_a_note_or_one_line(tmp_path, monkeypatch, capsys):
+    """A file system without locks (flock fails: ENOLCK, as on Lustre or NFS without lockd): the cache is
+    built anyway, after a note, never refused as "another run"; a folder that cannot be written (EROFS when
+    the lock is made): one line naming the cache and what to do, not an OSError."""
+    import fcntl
+    from data import byte_tokenizer, corpus, textfile
+    text_run(tmp_path)
+
+    def fails(code, why):
+        def call(*a, **k):
+            raise OSError(code, why)
+        return call
+    monkeypatch.setattr(fcntl, "flock", fails(errno.ENOLCK, "No locks available"))
+    load = [str(tmp_path / "play.txt"), str(tmp_path / "cache"), byte_tokenizer(), 32]
+    assert len(textfile.load("train", *load)) > 1
+    assert "cannot be locked on this file system (No locks available): building the cache without the lock" \
+        in capsys.readouterr().err
+    monkeypatch.setattr(corpus, "open", fails(errno.EROFS, "Read-only file system"), raising=False)
+    load[1] = str(tmp_path / "ro")
+    with pytest.raises(ValueError) as e:
+        textfile.load("train", *load)
+    assert str(e.value).startswith(f"cannot build the token cache {tmp_path / 'ro'}")
+    assert str(e.value).endswith("(Read-only file system): give --data-dir a folder you can write, or build "
+                                 "the cache once where you can and copy it there")
+
+
 @pytest.mark.parametrize("data", ["text", "shakespeare"])
 def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
     argv = text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"))
@@ -446,6 +557,11 @@ def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # where Ctrl-C lands: eval.py half-way through writing --json, sample.py while loading the checkpoint
 CTRL_C = {
+    "train.py": "from common import checkpoint\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
+                "checkpoint.claim = claim\n",
+    "train.py in a step": "import ar, os, signal\nreal = ar.loss\ndef loss(*a, **k):\n"
+                          "    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
+                          "ar.loss = loss\n",
     "eval.py": "import json\ndef dump(obj, f, **k):\n    f.write('{\"half\": ')\n"
                "    raise KeyboardInterrupt\njson.dump = dump\n",
     "sample.py": "from common import checkpoint\ndef load(*a, **k):\n    raise KeyboardInterrupt\n"
@@ -453,19 +569,28 @@ CTRL_C = {
 }
 
 
-@pytest.mark.parametrize("script", ["eval.py", "sample.py"])
-def test_ctrl_c_in_eval_and_sample_is_one_line_exit_130_and_no_partial_file(base, tmp_path, script):
-    """The script run as from a shell, Ctrl-C (KeyboardInterrupt) landing mid-run: one line on stderr, no
+@pytest.mark.parametrize("script", ["train.py", "train.py in a step", "eval.py", "sample.py"])
+def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path, script):
+    """The script run as from a shell, Ctrl-C (KeyboardInterrupt) landing mid-run (train.py: at start-up),
+    and a second one while it exits (in an atexit handler, where torch's run): one line on stderr, no
     traceback, exit code 130, and eval.py's earlier --json file byte for byte as it was, no temporary file."""
     (tmp_path / "m.json").write_text('{"accuracy": 0.5}')
-    argv = [script, "--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
-    argv += ["--limit", "1", "--json", str(tmp_path / "m.json")] if script == "eval.py" \
-        else ["--prompt", "1+1="]
-    code = CTRL_C[script] \
-        + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({script!r}, run_name='__main__')\n"
+    ckpt = ["--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
+    argv = [script.split()[0], *{"train.py": ["--model", "ar", "--out-dir", str(tmp_path / "ck")],
+                          "train.py in a step": [*TINY, "--out-dir", str(tmp_path / "ck")],
+                      "eval.py": [*ckpt, "--limit", "1", "--json", str(tmp_path / "m.json")],
+                      "sample.py": [*ckpt, "--prompt", "1+1="]}[script]]
+    second = "import atexit, os, signal\natexit.register(os.kill, os.getpid(), signal.SIGINT)\n"
+    code = second + CTRL_C[script] \
+        + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert r.returncode == 130, r.stderr[-2000:]
-    assert r.stderr.strip().splitlines()[-1] == f"{script}: interrupted (Ctrl-C); no file was written"
-    assert "Traceback" not in r.stderr
-    assert (tmp_path / "m.json").read_text() == '{"accuracy": 0.5}' and os.listdir(tmp_path) == ["m.json"]
+    saved = script == "train.py in a step"                          # the step is saved, then it exits (1)
+    assert r.returncode == (1 if saved else 130), r.stderr[-2000:]
+    why = "nothing was saved" if script == "train.py" else "no file was written"
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"interrupted after step 1: saved it to {tmp_path / 'ck'}; --resume continues from there" if saved
+        else f"{script}: interrupted (Ctrl-C); {why}")
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+    assert (tmp_path / "m.json").read_text() == '{"accuracy": 0.5}'
+    assert sorted(os.listdir(tmp_path)) == (["ck", "ck.lock", "m.json"] if saved else ["m.json"])

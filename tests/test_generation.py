@@ -315,7 +315,7 @@ def test_unconditional_eos_stop_ignores_the_first_tokens():
 
 @pytest.mark.parametrize("flags, message", [
     (["--temperature", "1", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
-    (["--top-p", "0.9"], "top-p < 1 needs sampling: set a temperature > 0"),
+    (["--top-p", "0.9"], "--top-p does nothing without --temperature"),
     (["--repetition-penalty", "-1"], "the repetition penalty must be > 0")])
 def test_contradictory_sampler_flags_get_one_clear_line(ckpts, flags, message):
     with pytest.raises(SystemExit) as e:

@@ -324,6 +324,9 @@ def test_gsm8k_scores_equal_lm_eval_filters():
 # ----------------------------------------------------------------------------- bad input
 
 def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
+    """Flags without --task lm-eval, a missing --tasks or --include-path, an unknown task, a multiple-choice
+    target outside its choices (lm-eval would count it wrong, quietly): one line; a glob pattern in --tasks
+    is the tasks it matches."""
     ckpt = ["--ckpt", str(run / "ar"), "--device", "cpu"]
     assert "needs --tasks" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval"])
     assert "--tasks does not apply to the checkpoint's own task (no --task): it goes with --task lm-eval" in \
@@ -342,6 +345,15 @@ def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
     message = error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc,nope",
                                        "--include-path", include])
     assert "nope is not an lm-eval task" in message and "tiny_mc" not in message
+    tm = lm_eval.tasks.TaskManager(include_path=include)             # glob patterns, as lm-eval's own CLI
+    assert harness.expand(["tiny_m*", "tiny_txt", "tiny_*"], tm) == ["tiny_mc", "tiny_txt", "tiny_gen"]
+    mc = tmp_path / "tasks" / "tiny_mc.jsonl"                        # document 1's label outside its choices
+    mc.write_text("".join(json.dumps({**r, "label": 5 if i == 1 else r["label"]}) + "\n"
+                          for i, r in enumerate(MC)))
+    argv = [*ckpt, "--task", "lm-eval", "--tasks", "tiny_*", "--include-path", include]
+    assert error_of(evaluate.main, argv) == (
+        "error: lm-eval task tiny_mc: document 1's target 5 is none of its 3 choices (an index in [0, 3) or "
+        "a choice's text): fix its data or its doc_to_target (--include-path)")
     monkeypatch.setitem(sys.modules, "lm_eval", None)        # not installed
     assert "pip install" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc"])
 

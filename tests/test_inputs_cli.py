@@ -11,7 +11,7 @@ import torch
 
 import eval as evaluate
 import paper.results
-from common import runtime
+from common import runtime, threads
 import sample
 import train
 from helpers import error_of, one_step_checkpoints
@@ -26,7 +26,18 @@ def ckpts(tmp_path_factory):
     return one_step_checkpoints(tmp_path_factory)
 
 
+CORES = threads.usable_cores()
+
+
 @pytest.mark.parametrize("script, flags, message", [
+    ("sample", ["--threads", "100000"], f"--threads must be in [0, {CORES}] (the CPUs this process may use; "
+                                        f"0 = the cores other jobs leave free), got 100000"),
+    ("eval", ["--threads", str(CORES + 1)], f"--threads must be in [0, {CORES}] (the CPUs this process may "
+                                            f"use; 0 = the cores other jobs leave free), got {CORES + 1}"),
+    ("sample", ["--top-p", "0.9"], "--top-p does nothing without --temperature: add --temperature, or drop "
+                                   "--top-p"),
+    ("sample", ["--top-p", "1e-300", "--temperature", "1"], "top-p must be >= 1e-30, got 1e-300"),
+    ("sample", ["--show-order", "--plot", "x.xyz"], None),
     ("sample", ["--max-new-tokens", "-5"],
      "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got -5"),
     ("sample", ["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
@@ -37,9 +48,16 @@ def ckpts(tmp_path_factory):
     ("eval", ["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
     ("eval", ["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
 ])
-def test_counts_out_of_range(ckpts, capsys, script, flags, message):
-    """A count out of range is refused before the checkpoint is loaded."""
+def test_flags_out_of_range_or_without_effect(ckpts, capsys, script, flags, message):
+    """A count out of range, more threads than CPUs, a flag that does nothing without the one it refines, a
+    nucleus too small for float32, or a --plot suffix matplotlib cannot write: refused before the checkpoint
+    is loaded."""
     main = sample.main if script == "sample" else evaluate.main
+    if message is None:
+        FigureCanvasBase = pytest.importorskip("matplotlib.backend_bases").FigureCanvasBase
+        message = ("--plot x.xyz: the file's suffix names the picture's format, and matplotlib writes "
+                   f"{', '.join(sorted(FigureCanvasBase.get_supported_filetypes()))}: name it e.g. .png, "
+                   ".pdf or .svg")
     assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
     assert capsys.readouterr().out == ""                                          # nothing ran
 
@@ -121,16 +139,21 @@ def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
             "error: " + message
 
 
-def test_prompt_text_is_plain_text_except_masks(ckpts, monkeypatch, capsys):
+def test_prompt_text_is_plain_text_except_masks(ckpts, tmp_path, monkeypatch, capsys):
     """Literal <|endoftext|> stays text; raw bytes from argv (surrogate escapes) reach the byte
-    tokenizer as those bytes, not U+FFFD; <|mask|> and {mask:N} still become [MASK]s."""
+    tokenizer as those bytes, not U+FFFD; <|mask|> and {mask:N} still become [MASK]s; a prompt file's
+    byte-order mark is dropped."""
     seen = []
     real = sample.respond
     monkeypatch.setattr(sample, "respond", lambda *a, **k: (seen.append(a[5]), real(*a, **k))[1])
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeffab\n".encode("utf-8"))                   # an editor's UTF-8 byte-order mark
     for prompt, ids in [("A<|endoftext|>B", list(b"A<|endoftext|>B")),
                         ("\udcff\udcfe x", [0xFF, 0xFE, ord(" "), ord("x")]),     # argv's b"\xff\xfe x"
-                        ("x<|mask|>{mask:2}y", [ord("x"), 257, 257, 257, ord("y")])]:
-        sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", prompt, "--max-new-tokens", "2"])
+                        ("x<|mask|>{mask:2}y", [ord("x"), 257, 257, 257, ord("y")]),
+                        (bom, list(b"ab"))]:                           # the mark is not text
+        flag = "--prompt-file" if prompt == bom else "--prompt"
+        sample.main(["--ckpt", str(ckpts / "setdiffusion"), flag, str(prompt), "--max-new-tokens", "2"])
         assert seen.pop() == [ids]
     assert capsys.readouterr().out.startswith("A<|endoftext|>B")                  # echoed as typed
 
@@ -143,22 +166,30 @@ def test_device_not_here(ckpts, device):
             f"error: --device {device}: ")
 
 
-def test_eval_outputs_and_warmup_checked_before_the_evaluation(ckpts, tmp_path, capsys):
-    """--json into a missing folder or onto a folder, or a warm-up that leaves nothing to measure: one line
-    before any work."""
+def test_outputs_and_warmup_checked_before_the_work(ckpts, tmp_path, capsys):
+    """eval.py --json into a missing folder, onto a folder or onto a checkpoint's own file, sample.py --plot
+    through a link into a missing folder, or a warm-up that leaves nothing to measure: one line before any
+    work."""
     ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--limit", "2"]
     missing = tmp_path / "no" / "such" / "x.json"
+    (tmp_path / "p.png").symlink_to(tmp_path / "gone" / "p.png")               # a link that leads nowhere
     cases = [(["--json", str(missing)], f"--json {missing}: the folder {missing.parent} does not exist; "
                                         f"create it first"),
              (["--json", str(tmp_path)], f"--json {tmp_path} is a folder: give a file name in it"),
+             (["--json", str(ckpts / "ar" / "config.json")], f"--json {ckpts / 'ar' / 'config.json'} would "
+                                                              f"replace a file of the checkpoint in "
+                                                              f"{ckpts / 'ar'}: give another name"),
              (["--task", "throughput", "--warmup", "5"], "--warmup 5 leaves no example to measure: only 2 "
                                                          "example(s) are evaluated; raise --limit above "
                                                          "--warmup (or lower --warmup)"),
              (["--task", "infill", "--warmup", "2"], "--warmup 2 leaves no example to score: only 2 "
                                                      "example(s) are evaluated; raise --limit above --warmup "
-                                                     "(or lower --warmup)")]
+                                                     "(or lower --warmup)"),
+             (["--show-order", "--plot", str(tmp_path / "p.png")],
+              f"--plot {tmp_path / 'p.png'}: the folder {tmp_path / 'gone'} does not exist; create it first")]
     for flags, message in cases:
-        assert error_of(evaluate.main, [*ckpt, *flags]) == "error: " + message
+        main = sample.main if "--plot" in flags else evaluate.main
+        assert error_of(main, [*(ckpt[:2] if main is sample.main else ckpt), *flags]) == "error: " + message
         assert "|" not in capsys.readouterr().out                                 # no result row: nothing ran
 
 
@@ -237,17 +268,6 @@ def test_train_seq_len_one_says_the_context_must_be_at_least_two(tmp_path):
         train.main(["--model", "ar", "--seq-len", "1", "--max-iters", "1", "--out-dir", str(tmp_path / "o")])
     assert str(e.value.code) == ("error: --seq-len 1: the context must be at least 2 tokens (one to "
                                  "condition on, one to predict); 0 = the task's default")
-
-
-@pytest.mark.parametrize("model, value, message", [
-    ("setdiffusion", "1.5", "--infill must be a fraction in [0, 1], got 1.5"),
-    ("setdiffusion", "nan", "--infill must be a fraction in [0, 1], got nan"),
-    ("bd3lm", "0.5", "--infill 0.5: only Set Diffusion trains infilling orders")])
-def test_train_infill_fraction_is_checked(tmp_path, model, value, message):
-    with pytest.raises(SystemExit) as e:
-        train.main(["--model", model, "--infill", value, "--max-iters", "1", "--out-dir",
-                    str(tmp_path / "o")])
-    assert str(e.value.code) == "error: " + message
 
 
 def test_sample_help_shows_the_prompts_backslash_n_as_written(capsys):

@@ -4,6 +4,7 @@ save and resume exactly, and bad flags, train states, config.json files and dist
 line (`error: ...` or a ValueError) before any work. One test per class of failure.
 python -m pytest -q tests/test_safety.py
 """
+import errno
 import json
 import math
 import os
@@ -18,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from common import checkpoint
+from common import checkpoint, threads
 import setdiffusion as sd
 import train
 from helpers import error_of
@@ -54,8 +55,10 @@ def save_at(path, step, parts):
 
 
 def snapshot(root) -> dict:
-    """Every file under root -> its bytes (to show that nothing was changed, moved or deleted)."""
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+    """Every file (or link) under root -> its bytes (its target): to show that nothing was changed, moved or
+    deleted."""
+    return {os.path.relpath(os.path.join(d, f), root): "-> " + os.readlink(os.path.join(d, f))
+            if os.path.islink(os.path.join(d, f)) else open(os.path.join(d, f), "rb").read()
             for d, _, files in os.walk(root) for f in files}
 
 
@@ -79,48 +82,117 @@ def all_finite(d) -> bool:
                for t in w.values())
 
 
-# ------------------------------------------------------------------------ 1. --out-dir train.py did not write
+# ------------------------------------------------------------------------ 1. folders train.py did not write
 
-def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_path, monkeypatch):
-    """A folder with a user's file, a regular file, a user's .tmp or .old next to a checkpoint are refused
-    before training and are still there, byte for byte; an unwritable place fails at start-up; an empty folder
-    is accepted."""
-    mydata = tmp_path / "mydata"
-    (mydata / "sub").mkdir(parents=True)
-    (mydata / "important.txt").write_text("precious")
+def hf_folder(path):
+    """A Hugging Face model folder: config.json and model.safetensors, the names train.py writes."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 8}))
+    save_file({"model.embed_tokens.weight": torch.ones(4, 2)}, str(path / "model.safetensors"))
+
+
+HF = "its config.json has no 'model': it was not written by train.py, or was edited"
+CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused before training, nothing touched
+    ("mydata", [], "{t}/mydata is not a checkpoint directory written by train.py (it holds important.txt, "
+                   "sub), and train.py replaces that directory at every save: choose another --out-dir"),
+    ("afile.txt", [], "--out-dir {t}/afile.txt is a file, not a checkpoint directory: choose another "
+                      "--out-dir"),
+    ("afile.txt/ck", [], "cannot write checkpoints to --out-dir {t}/afile.txt/ck: File exists"),
+    ("run", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run-step1, which is not a checkpoint "
+                                   "directory written by train.py (" + HF + "): move it away, or choose "
+                                   "another --out-dir"),
+    ("run2", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run2-step1, which is not a "
+                                    "checkpoint directory written by train.py (it is a file, not a folder): "
+                                    "move it away, or choose another --out-dir"),
+    ("run4", ["--keep-every", "1"],
+     "--keep-every 1 writes step 1 to {t}/run4-step1, which is not a checkpoint directory written by "
+     "train.py (it leads into {t}/missing, which does not exist): move it away, or choose another --out-dir"),
+    ("run3", ["--keep-every", "1", "--seed", "2"],
+     "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the checkpoint, 2 from the flags), "
+     "which --keep-every would mix with this run's: move the {t}/run3-step* folders away, or choose another "
+     "--out-dir"),
+]
+
+
+def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_path, monkeypatch):
+    """--out-dir, or a name --keep-every will write (<out>-stepN), that is a user's folder, a file, a
+    Hugging Face model folder, a link into a missing folder or another run's snapshot: refused in one line
+    before training, everything
+    byte for byte as it was. A user's <out>.tmp and <out>.old (copies of a checkpoint: a newer one of
+    another run, one with a note of theirs) are no half-save of train.py's, and <out>-step03 is no name it
+    writes: the run resumes from <out> (whose run record lacks an entry added later, and whose
+    --infill-added without --infill an older version recorded: neither compared) and never reads, moves or
+    deletes them; an empty folder is accepted, given as folder/ too."""
+    (tmp_path / "mydata" / "sub").mkdir(parents=True)
+    (tmp_path / "mydata" / "important.txt").write_text("precious")
     (tmp_path / "afile.txt").write_text("my notes")
-    for name in ("bk", "bk.old", "tm", "tm.tmp"):                   # cp -r of a checkpoint: no .swapping mark
-        shutil.copytree(base, tmp_path / name)
-    (tmp_path / "tm.tmp" / "notes.md").write_text("mine")
+    hf_folder(tmp_path / "run-step1")
+    (tmp_path / "run2-step1").write_text("a file")
+    (tmp_path / "run4-step1").symlink_to(tmp_path / "missing" / "x")       # a link into a missing folder
+    shutil.copytree(base, tmp_path / "run3-step2")               # seed 1's snapshot; this run's is seed 2
     before = snapshot(tmp_path)
     no_training(monkeypatch)
-    for out, resume, message in [
-        (mydata, [], f"{mydata} is not a checkpoint directory written by train.py (it holds important.txt, "
-                     f"sub), and train.py replaces that directory at every save: choose another --out-dir"),
-        (tmp_path / "afile.txt", [], f"--out-dir {tmp_path}/afile.txt is a file, not a checkpoint directory: "
-                                     f"choose another --out-dir"),
-        (tmp_path / "bk", [], f"{tmp_path}/bk.old exists and was not left by train.py (which uses that name "
-                              f"while it swaps in a checkpoint): move it away, or choose another --out-dir"),
-        (tmp_path / "bk", ["--resume"], f"{tmp_path}/bk.old exists and was not left by train.py (which uses "
-                                        f"that name while it swaps in a checkpoint): move it away, or choose "
-                                        f"another --out-dir"),
-        (tmp_path / "tm", ["--resume"], f"{tmp_path}/tm.tmp was not written by train.py (it holds notes.md), "
-                                        f"and train.py replaces that directory at every save: choose another "
-                                        f"--out-dir"),
-        (tmp_path / "afile.txt" / "ck", [], f"cannot write checkpoints to --out-dir {tmp_path}/afile.txt/ck: "
-                                            f"File exists"),
-    ]:
-        assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", str(out), *resume]) == \
-            "error: " + message
-        assert snapshot(tmp_path) == before                           # nothing moved, renamed or deleted
-        assert sorted(os.listdir(tmp_path)) == sorted(["mydata", "afile.txt", "bk", "bk.old", "tm", "tm.tmp"])
+    for out, flags, message in CLAIMED:
+        assert error_of(train.main, [*SD, "--max-iters", "1", *flags, "--out-dir", str(tmp_path / out)]) == \
+            "error: " + message.format(t=tmp_path)
+        after = {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(".lock")}   # its own lock
+        assert after == before                                        # nothing moved, renamed or deleted
     monkeypatch.undo()
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    train.main([*SD, "--max-iters", "1", "--out-dir", str(empty)])
-    assert checkpoint.load_train_state(str(empty))["step"] == 1 and clean(empty)
-    assert snapshot(tmp_path / "mydata") == {k[len("mydata/"):]: v for k, v in before.items()
-                                             if k.startswith("mydata/")}
+    for name in ("ck", "ck.old", "ck.tmp"):                         # cp -r of checkpoints: no swap mark
+        shutil.copytree(base, tmp_path / name)
+    config = json.loads((tmp_path / "ck.tmp" / "config.json").read_text())
+    (tmp_path / "ck.tmp" / "config.json").write_text(json.dumps({**config, "step": 9,
+                                                                "run": {**config["run"], "seed": 7}}))
+    (tmp_path / "ck.old" / "notes.md").write_text("mine")
+    shutil.copytree(tmp_path / "mydata", tmp_path / "ck-step03")    # not a name train.py writes (ck-step3)
+    older = json.loads((tmp_path / "ck" / "config.json").read_text())
+    del older["run"]["ema"]                                           # a run record without a later entry
+    older["method_config"]["infill_added"] = True                     # an older version's no-op (infill 0)
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(older))
+    users = ("ck.tmp/", "ck.old/", "ck-step03/")
+    mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)}
+    train.main([*SD, "--max-iters", "3", "--keep-every", "1", "--out-dir", str(tmp_path / "ck"), "--resume"])
+    assert checkpoint.step_of(str(tmp_path / "ck")) == 3 == checkpoint.step_of(str(tmp_path / "ck-step3"))
+    assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)} == mine
+    (tmp_path / "empty").mkdir()                                    # out/ck/: its snapshots beside it
+    train.main([*SD, "--max-iters", "1", "--keep-every", "1", "--out-dir", f"{tmp_path}/empty/"])
+    assert checkpoint.load_train_state(str(tmp_path / "empty"))["step"] == 1 and clean(tmp_path / "empty")
+    assert checkpoint.step_of(str(tmp_path / "empty-step1")) == 1
+
+
+def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkeypatch):
+    """A user's folder created at a --keep-every name after the run's start-up checks: the save there stops
+    the run with one line naming it, and the folder is byte for byte as it was."""
+    out, real_loss = tmp_path / "ck", sd.loss
+
+    def loss(*a, **k):
+        if not (tmp_path / "ck-step2").exists():
+            hf_folder(tmp_path / "ck-step2")
+        return real_loss(*a, **k)
+    monkeypatch.setattr(sd, "loss", loss)
+    with pytest.raises(SystemExit) as e:
+        train.main([*SD, "--max-iters", "2", "--keep-every", "2", "--out-dir", str(out)])
+    assert e.value.code == (f"error: cannot save step 2 to {out}-step2: it was not written by train.py "
+                            f"({HF}), so it is not replaced; move it away, then --resume")
+    monkeypatch.undo()
+    hf_folder(tmp_path / "theirs")
+    assert snapshot(tmp_path / "ck-step2") == snapshot(tmp_path / "theirs")
+
+
+def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_path, monkeypatch):
+    """A full disk at a --keep-every snapshot (a weights-only save): its line points at the run's checkpoint
+    in --out-dir, not at the snapshot folder's (which never holds one to resume)."""
+    import safetensors.torch
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    model, config, _ = parts
+    with pytest.raises(checkpoint.SaveError) as e:
+        checkpoint.save(str(tmp_path / "ck-step4"), model, {**config, "step": 4})
+    assert str(e.value).startswith(f"cannot save step 4 to {tmp_path}/ck-step4 (No space left on device; ")
+    assert str(e.value).endswith("; the run's last checkpoint is in --out-dir: fix this, then --resume")
+    assert os.listdir(tmp_path) == []
 
 
 # -------------------------------------------------------------------------- 2. kills and faults during a save
@@ -128,31 +200,33 @@ def test_out_dir_train_py_did_not_write_is_refused_and_left_untouched(base, tmp_
 def kill_state(out, kind, parts):
     """out as a kill during a save leaves it; returns the step of the newest complete checkpoint there."""
     scratch = out.parent / "scratch"
-    if kind == "old+tmp":               # killed between the renames: out -> out.old done, out.tmp -> out not
+    if kind == "old+tmp":               # an older version killed between its renames: out -> out.old (marked)
         save_at(out, 2, parts)
         save_at(scratch, 4, parts)
         os.rename(scratch, str(out) + ".tmp")
         open(out / checkpoint.SWAP_MARK, "w").close()
         os.rename(out, str(out) + ".old")
         return 4
-    if kind == "partial tmp":           # killed while writing out.tmp: no config.json yet
+    if kind == "partial tmp":           # killed while writing its .tmp-XXXXXXXX: no config.json yet
         save_at(out, 2, parts)
-        tmp = out.parent / (out.name + ".tmp")
-        tmp.mkdir()
+        tmp = checkpoint.fresh(str(out), "tmp")
+        open(os.path.join(tmp, checkpoint.SWAP_MARK), "w").close()
+        tmp = out.parent / os.path.basename(tmp)
         (tmp / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:1000])
         (tmp / "config.json.part").write_text('{"model": {')
         return 2
-    if kind == "marked old":            # killed after out.tmp -> out, before the .old was deleted
+    if kind == "marked old":            # an older version killed after out.tmp -> out, before deleting .old
         save_at(scratch, 2, parts)
         open(scratch / checkpoint.SWAP_MARK, "w").close()
         os.rename(scratch, str(out) + ".old")
         save_at(out, 4, parts)
         return 4
-    if kind == "only tmp":              # killed after the .old was deleted, before out.tmp -> out
+    if kind == "only tmp":              # killed after its .old-XXXXXXXX was deleted, before its .tmp -> out
         save_at(scratch, 4, parts)
-        os.rename(scratch, str(out) + ".tmp")
+        open(scratch / checkpoint.SWAP_MARK, "w").close()
+        os.rename(scratch, checkpoint.fresh(str(out), "tmp"))
         return 4
-    if kind == "complete tmp":          # killed after writing out.tmp, before (or after) marking out
+    if kind == "complete tmp":          # an older version killed after writing out.tmp and marking out
         save_at(out, 2, parts)
         save_at(scratch, 4, parts)
         os.rename(scratch, str(out) + ".tmp")
@@ -169,7 +243,9 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     step = kill_state(out, kind, parts)
     d = checkpoint.resolve(str(out))
     assert d == checkpoint.newest(str(out)) and checkpoint.step_of(d) == step
-    assert d == (str(out) + ".tmp" if kind in ("old+tmp", "only tmp", "complete tmp") else str(out))
+    scratch = [str(x) for x in out.parent.glob("kb.tmp-*")]         # a save's own, fresh name
+    legacy = [str(out) + ".tmp"]                    # an older version's fixed name, its swap marked
+    assert [d] == {"old+tmp": legacy, "complete tmp": legacy, "only tmp": scratch}.get(kind, [str(out)])
     model, method, cfg, config = checkpoint.load(str(out))
     assert config["step"] == step and method is sd and checkpoint.load_train_state(str(out))["step"] == step
     capsys.readouterr()
@@ -225,7 +301,8 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
 
 def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch):
     """While a run holds the lock a second claim (or train.py) is refused in one line; the lock is held
-    during training and released however train.main ends, an error included."""
+    during training and released however train.main ends, an error included. A file system without locks is
+    one line saying so (not "another train.py"), and --no-lock trains there."""
     out = str(tmp_path / "cc")
     busy = (f"another train.py is writing {out} (it holds {out}.lock): wait for it to finish, or choose "
             f"another --out-dir")
@@ -251,6 +328,19 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
     assert refused == [busy, busy]
     checkpoint.claim(out, resume=False).close()
     assert checkpoint.step_of(out) == 2 and clean(out)
+    monkeypatch.undo()
+    import fcntl
+
+    def no_locks(*a):                                                 # NFS without lockd, Lustre
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    nfs = str(tmp_path / "nfs")
+    assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", nfs]) == (
+        f"error: {nfs}.lock cannot be locked on this file system (No locks available), so train.py cannot "
+        f"keep a second run off {nfs}: choose an --out-dir on a file system with locks, or add --no-lock and "
+        f"start one train.py per --out-dir yourself")
+    train.main([*SD, "--max-iters", "1", "--out-dir", nfs, "--no-lock"])
+    assert checkpoint.step_of(nfs) == 1 and clean(nfs)
 
 
 # ----------------------------------------------------------------------------- 4. non-finite weights
@@ -340,7 +430,26 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
     (["--seq-len", "-1"], "--seq-len must be 0 or more (0 = the task's), got -1"),
     (["--smax", "1"], "--smax must be at least 2, got 1"),
     (["--window", "-1"], "--window must be 0 or more (0 = smax / 2), got -1"),
-    (["--model", "ar", "--window", "9"], "--window 9: only Set Diffusion has a window"),
+    (["--threads", "100000"], f"--threads must be in [0, {threads.usable_cores()}] (the CPUs this process "
+                              f"may use; 0 = the cores other jobs leave free), got 100000"),
+    (["--infill", "1.5"], "--infill must be a fraction in [0, 1], got 1.5"),
+    (["--infill", "nan"], "--infill must be a fraction in [0, 1], got nan"),
+    # a flag that would do nothing: with this method, or without the flag it refines
+    (["--model", "ar", "--window", "9"], "--window does not apply to --model ar: it goes with --model "
+                                         "setdiffusion"),
+    (["--model", "bd3lm", "--infill", "0.5"], "--infill does not apply to --model bd3lm: it goes with "
+                                              "--model setdiffusion"),
+    (["--model", "ar", "--threshold", "0.9"], "--threshold does not apply to --model ar: it goes with "
+                                              "--model bd3lm, mdlm, setdiffusion"),
+    (["--model", "ar", "--smax", "4"], "--smax does not apply to --model ar: it goes with --model "
+                                       "setdiffusion"),
+    (["--model", "mdlm", "--block-size", "8"], "--block-size does not apply to --model mdlm: it goes with "
+                                               "--model bd3lm"),
+    (["--nelbo"], "--nelbo does not apply to --model setdiffusion: it goes with --model bd3lm, mdlm"),
+    (["--infill-added"], "--infill-added does nothing without --infill: add --infill, or drop "
+                         "--infill-added"),
+    (["--model", "ar", "--infill-len", "loguniform"], "--infill-len does nothing without --infill: add "
+                                                      "--infill, or drop --infill-len"),
     (["--window", "9"], "--window 9 is larger than --smax 8"),
     (["--model", "bd3lm", "--block-size", "0"], "--block-size must be at least 1, got 0"),
     (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be at least 1, got -2"),
@@ -440,6 +549,8 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
                                    "method_config.infill_added: False in the checkpoint, None from the "
                                    "flags"),
         ([*SD, "--smax", "4"], "method_config.smax: 8 in the checkpoint, 4 from the flags"),
+        ([*SD, "--seed", "2", "--lr", "1e-3"], "run.lr: 0.002 in the checkpoint, 0.001 from the flags; "
+                                              "run.seed: 1 in the checkpoint, 2 from the flags"),
         ([*SD, "--n-embd", "64"], "model.head_dim: 16 in the checkpoint, 32 from the flags; "
                                   "model.intermediate_size: 128 in the checkpoint, 256 from the flags; "
                                   "model.n_embd: 32 in the checkpoint, 64 from the flags"),
@@ -448,6 +559,10 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
                                     str(tmp_path / "other"), "--resume"])
         assert got == "error: " + theirs.format(diff)
         assert snapshot(tmp_path / "other") == before
+    argv = [*SD, "--max-iters", "2", "--out-dir", str(tmp_path / "other"), "--resume"]
+    assert error_of(train.main, argv) == (
+        f"error: --resume: {tmp_path}/other is at step 2, so --max-iters 2 leaves nothing to train: raise "
+        f"--max-iters above 2, or evaluate it with eval.py --ckpt {tmp_path}/other")
     assert "resuming" not in capsys.readouterr().out
 
 
@@ -487,6 +602,7 @@ class TooSlow(BaseException):
                                                "inf, 'window': 0, 'max_new_tokens': '16'}}"),
     ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),
     ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),
+    ({"run": [1, 2]}, WHERE + ": run must be an object, got [1, 2]"),
     ({"model.n_layer": 1000000000}, "weights do not fit the model: the weights hold 1 layers, the config "
                                     "n_layer=1000000000"),
     ("int64",

@@ -1,5 +1,6 @@
 """CPU threads (common/threads.py): every script sets a short OpenMP spin wait before torch loads OpenMP,
-keeps one the user set, and --threads sets torch's intra-op threads (a negative count is one line).
+keeps one the user set, and --threads sets torch's intra-op threads (a count below 0 or above the usable
+CPUs is one line).
 python -m pytest -q tests/test_threads.py"""
 import ast
 import os
@@ -39,8 +40,9 @@ def test_the_spin_is_set_in_a_fresh_script_and_a_users_is_kept(monkeypatch):
         assert os.environ.get("GOMP_SPINCOUNT") == (value if name == "GOMP_SPINCOUNT" else None)
 
 
-def test_threads_flag_sets_torch_threads_and_refuses_a_negative_count(monkeypatch):
-    """--threads N sets torch's threads; 0 takes the cores the load average leaves free, at least one."""
+def test_threads_flag_sets_torch_threads_and_refuses_a_count_out_of_range(monkeypatch):
+    """--threads N sets torch's threads; 0 takes the cores the load average leaves free, at least one; a
+    negative count, or more than the CPUs this process may use, is one line."""
     from common import threads
     import torch
     assert [threads.free_cores(2, load) for load in (0.0, 0.4, 1.0, 1.7, 5.0)] == [2, 2, 1, 1, 1]
@@ -58,5 +60,8 @@ def test_threads_flag_sets_torch_threads_and_refuses_a_negative_count(monkeypatc
     finally:
         torch.set_num_threads(before)
     import train
-    assert error_of(train.main, ["--model", "ar", "--threads", "-1"]) == \
-        "error: --threads must be >= 0 (0 = the cores other jobs leave free), got -1"
+    cores = threads.usable_cores()                               # a bound before torch: 100000 segfaults
+    for n in (-1, cores + 1, 100000):
+        assert error_of(train.main, ["--model", "ar", "--threads", str(n)]) == (
+            f"error: --threads must be in [0, {cores}] (the CPUs this process may use; 0 = the cores other "
+            f"jobs leave free), got {n}")
