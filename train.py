@@ -25,7 +25,7 @@ from common import threads  # first, before torch loads OpenMP: a short spin wai
 
 import torch
 
-from common import checkpoint
+from common import checkpoint, methods, saving
 from common import credentials, runs, train_args
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
@@ -75,7 +75,7 @@ def setup(args, device, flex: bool = False):
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
     # method_config keeps the settings this method has and checks them against seq_len: one line if bad
-    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
+    cfg = methods.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
                                    block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
                                    infill_len=args.infill_len, infill_added=args.infill_added)
     if args.max_new_tokens is None:
@@ -162,7 +162,7 @@ def main(argv=None):
                                  "--nproc_per_node=N train.py ... (N >= 2), or drop --fsdp")
             master = rank == 0
             if master:
-                held.enter_context(checkpoint.claim(args.out_dir, args.resume, lock=not args.no_lock))
+                held.enter_context(saving.claim(args.out_dir, args.resume, lock=not args.no_lock))
             flex = flex_on(args.attention, device)
             wandb = import_wandb(args, master)
             first = ddp and is_corpus(args.data)            # rank 0 builds (or fetches) a corpus' cache first
@@ -176,12 +176,12 @@ def main(argv=None):
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
                 runs.check_resume(args.out_dir, config, state["step"], args.max_iters)
-            elif master and checkpoint.newest(args.out_dir):
+            elif master and saving.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces "
                       f"it (--resume would continue it)", file=sys.stderr)
             if wandb is not None:
                 wandb.init(project=args.wandb, config=vars(args))
-            method, cfg = checkpoint.method_of(config)
+            method, cfg = methods.method_of(config)
             model = model.to(device)
             ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
             start = runs.restore(state, model, ema, args.out_dir) if state is not None else 0
@@ -205,7 +205,7 @@ def main(argv=None):
         with interrupts() as stop:
             try:
                 losses = loop(model, opt, ema, start, stop, run)
-            except checkpoint.SaveError as e:         # a full disk: the last complete checkpoint is kept
+            except saving.SaveError as e:         # a full disk: the last complete checkpoint is kept
                 sys.exit(f"error: {e}")
         try:
             if master:                                # FSDP's model is in shards: evaluate the saved one
@@ -284,10 +284,10 @@ def loop(model, opt, ema, start, stop, run):
             if not finite(model, ema, reduce=args.fsdp):          # FSDP: every rank gathers, rank 0 writes
                 stop_run(f"the weights are not finite after step {step}", args.out_dir)
             if saves or signalled:
-                checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
+                saving.save(args.out_dir, model, {**run["config"], "step": done},
                                 {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
             if keeps:                                             # weights only, beside --out-dir
-                checkpoint.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
+                saving.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
                                 eval_model=ema, write=master)
         if signalled:
             progress.close()

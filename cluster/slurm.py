@@ -24,7 +24,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # train.py's folder, where torchrun runs
 sys.path.insert(0, ROOT)
-from common import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
+from common import saving  # noqa: E402  (the repository root, whatever the working folder)
 from common.train_args import parse, parser  # noqa: E402  (train.py's own flags)
 
 
@@ -122,7 +122,7 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global
     G, host = gpus_per_node(gpus, env), expand_hostlist(env["SLURM_JOB_NODELIST"])[0]
     if global_batch:
         train_args = with_grad_accum(train_args, global_batch, int(nodes) * G)
-    if not args.resume and checkpoint.newest(os.path.join(ROOT, args.out_dir)):
+    if not args.resume and saving.newest(os.path.join(ROOT, args.out_dir)):
         train_args = [*train_args, "--resume"]                 # a requeued job continues its run
     return ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(G), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", env["SLURM_JOB_ID"], "train.py", *train_args]

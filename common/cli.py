@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from common import checkpoint, files
+from common import checkpoint, files, methods, runtime
 from data import CORPORA, TASKS, custom
 from model import static_decoding
 
@@ -107,8 +107,8 @@ def flag(dest: str) -> str:
 
 def methods_with(setting: str) -> set[str]:
     """The methods that have a setting: a field of their config, or a knob their sampler reads."""
-    return {name for name, method in checkpoint.METHODS.items()
-            if setting in checkpoint.METHOD_CONFIGS[name].__dataclass_fields__ or setting in method.KNOBS}
+    return {name for name, method in methods.METHODS.items()
+            if setting in methods.METHOD_CONFIGS[name].__dataclass_fields__ or setting in method.KNOBS}
 
 
 def method_needs(dest: str) -> set[str] | None:
@@ -169,7 +169,7 @@ def load_for_inference(args):
     from common import credentials, threads
     threads.set_threads(args.threads)
     credentials.load_dotenv()
-    device = checkpoint.pick_device(args.device)
+    device = runtime.pick_device(args.device)
     model, method, cfg, config = checkpoint.load(args.ckpt, device)
     return device, prepare(model, args, device), method, cfg, config
 

@@ -8,7 +8,7 @@ module only when --task names it.
 import argparse
 import os
 
-from common import checkpoint
+from common import saving
 from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature,
                         check_threshold, refuse_unused, speed_args)
 from data.mcqa import NAMES as MCQA
@@ -128,7 +128,7 @@ def check(args):
     if args.json:
         check_output_file(args.json)
         folder = os.path.dirname(args.json) or "."
-        if os.path.basename(args.json) in checkpoint.FILES and checkpoint.complete(folder):
+        if os.path.basename(args.json) in saving.FILES and saving.complete(folder):
             raise ValueError(f"--json {args.json} would replace a file of the checkpoint in {folder}: give "
                              f"another name")
     scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),

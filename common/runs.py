@@ -17,7 +17,7 @@ import json
 import os
 import re
 
-from common import checkpoint
+from common import methods, saving, schema
 from common.cli import PARENTS
 from common.weights import load_safetensors, load_weights
 
@@ -38,8 +38,8 @@ def identity(args, world: int) -> dict:
 def effective(name: str, settings: dict) -> dict:
     """A method's settings as they act: one that refines a setting which is off (PARENTS: --infill-len with
     --infill 0, as an older version wrote it) counts as its default."""
-    mc = checkpoint.method_config(name, **settings)
-    fields = checkpoint.METHOD_CONFIGS[name].__dataclass_fields__
+    mc = methods.method_config(name, **settings)
+    fields = methods.METHOD_CONFIGS[name].__dataclass_fields__
     for child, parent in PARENTS.items():
         if child in mc and parent in mc and mc[parent] == fields[parent].default:
             mc[child] = fields[child].default
@@ -66,14 +66,14 @@ def differences(saved: dict, config: dict) -> list[str]:
 def saved_config(d: str) -> dict:
     path = os.path.join(d, "config.json")
     with open(path, encoding="utf-8") as f:
-        return checkpoint.check_config(json.load(f), path)
+        return schema.check_config(json.load(f), path)
 
 
 def check_resume(out_dir: str, config: dict, step: int, max_iters: int):
     """--resume continues the same run, and trains: the checkpoint's run must be the flags' (its config.json:
     method, settings, model, data, seed, optimiser, batch), and --max-iters beyond its step, or it is one line
     naming what differs."""
-    d = checkpoint.resolve(out_dir)
+    d = saving.resolve(out_dir)
     diff = differences(saved_config(d), config)
     if diff:
         raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that "
@@ -90,7 +90,7 @@ def restore(state, model, ema, out_dir) -> int:
     try:
         load_weights(model, state["model"])
         if ema is not None:
-            ema_file = os.path.join(checkpoint.resolve(out_dir), "model.safetensors")
+            ema_file = os.path.join(saving.resolve(out_dir), "model.safetensors")
             load_weights(ema, load_safetensors(ema_file))
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise ValueError(cannot_resume(out_dir, e)) from None
@@ -106,7 +106,7 @@ def restore_optimizer(state, opt, out_dir):
 
 
 def cannot_resume(out_dir: str, e: Exception) -> str:
-    return (f"cannot resume from {checkpoint.resolve(out_dir)}: its train state does not fit "
+    return (f"cannot resume from {saving.resolve(out_dir)}: its train state does not fit "
             f"({str(e).splitlines()[0][:100]}); start again without --resume")
 
 
@@ -129,14 +129,14 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
     if not every:
         return
     for n, path in sorted(snapshots(out_dir).items()):
-        real = checkpoint.resolved(path)
-        why = checkpoint.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
+        real = saving.resolved(path)
+        why = saving.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
                                             f"it leads into {os.path.dirname(real)}, which does not exist")
         if why and n % every == 0 and start < n <= max_iters:
             raise ValueError(f"--keep-every {every} writes step {n} to {path}, which is not a checkpoint "
                              f"directory written by train.py ({why}): move it away, or choose another "
                              f"--out-dir")
-        if why or not checkpoint.complete(path):
+        if why or not saving.complete(path):
             continue
         diff = differences(saved_config(path), config)
         if diff:

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from common import checkpoint
+from common import saving
 from model import ModelConfig
 
 
@@ -38,7 +38,7 @@ def init_distributed(args):
     if world < 1 or not 0 <= rank < world:
         raise ValueError(f"WORLD_SIZE={world}, RANK={rank}: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
                          f"(torchrun --nproc_per_node=N train.py ... sets them)")
-    device = checkpoint.pick_device(args.device)
+    device = pick_device(args.device)
     if world > 1:
         device = f"cuda:{local}" if device == "cuda" else device
         torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo",
@@ -71,7 +71,7 @@ def rendezvous(world: int, rank: int, seconds: float) -> dict:
 def shard(*models):
     """train.py --fsdp: PyTorch's FSDP2 (fully_shard) over the ranks, each transformer block its own unit,
     then the rest (embeddings, final norm, head); None models are skipped. Parameters become DTensors: the
-    optimizer is built after this, and checkpoint.weights gathers them whole for the one safetensors file."""
+    optimizer is built after this, and saving.weights gathers them whole for the one safetensors file."""
     from torch.distributed.fsdp import fully_shard
     for m in models:
         if m is not None:
@@ -145,8 +145,8 @@ def flex_on(attention: str, device: str) -> bool:
 
 def stop_run(what: str, out_dir: str):
     """A NaN/inf stops the run: say where the last complete (finite) checkpoint is, if there is one."""
-    d = checkpoint.newest(out_dir)
-    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else \
+    d = saving.newest(out_dir)
+    where = f"the last good checkpoint (step {saving.step_of(d)}) is in {d}" if d else \
         "no checkpoint was saved"
     print(f"\n{what}: stopping; {where}", file=sys.stderr)
     sys.exit(1)
@@ -220,3 +220,23 @@ class Progress:
 
     def close(self):
         self.bar.close()
+
+
+def pick_device(name: str) -> str:
+    """"auto" -> cuda if available, else mps, else cpu; any other name as it is, once checked (one clear line
+    for a device this machine does not have)."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name}: not a device name; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available()
+                               or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"--device {name}: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
+                         f"CPU-only build or no driver?): use --device cpu or auto")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"--device {name}: MPS is not available here: use --device cpu or auto")
+    return name

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from common import threads  # noqa: F401  first, before torch loads OpenMP (common/threads.py)
+from common import saving, threads  # noqa: F401  first, before torch loads OpenMP (common/threads.py)
 
 SET = "--model setdiffusion --smax 8"
 DEMO, SMAX_BUDGET = "--batch-size 16 --max-iters 3000", "--batch-size 32 --max-iters 2000"
@@ -86,14 +86,13 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
 def one(run: str, seed: int, args):
     """Train one run (unless its last checkpoint is there), then evaluate each kept step not yet in its
     JSON."""
-    from common import checkpoint
     from common.files import replaced
     threads.set_threads(args.threads)
     out = os.path.join(args.out_dir, f"{run}-s{seed}")
     cmd = [sys.executable, "train.py", *flags(run, seed, out, args.keep_every, args.train_flags),
            "--device", args.device, "--threads", str(args.threads)]
     iters = int(cmd[len(cmd) - 1 - cmd[::-1].index("--max-iters") + 1])        # the last one given wins
-    if checkpoint.step_of(out) != iters:                                        # -1: none there yet
+    if saving.step_of(out) != iters:                                        # -1: none there yet
         os.makedirs(args.out_dir, exist_ok=True)
         with open(out + ".log", "a") as log:
             failed = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 
-from common.checkpoint import METHODS
+from common.methods import METHODS
 from data import get_task
 from common.files import figure_format, replaced
 from common.metrics import markdown_table

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-from common import checkpoint
+from common import checkpoint, runtime
 from common.cli import check_nonnegative, check_positive, check_threshold
 from data import get_task, get_tokenizer, is_corpus, sampler_preset
 from sampling import Settings
@@ -81,7 +81,7 @@ def main(argv=None):
         check_nonnegative("--warmup", args.warmup)
         if args.out and not os.path.isdir(args.out):
             raise ValueError(f"--out {args.out} is not a folder: create it first")
-        device = checkpoint.pick_device(args.device)
+        device = runtime.pick_device(args.device)
         runs, records = build_runs(args.runs, device, args.max_new_tokens)
         first = next(iter(runs.values()))
         task = get_task(first["task"], first["data_options"])

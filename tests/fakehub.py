@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from common import checkpoint
+from common import saving
 from model import ModelConfig, Transformer
 
 import torch
@@ -67,11 +67,11 @@ def released_weights(tie=True, ema=True, seed=0) -> tuple[dict, dict]:
     ema.backbone.*."""
     def official(model, prefix):                 # Hugging Face names: q, k, v projections apart
         return {(prefix + "lm_head.weight" if k == "lm_head.weight" else prefix + "model." + k): v
-                for k, v in hf_names(checkpoint.weights(model), TINY).items()}
+                for k, v in hf_names(saving.weights(model), TINY).items()}
     torch.manual_seed(seed)
     cfg = dataclasses.replace(TINY, tie_embeddings=tie)
     raw, avg = Transformer(cfg), Transformer(cfg)
     state = {"noise.loc": torch.linspace(0, 1, 8), **official(raw, "backbone.")}
     if ema:
         state.update(official(avg, "ema.backbone."))
-    return state, checkpoint.weights(avg if ema else raw)
+    return state, saving.weights(avg if ema else raw)

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import save_file
 
 import train
-from common import checkpoint
+from common import saving
 from helpers import error_of
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
@@ -93,7 +93,7 @@ def test_a_downloaded_model_folder_as_out_dir_is_refused_whatever_its_file_names
     (older / "config.json").write_text(json.dumps({k: v for k, v in config.items()
                                                    if k not in ("sampler", "predict_padding")}))
     train.main([*TINY, "--max-iters", "2", "--out-dir", str(older), "--resume"])
-    assert checkpoint.step_of(str(older)) == 2 and leftovers(older) == []
+    assert saving.step_of(str(older)) == 2 and leftovers(older) == []
 
 
 def test_folders_named_like_a_saves_scratch_are_never_deleted(base, tmp_path):
@@ -111,7 +111,7 @@ def test_folders_named_like_a_saves_scratch_are_never_deleted(base, tmp_path):
     train.main([*TINY, "--max-iters", "3", "--save-every", "1", "--out-dir", str(out), "--resume"])
     train.main([*TINY, "--max-iters", "4", "--out-dir", str(out), "--resume"])
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(("ck/", "ck.lock"))} == mine
-    assert checkpoint.step_of(str(out)) == 4 and sorted(os.listdir(out)) == sorted(checkpoint.FILES)
+    assert saving.step_of(str(out)) == 4 and sorted(os.listdir(out)) == sorted(saving.FILES)
     assert leftovers(out) == sorted(["ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd",
                                      "ck.old-89abcdef", "ck.tmp-deadbeef"])
 
@@ -129,11 +129,11 @@ def test_a_symlinked_out_dir_stays_a_link_and_is_locked_at_its_target(tmp_path):
     train.main([*TINY, "--max-iters", "2", "--save-every", "1", "--out-dir", str(link)])
     train.main([*TINY, "--max-iters", "3", "--out-dir", str(link), "--resume"])
     assert os.path.islink(link) and os.readlink(link) == str(target)
-    assert checkpoint.step_of(str(target)) == 3 and sorted(os.listdir(target)) == sorted(checkpoint.FILES)
+    assert saving.step_of(str(target)) == 3 and sorted(os.listdir(target)) == sorted(saving.FILES)
     assert leftovers(target) == [] and sorted(os.listdir(tmp_path)) == ["disk", "run"]
-    lock = checkpoint.claim(str(target), resume=True)
+    lock = saving.claim(str(target), resume=True)
     with pytest.raises(ValueError, match=f"another train.py is writing {target}"):
-        checkpoint.claim(str(link), resume=True)
+        saving.claim(str(link), resume=True)
     lock.close()
 
 
@@ -146,11 +146,11 @@ def test_what_an_older_version_left_of_a_symlinked_out_dir_is_repaired_and_named
     out = tmp_path / "run"
     shutil.copytree(base, out)
     shutil.copytree(base, tmp_path / "run.old")
-    (tmp_path / "run.old" / checkpoint.SWAP_MARK).write_text("")
+    (tmp_path / "run.old" / saving.SWAP_MARK).write_text("")
     (tmp_path / "run.old.deleting").symlink_to(users)
     kept = snapshot(users)
     train.main([*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
-    assert checkpoint.step_of(str(out)) == 2 and not os.path.exists(tmp_path / "run.old")
+    assert saving.step_of(str(out)) == 2 and not os.path.exists(tmp_path / "run.old")
     assert os.readlink(tmp_path / "run.old.deleting") == str(users) and snapshot(users) == kept
     notes = [line for line in capsys.readouterr().err.splitlines() if "run.old.deleting" in line]
     assert notes == [f"note: {tmp_path}/run.old.deleting is a link an older train.py left (to {users}); "
@@ -173,16 +173,16 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(bas
             raise RuntimeError("basic_ios::clear: iostream error")
         except RuntimeError:
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
-    monkeypatch.setattr(checkpoint.torch, "save", full)
+    monkeypatch.setattr(saving.torch, "save", full)
     message = error_of(train.main, [*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
     assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at "
                               f"inline_container.cc:672]")
     assert message.endswith(f"MiB free there); the last complete checkpoint (step 1) is in {out}: make room, "
                             f"then --resume")
     assert snapshot(out) == before and leftovers(out) == []
-    monkeypatch.setattr(checkpoint.torch, "save", real)
+    monkeypatch.setattr(saving.torch, "save", real)
     train.main([*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
-    assert checkpoint.step_of(str(out)) == 2
+    assert saving.step_of(str(out)) == 2
 
 
 # ----------------------------------------------------------------------------- results files
@@ -557,8 +557,8 @@ def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # where Ctrl-C lands: eval.py half-way through writing --json, sample.py while loading the checkpoint
 CTRL_C = {
-    "train.py": "from common import checkpoint\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
-                "checkpoint.claim = claim\n",
+    "train.py": "from common import saving\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
+                "saving.claim = claim\n",
     "train.py in a step": "import ar, os, signal\nreal = ar.loss\ndef loss(*a, **k):\n"
                           "    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
                           "ar.loss = loss\n",

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from common import checkpoint
+from common import checkpoint, methods, saving
 from model import PRESETS, ModelConfig
 from common.pretrained import ALSO_NAMED, RELEASED, from_dit, timestep_embedding
 from common.weights import from_state
@@ -464,10 +464,10 @@ def test_checkpoint_of_another_family(tmp_path):
     from model import ModelConfig, Transformer
     cfg = ModelConfig(vocab_size=300, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
     config = {"model": dataclasses.asdict(cfg), "method": "ar",
-              "method_config": checkpoint.method_config("ar", mask_id=299),
+              "method_config": methods.method_config("ar", mask_id=299),
               "tokenizer": "qwen3:Qwen/Qwen3-1.7B-Base",
               "data": "gsm8k", "seq_len": 32}
-    checkpoint.save(str(tmp_path / "gsm8k-qwen"), Transformer(cfg), config)
+    saving.save(str(tmp_path / "gsm8k-qwen"), Transformer(cfg), config)
     msg = eval_error(["--ckpt", str(tmp_path / "gsm8k-qwen"), "--task", "likelihood", "--data", "lm1b"])
     assert "needs a model with the bert-base-uncased tokenizer, but this checkpoint uses qwen3:" in msg
     msg = eval_error(["--ckpt", owt_dit(tmp_path, "lm1b-ar", V=60), "--task", "hellaswag"])

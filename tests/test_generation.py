@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-from common import checkpoint
+from common import checkpoint, methods, saving
 import eval as evaluate
 from common import replies
 import sample
@@ -42,10 +42,10 @@ def ckpts(tmp_path_factory):
     for m in ("ar", "mdlm", "bd3lm", "setdiffusion"):
         torch.manual_seed(0)
         cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
-        checkpoint.save(str(root / m), Transformer(cfg), {
+        saving.save(str(root / m), Transformer(cfg), {
             "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith",
             "seq_len": 128,
-            "method_config": checkpoint.method_config(m, TOK.mask_id, smax=8, block_size=4, nelbo=False)})
+            "method_config": methods.method_config(m, TOK.mask_id, smax=8, block_size=4, nelbo=False)})
     return root
 
 

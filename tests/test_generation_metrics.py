@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from common import checkpoint
+from common import methods, saving
 import eval as evaluate
 from common import replies
 import sampling
@@ -245,9 +245,9 @@ def test_reference_files(tmp_path):
 def test_eval_unconditional_with_hf_scorers_end_to_end(hf, tmp_path, capsys):
     cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
     torch.manual_seed(0)
-    checkpoint.save(str(tmp_path / "ar"), Transformer(cfg), {
+    saving.save(str(tmp_path / "ar"), Transformer(cfg), {
         "model": dataclasses.asdict(cfg), "method": "ar", "tokenizer": "bytes", "data": "arith",
-        "seq_len": 64, "method_config": checkpoint.method_config("ar", TOK.mask_id)})
+        "seq_len": 64, "method_config": methods.method_config("ar", TOK.mask_id)})
     (tmp_path / "refs.txt").write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
     out = tmp_path / "m.json"
     evaluate.main(["--ckpt", str(tmp_path / "ar"), "--task", "unconditional", "-n", "4", "--warmup", "0",
@@ -506,9 +506,9 @@ def test_an_encoder_as_ppl_model_is_refused(hf, tmp_path):
 
 def bytes_ckpt(tmp_path) -> str:
     model, _, _ = tiny_bytes_ar()
-    checkpoint.save(str(tmp_path / "ar"), model, {
+    saving.save(str(tmp_path / "ar"), model, {
         "model": dataclasses.asdict(model.cfg), "method": "ar", "tokenizer": "bytes", "data": "arith",
-        "seq_len": 64, "method_config": checkpoint.method_config("ar", TOK.mask_id)})
+        "seq_len": 64, "method_config": methods.method_config("ar", TOK.mask_id)})
     return str(tmp_path / "ar")
 
 

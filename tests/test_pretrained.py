@@ -28,7 +28,7 @@ from sampling import Settings
 from safetensors.torch import save_file
 
 import ar
-from common import checkpoint
+from common import checkpoint, saving
 import eval as evaluate
 import paper.results
 import train
@@ -162,12 +162,12 @@ def hub(tmp_path_factory):
     d = fake_hub(home, "me/our-run")                                      # our own format, pushed to the Hub
     torch.manual_seed(4)
     ours = Transformer(TINY)
-    checkpoint.save(os.path.join(home, "run"), ours, {"model": dataclasses.asdict(TINY), "method": "mdlm",
+    saving.save(os.path.join(home, "run"), ours, {"model": dataclasses.asdict(TINY), "method": "mdlm",
                     "method_config": {"mask_id": V - 1}, "tokenizer": "bytes", "data": "arith",
                     "seq_len": 32})
     for f in ("config.json", "model.safetensors"):
         os.replace(os.path.join(home, "run", f), os.path.join(d, f))
-    expect["ours"] = checkpoint.weights(ours)
+    expect["ours"] = saving.weights(ours)
 
     d = fake_hub(home, "Qwen/Qwen3-Tiny")                                 # a plain Qwen3 base model
     write_json(os.path.join(d, "config.json"), {"model_type": "qwen3",
@@ -293,7 +293,7 @@ def test_our_format_still_loads_locally(tmp_path):
     config = {"model": dataclasses.asdict(TINY), "method": "setdiffusion",
               "method_config": {"mask_id": V - 1, "smax": 4}, "tokenizer": "bytes", "data": "arith",
               "seq_len": 32}
-    checkpoint.save(str(tmp_path / "run"), model, config)
+    saving.save(str(tmp_path / "run"), model, config)
     os.replace(tmp_path / "run", tmp_path / "run.old")                   # a kill between the two renames
     loaded, method, cfg, back = checkpoint.load(str(tmp_path / "run"))
     assert method.__name__ == "setdiffusion" and cfg.smax == 4 and back == config
@@ -435,7 +435,7 @@ def tiny_qwen3(path):
     with torch.no_grad():
         model.embed_tokens.weight[151669:] *= 3
     os.makedirs(path)
-    save_file({"model." + k: v for k, v in checkpoint.weights(model).items()},
+    save_file({"model." + k: v for k, v in saving.weights(model).items()},
               os.path.join(path, "model.safetensors"))
     write_json(os.path.join(path, "config.json"), {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": QWEN3_VOCAB,

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from common import checkpoint, threads
+from common import checkpoint, saving, threads
 import setdiffusion as sd
 import train
 from helpers import error_of
@@ -43,15 +43,15 @@ def base(tmp_path_factory):
 @pytest.fixture(scope="module")
 def parts(base):
     """(model, config, optimizer state) of the shared checkpoint, to write checkpoints of any step with
-    checkpoint.save."""
+    saving.save."""
     model, _, _, config = checkpoint.load(str(base))
     return model, config, checkpoint.load_train_state(str(base))["optimizer"]
 
 
 def save_at(path, step, parts):
-    """A complete checkpoint of the shared run at `path`, labelled `step`, written by checkpoint.save."""
+    """A complete checkpoint of the shared run at `path`, labelled `step`, written by saving.save."""
     model, config, opt = parts
-    checkpoint.save(str(path), model, {**config, "step": step}, {"optimizer": opt, "step": step})
+    saving.save(str(path), model, {**config, "step": step}, {"optimizer": opt, "step": step})
 
 
 def snapshot(root) -> dict:
@@ -73,7 +73,7 @@ def clean(path) -> bool:
     """out_dir holds one checkpoint, of train.py's files only, and no sibling .tmp / .old / .deleting."""
     parent, name = os.path.split(str(path))
     leftovers = [n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock"]
-    return not leftovers and sorted(os.listdir(path)) == sorted(checkpoint.FILES)
+    return not leftovers and sorted(os.listdir(path)) == sorted(saving.FILES)
 
 
 def all_finite(d) -> bool:
@@ -152,12 +152,12 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     users = ("ck.tmp/", "ck.old/", "ck-step03/")
     mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)}
     train.main([*SD, "--max-iters", "3", "--keep-every", "1", "--out-dir", str(tmp_path / "ck"), "--resume"])
-    assert checkpoint.step_of(str(tmp_path / "ck")) == 3 == checkpoint.step_of(str(tmp_path / "ck-step3"))
+    assert saving.step_of(str(tmp_path / "ck")) == 3 == saving.step_of(str(tmp_path / "ck-step3"))
     assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)} == mine
     (tmp_path / "empty").mkdir()                                    # out/ck/: its snapshots beside it
     train.main([*SD, "--max-iters", "1", "--keep-every", "1", "--out-dir", f"{tmp_path}/empty/"])
     assert checkpoint.load_train_state(str(tmp_path / "empty"))["step"] == 1 and clean(tmp_path / "empty")
-    assert checkpoint.step_of(str(tmp_path / "empty-step1")) == 1
+    assert saving.step_of(str(tmp_path / "empty-step1")) == 1
 
 
 def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkeypatch):
@@ -188,8 +188,8 @@ def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(safetensors.torch, "save_file", full)
     model, config, _ = parts
-    with pytest.raises(checkpoint.SaveError) as e:
-        checkpoint.save(str(tmp_path / "ck-step4"), model, {**config, "step": 4})
+    with pytest.raises(saving.SaveError) as e:
+        saving.save(str(tmp_path / "ck-step4"), model, {**config, "step": 4})
     assert str(e.value).startswith(f"cannot save step 4 to {tmp_path}/ck-step4 (No space left on device; ")
     assert str(e.value).endswith("; the run's last checkpoint is in --out-dir: fix this, then --resume")
     assert os.listdir(tmp_path) == []
@@ -204,33 +204,33 @@ def kill_state(out, kind, parts):
         save_at(out, 2, parts)
         save_at(scratch, 4, parts)
         os.rename(scratch, str(out) + ".tmp")
-        open(out / checkpoint.SWAP_MARK, "w").close()
+        open(out / saving.SWAP_MARK, "w").close()
         os.rename(out, str(out) + ".old")
         return 4
     if kind == "partial tmp":           # killed while writing its .tmp-XXXXXXXX: no config.json yet
         save_at(out, 2, parts)
-        tmp = checkpoint.fresh(str(out), "tmp")
-        open(os.path.join(tmp, checkpoint.SWAP_MARK), "w").close()
+        tmp = saving.fresh(str(out), "tmp")
+        open(os.path.join(tmp, saving.SWAP_MARK), "w").close()
         tmp = out.parent / os.path.basename(tmp)
         (tmp / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:1000])
         (tmp / "config.json.part").write_text('{"model": {')
         return 2
     if kind == "marked old":            # an older version killed after out.tmp -> out, before deleting .old
         save_at(scratch, 2, parts)
-        open(scratch / checkpoint.SWAP_MARK, "w").close()
+        open(scratch / saving.SWAP_MARK, "w").close()
         os.rename(scratch, str(out) + ".old")
         save_at(out, 4, parts)
         return 4
     if kind == "only tmp":              # killed after its .old-XXXXXXXX was deleted, before its .tmp -> out
         save_at(scratch, 4, parts)
-        open(scratch / checkpoint.SWAP_MARK, "w").close()
-        os.rename(scratch, checkpoint.fresh(str(out), "tmp"))
+        open(scratch / saving.SWAP_MARK, "w").close()
+        os.rename(scratch, saving.fresh(str(out), "tmp"))
         return 4
     if kind == "complete tmp":          # an older version killed after writing out.tmp and marking out
         save_at(out, 2, parts)
         save_at(scratch, 4, parts)
         os.rename(scratch, str(out) + ".tmp")
-        open(out / checkpoint.SWAP_MARK, "w").close()
+        open(out / saving.SWAP_MARK, "w").close()
         return 4
     raise AssertionError(kind)
 
@@ -241,8 +241,8 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     newest complete one, and --resume continues from it and leaves a clean out_dir."""
     out = tmp_path / "kb"
     step = kill_state(out, kind, parts)
-    d = checkpoint.resolve(str(out))
-    assert d == checkpoint.newest(str(out)) and checkpoint.step_of(d) == step
+    d = saving.resolve(str(out))
+    assert d == saving.newest(str(out)) and saving.step_of(d) == step
     scratch = [str(x) for x in out.parent.glob("kb.tmp-*")]         # a save's own, fresh name
     legacy = [str(out) + ".tmp"]                    # an older version's fixed name, its swap marked
     assert [d] == {"old+tmp": legacy, "complete tmp": legacy, "only tmp": scratch}.get(kind, [str(out)])
@@ -252,7 +252,7 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     train.main([*SD, "--max-iters", str(step + 1), "--out-dir", str(out), "--resume"])
     assert f"resuming from step {step} of {out}" in capsys.readouterr().out
     assert checkpoint.load_train_state(str(out))["step"] == step + 1 and \
-        checkpoint.step_of(str(out)) == step + 1
+        saving.step_of(str(out)) == step + 1
     assert clean(out) and all_finite(out)
 
 
@@ -274,9 +274,9 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
     def full(*a, **k):
         raise OSError(28, "No space left on device")
     if fault == "disk full":
-        monkeypatch.setattr(checkpoint.torch, "save", full)           # train_state.pt cannot be written
+        monkeypatch.setattr(saving.torch, "save", full)           # train_state.pt cannot be written
     else:
-        monkeypatch.setattr(checkpoint.os, "replace", replace)
+        monkeypatch.setattr(saving.os, "replace", replace)
     with pytest.raises(OSError, match="No space left"):
         save_at(out, 4, parts)
     monkeypatch.undo()
@@ -286,15 +286,15 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
     if fault == "out.tmp -> out":
         assert re.fullmatch(scratch, calls[-1][0]) and "tmp" in calls[-1][0] and calls[-1][1] == str(out)
     # the previous one, whole
-    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if checkpoint.complete(d)]
+    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if saving.complete(d)]
     assert len(kept) == 1 and \
-        {k: v for k, v in snapshot(kept[0]).items() if k != checkpoint.SWAP_MARK} == previous
+        {k: v for k, v in snapshot(kept[0]).items() if k != saving.SWAP_MARK} == previous
     assert checkpoint.load_ours(str(kept[0]))[3]["step"] == 2 and all_finite(kept[0])
     newer = fault in ("out -> out.old", "out.tmp -> out")              # the new one was complete in ck.tmp
     assert checkpoint.load(str(out))[3]["step"] == (4 if newer else 2)
     assert checkpoint.load_train_state(str(out))["step"] == (4 if newer else 2)
     save_at(out, 6, parts)
-    assert checkpoint.step_of(str(out)) == 6 and clean(out)
+    assert saving.step_of(str(out)) == 6 and clean(out)
 
 
 # ----------------------------------------------------------------------------- 3. one train.py per --out-dir
@@ -306,28 +306,28 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
     out = str(tmp_path / "cc")
     busy = (f"another train.py is writing {out} (it holds {out}.lock): wait for it to finish, or choose "
             f"another --out-dir")
-    lock = checkpoint.claim(out, resume=False)
+    lock = saving.claim(out, resume=False)
     with pytest.raises(ValueError) as e:
-        checkpoint.claim(out, resume=False)
+        saving.claim(out, resume=False)
     assert str(e.value) == busy
     assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out]) == "error: " + busy
     lock.close()
     assert error_of(train.main, [*SD, "--max-iters", "1", "--max-new-tokens", "999", "--out-dir", out]) == \
         f"error: --max-new-tokens 999 is more than the sequence length {SEQ_LEN}"     # after the claim
-    checkpoint.claim(out, resume=False).close()                       # released by the failed run
+    saving.claim(out, resume=False).close()                       # released by the failed run
     refused, real_loss = [], sd.loss
 
     def loss(*a, **k):                                                # a second run during training
         try:
-            checkpoint.claim(out, resume=False).close()
+            saving.claim(out, resume=False).close()
         except ValueError as e:
             refused.append(str(e))
         return real_loss(*a, **k)
     monkeypatch.setattr(sd, "loss", loss)
     train.main([*SD, "--max-iters", "2", "--out-dir", out])
     assert refused == [busy, busy]
-    checkpoint.claim(out, resume=False).close()
-    assert checkpoint.step_of(out) == 2 and clean(out)
+    saving.claim(out, resume=False).close()
+    assert saving.step_of(out) == 2 and clean(out)
     monkeypatch.undo()
     import fcntl
 
@@ -340,7 +340,7 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
         f"keep a second run off {nfs}: choose an --out-dir on a file system with locks, or add --no-lock and "
         f"start one train.py per --out-dir yourself")
     train.main([*SD, "--max-iters", "1", "--out-dir", nfs, "--no-lock"])
-    assert checkpoint.step_of(nfs) == 1 and clean(nfs)
+    assert saving.step_of(nfs) == 1 and clean(nfs)
 
 
 # ----------------------------------------------------------------------------- 4. non-finite weights
@@ -380,8 +380,8 @@ def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, caps
     lines = [line for line in capsys.readouterr().err.splitlines() if "stopping" in line]
     assert len(lines) == 1 and re.fullmatch(
         rf"{stops_at}: stopping; the last good checkpoint \(step 2\) is in {re.escape(out)}", lines[0]), lines
-    assert checkpoint.resolve(out) == out and checkpoint.load_train_state(out)["step"] == 2
-    assert checkpoint.step_of(out) == 2 and all_finite(out) and clean(out)
+    assert saving.resolve(out) == out and checkpoint.load_train_state(out)["step"] == 2
+    assert saving.step_of(out) == 2 and all_finite(out) and clean(out)
 
 
 # ----------------------------------------------------------------------------- 5. SIGINT / SIGTERM
@@ -413,7 +413,7 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
     assert e.value.code == f"interrupted after step 4: saved it to {out}; --resume continues from there"
     monkeypatch.undo()
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers     # put back
-    assert checkpoint.load_train_state(out)["step"] == 4 and checkpoint.step_of(out) == 4 and clean(out)
+    assert checkpoint.load_train_state(out)["step"] == 4 and saving.step_of(out) == 4 and clean(out)
     assert train.main([*RESUMABLE, "--out-dir", out, "--resume"]) == uninterrupted[4:]
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import ar
-from common import checkpoint
+from common import checkpoint, methods, saving
 import eval as evaluate
 import paper.results
 import sample
@@ -54,7 +54,7 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path, monkeypatch):
     """Killed after the step-3 checkpoint, then --resume: the loss curve of the uninterrupted run, exactly."""
     args = ["--model", "setdiffusion", "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
     full = run_train(tmp_path / "a", *args)
-    monkeypatch.setitem(checkpoint.METHODS, "setdiffusion", killed_after(5, sd.loss, KeyboardInterrupt))
+    monkeypatch.setitem(methods.METHODS, "setdiffusion", killed_after(5, sd.loss, KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         run_train(tmp_path / "b", *args)
     monkeypatch.undo()
@@ -71,9 +71,9 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
     assert run_train(tmp_path / "b", *args, "--keep-every", "2") == plain
     out = tmp_path / "b" / "ckpt"
     kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
-    assert all(checkpoint.step_of(str(d)) == k and not (d / "train_state.pt").exists()
+    assert all(saving.step_of(str(d)) == k and not (d / "train_state.pt").exists()
                for k, d in kept.items())
-    monkeypatch.setitem(checkpoint.METHODS, "setdiffusion", killed_after(3, sd.loss, KeyboardInterrupt))
+    monkeypatch.setitem(methods.METHODS, "setdiffusion", killed_after(3, sd.loss, KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):                # the same run, saved at step 2, stopped in step 3
         run_train(tmp_path / "c", *args, "--save-every", "2")
     for d, same in ((kept[2], tmp_path / "c" / "ckpt"), (kept[4], out)):
@@ -91,11 +91,11 @@ def test_resume_of_a_checkpoint_older_than_a_method_setting(tmp_path):
         del config["method_config"][name]
     path.write_text(json.dumps(config))
     assert len(run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "3", "--resume")) == 1
-    assert checkpoint.step_of(str(path.parent)) == 3
+    assert saving.step_of(str(path.parent)) == 3
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setitem(checkpoint.METHODS, "ar", killed_after(5, ar.loss, None))
+    monkeypatch.setitem(methods.METHODS, "ar", killed_after(5, ar.loss, None))
     with pytest.raises(SystemExit) as e:
         run_train(tmp_path, "--model", "ar", "--max-iters", "8", "--save-every", "2")
     assert e.value.code == 1
@@ -249,10 +249,10 @@ def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, m
     for m in ("setdiffusion", "mdlm", "bd3lm"):
         run_train(tmp_path / m, "--model", m, "--max-iters", "1")
 
-        def spy(*a, _real=checkpoint.METHODS[m].generate, _m=m, **k):
+        def spy(*a, _real=methods.METHODS[m].generate, _m=m, **k):
             seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
-        monkeypatch.setattr(checkpoint.METHODS[m], "generate", spy)
+        monkeypatch.setattr(methods.METHODS[m], "generate", spy)
         evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official-blocks",
                        "--commit-order", "fht"])
     assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"

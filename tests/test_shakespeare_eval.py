@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common import checkpoint
+from common import checkpoint, methods, saving
 import eval as evaluate
 from data import byte_tokenizer, textfile
 from helpers import error_of, text_checkpoints
@@ -132,9 +132,9 @@ def test_a_bad_ref_ckpt_is_one_line(run, tmp_path):
                                         ("short-ar", 258, "bytes", 16, own),
                                         ("owt-ar", 258, "bytes", 64, "owt")):
         cfg = ModelConfig(vocab_size=V, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
-        config = {"model": dataclasses.asdict(cfg), "method": "ar", "method_config": checkpoint.method_config(
+        config = {"model": dataclasses.asdict(cfg), "method": "ar", "method_config": methods.method_config(
                   "ar", V - 1), "tokenizer": tokenizer, "data": data, "seq_len": L}
-        checkpoint.save(str(tmp_path / name), Transformer(cfg), config)
+        saving.save(str(tmp_path / name), Transformer(cfg), config)
     assert "uses the gpt2 tokenizer, the samples are bytes tokens" in eval_error(
         [*args, "--ref-ckpt", str(tmp_path / "gpt2-ar")])
     assert ("has a context of 16 tokens, fewer than the BOS and 20 new tokens: pass --max-new-tokens 15 "

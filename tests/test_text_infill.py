@@ -11,7 +11,7 @@ import json
 import pytest
 import tiktoken
 
-from common import checkpoint
+from common import methods, saving
 import eval as evaluate
 from data import Tokenizer, byte_tokenizer, textfile
 from helpers import error_of, text_checkpoints
@@ -156,9 +156,9 @@ def test_eval_infill_bad_input_is_one_line(run, tmp_path, extra, message):
 
 def test_eval_infill_word_span_on_the_shipped_task_is_one_line(tmp_path):
     cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
-    checkpoint.save(str(tmp_path / "arith"), Transformer(cfg), {
+    saving.save(str(tmp_path / "arith"), Transformer(cfg), {
         "model": dataclasses.asdict(cfg), "method": "mdlm", "tokenizer": "bytes", "data": "arith",
-        "seq_len": 128, "method_config": checkpoint.method_config("mdlm", TOK.mask_id)})
+        "seq_len": 128, "method_config": methods.method_config("mdlm", TOK.mask_id)})
     assert ("--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb of "
             "the problem") in error_of(
         evaluate.main, ["--ckpt", str(tmp_path / "arith"), "--task", "infill", "--span", "word",
