@@ -78,7 +78,7 @@ likelihood:  ## per-token NLL and perplexity of the four `make pareto` checkpoin
 	  $(PY) eval.py --ckpt $(PARETO_DIR)/$$m --task likelihood --json results/likelihood-arith/$$m.json || exit 1; done
 	$(PY) -m paper.results results/likelihood-arith.md $(foreach m,ar mdlm bd3lm setdiffusion,results/likelihood-arith/$(m).json)
 
-REF ?= e2a4fee
+REF ?= f1c58be
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~15 min on 2 cores)
 	$(PY) -m bench.bench --ref $(REF) --json results/bench.json
 

@@ -22,7 +22,7 @@ from common import threads  # noqa: F401
 
 from common import eval_args
 from common.cli import check_threshold, check_window, load_for_inference, no_examples_left
-from common.files import replaced
+from data.files import replaced
 from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
                             markdown_table, run_record, window_used)
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
@@ -90,6 +90,10 @@ def main(argv=None):
     args = get_args(argv)
     try:
         eval_args.check(args)
+        if args.task == "lm-eval":               # --tasks, --include-path, --num-fewshot; lm-eval installed
+            paper("harness").check_args(args)
+        if args.task == "unconditional":         # the scorers' packages installed
+            paper("hf_metrics").check_installed(bool(args.ppl_model), bool(args.mauve_ref))
         device, model, method, cfg, config = load_for_inference(args)
         task_name = args.task or config["data"]
         # a released checkpoint (config holds its source) counts as the official code does

@@ -310,6 +310,15 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float, beta2: float) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms and biases), as nanoGPT and the official
+    recipes; betas (0.9, beta2)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, beta2))
+
+
 # ----------------------------------------------------------------------------- static-shape decoding
 # For speed only (eval.py/sample.py --compile), as gpt-fast does: every cached step is padded to the sampler's
 # fixed number of slots and attends to the whole preallocated cache under a validity mask, so one

@@ -29,7 +29,7 @@ from common import checkpoint, methods, saving
 from common import credentials, runs, train_args
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
-from model import PRESETS, ModelConfig, Transformer
+from model import PRESETS, ModelConfig, Transformer, make_optimizer
 from common.pretrained import from_pretrained
 from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed,
                             interrupts, shard, shard_optimizer_state, stop_run)
@@ -103,14 +103,6 @@ def model_shape(args, tok) -> dict:
                          f"fewer than the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this "
                          f"tokenizer")
     return shape
-
-
-def make_optimizer(model, args):
-    """AdamW, weight decay on matrices only."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, args.beta2))
 
 
 def rows_of(train, idx, tok, task) -> dict:
@@ -191,7 +183,7 @@ def main(argv=None):
                 shard(model, ema)
                 if master:
                     print(f"FSDP2: weights, gradients and optimizer state sharded over {world} processes")
-            opt = make_optimizer(model, args)
+            opt = make_optimizer(model, args.lr, args.weight_decay, args.beta2)
             if state is not None:
                 runs.restore_optimizer(state, opt, args.out_dir)
                 if args.fsdp:

@@ -1,14 +1,14 @@
 """Speed benchmark: decoding and training throughput of the four methods, this code beside an older commit.
 
     python -m bench.bench                   # this working tree only
-    python -m bench.bench --ref e2a4fee     # and commit e2a4fee, timed in the same run (interleaved)
+    python -m bench.bench --ref f1c58be     # and commit f1c58be, timed in the same run
 
 Every claim "x times faster" in the README is a ratio from one run of this script: each source tree runs in
 its own worker process (this file, run with that tree first on sys.path: it imports that tree's model.py and
-method files, so its top imports only the standard library, and a tree from before this layout works too); the
-workers alternate (ref, new, ref,
-new, ...) `--rounds` times, and each number is the median over rounds. Shapes (CPU-sized; --quick shrinks
-them):
+method files, so its top imports only the standard library). A reference tree must have today's interface
+(sampling.Settings, common.metrics.evaluate_throughput, model.static_decoding: f1c58be and later). The workers
+alternate (ref, new, ref, new, ...) `--rounds` times, and each number is the median over rounds. Shapes
+(CPU-sized; --quick shrinks them):
 - decode: a 16-token prompt + 96 new tokens, tau = inf (one token per step), batch 1, 8 and 32, the tiny
   DiT-like model (4 layers x 256, 4 heads, vocab 4097); ms/forward = seconds / forward passes.
 - train: loss + backward on the shipped task's shape (batch 16 x 128 tokens, prompt 40, 8 padding) and at
@@ -21,7 +21,6 @@ them):
   Qwen3 block without QK-norm / with a SwiGLU of the DiT MLP's parameter count.
 """
 import argparse
-import inspect
 import json
 import os
 import statistics
@@ -57,10 +56,9 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
                                               norm="layer", mlp="gelu", qk_norm=False,
                                               tie_embeddings=False)).eval()
     out = decode(dit, mods, cfgs, DECODE["batches"][:2 if quick else 3], quick, "")
-    if hasattr(model, "static_decoding"):               # static shapes + torch.compile (commits that have it)
-        model.static_decoding(dit, compile=True)
-        out |= decode(dit, mods, cfgs, DECODE["batches"][:2], quick, " compiled")
-        dit.step = None
+    model.static_decoding(dit, compile=True)            # static shapes + torch.compile
+    out |= decode(dit, mods, cfgs, DECODE["batches"][:2], quick, " compiled")
+    dit.step = None
     for kind in ("", " compiled"):
         if f"decode ar batch 1{kind}: ms/forward" in out:
             out[f"ratio Set Diffusion / AR ms/forward, batch 1{kind}"] = \
@@ -71,20 +69,15 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
                 out[f"decode setdiffusion batch 1{kind}: tokens/s"]
     out |= train(model, mods, cfgs, quick)
     out |= blocks(model, quick)
-    if pareto and hasattr(model, "static_decoding") and os.path.isdir(os.path.join(pareto, "setdiffusion")):
+    if pareto and os.path.isdir(os.path.join(pareto, "setdiffusion")):
         out |= shipped(model, pareto, quick)
     return out
 
 
 def greedy(mod, model, prompt, cfg, new: int):
-    """One greedy call of mod.generate, tau = inf, in the interface of the tree being timed: one
-    sampling.Settings argument, or the keyword arguments of commits from before it (AR's took no
-    threshold)."""
+    """One greedy call of mod.generate at tau = inf (one token per step)."""
     import sampling
-    if hasattr(sampling, "Settings"):
-        return mod.generate(model, prompt, cfg, sampling.Settings(new))
-    kw = {} if mod.__name__ == "ar" else {"threshold": float("inf")}
-    return mod.generate(model, prompt, cfg, max_new_tokens=new, **kw)
+    return mod.generate(model, prompt, cfg, sampling.Settings(new))
 
 
 def decode(dit, mods, cfgs, batches, quick, kind):
@@ -150,15 +143,10 @@ def blocks(model, quick):
 def shipped(model, pareto, quick):
     """The shipped task with the `make pareto` checkpoints, batch 1 as eval.py --task throughput: Set
     Diffusion at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
+    import sampling
     from common import checkpoint
+    from common.metrics import evaluate_throughput
     from data import get_task, get_tokenizer
-    try:
-        from common.metrics import evaluate_throughput
-    except ImportError:                # a reference tree from before metrics.py: decoding.py, earlier eval.py
-        try:
-            from decoding import evaluate_throughput
-        except ImportError:
-            from eval import evaluate_throughput
     out, n, rate = {}, 8 if quick else 40, {}
     for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
         net, method, cfg, config = checkpoint.load(os.path.join(pareto, m))
@@ -167,15 +155,8 @@ def shipped(model, pareto, quick):
         for kind in ("", " compiled"):
             if kind:
                 model.static_decoding(net, compile=True)
-            params = inspect.signature(evaluate_throughput).parameters
-            if "settings" in params:                                          # one pass, as older trees
-                import sampling
-                r = evaluate_throughput(net, method, cfg, tok, task, examples, "cpu",
-                                        sampling.Settings(64, tau), warmup=5, batch_size=1, rounds=1)
-            else:                      # a reference tree from before sampling.Settings: keyword settings
-                rounds = {"rounds": 1} if "rounds" in params else {}
-                r = evaluate_throughput(net, method, cfg, tok, task, examples, config, "cpu",
-                                        warmup=5, batch_size=1, max_new_tokens=64, threshold=tau, **rounds)
+            r = evaluate_throughput(net, method, cfg, tok, task, examples, "cpu", sampling.Settings(64, tau),
+                                    warmup=5, batch_size=1, rounds=1)
             rate[m, kind] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/s"] = r["tokens_per_s"]
             out[f"shipped task {m} tau {tau}{kind}: tokens/step"] = r["tokens_per_step"]
@@ -206,7 +187,7 @@ def checkout(commit: str, into: str) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ref", default="",
-                   help="also time this commit (e.g. e2a4fee), interleaved with this tree")
+                   help="also time this commit (f1c58be or later), interleaved with this tree")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; each number is the median")
     p.add_argument("--threads", type=int, default=2, help="torch threads per worker")
     p.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")

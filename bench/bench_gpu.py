@@ -43,7 +43,6 @@ import statistics
 import sys
 import time
 import traceback
-from types import SimpleNamespace
 
 import torch
 
@@ -53,7 +52,7 @@ import mdlm
 import setdiffusion
 from common.replies import timed
 from common.metrics import markdown_table
-from model import ModelConfig, Transformer, static_decoding
+from model import ModelConfig, Transformer, make_optimizer, static_decoding
 from sampling import Settings
 
 QWEN3_1_7B = dict(vocab_size=151936, n_layer=28, n_embd=2048, n_head=16, n_kv_head=8, head_dim=128,
@@ -316,12 +315,11 @@ def run_decode(out, args, lists, dev, start):
 
 def run_train(out, args, lists, dev, start):
     from common.runtime import flex_on
-    from train import make_optimizer
     torch.manual_seed(0)
     with torch.device(dev):
         model = Transformer(ModelConfig(**(TINY if args.tiny else QWEN3_1_7B))).train()   # float32 weights
     model.flex = flex_on("auto", str(dev))                  # FlexAttention masks on CUDA, as train.py
-    opt = make_optimizer(model, SimpleNamespace(weight_decay=0.1, lr=1e-5, beta2=0.98))
+    opt = make_optimizer(model, lr=1e-5, weight_decay=0.1, beta2=0.98)
     batch = gsm8k_batch(args.train_batch, args.train_len, args.train_prompt, args.train_answer,
                         model.cfg.vocab_size, dev)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"

@@ -12,8 +12,8 @@ import sys
 
 import torch
 
-from common import checkpoint, files, methods, runtime
-from data import CORPORA, TASKS, custom
+from common import checkpoint, methods, runtime
+from data import CORPORA, TASKS, custom, files
 from model import static_decoding
 
 # ----------------------------------------------------------------------------- range checks of shared flags
@@ -202,7 +202,7 @@ def run(main, script: str, why: str = "no file was written"):
     (Ctrl-C); why`) and exit code 130, the shell's for an interrupted command, instead of a traceback; once
     the script is exiting with a line, a second Ctrl-C is ignored (it would land in torch's atexit handlers
     and print their traceback). Nothing is left half-written: the scripts write their files whole, at the
-    end (common/files.replaced removes an unfinished one)."""
+    end (data/files.replaced removes an unfinished one)."""
     try:
         main()
     except KeyboardInterrupt:

@@ -140,9 +140,6 @@ def check(args):
                   f"--task {args.task}" if args.task else "the checkpoint's own task (no --task)", "--task ")
     if args.task == "unconditional":
         check_scorers(args)
-    if args.task == "lm-eval":
-        from paper import harness
-        harness.check_args(args)                 # --tasks, --include-path, --num-fewshot; lm-eval installed
 
 
 def check_scorers(args):
@@ -154,5 +151,3 @@ def check_scorers(args):
     if args.mauve_encoder and not args.mauve_ref:
         raise ValueError("--mauve-encoder goes with --mauve-ref FILE (the reference texts MAUVE compares "
                          "with)")
-    from paper import hf_metrics
-    hf_metrics.check_installed(bool(args.ppl_model), bool(args.mauve_ref))

@@ -26,7 +26,7 @@ import dataclasses
 import math
 
 from common.cli import check_output_file
-from common.files import figure_format, replaced
+from data.files import figure_format, replaced
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's colours, one per step (cycled)
 
@@ -207,7 +207,7 @@ def draw_panel(p: Panel, strip, chart, cmap, norm, cell: float):
 
 
 def save(fig, path: str, plt):
-    """fig at path in the format its suffix names, whole or not at all (common/files.replaced: a temporary
+    """fig at path in the format its suffix names, whole or not at all (data/files.replaced: a temporary
     file, then a rename); a write that fails (a full disk, a link into a missing folder) is a ValueError of
     one line, and the earlier file stays."""
     try:

@@ -32,7 +32,7 @@ import sys
 import numpy as np
 import torch
 
-from common.files import replaced
+from data.files import replaced
 
 MAP_BATCH = 1000                 # documents per datasets.map batch in the official builder
 # a cache's first bytes; its JSON header follows, padded to HEADER_BYTES
@@ -85,7 +85,7 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
     """Tokenize texts (a sequence of str) into wrapped rows of L (with bos: [bos] + L-2 + [eos], or
     [bos] + L-1 when not close) and write them to path as a flat memmap after its header, 1000 documents at a
     time (tiktoken's threads), straight to disk: memory stays that of one batch, whatever the corpus' size.
-    The file is written to a fresh temporary name and renamed when whole (common/files.replaced). ValueError
+    The file is written to a fresh temporary name and renamed when whole (data/files.replaced). ValueError
     (one line): documents that give no row (short: what to say then), or a write that fails (a full disk;
     nothing of the file is left)."""
     from tqdm import tqdm

@@ -5,7 +5,7 @@ Every problem is a ValueError of one line that names the prompt or the file.
 import os
 import re
 
-from common.files import read_capped
+from data.files import read_capped
 
 MAX_PROMPT_FILE = 4 << 20      # bytes: a prompt file is read whole, so a larger one (or /dev/zero) is refused
 MASKS = re.compile(r"<\|mask\|>|\{mask:(\d+)\}")

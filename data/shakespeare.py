@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tarfile
 
-from common.files import replaced
+from data.files import replaced
 from data import corpus, textfile
 
 NAME = "shakespeare"
@@ -87,7 +87,7 @@ def works(archive: str) -> list[tuple[str, str]]:
 
 def text_path(data_dir: str | None = None) -> str:
     """<cache>/shakespeare.txt, written from the archive on first use: under its lock (a second run waits for
-    the first), whole into a fresh temporary file, then renamed (common/files.replaced)."""
+    the first), whole into a fresh temporary file, then renamed (data/files.replaced)."""
     folder = corpus.cache_dir(data_dir)
     path = os.path.join(folder, TEXT)
     if not os.path.isfile(path):

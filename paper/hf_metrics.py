@@ -41,7 +41,7 @@ import math
 import numpy as np
 import torch
 
-from common.files import read_capped
+from data.files import read_capped
 
 MAUVE_ENCODER = "answerdotai/ModernBERT-large"
 REFERENCE_SEED, MAUVE_SEED = 20260701, 1234          # the official Table 4 bootstrap seeds

@@ -86,7 +86,7 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
 def one(run: str, seed: int, args):
     """Train one run (unless its last checkpoint is there), then evaluate each kept step not yet in its
     JSON."""
-    from common.files import replaced
+    from data.files import replaced
     threads.set_threads(args.threads)
     out = os.path.join(args.out_dir, f"{run}-s{seed}")
     cmd = [sys.executable, "train.py", *flags(run, seed, out, args.keep_every, args.train_flags),
@@ -254,7 +254,7 @@ def main(argv=None):
         return one(args.one[0], int(args.one[1]), args)
     seeds = [int(s) for s in args.seeds.split(",")]
     left = [] if args.tabulate else side_by_side([(r, s) for r in runs for s in seeds], args)
-    from common.files import replaced
+    from data.files import replaced
     rows = gather(args.out_dir)
     if not rows:
         sys.exit("error: nothing was measured")

@@ -22,7 +22,7 @@ import sys
 
 from common.methods import METHODS
 from data import get_task
-from common.files import figure_format, replaced
+from data.files import figure_format, replaced
 from common.metrics import markdown_table
 
 NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method

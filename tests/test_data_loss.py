@@ -262,11 +262,11 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
     open(); a file this user may not write (as
     os.access answers for a chmod 444 file of a non-root user) is refused as open() would refuse it, and
     stays as it was."""
-    from common import files
+    from data import files
     log = tmp_path / "all.log"
     log.write_bytes(EARLIER)
     inode = os.stat(log).st_ino
-    code = "from common.files import replaced\nwith replaced('/dev/stdout') as f:\n    f.write('{}\\n')\n"
+    code = "from data.files import replaced\nwith replaced('/dev/stdout') as f:\n    f.write('{}\\n')\n"
     with open(log, "ab") as out:
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdout=out, check=True, timeout=60)
     assert log.read_bytes() == EARLIER + b"{}\n" and os.stat(log).st_ino == inode

@@ -355,8 +355,8 @@ def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, caps
     out = str(tmp_path / "nan")
     real = train.make_optimizer
 
-    def poisoned(model, args):
-        opt, steps = real(model, args), []
+    def poisoned(model, *settings):
+        opt, steps = real(model, *settings), []
         step = opt.step
 
         def poisoned_step(*a, **k):

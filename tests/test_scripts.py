@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import types
 from types import SimpleNamespace
@@ -302,7 +303,7 @@ def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
                "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data",
                "paper.generation", "paper.infill", "paper.zeroshot", "paper.results", "paper.harness",
                "paper.speed", "common.credentials", "common.eval_args", "common.train_args", "common.threads",
-               "common.files", "data.prompts", "common.weights"]
+               "data.files", "data.prompts", "common.weights"]
     for name in [*scripts, *library]:
         assert not (local_imports(module_path(name)) & scripts), name
     assert not {n for n in closure("sample", top=True) | closure("eval", top=True) if n.startswith("paper")}
@@ -312,3 +313,27 @@ def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
         deps = closure(name) - {name}
         assert all(name not in local_imports(module_path(d))
                    for d in deps if not d.startswith(name + ".")), name
+
+
+# the layers, bottom up: a module imports only from its own layer or the ones below it
+LAYERS = [("model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling"), ("data",), ("common",),
+          ("paper", "bench", "cluster"), ("train", "sample", "eval")]
+
+
+def layer(module: str) -> int:
+    return next(i for i, names in enumerate(LAYERS) if module.split(".")[0] in names)
+
+
+def test_no_import_runs_back_up_the_layers():
+    """model and the methods import no data/, data/ no common/, common/ no paper/ (nor bench/ or cluster/),
+    and nothing imports a script: every import, at the top of a file or inside a function, goes down."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = subprocess.run(["git", "ls-files", "*.py"], cwd=root, capture_output=True,
+                           text=True).stdout.split()
+    upward = []
+    for f in files:
+        name = f[:-3].replace("/", ".").removesuffix(".__init__")
+        if name.split(".")[0] in {n for names in LAYERS for n in names}:
+            upward += [f"{name} -> {d}" for d in local_imports(os.path.join(root, f))
+                       if layer(d) > layer(name)]
+    assert not upward, upward
