@@ -16,7 +16,7 @@ Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
 Differences from the official code: batched generation aligns each row's blocks to its own positions by
 left-padding it to a multiple of S (the official sampler runs batch size 1). The sampler generates
 max_new_tokens new tokens; the official (align_inputs_to_blocks) counts them from the start of the block
-holding the prompt's end, p mod S fewer: generate(official_blocks=True) does the same.
+holding the prompt's end, p mod S fewer: generate(official=True) does the same.
 """
 import math
 from dataclasses import dataclass
@@ -49,7 +49,7 @@ class BD3LMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official_blocks", "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
@@ -169,13 +169,13 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
     prompt are infilled block by block too (a block sees only the blocks to its left).
 
-    settings.official_blocks: the official align_inputs_to_blocks count for released checkpoints:
+    settings.official: the official align_inputs_to_blocks count for released checkpoints:
     max_new_tokens counts from the start of the block holding the prompt's end (mdlm.official_count), so
     p mod S fewer new tokens; the rest of the output stays [MASK]. Off (default): N new tokens."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)      # (B, C)
-    gen = official_count(real, new, S) if settings.official_blocks else real             # (B, C) to decode
+    gen = official_count(real, new, S) if settings.official else real             # (B, C) to decode
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks

@@ -19,7 +19,7 @@ a full bidirectional forward per step, no KV cache.
 Differences from the official code: the sampler generates max_new_tokens new tokens and its canvas ends with
 the block holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the
 block holding the prompt's end (p mod block fewer) and pads the canvas to the context length with [MASK],
-which its bidirectional forward attends to: generate(official_blocks=True, seq_len=L) does the same. With
+which its bidirectional forward attends to: generate(official=True, seq_len=L) does the same. With
 p + N > L the official slides an L-wide window; ours attends to the whole canvas.
 
 The block-aligned canvas (`block_canvas`, `official_count`, `standard`) defined here is shared by bd3lm.py.
@@ -51,7 +51,7 @@ class MDLMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official_blocks", "seq_len",
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official", "seq_len",
                    "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
@@ -205,15 +205,15 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
 
 def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more), or
-    with settings.official_blocks the official layout (official_canvas, official_count). Returns tokens,
+    with settings.official the official layout (official_canvas, official_count). Returns tokens,
     real, pos (B, C), F, new (B, N), gen (B, C) the columns to decode, seen (B, C) the columns attended to."""
     N, S = settings.max_new_tokens, settings.block
     tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)       # (B, C)
-    if not settings.official_blocks:
+    if not settings.official:
         C = int(real.any(0).nonzero().max()) + 1
         return tokens[:, :C], real[:, :C], pos[:, :C], F, new, real[:, :C], real[:, :C]
     if settings.seq_len is None:
-        raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the context "
+        raise ValueError("official needs seq_len: the official MDLM canvas is padded to the context "
                          "length")
     tokens, pos, seen = official_canvas(tokens, real, settings.seq_len, mask_id)       # (B, C')
     real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
@@ -230,7 +230,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
     the visible tokens right of them count).
 
-    settings.official_blocks: the official layout for released checkpoints. max_new_tokens counts from the
+    settings.official: the official layout for released checkpoints. max_new_tokens counts from the
     start of the block holding the prompt's end (official_count: p mod block fewer new tokens, the rest of the
     output stays [MASK]), and the canvas is padded with [MASK] to the context length settings.seq_len
     (required), every column attended to. Off (default): N new tokens, the canvas ends with the block holding

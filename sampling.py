@@ -51,7 +51,8 @@ class Settings:
     window: int = 0                 # Set Diffusion: W positions predicted per step; 0 = smax // 2
     commit_order: str = "l2r"       # Set Diffusion: commit a step's tokens left to right, or "fht" (by T)
     block: int = 32                 # MDLM: the semi-autoregressive block width (the paper's GSM8K baseline)
-    official_blocks: bool = False   # MDLM, BD3-LM: the official new-token count for released checkpoints
+    official: bool = False          # decode as the official code: block alignment, BD3-LM infilling, penalty
+                                    # counts, cache crop (released checkpoints; docs/fidelity.md)
     seq_len: int | None = None      # the model's context L: the "fht" schedule, MDLM's official canvas width
     options: "SamplerOptions | None" = None   # the paper presets' penalties, nucleus and stops; None = off
 

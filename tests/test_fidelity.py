@@ -346,15 +346,15 @@ def test_trailing_padding_changes_no_loss(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
-def test_official_blocks_count_new_tokens_from_the_prompt_end_block(name):
-    """official_blocks (align_inputs_to_blocks): N counted from the start of the block holding the prompt's
+def test_official_count_new_tokens_from_the_prompt_end_block(name):
+    """official (align_inputs_to_blocks): N counted from the start of the block holding the prompt's
     end, so a prompt of length p gets N - (p mod S) new tokens, the rest of [p | N] left [MASK]; with p a
     multiple of S (and, for MDLM, p + N = L: no padding) both settings give the same tokens and steps."""
     mod = {"mdlm": mdlm, "bd3lm": bd3lm}[name]
     cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
     S, N, model = 4, 8, Jitter(tiny_model(16))
     kw = {"block": S} if name == "mdlm" else {}
-    official = {"official_blocks": True, **({"seq_len": 24} if name == "mdlm" else {})}
+    official = {"official": True, **({"seq_len": 24} if name == "mdlm" else {})}
     g = torch.Generator().manual_seed(2)
     lens = [6, 8, 5]
     batch = torch.randint(0, MASK, (3, 8), generator=g)
@@ -373,8 +373,8 @@ def test_official_blocks_count_new_tokens_from_the_prompt_end_block(name):
     assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
 
 
-def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
-    """official_blocks MDLM = a naive loop on the official canvas: [prompt | [MASK] * (L - p)], every column
+def test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len():
+    """official MDLM = a naive loop on the official canvas: [prompt | [MASK] * (L - p)], every column
     attended to, blocks of S from S floor(p/S), ceil(N/S) of them, cut at p + N."""
     S, N, L, P = 4, 8, 20, 6
     model, cfg = Jitter(tiny_model(17), 3), mdlm.MDLMConfig(MASK)
@@ -385,7 +385,7 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
         seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
         return model(idx, pos, mask, cache, last)
     tokens, stats = mdlm.generate(spy, prompt, cfg,
-                                  Settings(N, threshold=0.5, block=S, official_blocks=True, seq_len=L))
+                                  Settings(N, threshold=0.5, block=S, official=True, seq_len=L))
     assert seen and all(s == (L, True, list(range(L))) for s in seen)                    # padded and attended
     x = torch.cat([prompt, torch.full((1, L - P), MASK)], 1)                               # (1, L)
     F = P // S * S
@@ -401,4 +401,4 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
     assert end - P == N - P % S == 6 and stats["n_gen"].item() == 6 and stats["nfe"] == nfe
     assert torch.equal(tokens, x[:, :P + N])
     with pytest.raises(ValueError, match="seq_len"):
-        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official_blocks=True))
+        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
