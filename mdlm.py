@@ -175,6 +175,8 @@ def official_count(real, new, S: int):
     start of the block holding each row's first new token, so a prompt of length p gets N - (p mod S) new
     tokens when S divides N (min(S floor(p/S) + S ceil(N/S), p + N) - p in general)."""
     N = new.shape[1]
+    if N == 0:                   # infilling alone: every [MASK] of the prompt, no new-token count to cut
+        return real
     # (B, 1) first column after
     end = torch.minimum(new[:, :1] // S * S + math.ceil(N / S) * S, new[:, :1] + N)
     return real & (torch.arange(real.shape[1], device=real.device) < end)

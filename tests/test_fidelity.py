@@ -2,6 +2,7 @@
 rule, the commit order and the stopping rules are pinned on literals.
 python -m pytest -q tests/test_fidelity.py
 """
+import json
 import math
 
 import pytest
@@ -402,3 +403,47 @@ def test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len():
     assert torch.equal(tokens, x[:, :P + N])
     with pytest.raises(ValueError, match="seq_len"):
         mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
+
+
+STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
+
+
+@pytest.fixture(scope="module")
+def block_ckpts(tmp_path_factory):
+    """Untrained byte-level MDLM and BD3-LM checkpoints (what train.py writes) and a Story Cloze CSV."""
+    import csv
+    import dataclasses
+    from common import checkpoint
+    from data import rocstories
+    from model import ModelConfig, Transformer
+    root, tok = tmp_path_factory.mktemp("official"), byte_tokenizer()
+    for m in ("mdlm", "bd3lm"):
+        torch.manual_seed(0)
+        cfg = ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
+        checkpoint.save(str(root / m), Transformer(cfg), {
+            "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith",
+            "seq_len": 128, "method_config": checkpoint.method_config(m, tok.mask_id, smax=8, block_size=4,
+                                                                      nelbo=False)})
+    with open(root / rocstories.FILE, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["InputStoryid", *[f"InputSentence{i}" for i in range(1, 5)], "RandomFifthSentenceQuiz1",
+                    "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
+        for i in range(2):
+            w.writerow([f"id{i}", *STORY[:4], STORY[4], "It rained.", "1"])
+    return root
+
+
+@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
+@pytest.mark.parametrize("task", ["rocstories", "infill"])
+def test_eval_official_infills_with_mdlm_and_bd3lm(block_ckpts, tmp_path, name, task):
+    """eval.py --official on an infilling task (max_new_tokens 0: every [MASK] is inside the prompt) runs
+    and fills the whole span: the official new-token count has nothing to cut there."""
+    if task == "rocstories":
+        pytest.importorskip("rouge_score")
+    import eval as evaluate
+    out = tmp_path / "m.json"
+    data = ["--data-dir", str(block_ckpts)] if task == "rocstories" else []
+    evaluate.main(["--ckpt", str(block_ckpts / name), "--task", task, "--official", "--limit", "2",
+                   "--warmup", "1", *data, "--json", str(out)])
+    m = json.loads(out.read_text())
+    assert m["official"] and m["n"] == 1 and m["tokens_per_s"] > 0
