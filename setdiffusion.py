@@ -355,7 +355,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         logits = model(inp, inp_pos, step_mask(cache_ok, commit_ok, W), cache, last=W)   # (B, W, V)
         cache.commit(commit_cols.shape[1])                                 # keep the clean, drop the queries
         cache_ok = torch.cat([cache_ok, commit_ok], 1)
-        y, dec = pick(logits, win, cand)                                   # (B, W)
+        y, dec = pick(logits, win, cand, draw=cand)    # (B, W) sampled: a draw per query, as the official
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
         step.scatter_(1, win, torch.where(dec, steps[:, None], step.gather(1, win)))   # the row's own step
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)

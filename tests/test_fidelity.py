@@ -447,3 +447,70 @@ def test_eval_official_infills_with_mdlm_and_bd3lm(block_ckpts, tmp_path, name, 
                    "--warmup", "1", *data, "--json", str(out)])
     m = json.loads(out.read_text())
     assert m["official"] and m["n"] == 1 and m["tokens_per_s"] > 0
+
+
+def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():
+    """The official _length_penalty_prefix_lengths: n of a slot = the new tokens left of it that are decoded
+    and not the pad id (EOS here), not the slot's index. Canvas [prompt 7 8 | 5 M E 6 M M], slots at columns
+    3, 6, 7: n = 1, 2, 2 (indices 1, 4, 5). HF ExponentialDecayLengthPenalty (start 1, factor 2) adds
+    |eos| (2^(n - 1) - 1) when n > 1; MinNewTokens (2) forbids EOS where n < 2."""
+    from sampling import SamplerOptions, at, process, start
+    E = 0
+    tokens = torch.tensor([[7, 8, 5, MASK, E, 6, MASK, MASK]])
+    real = torch.ones_like(tokens, dtype=torch.bool)
+    opt = SamplerOptions(length_penalty=(1, 2.0), eos_id=E, pad_id=E)
+    canvas = torch.tensor([[7, 8] + [MASK] * 6])                        # before decoding: 6 new tokens
+    track = start(opt, canvas, real, MASK)
+    cols = torch.tensor([[3, 6, 7]])
+    logits = torch.full((1, 3, V), 0.5)
+    logits[..., E] = torch.tensor([-2.0, -2.0, 3.0])
+    out = process(logits, at(track, tokens, cols))
+    assert track.shown.tolist() == [[1, 2, 2]] and track.n.tolist() == [[1, 4, 5]]
+    assert out[0, :, E].tolist() == [-2.0, -2.0 + 2.0 * (2 - 1), 3.0 + 3.0 * (2 - 1)]
+    opt = SamplerOptions(min_new_tokens=2, eos_id=E, pad_id=E)
+    out = process(logits, at(start(opt, canvas, real, MASK), tokens, cols))
+    assert out[0, :, E].tolist() == [-math.inf, -2.0, 3.0]
+
+
+def test_infilling_repetition_penalty_leaves_the_pad_id_out_of_the_context():
+    """The official _visible_infill_context: with penalize_context the penalised set is every visible token
+    of the canvas but the pad id (GPT-2's EOS: the story's BOS and EOS); pad_id -1 (HF generate) counts it."""
+    from sampling import SamplerOptions, at, process, start
+    E = 0
+    tokens = torch.tensor([[E, 3, 4, MASK, MASK, 5, E]])
+    real = torch.ones_like(tokens, dtype=torch.bool)
+    logits = torch.full((1, 1, V), 2.0)
+    for pad_id, seen in ((E, [3, 4, 5]), (-1, [E, 3, 4, 5])):
+        opt = SamplerOptions(repetition_penalty=2.0, penalize_context=True, pad_id=pad_id)
+        out = process(logits, at(start(opt, tokens, real, MASK), tokens, torch.tensor([[3]])))
+        assert (out[0, 0, :MASK] == 1.0).nonzero().flatten().tolist() == seen     # [MASK]: -inf anyway
+
+
+def test_sampled_setdiffusion_draws_for_the_window_masks_only():
+    """Sampled Set Diffusion with W > 1 draws one multinomial row per [MASK] query of the window, in position
+    order, as the official (its _sample_categorical over the masked slots): the same generator gives the same
+    tokens as a naive loop (batch 1, no cache) that draws so."""
+    from sampling import confident
+    model, cfg, W, N, T = tiny_model(21), sd.SetDiffusionConfig(MASK, 8), 4, 10, 1.5
+    prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(1))
+    tokens, _ = sd.generate(model, prompt, cfg, Settings(N, threshold=0.6, temperature=T, window=W),
+                            generator=torch.Generator().manual_seed(5))
+    g, x = torch.Generator().manual_seed(5), torch.cat([prompt, torch.full((1, N), MASK)], 1)
+    clean = list(range(3))
+    while (x == MASK).any():
+        left = int((x[0] == MASK).nonzero()[0])
+        queries = [c for c in range(left, min(left + W, x.shape[1])) if x[0, c] == MASK]
+        n, k = len(clean), len(queries)
+        mask = torch.zeros(n + k, n + k, dtype=torch.bool)
+        mask[:n, :n], mask[n:, :n], mask[n:, n:] = causal(n), True, torch.eye(k, dtype=torch.bool)
+        logits = model(torch.cat([x[:, clean], torch.full((1, k), MASK)], 1), torch.tensor([clean + queries]),
+                       mask)[:, n:].float() / T
+        logits[..., MASK] = -math.inf
+        probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()[0]                  # (k, V)
+        y = torch.multinomial(probs, 1, generator=g)[:, 0]                                # one draw per query
+        dec = confident(probs.gather(1, y[:, None]).T, torch.ones(1, k, dtype=torch.bool), 0.6)[0]
+        for j, c in enumerate(queries):
+            if dec[j]:
+                x[0, c] = y[j]
+                clean.append(c)
+    assert torch.equal(tokens, x)
