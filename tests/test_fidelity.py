@@ -514,3 +514,80 @@ def test_sampled_setdiffusion_draws_for_the_window_masks_only():
                 x[0, c] = y[j]
                 clean.append(c)
     assert torch.equal(tokens, x)
+
+
+def official_bd3lm_infill(model, prompt, S, L, threshold):
+    """The official BD3-LM infilling rule (generate with align_inputs_to_blocks, KV cache, not fused),
+    transcribed plainly: batch 1, no cache. The official cache is a list of entries, each (token, position,
+    the entries it attended to when it was computed); every forward here is one model call over all the
+    entries made so far plus its inputs, each entry attending to what it attended to then, so it recomputes
+    exactly the cached keys and values. Rule: pad [prompt] with [MASK] to a multiple of S; cache its first
+    S floor(P/S) tokens (the last L of them) at positions 0..; decode the blocks from S floor(first [MASK]/S),
+    as many as hold a [MASK] of the prompt: S columns at positions cache_len.., attending to every cache
+    entry and to the block (storage blocks of S: block-causal), the prompt's [MASK]s by the confidence rule,
+    then the block appended; before each forward the oldest entries go so that cache + inputs <= L."""
+    x, P = prompt[0].tolist(), prompt.shape[1]
+    x += [MASK] * (-P % S)
+    made, live = [], []                                      # entries (token, pos, sees), the cached ones
+
+    def forward(inputs, keep):
+        nonlocal live
+        live = live[max(len(live) + len(inputs) - L, 0):]                 # the official left crop
+        n, base = len(live), len(made)
+        new = [(t, n + i, [e for k, e in enumerate(live) if k // S <= (n + i) // S]
+                + [base + j for j in range(len(inputs)) if (n + j) // S <= (n + i) // S])
+               for i, t in enumerate(inputs)]
+        rows = made + new
+        mask = torch.zeros(len(rows), len(rows), dtype=torch.bool)
+        for r, (_, _, sees) in enumerate(rows):
+            mask[r, sees] = True
+        logits = model(torch.tensor([[t for t, _, _ in rows]]), torch.tensor([[p for _, p, _ in rows]]), mask)
+        if keep:
+            made.extend(new)
+            live = live + list(range(base, len(rows)))
+        return logits[:, base:]
+
+    F = S * (P // S)
+    if F:
+        forward(x[:F][-L:], keep=True)
+    first = x.index(MASK) // S * S
+    n_blocks = len({c // S for c in range(P) if x[c] == MASK})
+    for b in range(n_blocks):
+        c0 = first + b * S
+        if c0 >= P:                                      # no column left to decode: the official stops
+            break
+        if MASK not in x[c0:c0 + S]:                     # nothing to decode here: skipped, not cached
+            continue
+        end = min(c0 + S, P)                                             # the pad is never decoded
+        while MASK in x[c0:end]:
+            logits = forward(x[c0:c0 + S], keep=False)[:, :end - c0]
+            cand = torch.tensor([[t == MASK for t in x[c0:end]]])
+            y, dec = decode(logits, cand, MASK, threshold)
+            x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
+        forward(x[c0:c0 + S], keep=True)
+    return torch.tensor([x[:P]])
+
+
+@pytest.mark.parametrize("L", [16, 64])
+def test_bd3lm_official_infilling_equals_the_official_rule(L):
+    """bd3lm.generate(official) on prompts with a [MASK] span = the official rule transcribed above, token for
+    token, batched and alone, with (L 16: the cache crops from the left once it holds 12 + 4 + 4 entries)
+    and without the crop; the default (our block-left infilling) is another algorithm."""
+    S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(22), 5)
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.cat([torch.randint(0, MASK, (a,), generator=g), torch.full((n,), MASK),
+                       torch.randint(0, MASK, (c,), generator=g)])
+            for a, n, c in ((5, 6, 3), (3, 4, 4), (8, 2, 1))]
+    P = max(len(r) for r in rows)
+    batch = torch.stack([torch.cat([torch.zeros(P - len(r), dtype=torch.long), r]) for r in rows])
+    prompt_mask = torch.arange(P)[None] >= torch.tensor([[P - len(r)] for r in rows])
+    for tau in (math.inf, 0.6):
+        settings = Settings(0, threshold=tau, official=True, seq_len=L)
+        tokens, _ = bd3lm.generate(model, batch, cfg, settings, prompt_mask)
+        for b, r in enumerate(rows):
+            want = official_bd3lm_infill(model, r[None], S, L, tau)
+            alone, _ = bd3lm.generate(model, r[None], cfg, settings)
+            assert torch.equal(alone, want) and torch.equal(tokens[b:b + 1, P - len(r):], want), (b, tau)
+            assert not (want == MASK).any()
+    ours, _ = bd3lm.generate(model, rows[0][None], cfg, Settings(0))
+    assert not torch.equal(ours, official_bd3lm_infill(model, rows[0][None], S, L, math.inf))
