@@ -516,56 +516,84 @@ def test_sampled_setdiffusion_draws_for_the_window_masks_only():
     assert torch.equal(tokens, x)
 
 
-def official_bd3lm_infill(model, prompt, S, L, threshold):
-    """The official BD3-LM infilling rule (generate with align_inputs_to_blocks, KV cache, not fused),
-    transcribed plainly: batch 1, no cache. The official cache is a list of entries, each (token, position,
-    the entries it attended to when it was computed); every forward here is one model call over all the
-    entries made so far plus its inputs, each entry attending to what it attended to then, so it recomputes
-    exactly the cached keys and values. Rule: pad [prompt] with [MASK] to a multiple of S; cache its first
-    S floor(P/S) tokens (the last L of them) at positions 0..; decode the blocks from S floor(first [MASK]/S),
-    as many as hold a [MASK] of the prompt: S columns at positions cache_len.., attending to every cache
-    entry and to the block (storage blocks of S: block-causal), the prompt's [MASK]s by the confidence rule,
-    then the block appended; before each forward the oldest entries go so that cache + inputs <= L."""
-    x, P = prompt[0].tolist(), prompt.shape[1]
-    x += [MASK] * (-P % S)
-    made, live = [], []                                      # entries (token, pos, sees), the cached ones
+class OfficialCache:
+    """The official BD3-LM KV cache, transcribed plainly (no cache): a list of entries, each (token,
+    position, the entries it attended to when it was computed). forward(inputs, keep) is one official
+    forward: first the oldest entries go so that cache + inputs <= L (its _crop_kv_cache_left); the inputs
+    sit at positions n.. after the n cached entries and attend block-causally over storage indices (the
+    static mask's rows n.., blocks of S); one model call over every entry made so far plus the inputs, each
+    entry attending to what it attended to then, recomputes exactly the cached keys and values. The first
+    `keep` inputs join the cache. Returns the inputs' logits (1, T, V)."""
 
-    def forward(inputs, keep):
-        nonlocal live
-        live = live[max(len(live) + len(inputs) - L, 0):]                 # the official left crop
-        n, base = len(live), len(made)
-        new = [(t, n + i, [e for k, e in enumerate(live) if k // S <= (n + i) // S]
+    def __init__(self, model, S, L):
+        self.model, self.S, self.L, self.made, self.live = model, S, L, [], []
+
+    def forward(self, inputs, keep=0):
+        S = self.S
+        self.live = self.live[max(len(self.live) + len(inputs) - self.L, 0):]
+        n, base = len(self.live), len(self.made)
+        new = [(t, n + i, [e for k, e in enumerate(self.live) if k // S <= (n + i) // S]
                 + [base + j for j in range(len(inputs)) if (n + j) // S <= (n + i) // S])
                for i, t in enumerate(inputs)]
-        rows = made + new
+        rows = self.made + new
         mask = torch.zeros(len(rows), len(rows), dtype=torch.bool)
         for r, (_, _, sees) in enumerate(rows):
             mask[r, sees] = True
-        logits = model(torch.tensor([[t for t, _, _ in rows]]), torch.tensor([[p for _, p, _ in rows]]), mask)
-        if keep:
-            made.extend(new)
-            live = live + list(range(base, len(rows)))
+        logits = self.model(torch.tensor([[t for t, _, _ in rows]]), torch.tensor([[p for _, p, _ in rows]]),
+                            mask)
+        self.made += new[:keep]
+        self.live += list(range(base, base + keep))
         return logits[:, base:]
 
-    F = S * (P // S)
+
+def decode_block(x, c0, end, logits, threshold):
+    """One official step on the columns [c0, end) of x: the confidence rule on their [MASK]s."""
+    cand = torch.tensor([[t == MASK for t in x[c0:end]]])
+    y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
+    x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
+
+
+def official_bd3lm_infill(model, prompt, S, L, threshold):
+    """The official BD3-LM infilling rule (generate with align_inputs_to_blocks, KV cache, not fused), batch
+    1, no cache: pad the prompt with [MASK] to a multiple of S; cache its first S floor(P/S) tokens (the
+    last L of them); decode the blocks from S floor(first [MASK]/S), as many as hold a [MASK] of the prompt,
+    each S columns after the cache, its [MASK]s left of the pad by the confidence rule; append it."""
+    x, P = prompt[0].tolist(), prompt.shape[1]
+    x += [MASK] * (-P % S)
+    cache, F = OfficialCache(model, S, L), S * (P // S)
     if F:
-        forward(x[:F][-L:], keep=True)
+        cache.forward(x[:F][-L:], keep=F)
     first = x.index(MASK) // S * S
-    n_blocks = len({c // S for c in range(P) if x[c] == MASK})
-    for b in range(n_blocks):
+    for b in range(len({c // S for c in range(P) if x[c] == MASK})):
         c0 = first + b * S
         if c0 >= P:                                      # no column left to decode: the official stops
             break
         if MASK not in x[c0:c0 + S]:                     # nothing to decode here: skipped, not cached
             continue
-        end = min(c0 + S, P)                                             # the pad is never decoded
+        end = min(c0 + S, P)                             # the pad is never decoded
         while MASK in x[c0:end]:
-            logits = forward(x[c0:c0 + S], keep=False)[:, :end - c0]
-            cand = torch.tensor([[t == MASK for t in x[c0:end]]])
-            y, dec = decode(logits, cand, MASK, threshold)
-            x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
-        forward(x[c0:c0 + S], keep=True)
+            decode_block(x, c0, end, cache.forward(x[c0:c0 + S]), threshold)
+        cache.forward(x[c0:c0 + S], keep=S)
     return torch.tensor([x[:P]])
+
+
+def official_bd3lm_generate(model, prompt, N, S, L, threshold):
+    """The official BD3-LM generation (align_inputs_to_blocks, fused block cache), batch 1, no cache: cache
+    the prompt's first F = S floor(P/S) tokens; decode ceil(N/S) blocks of S columns from F (up to P + N); a
+    block's first forward also feeds the previous block, which the cache keeps (fused), after dropping the
+    oldest entries so that cache + both blocks <= L."""
+    x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    cache, F, pending = OfficialCache(model, S, L), S * (P // S), []
+    if F:
+        cache.forward(x[:F][-L:], keep=F)
+    for b in range(math.ceil(N / S)):
+        c0, end = F + b * S, min(F + (b + 1) * S, P + N)
+        fed = pending                          # the previous block, committed by this block's first forward
+        while MASK in x[c0:end]:
+            decode_block(x, c0, end, cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):], threshold)
+            fed = []
+        pending = x[c0:end]
+    return torch.tensor([x])
 
 
 @pytest.mark.parametrize("L", [16, 64])
@@ -591,3 +619,20 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
             assert not (want == MASK).any()
     ours, _ = bd3lm.generate(model, rows[0][None], cfg, Settings(0))
     assert not torch.equal(ours, official_bd3lm_infill(model, rows[0][None], S, L, math.inf))
+
+
+@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (9, 12, 12), (6, 16, 64)])
+def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
+    """P + N > L (make reproduce-gsm8k asks 1,024 new tokens at L = 1,024): under official, BD3-LM's cache
+    drops its oldest entries before a forward would pass L, and the inputs after it are renumbered (positions
+    cache length..), as the official fused block cache does: token for token the rule transcribed above;
+    without the crop (L 64) too. The default keeps every entry and each token at its own position."""
+    S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(23), 6)
+    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
+    for tau in (math.inf, 0.6):
+        tokens, _ = bd3lm.generate(model, prompt, cfg, Settings(N, threshold=tau, official=True, seq_len=L))
+        want = official_bd3lm_generate(model, prompt, N, S, L, tau)
+        assert torch.equal(tokens, want), tau
+    ours, _ = bd3lm.generate(model, prompt, cfg, Settings(N, official=True))                # no seq_len
+    assert torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, 10 ** 6, math.inf))
+    assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
