@@ -258,8 +258,8 @@ def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
     return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
 
 
-# ----------------------------------------------------------------------------- reproduction only: the official
-# infilling (paper mode)
+# ----------------------------------------------------------------------------- reproduction only: the
+# official infilling (paper mode)
 
 # The official BD3-LM fills the [MASK]s of a prompt [left | MASK * n | right] (ROCStories) by another
 # algorithm than the block-left infilling of `generate`: the prompt's whole blocks, [MASK]s and right context

@@ -2,6 +2,7 @@
 rule, the commit order and the stopping rules are pinned on literals.
 python -m pytest -q tests/test_fidelity.py
 """
+import dataclasses
 import json
 import math
 
@@ -636,3 +637,88 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     ours, _ = bd3lm.generate(model, prompt, cfg, Settings(N, official=True))                # no seq_len
     assert torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, 10 ** 6, math.inf))
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
+
+
+def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
+    """The official Set Diffusion decoding with its KV cache crop, batch 1, no cache (entries as in
+    OfficialCache). The prompt is cached causally at positions 0..P-1; each step feeds [the tokens the last
+    step decoded, in commit order (by position; with T, by decreasing first-hitting time) | a [MASK] query per
+    masked column of the W-wide window]; before it, the entries past L go: the oldest, or with T those of the
+    smallest positions, after which the row's mask reads the static two-stream rule at positions (stream =
+    position >= L, index = position mod L) and the queries see only themselves among queries. Without that,
+    an input sees every cached entry, the committed inputs causally, a query every committed input and
+    itself. The committed inputs join the cache."""
+    x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
+    key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
+    rule = lambda q, k: (q % L == k % L and (q >= L) == (k >= L)) or (q >= L > k and q % L > k) or (  # noqa
+        q < L and k < L and q >= k)
+    last, semantic = [], False
+    while MASK in x:
+        left = x.index(MASK)
+        queries = [c for c in range(left, min(left + W, len(x))) if x[c] == MASK]
+        commit, n, base = sorted(last, key=key), len(last), len(made)
+        drop = len(live) + n + len(queries) - L
+        if drop > 0:
+            gone = set(live[:drop] if T is None else sorted(live, key=lambda e: made[e][1])[:drop])
+            live, semantic = [e for e in live if e not in gone], semantic or T is not None
+        inputs = [(x[c], c) for c in commit] + [(MASK, c) for c in queries]
+        keys = live + list(range(base, base + len(inputs)))
+        pos = lambda e: made[e][1] if e < base else inputs[e - base][1]  # noqa: E731
+        rows = []
+        for i, (t, p) in enumerate(inputs):
+            if semantic:
+                sees = [e for e in keys                     # queries see no other query
+                        if e == base + i or (rule(p, pos(e)) and not (i >= n and e >= base + n))]
+            else:
+                sees = live + list(range(base, base + (i + 1 if i < n else n))) + [base + i] * (i >= n)
+            rows.append((t, p, sees))
+        every = made + rows
+        mask = torch.zeros(len(every), len(every), dtype=torch.bool)
+        for r, (_, _, sees) in enumerate(every):
+            mask[r, sees] = True
+        logits = model(torch.tensor([[t for t, _, _ in every]]), torch.tensor([[p for _, p, _ in every]]),
+                       mask)
+        y, dec = decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool), MASK, threshold)
+        made, live, last = made + rows[:n], live + list(range(base, base + n)), []
+        for j, c in enumerate(queries):
+            if dec[0, j]:
+                x[c] = int(y[0, j])
+                last.append(c)
+    return torch.tensor([x])
+
+
+def sharp_model(seed):
+    """A tiny model with sharp attention (q, k, v and output projections scaled up, embeddings down), so that
+    which entries a query sees changes its argmax: the tiny model alone barely reads a far context."""
+    model = tiny_model(seed)
+    with torch.no_grad():
+        model.embed_tokens.weight.mul_(0.5)
+        for block in model.layers:
+            block.self_attn.qkv_proj.weight.mul_(5.0)
+            block.self_attn.o_proj.weight.mul_(20.0)
+    return model
+
+
+@pytest.mark.parametrize("commit_order", ["l2r", "fht"])
+def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order):
+    """P + N > L: under official, Set Diffusion's cache drops the entries past L before each step (l2r: the
+    oldest; fht: those of the smallest positions, after which the mask is read at positions), token for
+    token the rule transcribed above; the default keeps every entry (equal to the rule with no L)."""
+    cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 5, 14, 14
+    model = sharp_model(24)
+    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
+    T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0] if commit_order == "fht" else None
+    for tau in (math.inf, 0.5):
+        settings = Settings(N, threshold=tau, window=W, commit_order=commit_order, seq_len=L, official=True)
+        tokens, _ = sd.generate(model, prompt, cfg, settings, generator=torch.Generator().manual_seed(7))
+        assert torch.equal(tokens, official_setdiffusion(model, prompt, N, W, L, tau, T)), tau
+    default = dataclasses.replace(settings, threshold=math.inf, official=False)
+    ours, _ = sd.generate(model, prompt, cfg, default, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(ours, official_setdiffusion(model, prompt, N, W, 10 ** 6, math.inf, T))
+    assert not torch.equal(ours, official_setdiffusion(model, prompt, N, W, L, math.inf, T))
+    # which entries go, on literals: 6 cached (one a step committed out of position order), 1 + 2 inputs, L 5
+    crop = sd.Crop(5, commit_order, 1, "cpu")
+    one = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
+    ok, _ = crop(one(6), torch.tensor([[0, 1, 2, 5, 3, 4]]), one(1), one(2), torch.tensor([[6, 7, 8]]))
+    assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
