@@ -49,7 +49,7 @@ class BD3LMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "seq_len", "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler

@@ -242,6 +242,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     tokens, real, pos, F, new, gen, seen = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
     mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
+    slide = settings.official and bool((real.sum(1) > settings.seq_len).any())    # p + N > L: a window
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
@@ -253,7 +254,10 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
             cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
             if not cand.any():
                 break
-            logits = model(tokens, pos, mask, last=C - s)[:, :e - s]                 # (B, e-s, V)
+            if slide:
+                logits = official_window(model, tokens, seen, s, S, settings.seq_len)[:, :e - s]
+            else:
+                logits = model(tokens, pos, mask, last=C - s)[:, :e - s]             # (B, e-s, V)
             y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
             done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
@@ -288,3 +292,24 @@ def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
         step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
         nfe += 1
     return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+
+
+# ----------------------------------------------------------------------------- reproduction only: the
+# official window (paper mode)
+
+def official_window(model, tokens, seen, s: int, S: int, L: int):
+    """The official MDLM forward for the block starting at column s once a row outgrows its context L
+    (p + N > L): L columns of the row, from its first while the block starts before its position L, else
+    ending with the block (S columns from s: the window slides a block at a time; at the canvas' end it is
+    shorter), at positions 0..L-1 (renumbered), all attended. tokens, seen (B, C): official_canvas's.
+    Returns the logits (B, S, V) of the block's columns."""
+    B, C = tokens.shape
+    off = seen.float().argmax(1).long()                                         # (B,) the row's column 0
+    start = off + torch.where(s - off >= L, s - off + S - L, 0)                 # (B,) the window's first
+    cols = start[:, None] + torch.arange(L, device=tokens.device)               # (B, L)
+    ok = (cols < C) & seen.gather(1, cols.clamp(max=C - 1))
+    mask = with_padding(torch.ones(L, L, dtype=torch.bool, device=tokens.device), ~ok)   # (B, 1, L, L)
+    pos = torch.arange(L, device=tokens.device).expand(B, L)
+    logits = model(tokens.gather(1, cols.clamp(max=C - 1)), pos, mask)          # (B, L, V)
+    idx = (s - start)[:, None] + torch.arange(S, device=tokens.device)          # (B, S) the block's columns
+    return logits.gather(1, idx.clamp(max=L - 1)[..., None].expand(-1, -1, logits.shape[-1]))

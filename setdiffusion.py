@@ -81,7 +81,7 @@ class SetDiffusionConfig:
 
 # What the scripts need to know of a method is data here, never a branch on its name.
 KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "commit_order", "seq_len",
-                   "options"})
+                   "official", "options"})
 EXACT_NLL = False  # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible token on both sides cached first
 HF_GENERATE = False   # the official runs decode it with its own set sampler

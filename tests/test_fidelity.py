@@ -16,7 +16,7 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from helpers import MASK, V, Jitter, causal, tiny_model
+from helpers import MASK, V, Jitter, causal, left_padded, tiny_model
 
 
 class PositionOnly(torch.nn.Module):
@@ -722,3 +722,40 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
     one = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
     ok, _ = crop(one(6), torch.tensor([[0, 1, 2, 5, 3, 4]]), one(1), one(2), torch.tensor([[6, 7, 8]]))
     assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
+
+
+def official_mdlm_window(model, prompt, N, S, L, threshold):
+    """The official MDLM generation (align_inputs_to_blocks, one bidirectional forward per step), batch 1:
+    the canvas [prompt | N [MASK]] (padded with [MASK] to L if shorter); ceil(N/S) blocks of S columns from
+    S floor(P/S), cut at P + N; each step one forward over the window [0, L) while the block starts before
+    L, else [block end - L, block end) (cut at the canvas' end), at positions 0..; the confidence rule."""
+    x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    x += [MASK] * max(L - len(x), 0)
+    F = S * (P // S)
+    for b in range(math.ceil(N / S)):
+        s, end = F + b * S, min(F + (b + 1) * S, P + N)
+        w0 = 0 if s < L else s + S - L
+        window = x[w0:w0 + L]
+        while MASK in x[s:end]:
+            window = torch.tensor([x[w0:w0 + L]])
+            logits = model(window, torch.arange(window.shape[1])[None],
+                           torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
+            decode_block(x, s, end, logits[:, s - w0:], threshold)
+    return torch.tensor([x[:P + N]])
+
+
+@pytest.mark.parametrize("P, N", [(6, 18), (9, 14), (5, 7)])
+def test_mdlm_official_window_equals_the_official_rule(P, N):
+    """P + N > L: under official, MDLM's forward sees an L-wide window that slides a block at a time once a
+    block starts past L, at positions 0..L-1, as the official: token for token the rule above (P + N <= L:
+    the L-wide canvas of test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len); batched == alone."""
+    S, L, cfg, model = 4, 12, mdlm.MDLMConfig(MASK), sharp_model(25)
+    _, batch, prompt_mask = left_padded([P, P - 2], seed=P)
+    prompt = batch[:1]
+    for tau in (math.inf, 0.5):
+        settings = Settings(N, threshold=tau, block=S, official=True, seq_len=L)
+        tokens, _ = mdlm.generate(model, prompt, cfg, settings)
+        assert torch.equal(tokens, official_mdlm_window(model, prompt, N, S, L, tau)), tau
+        both, _ = mdlm.generate(model, batch, cfg, settings, prompt_mask)
+        alone, _ = mdlm.generate(model, batch[1:, 2:], cfg, settings)
+        assert torch.equal(both[:1], tokens) and torch.equal(both[1:, 2:], alone)
