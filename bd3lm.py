@@ -220,7 +220,9 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
             logits = model(tokens[:, lo:e], pos, mask, cache, last=S)                     # (B, S, V)
             cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
             seen = torch.cat([seen, real[:, lo:s]], 1)
-            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
+            # sampled: the official draws for the block's columns on its canvas (a last block may be short)
+            draw = real[:, s:e] if settings.official else None
+            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand, draw)
             done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
@@ -321,7 +323,7 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
             seen, pos, mask = block_view(seen, run[:, None].expand(B, S), S, L)
             logits = model(tokens.gather(1, cols), pos, mask, cache, last=S)    # (B, S, V)
             cache.commit(0)
-            y, dec = pick(logits, cols, cand)
+            y, dec = pick(logits, cols, cand, draw=sample)                      # sampled: not the pad
             done |= pick.stopped
             tokens.scatter_(1, cols, torch.where(dec, y, tokens.gather(1, cols)))
             step.scatter_(1, cols, torch.where(dec, steps[:, None], step.gather(1, cols)))   # the row's step

@@ -547,10 +547,19 @@ class OfficialCache:
         return logits[:, base:]
 
 
-def decode_block(x, c0, end, logits, threshold):
-    """One official step on the columns [c0, end) of x: the confidence rule on their [MASK]s."""
+def decode_block(x, c0, end, logits, threshold, generator=None):
+    """One official step on the columns [c0, end) of x: the confidence rule on their [MASK]s; greedy, or with
+    a generator sampled at temperature 1, one draw per column in [c0, end) (the official's stream)."""
+    from sampling import confident
     cand = torch.tensor([[t == MASK for t in x[c0:end]]])
-    y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
+    if generator is None:
+        y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
+    else:
+        logits = logits[:, :end - c0].float()
+        logits[..., MASK] = -math.inf
+        probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()[0]                 # (end - c0, V)
+        y = torch.multinomial(probs, 1, generator=generator).T                        # (1, end - c0)
+        dec = confident(probs.gather(1, y.T).T, cand, threshold)
     x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
 
 
@@ -578,7 +587,7 @@ def official_bd3lm_infill(model, prompt, S, L, threshold):
     return torch.tensor([x[:P]])
 
 
-def official_bd3lm_generate(model, prompt, N, S, L, threshold):
+def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
     """The official BD3-LM generation (align_inputs_to_blocks, fused block cache), batch 1, no cache: cache
     the prompt's first F = S floor(P/S) tokens; decode ceil(N/S) blocks of S columns from F (up to P + N); a
     block's first forward also feeds the previous block, which the cache keeps (fused), after dropping the
@@ -591,7 +600,8 @@ def official_bd3lm_generate(model, prompt, N, S, L, threshold):
         c0, end = F + b * S, min(F + (b + 1) * S, P + N)
         fed = pending                          # the previous block, committed by this block's first forward
         while MASK in x[c0:end]:
-            decode_block(x, c0, end, cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):], threshold)
+            logits = cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):]
+            decode_block(x, c0, end, logits, threshold, generator)
             fed = []
         pending = x[c0:end]
     return torch.tensor([x])
@@ -622,7 +632,7 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
     assert not torch.equal(ours, official_bd3lm_infill(model, rows[0][None], S, L, math.inf))
 
 
-@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (9, 12, 12), (6, 16, 64)])
+@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64)])
 def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     """P + N > L (make reproduce-gsm8k asks 1,024 new tokens at L = 1,024): under official, BD3-LM's cache
     drops its oldest entries before a forward would pass L, and the inputs after it are renumbered (positions
@@ -634,6 +644,10 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
         tokens, _ = bd3lm.generate(model, prompt, cfg, Settings(N, threshold=tau, official=True, seq_len=L))
         want = official_bd3lm_generate(model, prompt, N, S, L, tau)
         assert torch.equal(tokens, want), tau
+    sampled, _ = bd3lm.generate(model, prompt, cfg, Settings(N, 0.6, 1.0, official=True, seq_len=L),
+                                generator=torch.Generator().manual_seed(8))      # the last block may be short
+    assert torch.equal(sampled, official_bd3lm_generate(model, prompt, N, S, L, 0.6,
+                                                        torch.Generator().manual_seed(8)))
     ours, _ = bd3lm.generate(model, prompt, cfg, Settings(N, official=True))                # no seq_len
     assert torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, 10 ** 6, math.inf))
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
