@@ -171,14 +171,15 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
 
 
 def official_count(real, new, S: int):
-    """real (B, C) cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S) blocks from the
-    start of the block holding each row's first new token, so a prompt of length p gets N - (p mod S) new
-    tokens when S divides N (min(S floor(p/S) + S ceil(N/S), p + N) - p in general)."""
+    """real (B, C), the canvas, cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S)
+    blocks from the start of the block holding each row's first new token (new (B, N)). With real ending at
+    p + N (BD3-LM) a prompt of length p gets N - (p mod S) new tokens when S divides N (min(S floor(p/S) +
+    S ceil(N/S), p + N) - p in general); MDLM's official canvas also holds its [MASK] padding up to L, into
+    which that last block decodes too."""
     N = new.shape[1]
     if N == 0:                   # infilling alone: every [MASK] of the prompt, no new-token count to cut
         return real
-    # (B, 1) first column after
-    end = torch.minimum(new[:, :1] // S * S + math.ceil(N / S) * S, new[:, :1] + N)
+    end = new[:, :1] // S * S + math.ceil(N / S) * S                            # (B, 1) first column after
     return real & (torch.arange(real.shape[1], device=real.device) < end)
 
 
@@ -207,19 +208,24 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
 
 def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more), or
-    with settings.official the official layout (official_canvas, official_count). Returns tokens,
+    with settings.official the official layout (official_canvas, official_count), whose last block may
+    decode past the N new tokens into the [MASK] padding: new then has S ceil(N/S) columns. Returns tokens,
     real, pos (B, C), F, new (B, N), gen (B, C) the columns to decode, seen (B, C) the columns attended to."""
     N, S = settings.max_new_tokens, settings.block
-    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)       # (B, C)
     if not settings.official:
+        tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
         C = int(real.any(0).nonzero().max()) + 1
         return tokens[:, :C], real[:, :C], pos[:, :C], F, new, real[:, :C], real[:, :C]
     if settings.seq_len is None:
         raise ValueError("official needs seq_len: the official MDLM canvas is padded to the context "
                          "length")
-    tokens, pos, seen = official_canvas(tokens, real, settings.seq_len, mask_id)       # (B, C')
+    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, S * math.ceil(N / S), S, mask_id)
+    within = real & (torch.arange(real.shape[1], device=real.device) < new[:, :1] + N) if N else real
+    tokens, pos, seen = official_canvas(tokens, within, settings.seq_len, mask_id)     # (B, C')
     real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
-    return tokens, real, pos, F, new, official_count(real, new, S), seen    # fewer columns decoded
+    # the [MASK]s to decode: ceil(N/S) blocks of the canvas (its padding too); infilling: the prompt's only
+    gen = official_count(seen, new[:, :N], S) if N else real
+    return tokens, real, pos, F, new, gen, seen
 
 
 # ----------------------------------------------------------------------------- generate
@@ -265,7 +271,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
             steps += cand.any(1)
             nfe += 1
         if pick.stop is not None:
-            end = P + (e - new[:, 0]).clamp(0, N)                                   # (B,) end of this block
+            end = P + (e - new[:, 0]).clamp(0, new.shape[1])                       # (B,) end of this block
             # [MASK]s in the prompt filled
             done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)
         if done.all():

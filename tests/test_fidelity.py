@@ -741,13 +741,14 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
 def official_mdlm_window(model, prompt, N, S, L, threshold):
     """The official MDLM generation (align_inputs_to_blocks, one bidirectional forward per step), batch 1:
     the canvas [prompt | N [MASK]] (padded with [MASK] to L if shorter); ceil(N/S) blocks of S columns from
-    S floor(P/S), cut at P + N; each step one forward over the window [0, L) while the block starts before
-    L, else [block end - L, block end) (cut at the canvas' end), at positions 0..; the confidence rule."""
+    S floor(P/S), cut at the canvas' end (so the last may decode some of the padding); each step one forward
+    over the window [0, L) while the block starts before L, else [block end - L, block end) (cut at the
+    canvas' end), at positions 0..; the confidence rule. Returns P + S ceil(N/S) columns."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     x += [MASK] * max(L - len(x), 0)
     F = S * (P // S)
     for b in range(math.ceil(N / S)):
-        s, end = F + b * S, min(F + (b + 1) * S, P + N)
+        s, end = F + b * S, min(F + (b + 1) * S, len(x))
         w0 = 0 if s < L else s + S - L
         window = x[w0:w0 + L]
         while MASK in x[s:end]:
@@ -755,14 +756,16 @@ def official_mdlm_window(model, prompt, N, S, L, threshold):
             logits = model(window, torch.arange(window.shape[1])[None],
                            torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
             decode_block(x, s, end, logits[:, s - w0:], threshold)
-    return torch.tensor([x[:P + N]])
+    out = P + S * math.ceil(N / S)
+    return torch.tensor([(x + [MASK] * out)[:out]])
 
 
-@pytest.mark.parametrize("P, N", [(6, 18), (9, 14), (5, 7)])
+@pytest.mark.parametrize("P, N", [(6, 18), (9, 14), (5, 7), (4, 5)])
 def test_mdlm_official_window_equals_the_official_rule(P, N):
     """P + N > L: under official, MDLM's forward sees an L-wide window that slides a block at a time once a
-    block starts past L, at positions 0..L-1, as the official: token for token the rule above (P + N <= L:
-    the L-wide canvas of test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len); batched == alone."""
+    block starts past L, at positions 0..L-1, as the official: token for token the rule above; P + N <= L
+    (5 + 7, 4 + 5): its L-wide canvas, whose last block decodes into the [MASK] padding when S does not
+    divide N (4 + 5: 8 new tokens); batched == alone."""
     S, L, cfg, model = 4, 12, mdlm.MDLMConfig(MASK), sharp_model(25)
     _, batch, prompt_mask = left_padded([P, P - 2], seed=P)
     prompt = batch[:1]
