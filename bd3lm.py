@@ -13,10 +13,12 @@ Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at
 Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
-Differences from the official code: batched generation aligns each row's blocks to its own positions by
-left-padding it to a multiple of S (the official sampler runs batch size 1). The sampler generates
-max_new_tokens new tokens; the official (align_inputs_to_blocks) counts them from the start of the block
-holding the prompt's end, p mod S fewer: generate(official=True) does the same.
+Differences from the official code, each gone under settings.official (eval.py --official, paper mode):
+the official (align_inputs_to_blocks) counts max_new_tokens from the start of the block holding the prompt's
+end, p mod S fewer (ours: N new tokens); past the context L its cache drops its oldest entries and the
+inputs after it are renumbered (ours keeps every entry, each token at its own position: block_view); it
+infills by another algorithm (the last section, official_infill; ours block by block from the left).
+Batched, each row's blocks aligned to its own positions by left padding (the official runs batch size 1).
 """
 import math
 from dataclasses import dataclass
@@ -186,9 +188,11 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
     prompt are infilled block by block too (a block sees only the blocks to its left).
 
-    settings.official: the official align_inputs_to_blocks count for released checkpoints:
-    max_new_tokens counts from the start of the block holding the prompt's end (mdlm.official_count), so
-    p mod S fewer new tokens; the rest of the output stays [MASK]. Off (default): N new tokens."""
+    settings.official (paper mode, released checkpoints): max_new_tokens counts from the start of the block
+    holding the prompt's end (mdlm.official_count, align_inputs_to_blocks), so p mod S fewer new tokens (the
+    rest of the output stays [MASK]); with seq_len L the cache drops its oldest entries before a forward
+    would pass L, the inputs renumbered after it (block_view); a prompt with [MASK]s goes to the official
+    infilling (official_infill). Off (default): N new tokens, every entry kept at its own position."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
     if settings.official and official_infilling(prompt, prompt_mask, cfg.mask_id, N):

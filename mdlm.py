@@ -16,11 +16,12 @@ position the reveal order is uniformly random, which is MDLM (paper §3, "unifor
 order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
 Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
 a full bidirectional forward per step, no KV cache.
-Differences from the official code: the sampler generates max_new_tokens new tokens and its canvas ends with
-the block holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the
-block holding the prompt's end (p mod block fewer) and pads the canvas to the context length with [MASK],
-which its bidirectional forward attends to: generate(official=True, seq_len=L) does the same. With
-p + N > L the official slides an L-wide window; ours attends to the whole canvas.
+Differences from the official code, each gone under settings.official (with seq_len L; eval.py
+--official, paper mode): the sampler generates max_new_tokens new tokens and its canvas ends with the block
+holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the block
+holding the prompt's end (p mod block fewer, or more: its last block also decodes the [MASK]s it pads the
+canvas with up to L, which its bidirectional forward attends to), and with p + N > L it slides an L-wide
+window at positions 0..L-1 (the last section); ours attends to the whole canvas.
 
 The block-aligned canvas (`block_canvas`, `official_count`, `standard`) defined here is shared by bd3lm.py.
 """
@@ -239,10 +240,11 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     the visible tokens right of them count).
 
     settings.official: the official layout for released checkpoints. max_new_tokens counts from the
-    start of the block holding the prompt's end (official_count: p mod block fewer new tokens, the rest of the
-    output stays [MASK]), and the canvas is padded with [MASK] to the context length settings.seq_len
-    (required), every column attended to. Off (default): N new tokens, the canvas ends with the block holding
-    the last."""
+    start of the block holding the prompt's end (official_count: ceil(N / block) blocks), the canvas is
+    padded with [MASK] to the context length settings.seq_len (required), every column attended to, and
+    the last block decodes that padding too (the output holds block ceil(N / block) new columns, [MASK]
+    where nothing was decoded); with p + N > L each forward sees an L-wide window (official_window). Off
+    (default): N new tokens, the canvas ends with the block holding the last."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, settings.block, prompt.device
     tokens, real, pos, F, new, gen, seen = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)

@@ -39,9 +39,11 @@ model still predicts x_j at a [MASK] query placed at position j, not from a shif
 every position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic
 limit. Fixed contiguous sets whose members attend to each other: BD3-LM; its mask at S = 1 is this file's
 mask. Differences from the official code: the sampler runs a batch (each row its own window; the official
-asserts batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left
-crop). With commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of
-the schedule over the model's seq_len positions as the official (over N positions when N > L, where the
+asserts batch size 1); the KV cache keeps every entry, where the official drops entries past the context L
+(the oldest; with the FHT order those of the smallest positions, and then reads its mask at positions):
+settings.official (eval.py --official, paper mode) does that too (the last section). With
+commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
+schedule over the model's seq_len positions as the official (over N positions when N > L, where the
 official has no schedule, or when no seq_len is given).
 Beyond the paper (off by default; the last section of this file): cfg.infill = F trains a fraction F of rows
 in an infilling order. F = 0 is the paper's loss, draw for draw.
