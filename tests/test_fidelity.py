@@ -776,3 +776,13 @@ def test_mdlm_official_window_equals_the_official_rule(P, N):
         both, _ = mdlm.generate(model, batch, cfg, settings, prompt_mask)
         alone, _ = mdlm.generate(model, batch[1:, 2:], cfg, settings)
         assert torch.equal(both[:1], tokens) and torch.equal(both[1:, 2:], alone)
+
+
+@pytest.mark.parametrize("N, rows", [(2, [[1, MASK, 2]]), (0, [[1, MASK, 2], [1, 3, 2]])])
+def test_bd3lm_official_infilling_refuses_new_tokens_and_rows_without_a_mask(N, rows):
+    """The official infills only the prompt's [MASK]s, one prompt at a time: new tokens beside them, or a
+    batch mixing rows with and without a [MASK], are refused with one line."""
+    with pytest.raises(ValueError, match="every row must hold one, with max_new_tokens 0") as e:
+        bd3lm.generate(tiny_model(26), torch.tensor(rows), bd3lm.BD3LMConfig(MASK, 4),
+                       Settings(N, official=True, seq_len=16))
+    assert "\n" not in str(e.value)
