@@ -13,17 +13,20 @@ Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at
 Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
-Differences from the official code: batched generation aligns each row's blocks to its own positions by
-left-padding it to a multiple of S (the official sampler runs batch size 1). The sampler generates
-max_new_tokens new tokens; the official (align_inputs_to_blocks) counts them from the start of the block
-holding the prompt's end, p mod S fewer: generate(official_blocks=True) does the same.
+Differences from the official code, each gone under settings.official (eval.py --official, paper mode):
+the official (align_inputs_to_blocks) counts max_new_tokens from the start of the block holding the prompt's
+end, p mod S fewer (ours: N new tokens); past the context L its cache drops its oldest entries and the
+inputs after it are renumbered (ours keeps every entry, each token at its own position: block_view); it
+infills by another algorithm (the last section, official_infill; ours, block by block from the left, stays
+the default: it fills the shipped task's spans far better, docs/fidelity.md).
+Batched, each row's blocks aligned to its own positions by left padding (the official runs batch size 1).
 """
 import math
 from dataclasses import dataclass
 
 import torch
 
-from ar import defaults, finish, trim
+from ar import canvas, defaults, finish, trim
 from mdlm import block_canvas, masked_nll, objective, official_count, standard
 from model import padded
 from sampling import Picker, Settings, decode
@@ -49,7 +52,7 @@ class BD3LMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official_blocks", "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "seq_len", "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
@@ -141,22 +144,39 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
 
 # ----------------------------------------------------------------------------- prefill
 
-def block_mask(real, S: int, lo: int, e: int):
-    """Decoding mask (B, 1, e - lo, e) of queries lo..e-1 over keys 0..e-1 of a block canvas: a column sees
-    the real columns of its own and earlier blocks (clean blocks causal, a block bidirectional), and
-    itself."""
-    cols = torch.arange(e, device=real.device)
-    blk = cols // S                                                             # block of each column
-    m = (blk[lo:e, None] >= blk[None, :e]) & real[:, None, None, :e]
-    return m | (cols[lo:e, None] == cols[None, :e])
+def block_view(seen, new, S: int, L: int | None = None):
+    """The mask and positions of T inputs fed after a KV cache, as the official lays them out. seen (B, K):
+    the valid cache entries; new (B, T): the inputs that are real (the rest see only themselves). An entry's
+    storage index is its rank among the valid ones, and that is its position (a column's position, while
+    nothing is cropped); a query sees the valid entries of its own and earlier S-blocks of storage indices:
+    the cache, and its own block bidirectionally (block-causal). L (paper mode: the model's context) first
+    drops the oldest entries so that cache + inputs <= L (the official _crop_kv_cache_left): the inputs
+    then sit at positions L - T.., renumbered. Returns seen (B, K) after the crop, pos (B, T), mask (B, 1,
+    T, K + T)."""
+    K, T = seen.shape[1], new.shape[1]
+    n = seen.sum(1, keepdim=True)                                                # (B, 1) valid entries
+    drop = (n + new.sum(1, keepdim=True) - L).clamp(min=0) if L else torch.zeros_like(n)
+    rank = seen.cumsum(1) - 1
+    seen = seen & (rank >= drop)                                                 # the oldest `drop` go
+    idx = torch.cat([rank, n + new.cumsum(1) - 1], 1) - drop                     # (B, K + T) storage index
+    q = idx[:, K:]                                                               # (B, T)
+    mask = torch.cat([seen, new], 1)[:, None, :] & (idx[:, None, :] // S <= q[:, :, None] // S)
+    mask[:, :, K:] |= torch.eye(T, dtype=torch.bool, device=seen.device)        # (B, T, K + T)
+    return seen, q.clamp(min=0), mask[:, None]
 
 
-def prefill(model, tokens, pos, real, S: int, F: int, cache):
+def prefill(model, tokens, real, S: int, F: int, cache, L: int | None = None):
     """Cache the canvas' first F columns (B, F): the prompt's whole blocks before the first one that holds a
-    new token (or a [MASK] of the prompt), block-causally. Nothing to do when F = 0."""
+    new token (or a [MASK] of the prompt), block-causally. L (paper mode): only the last L real ones, at
+    positions 0.. (the official caches inputs[-L:]). Returns the valid cache entries (B, F)."""
+    keep = real[:, :F]
+    if L:
+        keep = keep & (keep.flip(1).cumsum(1).flip(1) <= L)                   # the last L real columns
     if F > 0:
-        model(tokens[:, :F], pos[:, :F], block_mask(real, S, 0, F), cache, last=1)
+        _, pos, mask = block_view(keep[:, :0], keep, S)
+        model(tokens[:, :F], pos, mask, cache, last=1)
         cache.commit(F)
+    return keep
 
 
 # ----------------------------------------------------------------------------- generate
@@ -169,17 +189,22 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
     prompt are infilled block by block too (a block sees only the blocks to its left).
 
-    settings.official_blocks: the official align_inputs_to_blocks count for released checkpoints:
-    max_new_tokens counts from the start of the block holding the prompt's end (mdlm.official_count), so
-    p mod S fewer new tokens; the rest of the output stays [MASK]. Off (default): N new tokens."""
+    settings.official (paper mode, released checkpoints): max_new_tokens counts from the start of the block
+    holding the prompt's end (mdlm.official_count, align_inputs_to_blocks), so p mod S fewer new tokens (the
+    rest of the output stays [MASK]); with seq_len L the cache drops its oldest entries before a forward
+    would pass L, the inputs renumbered after it (block_view); a prompt with [MASK]s goes to the official
+    infilling (official_infill). Off (default): N new tokens, every entry kept at its own position."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
-    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)      # (B, C)
-    gen = official_count(real, new, S) if settings.official_blocks else real             # (B, C) to decode
+    if settings.official and official_infilling(prompt, prompt_mask, cfg.mask_id, N):
+        return official_infill(model, prompt, cfg, settings, prompt_mask, stop, generator)
+    tokens, real, _, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)        # (B, C)
+    gen = official_count(real, new, S) if settings.official else real             # (B, C) to decode
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
+    L = settings.seq_len if settings.official else None                  # the official crop past L
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
-    prefill(model, tokens, pos, real, S, F, cache)
+    seen = prefill(model, tokens, real, S, F, cache, L)                  # (B, F) valid cache entries
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -196,10 +221,13 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
             if not cand.any():
                 break
             lo = cache.length                                    # < s: earlier blocks still to commit
-            # (B, S, V)
-            logits = model(tokens[:, lo:e], pos[:, lo:e], block_mask(real, S, lo, e), cache, last=S)
+            seen, pos, mask = block_view(seen, real[:, lo:e], S, L)                       # (B, 1, e-lo, e)
+            logits = model(tokens[:, lo:e], pos, mask, cache, last=S)                     # (B, S, V)
             cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
-            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
+            seen = torch.cat([seen, real[:, lo:s]], 1)
+            # sampled: the official draws for the block's columns on its canvas (a last block may be short)
+            draw = real[:, s:e] if settings.official else None
+            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand, draw)
             done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
             step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
@@ -235,3 +263,82 @@ def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
         step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
         nfe += 1
     return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+
+
+# ----------------------------------------------------------------------------- reproduction only: the
+# official infilling (paper mode)
+
+# The official BD3-LM fills the [MASK]s of a prompt [left | MASK * n | right] (ROCStories) by another
+# algorithm than the block-left infilling of `generate`: the prompt's whole blocks, [MASK]s and right context
+# included, are cached first, and each block of the span is decoded at the positions AFTER that cache.
+# generate(settings.official) calls it when the prompt holds [MASK]s.
+
+def official_infilling(prompt, prompt_mask, mask_id: int, max_new_tokens: int) -> bool:
+    """Whether a paper-mode call infills: its prompt holds [MASK]s. The official decodes only those (it
+    ignores max_new_tokens) and runs one prompt at a time: a batch must infill in every row (ValueError)."""
+    visible = prompt_mask if prompt_mask is not None else torch.ones_like(prompt, dtype=torch.bool)
+    holes = ((prompt == mask_id) & visible).any(1)                                 # (B,)
+    if not holes.any():
+        return False
+    if not holes.all() or max_new_tokens:
+        raise ValueError("official BD3-LM infilling decodes the [MASK]s of the prompt only: every row must "
+                         "hold one, with max_new_tokens 0 (or run without official)")
+    return True
+
+
+@torch.no_grad()
+def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=None, stop=None,
+                    generator=None):
+    """The official BD3-LM infilling (its generate with align_inputs_to_blocks and a KV cache, not fused),
+    batched. A row of p tokens is padded with [MASK] to a multiple of S (that padding is never decoded); its
+    first F = S floor(p/S) tokens, [MASK]s and right context included, are cached block-causally at
+    positions 0..F-1; then the blocks of S columns from the one holding the first [MASK] (as many as hold
+    one) are decoded in turn: a block's tokens sit at the positions right after the cache (not their own),
+    see the whole cache and each other, and the confidence rule decodes its [MASK]s; a finished block is
+    then appended to the cache by a forward of its own. With settings.seq_len = L the oldest cache entries
+    go before a forward would pass L (block_view). `stop` is checked after each block, up to its end."""
+    B, P = prompt.shape
+    S, m, L, dev = cfg.block_size, cfg.mask_id, settings.seq_len, prompt.device
+    tokens, real, _ = canvas(prompt, prompt_mask, 0, m)                          # (B, P) left-padded
+    tokens, real = torch.nn.functional.pad(tokens, (0, S), value=m), torch.nn.functional.pad(real, (0, S))
+    lead, length = (~real[:, :P]).sum(1), real.sum(1)                           # (B,) left padding, p
+    hole = (tokens == m) & real                                                 # (B, P + S) to decode
+    rel = torch.arange(P + S, device=dev) - lead[:, None]                       # (B, P + S) row position
+    start = lead + (hole.float().argmax(1) - lead) // S * S                     # (B,) first block's column
+    held = torch.zeros(B, P // S + 2, device=dev).scatter_add_(1, (rel // S).clamp(min=0), hole.float())
+    n_blk = (held > 0).sum(1)                                                   # (B,) blocks holding a hole
+    Fmax = int((length // S * S).max())
+    src = lead[:, None] + length[:, None] // S * S - Fmax + torch.arange(Fmax, device=dev)   # (B, Fmax)
+    cache = model.new_cache(B, Fmax + (int(n_blk.max()) + 1) * S, slots=S)
+    seen = prefill(model, tokens.gather(1, src.clamp(min=0)), src >= lead[:, None], S, Fmax, cache, L)
+    pick = Picker(settings, tokens, real, m, prompt, prompt_mask, stop, generator)
+    step = torch.full_like(tokens, -1)
+    steps = torch.zeros(B, dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    nfe, shift = 0, torch.arange(S, device=dev)
+    for j in range(int(n_blk.max())):
+        cols = (start[:, None] + j * S + shift).clamp(max=P + S - 1)           # (B, S) this block's columns
+        sample = rel.gather(1, cols) < length[:, None]                          # (B, S) not the pad
+        # a block runs if it is one of the row's n_blk and holds a [MASK] (the pad's too, as the official)
+        run = (j < n_blk) & ~done & sample[:, 0] & (tokens.gather(1, cols) == m).any(1)   # (B,)
+        while True:
+            cand = (tokens.gather(1, cols) == m) & sample & run[:, None]       # (B, S)
+            if not cand.any():
+                break
+            seen, pos, mask = block_view(seen, run[:, None].expand(B, S), S, L)
+            logits = model(tokens.gather(1, cols), pos, mask, cache, last=S)    # (B, S, V)
+            cache.commit(0)
+            y, dec = pick(logits, cols, cand, draw=sample)                      # sampled: not the pad
+            done |= pick.stopped
+            tokens.scatter_(1, cols, torch.where(dec, y, tokens.gather(1, cols)))
+            step.scatter_(1, cols, torch.where(dec, steps[:, None], step.gather(1, cols)))   # the row's step
+            steps, nfe = steps + cand.any(1), nfe + 1
+        if run.any():                                            # the finished block joins the cache
+            seen, pos, mask = block_view(seen, run[:, None].expand(B, S), S, L)
+            model(tokens.gather(1, cols), pos, mask, cache, last=1)
+            cache.commit(S)
+            seen = torch.cat([seen, run[:, None].expand(B, S)], 1)
+        if pick.stop is not None:
+            end = torch.minimum(cols[:, -1] + 1, lead + length)                 # (B,) the block's last + 1
+            done |= pick.stop(tokens[:, :P], end) & run
+    return finish(tokens[:, :P], step[:, :P], steps, nfe)

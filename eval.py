@@ -83,7 +83,7 @@ def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:
     check_window(window, method, cfg, "--window" if given["window"] else "config.json's sampler.window")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else sampler.get("max_new_tokens", 64)
     return Settings(max_new, threshold, args.temperature, window, args.commit_order, args.mdlm_block,
-                    args.official_blocks, config["seq_len"], options)
+                    args.official, config["seq_len"], options)
 
 
 def main(argv=None):
@@ -160,14 +160,14 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     """Print the metrics as a markdown row (and write them with --json). The row shows only the sampler
     settings that apply: none without sampling (sampled=False: likelihood, zero-shot), else those in the
     method's KNOBS (the threshold for the diffusion methods, window and commit order for Set Diffusion,
-    official_blocks for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds
+    official for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds
     every setting."""
     threshold, window = ((settings.threshold, window_used(settings.window, method, cfg)) if settings
                          else (math.inf, 0))
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
-                      args.official_blocks), **m}
+                      args.official), **m}
     applies = {k: sampled and k in method.KNOBS
-               for k in ("threshold", "window", "commit_order", "official_blocks")}
+               for k in ("threshold", "window", "commit_order", "official")}
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores")
             and applies.get(k, True)]

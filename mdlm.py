@@ -16,11 +16,12 @@ position the reveal order is uniformly random, which is MDLM (paper §3, "unifor
 order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
 Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
 a full bidirectional forward per step, no KV cache.
-Differences from the official code: the sampler generates max_new_tokens new tokens and its canvas ends with
-the block holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the
-block holding the prompt's end (p mod block fewer) and pads the canvas to the context length with [MASK],
-which its bidirectional forward attends to: generate(official_blocks=True, seq_len=L) does the same. With
-p + N > L the official slides an L-wide window; ours attends to the whole canvas.
+Differences from the official code, each gone under settings.official (with seq_len L; eval.py
+--official, paper mode): the sampler generates max_new_tokens new tokens and its canvas ends with the block
+holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the block
+holding the prompt's end (p mod block fewer, or more: its last block also decodes the [MASK]s it pads the
+canvas with up to L, which its bidirectional forward attends to), and with p + N > L it slides an L-wide
+window at positions 0..L-1 (the last section); ours attends to the whole canvas.
 
 The block-aligned canvas (`block_canvas`, `official_count`, `standard`) defined here is shared by bd3lm.py.
 """
@@ -51,7 +52,7 @@ class MDLMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official_blocks", "seq_len",
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official", "seq_len",
                    "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
@@ -171,12 +172,15 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
 
 
 def official_count(real, new, S: int):
-    """real (B, C) cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S) blocks from the
-    start of the block holding each row's first new token, so a prompt of length p gets N - (p mod S) new
-    tokens when S divides N (min(S floor(p/S) + S ceil(N/S), p + N) - p in general)."""
+    """real (B, C), the canvas, cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S)
+    blocks from the start of the block holding each row's first new token (new (B, N)). With real ending at
+    p + N (BD3-LM) a prompt of length p gets N - (p mod S) new tokens when S divides N (min(S floor(p/S) +
+    S ceil(N/S), p + N) - p in general); MDLM's official canvas also holds its [MASK] padding up to L, into
+    which that last block decodes too."""
     N = new.shape[1]
-    # (B, 1) first column after
-    end = torch.minimum(new[:, :1] // S * S + math.ceil(N / S) * S, new[:, :1] + N)
+    if N == 0:                   # infilling alone: every [MASK] of the prompt, no new-token count to cut
+        return real
+    end = new[:, :1] // S * S + math.ceil(N / S) * S                            # (B, 1) first column after
     return real & (torch.arange(real.shape[1], device=real.device) < end)
 
 
@@ -205,19 +209,24 @@ def official_canvas(tokens, real, seq_len: int, mask_id: int):
 
 def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more), or
-    with settings.official_blocks the official layout (official_canvas, official_count). Returns tokens,
+    with settings.official the official layout (official_canvas, official_count), whose last block may
+    decode past the N new tokens into the [MASK] padding: new then has S ceil(N/S) columns. Returns tokens,
     real, pos (B, C), F, new (B, N), gen (B, C) the columns to decode, seen (B, C) the columns attended to."""
     N, S = settings.max_new_tokens, settings.block
-    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)       # (B, C)
-    if not settings.official_blocks:
+    if not settings.official:
+        tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
         C = int(real.any(0).nonzero().max()) + 1
         return tokens[:, :C], real[:, :C], pos[:, :C], F, new, real[:, :C], real[:, :C]
     if settings.seq_len is None:
-        raise ValueError("official_blocks needs seq_len: the official MDLM canvas is padded to the context "
+        raise ValueError("official needs seq_len: the official MDLM canvas is padded to the context "
                          "length")
-    tokens, pos, seen = official_canvas(tokens, real, settings.seq_len, mask_id)       # (B, C')
+    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, S * math.ceil(N / S), S, mask_id)
+    within = real & (torch.arange(real.shape[1], device=real.device) < new[:, :1] + N) if N else real
+    tokens, pos, seen = official_canvas(tokens, within, settings.seq_len, mask_id)     # (B, C')
     real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
-    return tokens, real, pos, F, new, official_count(real, new, S), seen    # fewer columns decoded
+    # the [MASK]s to decode: ceil(N/S) blocks of the canvas (its padding too); infilling: the prompt's only
+    gen = official_count(seen, new[:, :N], S) if N else real
+    return tokens, real, pos, F, new, gen, seen
 
 
 # ----------------------------------------------------------------------------- generate
@@ -230,16 +239,18 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
     the visible tokens right of them count).
 
-    settings.official_blocks: the official layout for released checkpoints. max_new_tokens counts from the
-    start of the block holding the prompt's end (official_count: p mod block fewer new tokens, the rest of the
-    output stays [MASK]), and the canvas is padded with [MASK] to the context length settings.seq_len
-    (required), every column attended to. Off (default): N new tokens, the canvas ends with the block holding
-    the last."""
+    settings.official: the official layout for released checkpoints. max_new_tokens counts from the
+    start of the block holding the prompt's end (official_count: ceil(N / block) blocks), the canvas is
+    padded with [MASK] to the context length settings.seq_len (required), every column attended to, and
+    the last block decodes that padding too (the output holds block ceil(N / block) new columns, [MASK]
+    where nothing was decoded); with p + N > L each forward sees an L-wide window (official_window). Off
+    (default): N new tokens, the canvas ends with the block holding the last."""
     B, P = prompt.shape
-    N, S, dev = settings.max_new_tokens, settings.block, prompt.device
+    S, dev = settings.block, prompt.device
     tokens, real, pos, F, new, gen, seen = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
     mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
+    slide = settings.official and bool((real.sum(1) > settings.seq_len).any())    # p + N > L: a window
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
@@ -251,7 +262,10 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
             cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
             if not cand.any():
                 break
-            logits = model(tokens, pos, mask, last=C - s)[:, :e - s]                 # (B, e-s, V)
+            if slide:
+                logits = official_window(model, tokens, seen, s, S, settings.seq_len)[:, :e - s]
+            else:
+                logits = model(tokens, pos, mask, last=C - s)[:, :e - s]             # (B, e-s, V)
             y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
             done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
@@ -259,7 +273,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
             steps += cand.any(1)
             nfe += 1
         if pick.stop is not None:
-            end = P + (e - new[:, 0]).clamp(0, N)                                   # (B,) end of this block
+            end = P + (e - new[:, 0]).clamp(0, new.shape[1])                       # (B,) end of this block
             # [MASK]s in the prompt filled
             done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)
         if done.all():
@@ -286,3 +300,24 @@ def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
         step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
         nfe += 1
     return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+
+
+# ----------------------------------------------------------------------------- reproduction only: the
+# official window (paper mode)
+
+def official_window(model, tokens, seen, s: int, S: int, L: int):
+    """The official MDLM forward for the block starting at column s once a row outgrows its context L
+    (p + N > L): L columns of the row, from its first while the block starts before its position L, else
+    ending with the block (S columns from s: the window slides a block at a time; at the canvas' end it is
+    shorter), at positions 0..L-1 (renumbered), all attended. tokens, seen (B, C): official_canvas's.
+    Returns the logits (B, S, V) of the block's columns."""
+    B, C = tokens.shape
+    off = seen.float().argmax(1).long()                                         # (B,) the row's column 0
+    start = off + torch.where(s - off >= L, s - off + S - L, 0)                 # (B,) the window's first
+    cols = start[:, None] + torch.arange(L, device=tokens.device)               # (B, L)
+    ok = (cols < C) & seen.gather(1, cols.clamp(max=C - 1))
+    mask = with_padding(torch.ones(L, L, dtype=torch.bool, device=tokens.device), ~ok)   # (B, 1, L, L)
+    pos = torch.arange(L, device=tokens.device).expand(B, L)
+    logits = model(tokens.gather(1, cols.clamp(max=C - 1)), pos, mask)          # (B, L, V)
+    idx = (s - start)[:, None] + torch.arange(S, device=tokens.device)          # (B, S) the block's columns
+    return logits.gather(1, idx.clamp(max=L - 1)[..., None].expand(-1, -1, logits.shape[-1]))

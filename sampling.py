@@ -14,11 +14,16 @@ on):
                              by p if positive, multiplied by p if negative. "Seen" = the tokens generated so
                              far (the official diffusion samplers' running_generation), plus the prompt's
                              visible tokens with penalize_context (HF generate's input_ids, the official AR
-                             and infilling).
+                             and infilling); with penalize_context and a pad_id, tokens equal to pad_id are
+                             not seen (the official diffusion samplers' _visible_infill_context).
     length penalty (s, f)    (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
                              wrapper does) at a slot with n > s new tokens before it, the EOS logit gets
-                             |logit| * (f^(n - s) - 1) added: pushed up whatever its sign.
-    min_new_tokens m         (HF MinNewTokensLengthLogitsProcessor) EOS is impossible at slots with n < m.
+                             |logit| * (f^(n - s) - 1) added: pushed up whatever its sign. n counts the
+                             VISIBLE new tokens left of the slot (decoded, not pad_id: the official
+                             _length_penalty_prefix_lengths), not the slot's index: a diffusion sampler that
+                             decodes out of order leaves [MASK]s there, which do not count.
+    min_new_tokens m         (HF MinNewTokensLengthLogitsProcessor) EOS is impossible at slots with n < m (the
+                             same n).
     temperature, top_p       sample from softmax(logits / temperature), cut to the smallest set of most likely
                              tokens whose mass reaches top_p (nucleus), renormalised. temperature 0 = greedy.
     low-confidence stop      (the official EntropyEosStoppingCriteria confidence rule, OWT unconditional) a
@@ -51,7 +56,8 @@ class Settings:
     window: int = 0                 # Set Diffusion: W positions predicted per step; 0 = smax // 2
     commit_order: str = "l2r"       # Set Diffusion: commit a step's tokens left to right, or "fht" (by T)
     block: int = 32                 # MDLM: the semi-autoregressive block width (the paper's GSM8K baseline)
-    official_blocks: bool = False   # MDLM, BD3-LM: the official new-token count for released checkpoints
+    official: bool = False          # decode as the official code: block alignment, BD3-LM infilling, penalty
+                                    # counts, cache crop (released checkpoints; docs/fidelity.md)
     seq_len: int | None = None      # the model's context L: the "fht" schedule, MDLM's official canvas width
     options: "SamplerOptions | None" = None   # the paper presets' penalties, nucleus and stops; None = off
 
@@ -86,6 +92,9 @@ class SamplerOptions:
     stop_entropy: float = 0.0          # entropy stop threshold in nats (official 4); 0 = off
     stop_entropy_window: int = 128     # the last tokens whose unigram entropy is measured (official 128)
     eos_id: int = -1                   # needed by the length penalty and min_new_tokens
+    pad_id: int = -1                   # the official diffusion samplers' pad id (= EOS for GPT-2 and Qwen):
+                                       # not counted by the length penalties, nor penalised as context; -1
+                                       # (HF generate, the AR presets): counted as any token
 
 
 def check(opt: SamplerOptions, temperature: float = 0.0):
@@ -124,8 +133,10 @@ class Track:
     first: torch.Tensor      # (B,) canvas column of each row's first generated token
     strikes: torch.Tensor    # (B,) consecutive low-confidence tokens so far
     stopped: torch.Tensor    # (B,) bool, rows the low-confidence rule stopped
+    mask_id: int = -1
     tokens: torch.Tensor = None   # (B, C) the canvas now
-    n: torch.Tensor = None        # (B, K) the slots' index among the new tokens
+    n: torch.Tensor = None        # (B, K) the slots' index among the new tokens (the low-confidence stop)
+    shown: torch.Tensor = None    # (B, K) visible new tokens left of each slot (the length penalties)
 
 
 def start(opt, tokens, real, mask_id: int, temperature=0.0):
@@ -138,13 +149,19 @@ def start(opt, tokens, real, mask_id: int, temperature=0.0):
     B = tokens.shape[0]
     return Track(opt, real & (gen | opt.penalize_context), gen.float().argmax(1),
                  torch.zeros(B, dtype=torch.long, device=tokens.device),
-                 torch.zeros(B, dtype=torch.bool, device=tokens.device))
+                 torch.zeros(B, dtype=torch.bool, device=tokens.device), mask_id)
 
 
 def at(track, tokens, cols):
     """Point the track at this step: the canvas tokens (B, C) and the slots' canvas columns cols (B, K)."""
-    if track is not None:
-        track.tokens, track.n = tokens, cols - track.first[:, None]
+    if track is None:
+        return None
+    track.tokens, track.n = tokens, cols - track.first[:, None]
+    if track.opt.length_penalty or track.opt.min_new_tokens:
+        col = torch.arange(tokens.shape[1], device=tokens.device)
+        shown = (tokens != track.mask_id) & (tokens != track.opt.pad_id) & (col >= track.first[:, None])
+        # (B, K) visible columns in [first, slot): an exclusive prefix count, read at each slot's column
+        track.shown = torch.nn.functional.pad(shown.long().cumsum(1), (1, 0)).gather(1, cols)
     return track
 
 
@@ -155,18 +172,21 @@ def process(logits, track):
     opt, logits = track.opt, logits.float().clone()
     if opt.repetition_penalty != 1.0:
         B, V = logits.shape[0], logits.shape[-1]
+        counted = track.counted
+        if opt.penalize_context:                     # the official infilling context: pad ids not seen
+            counted = counted & (track.tokens != opt.pad_id)
         seen = torch.zeros(B, V, device=logits.device).scatter_add_(
-            1, track.tokens, track.counted.float()) > 0                     # (B, V)
+            1, track.tokens, counted.float()) > 0                           # (B, V)
         p = opt.repetition_penalty
         penalised = torch.where(logits < 0, logits * p, logits / p)
         logits = torch.where(seen[:, None, :], penalised, logits)
     eos = logits[..., opt.eos_id] if opt.eos_id >= 0 else None            # (B, K)
     if opt.length_penalty:
         s, f = opt.length_penalty
-        boost = eos.abs() * (f ** (track.n - s).clamp(min=0).double() - 1).float()   # 0 where n <= s
+        boost = eos.abs() * (f ** (track.shown - s).clamp(min=0).double() - 1).float()   # 0 where n <= s
         eos = eos + boost
     if opt.min_new_tokens:
-        eos = eos.masked_fill(track.n < opt.min_new_tokens, float("-inf"))
+        eos = eos.masked_fill(track.shown < opt.min_new_tokens, float("-inf"))
     if eos is not None:
         logits[..., opt.eos_id] = eos
     return logits
@@ -180,19 +200,21 @@ def nucleus(probs, top_p: float):
     return kept / kept.sum(-1, keepdim=True)
 
 
-def choose(logits, temperature=0.0, generator=None, track=None):
+def choose(logits, temperature=0.0, generator=None, track=None, draw=None):
     """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p.
     Probabilities are exp(logits - logsumexp(logits)) in float32, the official `_forward` arithmetic: near
     p = 1 it rounds differently from softmax, and the diffusion samplers' confidence ties follow its
-    rounding."""
+    rounding. draw (...) bool: sample only those slots, in row-major order (the rest greedy), so that the
+    random stream is the official's where it draws for fewer slots than the sampler predicts."""
     logits = logits.float()
     scaled = logits / temperature if temperature > 0 else logits                   # (..., V)
     probs = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
     if track is not None and track.opt.top_p < 1:
         probs = nucleus(probs, track.opt.top_p)
     if temperature > 0:
-        flat = probs.reshape(-1, probs.shape[-1])                                  # (N, V)
-        y = torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+        drawn = probs.reshape(-1, probs.shape[-1]) if draw is None else probs[draw]     # (n, V)
+        y = torch.multinomial(drawn, 1, generator=generator).squeeze(-1)                # (n,)
+        y = y.view(probs.shape[:-1]) if draw is None else probs.argmax(-1).masked_scatter(draw, y)
     else:
         y = probs.argmax(-1)                                                      # as the official
     return y, probs.gather(-1, y[..., None]).squeeze(-1)
@@ -241,9 +263,10 @@ def decode(logits, candidates, mask_id: int, threshold: float = math.inf):
 class Picker:
     """Logits -> tokens for one generate call; every sampler calls it once per step.
 
-    pick(logits (B, K, V), cols (B, K), candidates (B, K)) -> tokens (B, K), decoded (B, K): the [MASK] logit
-    suppressed (never predict it), the options applied (penalties need the canvas and each slot's column
-    `cols`), a token chosen per slot (greedy or sampled) and the confidence rule. pick.stopped (B,) bool: rows
+    pick(logits (B, K, V), cols (B, K), candidates (B, K), draw=None) -> tokens (B, K), decoded (B, K): the
+    [MASK] logit suppressed (never predict it), the options applied (penalties need the canvas and each
+    slot's column `cols`), a token chosen per slot (greedy, or sampled: every slot, or only those of `draw`
+    (B, K), in the official's random stream) and the confidence rule. pick.stopped (B,) bool: rows
     the low-confidence rule has stopped. pick.stop: the task's stop hook with the entropy rule folded in, or
     None (the sampler checks it where the official sampler checks its stopping criteria)."""
 
@@ -259,14 +282,14 @@ class Picker:
     def stopped(self):
         return self.none_stopped if self.track is None else self.track.stopped
 
-    def __call__(self, logits, cols, candidates):
+    def __call__(self, logits, cols, candidates, draw=None):
         s, track = self.settings, self.track
         logits = logits.float()
         logits[..., self.mask_id] = float("-inf")                              # never predict [MASK]
         if track is None and s.temperature == 0 and logits.shape[1] == 1:     # AR greedy: no softmax needed
             return logits.argmax(-1), candidates.clone()
         at(track, self.canvas, cols)
-        y, conf = choose(process(logits, track), s.temperature, self.generator, track)   # (B, K)
+        y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
         decoded = confident(conf, candidates, s.threshold)
         early_stop(track, conf, decoded)
         return y, decoded

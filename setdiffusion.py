@@ -39,9 +39,11 @@ model still predicts x_j at a [MASK] query placed at position j, not from a shif
 every position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic
 limit. Fixed contiguous sets whose members attend to each other: BD3-LM; its mask at S = 1 is this file's
 mask. Differences from the official code: the sampler runs a batch (each row its own window; the official
-asserts batch size 1); the KV cache never overflows (it is sized for prompt + new tokens, so there is no left
-crop). With commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of
-the schedule over the model's seq_len positions as the official (over N positions when N > L, where the
+asserts batch size 1); the KV cache keeps every entry, where the official drops entries past the context L
+(the oldest; with the FHT order those of the smallest positions, and then reads its mask at positions):
+settings.official (eval.py --official, paper mode) does that too (the last section). With
+commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
+schedule over the model's seq_len positions as the official (over N positions when N > L, where the
 official has no schedule, or when no seq_len is given).
 Beyond the paper (off by default; the last section of this file): cfg.infill = F trains a fraction F of rows
 in an infilling order. F = 0 is the paper's loss, draw for draw.
@@ -81,7 +83,7 @@ class SetDiffusionConfig:
 
 # What the scripts need to know of a method is data here, never a branch on its name.
 KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "commit_order", "seq_len",
-                   "options"})
+                   "official", "options"})
 EXACT_NLL = False  # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible token on both sides cached first
 HF_GENERATE = False   # the official runs decode it with its own set sampler
@@ -239,14 +241,15 @@ def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, ge
 
 def prefill(model, tokens, pos, visible, cache):
     """Cache every visible token (B, C) in position order, causally: the prompt, and with [MASK]s inside it
-    (infilling) the visible tokens on both sides of the gaps. Returns which cache entries are valid (B, K)."""
+    (infilling) the visible tokens on both sides of the gaps. Returns which cache entries are valid and
+    their positions (B, K)."""
     cols = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
     idx, ok = gather_slots(visible, cols.double())                                  # (B, K)
     if idx.shape[1] > 0:
         causal = torch.ones(idx.shape[1], idx.shape[1], dtype=torch.bool, device=tokens.device).tril()
         model(tokens.gather(1, idx), pos.gather(1, idx), with_padding(causal, ~ok), cache, last=1)
         cache.commit(idx.shape[1])
-    return ok
+    return ok, pos.gather(1, idx)
 
 
 def window_canvas(prompt, prompt_mask, max_new_tokens: int, mask_id: int, W: int):
@@ -336,7 +339,9 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     # (B, C + W)
     key = commit_key(masked, W, cfg.smax / 2, settings.commit_order, generator, settings.seq_len)
     cache = step_cache(model, B, C, int(masked.sum(1).max()), W, settings.threshold)
-    cache_ok = prefill(model, tokens, pos, real & ~masked, cache)                  # (B, cached) valid entries
+    cache_ok, cache_pos = prefill(model, tokens, pos, real & ~masked, cache)      # (B, cached) valid entries
+    official_crop = settings.official and settings.seq_len      # paper mode: the official crop past L
+    crop = Crop(settings.seq_len, settings.commit_order, B, dev) if official_crop else None
     step, done = torch.full_like(tokens, -1), ~masked.any(1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
     # The fused commit. At the top of the loop `win` and `dec` (B, W) still hold LAST step's window and what
@@ -352,10 +357,15 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         cand = masked.gather(1, win) & ~done[:, None]                      # (B, W) to predict
         inp = torch.cat([tokens.gather(1, commit_cols), torch.full_like(win, cfg.mask_id)], 1)   # (B, n + W)
         inp_pos = torch.cat([pos.gather(1, commit_cols), pos.gather(1, win)], 1)
-        logits = model(inp, inp_pos, step_mask(cache_ok, commit_ok, W), cache, last=W)   # (B, W, V)
+        if crop is not None:
+            cache_ok, mask = crop(cache_ok, cache_pos, commit_ok, cand, inp_pos)
+        else:
+            mask = step_mask(cache_ok, commit_ok, W)                       # (B, 1, n + W, cache + n + W)
+        logits = model(inp, inp_pos, mask, cache, last=W)                  # (B, W, V)
         cache.commit(commit_cols.shape[1])                                 # keep the clean, drop the queries
         cache_ok = torch.cat([cache_ok, commit_ok], 1)
-        y, dec = pick(logits, win, cand)                                   # (B, W)
+        cache_pos = torch.cat([cache_pos, inp_pos[:, :commit_cols.shape[1]]], 1)
+        y, dec = pick(logits, win, cand, draw=cand)    # (B, W) sampled: a draw per query, as the official
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
         step.scatter_(1, win, torch.where(dec, steps[:, None], step.gather(1, win)))   # the row's own step
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)
@@ -445,3 +455,49 @@ def added_rows(x0, prompt_mask, pad_mask, span):
     rows = span.any(1)                                                             # (B,) the k drawn rows
     cat = lambda a: torch.cat([a, a[rows]])                                        # noqa: E731 (B + k, L)
     return cat(x0), cat(prompt_mask), cat(pad_mask), torch.cat([torch.zeros_like(span), span[rows]])
+
+
+# ----------------------------------------------------------------------------- reproduction only: the
+# official cache crop (paper mode)
+
+class Crop:
+    """The official KV cache past the model's context L (generate with settings.official and seq_len L):
+    before a step whose inputs (the tokens it commits and its window's [MASK] queries) would take
+    the cache past L, the official drops entries: the oldest (commit order "l2r"), or those of the smallest
+    positions ("fht": its position ledger). After its first "fht" crop, the official builds that row's mask
+    from positions instead (_semantic_attention_base): an input at position q sees the keys at positions k
+    with k <= q when both are < L, k < q - L when only q >= L, none of its own stream otherwise, and the
+    queries see only themselves among queries; a committed input then also sees the [MASK] queries left of
+    it. crop(cache_ok, cache_pos, commit_ok, cand, inp_pos) -> cache_ok, mask (step_mask's layout)."""
+
+    def __init__(self, L, commit_order: str, B: int, device):
+        self.L, self.fht = L, commit_order == "fht"
+        self.semantic = torch.zeros(B, 1, 1, 1, dtype=torch.bool, device=device)   # rows cropped by position
+
+    def __call__(self, cache_ok, cache_pos, commit_ok, cand, inp_pos):
+        drop = (cache_ok.sum(1) + commit_ok.sum(1) + cand.sum(1) - self.L).clamp(min=0)    # (B,)
+        # the order entries go in: by position ("fht") or by storage, the oldest first; invalid ones last
+        key = cache_pos if self.fht else torch.arange(cache_ok.shape[1], device=cache_ok.device).expand(
+            cache_ok.shape)
+        rank = key.masked_fill(~cache_ok, torch.iinfo(key.dtype).max).argsort(dim=1, stable=True).argsort(1)
+        cache_ok = cache_ok & (rank >= drop[:, None])                              # (B, K) what is left
+        mask = step_mask(cache_ok, commit_ok, cand.shape[1])
+        if self.fht:
+            self.semantic |= (drop > 0)[:, None, None, None]
+            mask = torch.where(self.semantic, self.by_position(cache_ok, cache_pos, commit_ok, cand, inp_pos),
+                               mask)
+        return cache_ok, mask
+
+    def by_position(self, cache_ok, cache_pos, commit_ok, cand, inp_pos):
+        """The official mask after an "fht" crop (B, 1, n + W, K + n + W): its static two-stream rule read at
+        positions (stream = position >= L, index = position mod L) instead of storage indices."""
+        L, n, W = self.L, commit_ok.shape[1], cand.shape[1]
+        kp, qp = torch.cat([cache_pos, inp_pos], 1)[:, None, :], inp_pos[:, :, None]   # (B, 1, K'), (B, T, 1)
+        xk, xq, k, q = kp >= L, qp >= L, kp % L, qp % L
+        rule = ((q == k) & (xq == xk)) | (xq & ~xk & (q > k)) | (~xq & ~xk & (q >= k))   # (B, T, K')
+        ok = torch.cat([cache_ok, commit_ok, cand], 1)[:, None, :] & rule
+        K = cache_ok.shape[1]
+        ok[:, n:, K + n:] = torch.eye(W, dtype=torch.bool, device=ok.device)          # queries: themselves
+        i = torch.arange(n + W, device=ok.device)
+        ok[:, i, K + i] = True                                                          # every input: itself
+        return ok[:, None]

@@ -44,10 +44,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
                    help="Set Diffusion: commit a step's tokens left to right (the official throughput runs) "
                         "or by first-hitting time (the official accuracy runs)")
     g.add_argument("--mdlm-block", type=int, default=32, help="MDLM sampler block length")
-    g.add_argument("--official-blocks", action="store_true",
-                   help="MDLM/BD3-LM: count the new tokens from the start of the prompt's last block and "
-                        "(MDLM) pad the canvas to seq_len with [MASK], as the official "
-                        "align_inputs_to_blocks (released models)")
+    g.add_argument("--official", action="store_true",
+                   help="decode as the official code (released models): its block alignment, BD3-LM "
+                        "infilling, penalty counts, cache crop (docs/fidelity.md)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens to generate per problem (unconditional: default seq_len - 1)")
@@ -99,7 +98,7 @@ SAMPLED = ("rocstories", "infill", "throughput", "unconditional", "lm-eval")
 READERS = {"data_dir": set(TASKS) - {"unconditional", "lm-eval"}, "n": {"unconditional"},
            "no_redraw": {"unconditional"}, "samples": {*MCQA, "lm-eval"}, "rounds": {"throughput"},
            "limit": set(TASKS) - {"unconditional"}, "batch_size": set(TASKS) - {"rocstories", "infill"},
-           **dict.fromkeys(["threshold", "window", "commit_order", "mdlm_block", "official_blocks"],
+           **dict.fromkeys(["threshold", "window", "commit_order", "mdlm_block", "official"],
                            {*ACCURACY, *SAMPLED}),
            "temperature": {*ACCURACY, *SAMPLED} - {"unconditional"},
            "max_new_tokens": {*ACCURACY, "throughput", "unconditional", "lm-eval"},

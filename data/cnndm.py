@@ -171,4 +171,5 @@ def sampler_options(tok, method) -> SamplerOptions:
     1.1). The diffusion samplers penalise the reply (running_generation); the official AR runs decode with
     Hugging Face generate (method.HF_GENERATE), which penalises the prompt too."""
     return SamplerOptions(repetition_penalty=1.2, length_penalty=(80, 1.1), eos_id=tok.eos_id,
-                          penalize_context=method.HF_GENERATE)
+                          penalize_context=method.HF_GENERATE,
+                          pad_id=-1 if method.HF_GENERATE else tok.pad_id)

@@ -62,5 +62,7 @@ def examples(tok, stories: list[list[str]], sentences: int) -> list[dict]:
 
 def sampler_options(tok, method) -> SamplerOptions:
     """The official ROCStories infilling options (the H100 wrapper): repetition penalty 1.2, the visible right
-    context counted as seen."""
-    return SamplerOptions(repetition_penalty=1.2, penalize_context=True)
+    context counted as seen; the diffusion samplers leave the pad id (GPT-2's EOS, the story's BOS and EOS)
+    out of it, the official AR (HF generate, method.HF_GENERATE) counts it."""
+    return SamplerOptions(repetition_penalty=1.2, penalize_context=True,
+                          pad_id=-1 if method.HF_GENERATE else tok.pad_id)

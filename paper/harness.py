@@ -19,7 +19,7 @@ The harness asks a model three things (lm_eval.api.model.LM); each runs through 
         get_rolling_token_windows with context 1, as its HF model), each window a (context, continuation)
         pair scored as above; AR's is the exact NLL of those windows.
     generate_until(context, {until, max_gen_toks}) -> reply: generate.generate, the batched samplers with
-        --threshold, --window, --commit-order, --temperature, --mdlm-block, --official-blocks, and a stop rule
+        --threshold, --window, --commit-order, --temperature, --mdlm-block, --official, and a stop rule
         that ends a row once its decided reply holds an `until` string (or EOS); the reply is cut there. N =
         the task's max_gen_toks (else --max-new-tokens, config.json's sampler entry, 64); the prompt keeps its
         last L - min(N, L/2) tokens and N is cut to L - prompt (the official GSM8K accuracy runner:

@@ -2,7 +2,8 @@
 official infill runs), each method as the official runs it: Set Diffusion caches every visible token (left and
 right of the span) and fills the span with its window; MDLM decodes the block holding the span
 bidirectionally; BD3-LM decodes block-aligned (a block sees only the blocks to its left, plus the visible
-tokens of its own); AR continues the left context for the span's length (it cannot see a right context).
+tokens of its own; with --official the official's algorithm instead, bd3lm.official_infill); AR continues
+the left context for the span's length (it cannot see a right context).
 
     eval.py --task infill --span step      the shipped task's middle reasoning step: decided by the LEFT
                                            context

@@ -18,14 +18,14 @@ reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoin
 	mkdir -p results/gsm8k
 	for c in $(GSM8K_CKPTS); do n=$${c#gsm8k:}; for t in $(GSM8K_TAUS); do \
 	  if [ $$n = ar ] && [ $$t != inf ]; then continue; fi; \
-	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official-blocks --batch-size 16 --max-new-tokens 1024 \
+	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --max-new-tokens 1024 \
 	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json && \
-	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official-blocks --warmup 50 --limit 250 \
+	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 50 --limit 250 \
 	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json || exit 1; done; done
 	$(PY) -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k --plot results/gsm8k.png
 	mkdir -p results/gsm8k-harness
 	for c in $(GSM8K_CKPTS); do n=$${c#gsm8k:}; $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
-	  --commit-order fht --official-blocks --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json || exit 1; done
+	  --commit-order fht --official --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json || exit 1; done
 
 # The paper's recipe (the official GSM8K fine-tuning config): lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16
 # autocast, EMA 0.9999, clip 1.0; betas (0.9, 0.98) are train.py's own. --weight-decay 1.0: torch's AdamW
@@ -61,9 +61,9 @@ reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 5
 	@$(NEED_GPU)
 	mkdir -p results/cnndm
 	for c in $(CNNDM_CKPTS); do n=$${c#cnndm:}; \
-	  $(PY) eval.py --ckpt $$c --task cnndm --official-blocks --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
+	  $(PY) eval.py --ckpt $$c --task cnndm --official --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n.json && \
-	  $(PY) eval.py --ckpt $$c --task throughput --official-blocks --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
+	  $(PY) eval.py --ckpt $$c --task throughput --official --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n-tput.json || exit 1; done
 	$(PY) -m paper.results results/cnndm.md results/cnndm/*.json
 
@@ -72,7 +72,7 @@ reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (
 	mkdir -p results/infill
 	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
-	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --official-blocks --sentences $$s --data-dir $(ROCSTORIES_DIR) \
+	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --data-dir $(ROCSTORIES_DIR) \
 	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json || exit 1; done; done
 	$(PY) -m paper.results results/infill.md results/infill/*.json
 

@@ -2,6 +2,8 @@
 rule, the commit order and the stopping rules are pinned on literals.
 python -m pytest -q tests/test_fidelity.py
 """
+import dataclasses
+import json
 import math
 
 import pytest
@@ -14,7 +16,7 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from helpers import MASK, V, Jitter, causal, tiny_model
+from helpers import MASK, V, Jitter, causal, left_padded, tiny_model
 
 
 class PositionOnly(torch.nn.Module):
@@ -346,15 +348,15 @@ def test_trailing_padding_changes_no_loss(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
-def test_official_blocks_count_new_tokens_from_the_prompt_end_block(name):
-    """official_blocks (align_inputs_to_blocks): N counted from the start of the block holding the prompt's
+def test_official_count_new_tokens_from_the_prompt_end_block(name):
+    """official (align_inputs_to_blocks): N counted from the start of the block holding the prompt's
     end, so a prompt of length p gets N - (p mod S) new tokens, the rest of [p | N] left [MASK]; with p a
     multiple of S (and, for MDLM, p + N = L: no padding) both settings give the same tokens and steps."""
     mod = {"mdlm": mdlm, "bd3lm": bd3lm}[name]
     cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
     S, N, model = 4, 8, Jitter(tiny_model(16))
     kw = {"block": S} if name == "mdlm" else {}
-    official = {"official_blocks": True, **({"seq_len": 24} if name == "mdlm" else {})}
+    official = {"official": True, **({"seq_len": 24} if name == "mdlm" else {})}
     g = torch.Generator().manual_seed(2)
     lens = [6, 8, 5]
     batch = torch.randint(0, MASK, (3, 8), generator=g)
@@ -373,8 +375,8 @@ def test_official_blocks_count_new_tokens_from_the_prompt_end_block(name):
     assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
 
 
-def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
-    """official_blocks MDLM = a naive loop on the official canvas: [prompt | [MASK] * (L - p)], every column
+def test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len():
+    """official MDLM = a naive loop on the official canvas: [prompt | [MASK] * (L - p)], every column
     attended to, blocks of S from S floor(p/S), ceil(N/S) of them, cut at p + N."""
     S, N, L, P = 4, 8, 20, 6
     model, cfg = Jitter(tiny_model(17), 3), mdlm.MDLMConfig(MASK)
@@ -385,7 +387,7 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
         seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
         return model(idx, pos, mask, cache, last)
     tokens, stats = mdlm.generate(spy, prompt, cfg,
-                                  Settings(N, threshold=0.5, block=S, official_blocks=True, seq_len=L))
+                                  Settings(N, threshold=0.5, block=S, official=True, seq_len=L))
     assert seen and all(s == (L, True, list(range(L))) for s in seen)                    # padded and attended
     x = torch.cat([prompt, torch.full((1, L - P), MASK)], 1)                               # (1, L)
     F = P // S * S
@@ -401,4 +403,386 @@ def test_mdlm_official_blocks_attends_to_the_mask_padding_up_to_seq_len():
     assert end - P == N - P % S == 6 and stats["n_gen"].item() == 6 and stats["nfe"] == nfe
     assert torch.equal(tokens, x[:, :P + N])
     with pytest.raises(ValueError, match="seq_len"):
-        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official_blocks=True))
+        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
+
+
+STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
+
+
+@pytest.fixture(scope="module")
+def block_ckpts(tmp_path_factory):
+    """Untrained byte-level MDLM and BD3-LM checkpoints (what train.py writes) and a Story Cloze CSV."""
+    import csv
+    import dataclasses
+    from common import methods, saving
+    from data import rocstories
+    from model import ModelConfig, Transformer
+    root, tok = tmp_path_factory.mktemp("official"), byte_tokenizer()
+    for m in ("mdlm", "bd3lm"):
+        torch.manual_seed(0)
+        cfg = ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
+        saving.save(str(root / m), Transformer(cfg), {
+            "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith",
+            "seq_len": 128, "method_config": methods.method_config(m, tok.mask_id, smax=8, block_size=4,
+                                                                   nelbo=False)})
+    with open(root / rocstories.FILE, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["InputStoryid", *[f"InputSentence{i}" for i in range(1, 5)], "RandomFifthSentenceQuiz1",
+                    "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
+        for i in range(2):
+            w.writerow([f"id{i}", *STORY[:4], STORY[4], "It rained.", "1"])
+    return root
+
+
+@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
+@pytest.mark.parametrize("task", ["rocstories", "infill"])
+def test_eval_official_infills_with_mdlm_and_bd3lm(block_ckpts, tmp_path, name, task):
+    """eval.py --official on an infilling task (max_new_tokens 0: every [MASK] is inside the prompt) runs
+    and fills the whole span: the official new-token count has nothing to cut there."""
+    if task == "rocstories":
+        pytest.importorskip("rouge_score")
+    import eval as evaluate
+    out = tmp_path / "m.json"
+    data = ["--data-dir", str(block_ckpts)] if task == "rocstories" else []
+    evaluate.main(["--ckpt", str(block_ckpts / name), "--task", task, "--official", "--limit", "2",
+                   "--warmup", "1", *data, "--json", str(out)])
+    m = json.loads(out.read_text())
+    assert m["official"] and m["n"] == 1 and m["tokens_per_s"] > 0
+
+
+def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():
+    """The official _length_penalty_prefix_lengths: n of a slot = the new tokens left of it that are decoded
+    and not the pad id (EOS here), not the slot's index. Canvas [prompt 7 8 | 5 M E 6 M M], slots at columns
+    3, 6, 7: n = 1, 2, 2 (indices 1, 4, 5). HF ExponentialDecayLengthPenalty (start 1, factor 2) adds
+    |eos| (2^(n - 1) - 1) when n > 1; MinNewTokens (2) forbids EOS where n < 2."""
+    from sampling import SamplerOptions, at, process, start
+    E = 0
+    tokens = torch.tensor([[7, 8, 5, MASK, E, 6, MASK, MASK]])
+    real = torch.ones_like(tokens, dtype=torch.bool)
+    opt = SamplerOptions(length_penalty=(1, 2.0), eos_id=E, pad_id=E)
+    canvas = torch.tensor([[7, 8] + [MASK] * 6])                        # before decoding: 6 new tokens
+    track = start(opt, canvas, real, MASK)
+    cols = torch.tensor([[3, 6, 7]])
+    logits = torch.full((1, 3, V), 0.5)
+    logits[..., E] = torch.tensor([-2.0, -2.0, 3.0])
+    out = process(logits, at(track, tokens, cols))
+    assert track.shown.tolist() == [[1, 2, 2]] and track.n.tolist() == [[1, 4, 5]]
+    assert out[0, :, E].tolist() == [-2.0, -2.0 + 2.0 * (2 - 1), 3.0 + 3.0 * (2 - 1)]
+    opt = SamplerOptions(min_new_tokens=2, eos_id=E, pad_id=E)
+    out = process(logits, at(start(opt, canvas, real, MASK), tokens, cols))
+    assert out[0, :, E].tolist() == [-math.inf, -2.0, 3.0]
+
+
+def test_infilling_repetition_penalty_leaves_the_pad_id_out_of_the_context():
+    """The official _visible_infill_context: with penalize_context the penalised set is every visible token
+    of the canvas but the pad id (GPT-2's EOS: the story's BOS and EOS); pad_id -1 (HF generate) counts it."""
+    from sampling import SamplerOptions, at, process, start
+    E = 0
+    tokens = torch.tensor([[E, 3, 4, MASK, MASK, 5, E]])
+    real = torch.ones_like(tokens, dtype=torch.bool)
+    logits = torch.full((1, 1, V), 2.0)
+    for pad_id, seen in ((E, [3, 4, 5]), (-1, [E, 3, 4, 5])):
+        opt = SamplerOptions(repetition_penalty=2.0, penalize_context=True, pad_id=pad_id)
+        out = process(logits, at(start(opt, tokens, real, MASK), tokens, torch.tensor([[3]])))
+        assert (out[0, 0, :MASK] == 1.0).nonzero().flatten().tolist() == seen     # [MASK]: -inf anyway
+
+
+def test_sampled_setdiffusion_draws_for_the_window_masks_only():
+    """Sampled Set Diffusion with W > 1 draws one multinomial row per [MASK] query of the window, in position
+    order, as the official (its _sample_categorical over the masked slots): the same generator gives the same
+    tokens as a naive loop (batch 1, no cache) that draws so."""
+    from sampling import confident
+    model, cfg, W, N, T = tiny_model(21), sd.SetDiffusionConfig(MASK, 8), 4, 10, 1.5
+    prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(1))
+    tokens, _ = sd.generate(model, prompt, cfg, Settings(N, threshold=0.6, temperature=T, window=W),
+                            generator=torch.Generator().manual_seed(5))
+    g, x = torch.Generator().manual_seed(5), torch.cat([prompt, torch.full((1, N), MASK)], 1)
+    clean = list(range(3))
+    while (x == MASK).any():
+        left = int((x[0] == MASK).nonzero()[0])
+        queries = [c for c in range(left, min(left + W, x.shape[1])) if x[0, c] == MASK]
+        n, k = len(clean), len(queries)
+        mask = torch.zeros(n + k, n + k, dtype=torch.bool)
+        mask[:n, :n], mask[n:, :n], mask[n:, n:] = causal(n), True, torch.eye(k, dtype=torch.bool)
+        logits = model(torch.cat([x[:, clean], torch.full((1, k), MASK)], 1), torch.tensor([clean + queries]),
+                       mask)[:, n:].float() / T
+        logits[..., MASK] = -math.inf
+        probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()[0]                  # (k, V)
+        y = torch.multinomial(probs, 1, generator=g)[:, 0]                                # one draw per query
+        dec = confident(probs.gather(1, y[:, None]).T, torch.ones(1, k, dtype=torch.bool), 0.6)[0]
+        for j, c in enumerate(queries):
+            if dec[j]:
+                x[0, c] = y[j]
+                clean.append(c)
+    assert torch.equal(tokens, x)
+
+
+class OfficialCache:
+    """The official BD3-LM KV cache, transcribed plainly (no cache): a list of entries, each (token,
+    position, the entries it attended to when it was computed). forward(inputs, keep) is one official
+    forward: first the oldest entries go so that cache + inputs <= L (its _crop_kv_cache_left); the inputs
+    sit at positions n.. after the n cached entries and attend block-causally over storage indices (the
+    static mask's rows n.., blocks of S); one model call over every entry made so far plus the inputs, each
+    entry attending to what it attended to then, recomputes exactly the cached keys and values. The first
+    `keep` inputs join the cache. Returns the inputs' logits (1, T, V)."""
+
+    def __init__(self, model, S, L):
+        self.model, self.S, self.L, self.made, self.live = model, S, L, [], []
+
+    def forward(self, inputs, keep=0):
+        S = self.S
+        self.live = self.live[max(len(self.live) + len(inputs) - self.L, 0):]
+        n, base = len(self.live), len(self.made)
+        new = [(t, n + i, [e for k, e in enumerate(self.live) if k // S <= (n + i) // S]
+                + [base + j for j in range(len(inputs)) if (n + j) // S <= (n + i) // S])
+               for i, t in enumerate(inputs)]
+        rows = self.made + new
+        mask = torch.zeros(len(rows), len(rows), dtype=torch.bool)
+        for r, (_, _, sees) in enumerate(rows):
+            mask[r, sees] = True
+        logits = self.model(torch.tensor([[t for t, _, _ in rows]]), torch.tensor([[p for _, p, _ in rows]]),
+                            mask)
+        self.made += new[:keep]
+        self.live += list(range(base, base + keep))
+        return logits[:, base:]
+
+
+def decode_block(x, c0, end, logits, threshold, generator=None):
+    """One official step on the columns [c0, end) of x: the confidence rule on their [MASK]s; greedy, or with
+    a generator sampled at temperature 1, one draw per column in [c0, end) (the official's stream)."""
+    from sampling import confident
+    cand = torch.tensor([[t == MASK for t in x[c0:end]]])
+    if generator is None:
+        y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
+    else:
+        logits = logits[:, :end - c0].float()
+        logits[..., MASK] = -math.inf
+        probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()[0]                 # (end - c0, V)
+        y = torch.multinomial(probs, 1, generator=generator).T                        # (1, end - c0)
+        dec = confident(probs.gather(1, y.T).T, cand, threshold)
+    x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
+
+
+def official_bd3lm_infill(model, prompt, S, L, threshold):
+    """The official BD3-LM infilling rule (generate with align_inputs_to_blocks, KV cache, not fused), batch
+    1, no cache: pad the prompt with [MASK] to a multiple of S; cache its first S floor(P/S) tokens (the
+    last L of them); decode the blocks from S floor(first [MASK]/S), as many as hold a [MASK] of the prompt,
+    each S columns after the cache, its [MASK]s left of the pad by the confidence rule; append it."""
+    x, P = prompt[0].tolist(), prompt.shape[1]
+    x += [MASK] * (-P % S)
+    cache, F = OfficialCache(model, S, L), S * (P // S)
+    if F:
+        cache.forward(x[:F][-L:], keep=F)
+    first = x.index(MASK) // S * S
+    for b in range(len({c // S for c in range(P) if x[c] == MASK})):
+        c0 = first + b * S
+        if c0 >= P:                                      # no column left to decode: the official stops
+            break
+        if MASK not in x[c0:c0 + S]:                     # nothing to decode here: skipped, not cached
+            continue
+        end = min(c0 + S, P)                             # the pad is never decoded
+        while MASK in x[c0:end]:
+            decode_block(x, c0, end, cache.forward(x[c0:c0 + S]), threshold)
+        cache.forward(x[c0:c0 + S], keep=S)
+    return torch.tensor([x[:P]])
+
+
+def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
+    """The official BD3-LM generation (align_inputs_to_blocks, fused block cache), batch 1, no cache: cache
+    the prompt's first F = S floor(P/S) tokens; decode ceil(N/S) blocks of S columns from F (up to P + N); a
+    block's first forward also feeds the previous block, which the cache keeps (fused), after dropping the
+    oldest entries so that cache + both blocks <= L."""
+    x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    cache, F, pending = OfficialCache(model, S, L), S * (P // S), []
+    if F:
+        cache.forward(x[:F][-L:], keep=F)
+    for b in range(math.ceil(N / S)):
+        c0, end = F + b * S, min(F + (b + 1) * S, P + N)
+        fed = pending                          # the previous block, committed by this block's first forward
+        while MASK in x[c0:end]:
+            logits = cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):]
+            decode_block(x, c0, end, logits, threshold, generator)
+            fed = []
+        pending = x[c0:end]
+    return torch.tensor([x])
+
+
+@pytest.mark.parametrize("L", [16, 64])
+def test_bd3lm_official_infilling_equals_the_official_rule(L):
+    """bd3lm.generate(official) on prompts with a [MASK] span = the official rule transcribed above, token for
+    token, batched and alone, with (L 16: the cache crops from the left once it holds 12 + 4 + 4 entries)
+    and without the crop; the default (our block-left infilling) is another algorithm."""
+    S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(22), 5)
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.cat([torch.randint(0, MASK, (a,), generator=g), torch.full((n,), MASK),
+                       torch.randint(0, MASK, (c,), generator=g)])
+            for a, n, c in ((5, 6, 3), (3, 4, 4), (8, 2, 1))]
+    P = max(len(r) for r in rows)
+    batch = torch.stack([torch.cat([torch.zeros(P - len(r), dtype=torch.long), r]) for r in rows])
+    prompt_mask = torch.arange(P)[None] >= torch.tensor([[P - len(r)] for r in rows])
+    for tau in (math.inf, 0.6):
+        settings = Settings(0, threshold=tau, official=True, seq_len=L)
+        tokens, _ = bd3lm.generate(model, batch, cfg, settings, prompt_mask)
+        for b, r in enumerate(rows):
+            want = official_bd3lm_infill(model, r[None], S, L, tau)
+            alone, _ = bd3lm.generate(model, r[None], cfg, settings)
+            assert torch.equal(alone, want) and torch.equal(tokens[b:b + 1, P - len(r):], want), (b, tau)
+            assert not (want == MASK).any()
+    ours, _ = bd3lm.generate(model, rows[0][None], cfg, Settings(0))
+    assert not torch.equal(ours, official_bd3lm_infill(model, rows[0][None], S, L, math.inf))
+
+
+@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64)])
+def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
+    """P + N > L (make reproduce-gsm8k asks 1,024 new tokens at L = 1,024): under official, BD3-LM's cache
+    drops its oldest entries before a forward would pass L, and the inputs after it are renumbered (positions
+    cache length..), as the official fused block cache does: token for token the rule transcribed above;
+    without the crop (L 64) too. The default keeps every entry and each token at its own position."""
+    S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(23), 6)
+    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
+    for tau in (math.inf, 0.6):
+        tokens, _ = bd3lm.generate(model, prompt, cfg, Settings(N, threshold=tau, official=True, seq_len=L))
+        want = official_bd3lm_generate(model, prompt, N, S, L, tau)
+        assert torch.equal(tokens, want), tau
+    sampled, _ = bd3lm.generate(model, prompt, cfg, Settings(N, 0.6, 1.0, official=True, seq_len=L),
+                                generator=torch.Generator().manual_seed(8))      # the last block may be short
+    assert torch.equal(sampled, official_bd3lm_generate(model, prompt, N, S, L, 0.6,
+                                                        torch.Generator().manual_seed(8)))
+    ours, _ = bd3lm.generate(model, prompt, cfg, Settings(N, official=True))                # no seq_len
+    assert torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, 10 ** 6, math.inf))
+    assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
+
+
+def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
+    """The official Set Diffusion decoding with its KV cache crop, batch 1, no cache (entries as in
+    OfficialCache). The prompt is cached causally at positions 0..P-1; each step feeds [the tokens the last
+    step decoded, in commit order (by position; with T, by decreasing first-hitting time) | a [MASK] query per
+    masked column of the W-wide window]; before it, the entries past L go: the oldest, or with T those of the
+    smallest positions, after which the row's mask reads the static two-stream rule at positions (stream =
+    position >= L, index = position mod L) and the queries see only themselves among queries. Without that,
+    an input sees every cached entry, the committed inputs causally, a query every committed input and
+    itself. The committed inputs join the cache."""
+    x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
+    key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
+    rule = lambda q, k: (q % L == k % L and (q >= L) == (k >= L)) or (q >= L > k and q % L > k) or (  # noqa
+        q < L and k < L and q >= k)
+    last, semantic = [], False
+    while MASK in x:
+        left = x.index(MASK)
+        queries = [c for c in range(left, min(left + W, len(x))) if x[c] == MASK]
+        commit, n, base = sorted(last, key=key), len(last), len(made)
+        drop = len(live) + n + len(queries) - L
+        if drop > 0:
+            gone = set(live[:drop] if T is None else sorted(live, key=lambda e: made[e][1])[:drop])
+            live, semantic = [e for e in live if e not in gone], semantic or T is not None
+        inputs = [(x[c], c) for c in commit] + [(MASK, c) for c in queries]
+        keys = live + list(range(base, base + len(inputs)))
+        pos = lambda e: made[e][1] if e < base else inputs[e - base][1]  # noqa: E731
+        rows = []
+        for i, (t, p) in enumerate(inputs):
+            if semantic:
+                sees = [e for e in keys                     # queries see no other query
+                        if e == base + i or (rule(p, pos(e)) and not (i >= n and e >= base + n))]
+            else:
+                sees = live + list(range(base, base + (i + 1 if i < n else n))) + [base + i] * (i >= n)
+            rows.append((t, p, sees))
+        every = made + rows
+        mask = torch.zeros(len(every), len(every), dtype=torch.bool)
+        for r, (_, _, sees) in enumerate(every):
+            mask[r, sees] = True
+        logits = model(torch.tensor([[t for t, _, _ in every]]), torch.tensor([[p for _, p, _ in every]]),
+                       mask)
+        y, dec = decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool), MASK, threshold)
+        made, live, last = made + rows[:n], live + list(range(base, base + n)), []
+        for j, c in enumerate(queries):
+            if dec[0, j]:
+                x[c] = int(y[0, j])
+                last.append(c)
+    return torch.tensor([x])
+
+
+def sharp_model(seed):
+    """A tiny model with sharp attention (q, k, v and output projections scaled up, embeddings down), so that
+    which entries a query sees changes its argmax: the tiny model alone barely reads a far context."""
+    model = tiny_model(seed)
+    with torch.no_grad():
+        model.embed_tokens.weight.mul_(0.5)
+        for block in model.layers:
+            block.self_attn.qkv_proj.weight.mul_(5.0)
+            block.self_attn.o_proj.weight.mul_(20.0)
+    return model
+
+
+@pytest.mark.parametrize("commit_order", ["l2r", "fht"])
+def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order):
+    """P + N > L: under official, Set Diffusion's cache drops the entries past L before each step (l2r: the
+    oldest; fht: those of the smallest positions, after which the mask is read at positions), token for
+    token the rule transcribed above; the default keeps every entry (equal to the rule with no L)."""
+    cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 5, 14, 14
+    model = sharp_model(24)
+    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
+    T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0] if commit_order == "fht" else None
+    for tau in (math.inf, 0.5):
+        settings = Settings(N, threshold=tau, window=W, commit_order=commit_order, seq_len=L, official=True)
+        tokens, _ = sd.generate(model, prompt, cfg, settings, generator=torch.Generator().manual_seed(7))
+        assert torch.equal(tokens, official_setdiffusion(model, prompt, N, W, L, tau, T)), tau
+    default = dataclasses.replace(settings, threshold=math.inf, official=False)
+    ours, _ = sd.generate(model, prompt, cfg, default, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(ours, official_setdiffusion(model, prompt, N, W, 10 ** 6, math.inf, T))
+    assert not torch.equal(ours, official_setdiffusion(model, prompt, N, W, L, math.inf, T))
+    # which entries go, on literals: 6 cached (one a step committed out of position order), 1 + 2 inputs, L 5
+    crop = sd.Crop(5, commit_order, 1, "cpu")
+    one = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
+    ok, _ = crop(one(6), torch.tensor([[0, 1, 2, 5, 3, 4]]), one(1), one(2), torch.tensor([[6, 7, 8]]))
+    assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
+
+
+def official_mdlm_window(model, prompt, N, S, L, threshold):
+    """The official MDLM generation (align_inputs_to_blocks, one bidirectional forward per step), batch 1:
+    the canvas [prompt | N [MASK]] (padded with [MASK] to L if shorter); ceil(N/S) blocks of S columns from
+    S floor(P/S), cut at the canvas' end (so the last may decode some of the padding); each step one forward
+    over the window [0, L) while the block starts before L, else [block end - L, block end) (cut at the
+    canvas' end), at positions 0..; the confidence rule. Returns P + S ceil(N/S) columns."""
+    x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    x += [MASK] * max(L - len(x), 0)
+    F = S * (P // S)
+    for b in range(math.ceil(N / S)):
+        s, end = F + b * S, min(F + (b + 1) * S, len(x))
+        w0 = 0 if s < L else s + S - L
+        window = x[w0:w0 + L]
+        while MASK in x[s:end]:
+            window = torch.tensor([x[w0:w0 + L]])
+            logits = model(window, torch.arange(window.shape[1])[None],
+                           torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
+            decode_block(x, s, end, logits[:, s - w0:], threshold)
+    out = P + S * math.ceil(N / S)
+    return torch.tensor([(x + [MASK] * out)[:out]])
+
+
+@pytest.mark.parametrize("P, N", [(6, 18), (9, 14), (5, 7), (4, 5)])
+def test_mdlm_official_window_equals_the_official_rule(P, N):
+    """P + N > L: under official, MDLM's forward sees an L-wide window that slides a block at a time once a
+    block starts past L, at positions 0..L-1, as the official: token for token the rule above; P + N <= L
+    (5 + 7, 4 + 5): its L-wide canvas, whose last block decodes into the [MASK] padding when S does not
+    divide N (4 + 5: 8 new tokens); batched == alone."""
+    S, L, cfg, model = 4, 12, mdlm.MDLMConfig(MASK), sharp_model(25)
+    _, batch, prompt_mask = left_padded([P, P - 2], seed=P)
+    prompt = batch[:1]
+    for tau in (math.inf, 0.5):
+        settings = Settings(N, threshold=tau, block=S, official=True, seq_len=L)
+        tokens, _ = mdlm.generate(model, prompt, cfg, settings)
+        assert torch.equal(tokens, official_mdlm_window(model, prompt, N, S, L, tau)), tau
+        both, _ = mdlm.generate(model, batch, cfg, settings, prompt_mask)
+        alone, _ = mdlm.generate(model, batch[1:, 2:], cfg, settings)
+        assert torch.equal(both[:1], tokens) and torch.equal(both[1:, 2:], alone)
+
+
+@pytest.mark.parametrize("N, rows", [(2, [[1, MASK, 2]]), (0, [[1, MASK, 2], [1, 3, 2]])])
+def test_bd3lm_official_infilling_refuses_new_tokens_and_rows_without_a_mask(N, rows):
+    """The official infills only the prompt's [MASK]s, one prompt at a time: new tokens beside them, or a
+    batch mixing rows with and without a [MASK], are refused with one line."""
+    with pytest.raises(ValueError, match="every row must hold one, with max_new_tokens 0") as e:
+        bd3lm.generate(tiny_model(26), torch.tensor(rows), bd3lm.BD3LMConfig(MASK, 4),
+                       Settings(N, official=True, seq_len=16))
+    assert "\n" not in str(e.value)

@@ -223,7 +223,7 @@ def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
         heads[name, task] = capsys.readouterr().out.splitlines()[0]
     assert heads["ar", "arith"].startswith("| task | model | accuracy |")
     assert heads["setdiffusion", "arith"].startswith("| task | model | threshold | window | commit_order | "
-                                                     "accuracy |")
+                                                     "official | accuracy |")
     assert heads["setdiffusion", "likelihood"].startswith("| task | model | nll |")
 
 

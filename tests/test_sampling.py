@@ -12,12 +12,13 @@ from helpers import MASK, METHODS, left_padded, naive_generate, tiny_model
 EOS = 0
 
 
-def track_for(opt, tokens, counted, n):
-    """A Track on literal tensors: tokens/counted (B, T), n (B, K)."""
+def track_for(opt, tokens, counted, n, shown=None):
+    """A Track on literal tensors: tokens/counted (B, T), n (B, K) the slots' index and shown (B, K) the
+    visible new tokens left of each slot (default n: nothing left of a slot still [MASK])."""
     B = tokens.shape[0]
     t = sampling.Track(opt, counted, torch.zeros(B, dtype=torch.long), torch.zeros(B, dtype=torch.long),
-                       torch.zeros(B, dtype=torch.bool))
-    t.tokens, t.n = tokens, n
+                       torch.zeros(B, dtype=torch.bool), MASK)
+    t.tokens, t.n, t.shown = tokens, n, n if shown is None else shown
     return t
 
 
@@ -109,7 +110,10 @@ class Processed(torch.nn.Module):
         pos = torch.arange(x.shape[1])[None] if pos is None else pos
         counted = (x != MASK) & (self.opt.penalize_context | (pos >= self.first))
         n = pos + self.shift - self.first                     # AR: the logits at i predict the token at i + 1
-        t = track_for(self.opt, x, counted, n)
+        # the official length-penalty count: visible new tokens (not [MASK], not pad) left of each slot
+        vis = (x != MASK) & (x != self.opt.pad_id) & (pos >= self.first)                 # (1, T)
+        shown = (vis[:, None, :] & (pos[:, None, :] < (pos + self.shift)[:, :, None])).sum(-1)
+        t = track_for(self.opt, x, counted, n, shown)
         return sampling.process(logits, t)
 
 

@@ -242,9 +242,9 @@ def test_grad_accum_under_ddp_reduces_the_gradients_once_a_step():
         dist.destroy_process_group()
 
 
-def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, monkeypatch, capsys):
+def test_eval_passes_the_context_and_official_to_the_samplers(tmp_path, monkeypatch, capsys):
     """eval.py gives Set Diffusion the model's seq_len (its FHT commit order is the tail of the L-long
-    schedule) and, with --official-blocks, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official
+    schedule) and, with --official, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official
     block count."""
     seen = {}
     for m in ("setdiffusion", "mdlm", "bd3lm"):
@@ -254,12 +254,12 @@ def test_eval_passes_the_context_and_official_blocks_to_the_samplers(tmp_path, m
             seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
         monkeypatch.setattr(methods.METHODS[m], "generate", spy)
-        evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official-blocks",
+        evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official",
                        "--commit-order", "fht"])
     assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
-    assert seen["mdlm"].official_blocks and seen["mdlm"].seq_len == 128
-    assert seen["bd3lm"].official_blocks
-    assert "official_blocks" in capsys.readouterr().out                    # the row names the setting
+    assert seen["mdlm"].official and seen["mdlm"].seq_len == 128
+    assert seen["bd3lm"].official
+    assert "official" in capsys.readouterr().out                    # the row names the setting
 
 
 # ----------------------------------------------------------------------------- the import graph
