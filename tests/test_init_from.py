@@ -128,3 +128,60 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
     assert got == "error: " + message.format(src=src)
     assert not any(os.path.exists(str(out) + s) for s in ("", ".tmp", ".old"))
     assert files_of(sources) == before
+
+
+# ----------------------------------------------------------------------------- make finetune-mini's table
+
+def fake_run(folder, name, accuracy, tokens_per_step, losses):
+    """An eval.py --json file <name>.json and a train.py log <name>.log, a progress line every 10 steps."""
+    with open(os.path.join(folder, name + ".json"), "w") as f:
+        json.dump({"task": "arith", "model": name.split("-")[0], "threshold": 0.8, "accuracy": accuracy,
+                   "tokens_per_step": tokens_per_step, "n": 200}, f)
+    with open(os.path.join(folder, name + ".log"), "w") as f:
+        f.write("note: a line that is not progress\n")
+        f.writelines(f"step {10 * (i + 1)}/{10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "
+                     f"00:01 elapsed, 00:02 left\n" for i, x in enumerate(losses))
+        f.write("held-out accuracy 0.500 on 20 problems\n")
+
+
+def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path):
+    """Accuracy and tokens/step are the seeds' mean [min, max], the loss is each run's last progress line, and
+    the gain is pretrained minus scratch of the same seed (+10 and -20 points: -5.0 [-20.0, +10.0]); the
+    figure is written."""
+    import paper.finetune
+    for name, acc, tps, losses in [("setdiffusion-pretrained-s1", 0.5, 3.0, [2.0, 1.0]),
+                                   ("setdiffusion-pretrained-s2", 0.7, 3.5, [2.0, 0.5]),
+                                   ("setdiffusion-scratch-s1", 0.4, 2.0, [3.0, 2.0]),
+                                   ("setdiffusion-scratch-s2", 0.9, 2.5, [3.0, 1.5])]:
+        fake_run(tmp_path, name, acc, tps, losses)
+    md, png = str(tmp_path / "t.md"), str(tmp_path / "t.png")
+    paper.finetune.main([md, *map(str, sorted(tmp_path.glob("*.json"))), "--logs", str(tmp_path),
+                         "--plot", png])
+    rows = open(md).read().splitlines()
+    assert rows[2] == ("| setdiffusion | pretrained | 1,2 | 60.0 [50.0, 70.0] | 3.25 [3.00, 3.50] | "
+                       "0.750 [0.500, 1.000] | -5.0 [-20.0, +10.0] |")
+    assert rows[3] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | "
+                       "1.750 [1.500, 2.000] |  |")
+    assert os.path.getsize(png) > 0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("misnamed", "{d}/sd-1.json: not named <method>-<pretrained|scratch>-s<seed>.json as make finetune-mini "
+                 "names its runs"),
+    ("no log", "cannot read the training log {d}/ar-scratch-s1.log: No such file or directory"),
+    ("no progress", "{d}/ar-scratch-s1.log has no progress line (step N/T | loss X | ...): not the log of a "
+                    "train.py run written to a file"),
+])
+def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, message):
+    import paper.finetune
+    fake_run(tmp_path, "ar-scratch-s1", 0.5, 1.0, [1.0])
+    if case == "misnamed":
+        shutil.copy(tmp_path / "ar-scratch-s1.json", tmp_path / "sd-1.json")
+    elif case == "no log":
+        os.remove(tmp_path / "ar-scratch-s1.log")
+    else:
+        (tmp_path / "ar-scratch-s1.log").write_text("held-out accuracy 0.500 on 20 problems\n")
+    runs = sorted(map(str, tmp_path.glob("*.json")))
+    got = error_of(paper.finetune.main, [str(tmp_path / "t.md"), *runs, "--logs", str(tmp_path)])
+    assert got == "error: " + message.format(d=tmp_path)
+    assert not os.path.exists(tmp_path / "t.md")
