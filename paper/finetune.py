@@ -4,12 +4,13 @@ recipe, in miniature) beside the same method trained from scratch, over seeds.
     python -m paper.finetune results/finetune.md results/finetune/*.json --logs out/finetune \
         --plot results/finetune.png
 
-A run is named <method>-<start>-s<seed>, start `pretrained` (train.py --init-from) or `scratch`: its eval.py
---json file <run>.json (held-out accuracy and tokens per step at one threshold) and its train.py log
+A run is named <method>-<start>-s<seed>, its start one of STARTS: `pretrained` (train.py --init-from, the
+paper's fine-tuning recipe), `pretrained-samelr` (--init-from, the scratch runs' recipe) or `scratch`. It has
+an eval.py --json file <run>.json (held-out accuracy and tokens per step at one threshold) and a train.py log
 <logs>/<run>.log, whose progress lines ("step N/T | loss X | ...", one every 10 steps off a terminal) give the
 mean training loss of each interval. The table: per method and start, the seeds' accuracy, tokens/step and
-last logged loss as mean [min, max]; per method, what the pretrained start changes, seed by seed (pretrained
-minus scratch, same seed). The figure: one panel per method, the training loss against the fine-tuning
+last logged loss as mean [min, max]; on each pretrained row, what that start changes, seed by seed (minus
+scratch of the same seed). The figure: one panel per method, the training loss against the fine-tuning
 steps, a line per start (the seeds' mean) and its seeds' band (min to max).
 """
 import argparse
@@ -20,9 +21,10 @@ import sys
 
 from paper.results import ORDER, finish_axes, pyplot, read_run, save_figure, spread, title, write
 
-RUN = re.compile(r"(?P<method>[a-z0-9]+)-(?P<start>pretrained|scratch)-s(?P<seed>\d+)")
+STARTS = ("pretrained", "pretrained-samelr", "scratch")
+RUN = re.compile(r"(?P<method>[a-z0-9]+)-(?P<start>" + "|".join(sorted(STARTS, key=len, reverse=True)) +
+                 r")-s(?P<seed>\d+)")
 PROGRESS = re.compile(r"step (\d+)/\d+ \| loss (\S+) \|")
-STARTS = ("pretrained", "scratch")
 
 
 def read_log(path: str) -> list[tuple[int, float]]:
@@ -46,7 +48,7 @@ def gather(paths: list[str], logs: str) -> dict:
         name = os.path.splitext(os.path.basename(path))[0]
         m = RUN.fullmatch(name)
         if m is None:
-            raise ValueError(f"{path}: not named <method>-<pretrained|scratch>-s<seed>.json as make "
+            raise ValueError(f"{path}: not named <method>-<{'|'.join(STARTS)}>-s<seed>.json as make "
                              f"finetune-mini names its runs")
         run = read_run(path, ("accuracy", "tokens_per_step", "model", "threshold"))
         run["curve"] = read_log(os.path.join(logs, name + ".log"))
@@ -58,16 +60,16 @@ def methods_of(runs: dict) -> list[str]:
     return sorted({m for m, _ in runs}, key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER))
 
 
-def gain(runs: dict, method: str, key: str, scale: float) -> str:
-    """Pretrained minus scratch of one metric, seed by seed (the seeds both have): mean [min, max]."""
-    a, b = runs.get((method, "pretrained"), {}), runs.get((method, "scratch"), {})
+def gain(runs: dict, method: str, start: str, key: str, scale: float) -> str:
+    """A pretrained start minus scratch of one metric, seed by seed (the seeds both have): mean [min, max]."""
+    a, b = runs.get((method, start), {}), runs.get((method, "scratch"), {})
     diffs = [{key: scale * (a[s][key] - b[s][key])} for s in sorted(set(a) & set(b))]
     return spread(diffs, key, "+.1f") if diffs else ""
 
 
 def table(runs: dict) -> str:
     """One row per method and start: seeds, accuracy % and tokens/step at the runs' threshold, the last
-    logged training loss; on the pretrained row, its accuracy gain over scratch in points, seed by seed."""
+    logged training loss; on a pretrained row, its accuracy gain over scratch in points, seed by seed."""
     taus = sorted({r["threshold"] for seeds in runs.values() for r in seeds.values()})
     tau = ", ".join("∞" if math.isinf(t) else f"{t:g}" for t in taus)
     lines = [f"| method | start | seeds | accuracy % (τ = {tau}) | tokens/step | last training loss | "
@@ -81,7 +83,7 @@ def table(runs: dict) -> str:
             lines.append(f"| {method} | {start} | {','.join(map(str, sorted(seeds)))} | "
                          f"{spread(rows, 'accuracy', '.1f')} | {spread(rows, 'tokens_per_step', '.2f')} | "
                          f"{spread(rows, 'loss', '.3f')} | "
-                         f"{gain(runs, method, 'accuracy', 100) if start == 'pretrained' else ''} |")
+                         f"{gain(runs, method, start, 'accuracy', 100) if start != 'scratch' else ''} |")
     return "\n".join(lines)
 
 
@@ -99,16 +101,17 @@ def plot(runs: dict, out_png: str):
                 continue
             steps = sorted(set.intersection(*(set(c) for c in curves)))
             ys = [[c[s] for c in curves] for s in steps]
-            ax.plot(steps, [sum(y) / len(y) for y in ys], color=f"C{i}", lw=1.2,
-                    label=f"{start} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
+            ax.plot(steps, [sum(y) / len(y) for y in ys], color=f"C{i}", lw=1.2, label=start)
             ax.fill_between(steps, [min(y) for y in ys], [max(y) for y in ys], color=f"C{i}", alpha=0.25,
                             lw=0)
         ax.set_yscale("log")
         ax.set_title(method, fontsize=9)
-        finish_axes(ax, "fine-tuning step", "training loss (nats, 10-step mean)")
-    title(fig, "the shipped task: each method's training loss, started from the AR model pretrained on "
-               "Shakespeare (pretrained) or from random weights (scratch)",
-          "lines: the seeds' mean; bands: min to max (make finetune-mini)")
+        finish_axes(ax, "fine-tuning step", "training loss (nats, 10-step mean)" if ax is axes[0][0] else "")
+    seeds = sorted({s for runs_of in runs.values() for s in runs_of})
+    title(fig, "the shipped task: each method's training loss from the AR model pretrained on Shakespeare "
+               "(pretrained: the paper's fine-tuning recipe in miniature;",
+          "pretrained-samelr: the scratch runs' recipe) or from random weights (scratch)",
+          f"lines: the mean of seeds {', '.join(map(str, seeds))}; bands: min to max (make finetune-mini)")
     save_figure(fig, out_png)
 
 

@@ -146,11 +146,12 @@ def fake_run(folder, name, accuracy, tokens_per_step, losses):
 
 def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path):
     """Accuracy and tokens/step are the seeds' mean [min, max], the loss is each run's last progress line, and
-    the gain is pretrained minus scratch of the same seed (+10 and -20 points: -5.0 [-20.0, +10.0]); the
-    figure is written."""
+    the gain is a pretrained start minus scratch of the same seed (+10 and -20 points: -5.0 [-20.0, +10.0];
+    seed 2 alone: +5.0); the figure is written."""
     import paper.finetune
     for name, acc, tps, losses in [("setdiffusion-pretrained-s1", 0.5, 3.0, [2.0, 1.0]),
                                    ("setdiffusion-pretrained-s2", 0.7, 3.5, [2.0, 0.5]),
+                                   ("setdiffusion-pretrained-samelr-s2", 0.95, 3.0, [1.0, 0.25]),
                                    ("setdiffusion-scratch-s1", 0.4, 2.0, [3.0, 2.0]),
                                    ("setdiffusion-scratch-s2", 0.9, 2.5, [3.0, 1.5])]:
         fake_run(tmp_path, name, acc, tps, losses)
@@ -160,14 +161,15 @@ def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path)
     rows = open(md).read().splitlines()
     assert rows[2] == ("| setdiffusion | pretrained | 1,2 | 60.0 [50.0, 70.0] | 3.25 [3.00, 3.50] | "
                        "0.750 [0.500, 1.000] | -5.0 [-20.0, +10.0] |")
-    assert rows[3] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | "
+    assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 | 0.250 | +5.0 |"
+    assert rows[4] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | "
                        "1.750 [1.500, 2.000] |  |")
     assert os.path.getsize(png) > 0
 
 
 @pytest.mark.parametrize("case, message", [
-    ("misnamed", "{d}/sd-1.json: not named <method>-<pretrained|scratch>-s<seed>.json as make finetune-mini "
-                 "names its runs"),
+    ("misnamed", "{d}/sd-1.json: not named <method>-<pretrained|pretrained-samelr|scratch>-s<seed>.json as "
+                 "make finetune-mini names its runs"),
     ("no log", "cannot read the training log {d}/ar-scratch-s1.log: No such file or directory"),
     ("no progress", "{d}/ar-scratch-s1.log has no progress line (step N/T | loss X | ...): not the log of a "
                     "train.py run written to a file"),
