@@ -273,15 +273,17 @@ FT_ar = --model ar
 FT_mdlm = --model mdlm --predict-padding
 FT_bd3lm = --model bd3lm --block-size 4
 FT_setdiffusion = --model setdiffusion --smax 8
-FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "training $$r (log: $(FT_OUT)/$$r.log)"; \
-	$(PY) train.py $(FT_$(1)) $(FT_COMMON) --seed $$s $(FT_$(2)) --out-dir $(FT_OUT)/$$r > $(FT_OUT)/$$r.log 2>&1 || \
-	{ tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; [ -f $(FT_RESULTS)/$$r.json ] || $(PY) eval.py --ckpt $(FT_OUT)/$$r \
-	--threshold 0.8 --limit $(FT_LIMIT) --threads $(FT_THREADS) --json $(FT_RESULTS)/$$r.json || exit 1;
+FT_TRAIN = $(PY) train.py $(FT_$(1)) $(FT_COMMON) --seed $$s $(FT_$(2)) --out-dir $(FT_OUT)/$$r
+FT_EVAL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --threshold 0.8 --limit $(FT_LIMIT) --threads $(FT_THREADS) \
+	--json $(FT_RESULTS)/$$r.json
+FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1"; \
+	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; \
+	[ -f $(FT_RESULTS)/$$r.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; };
 finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~3 h, one CPU core)
 	mkdir -p $(FT_OUT) $(FT_RESULTS)
 	[ -f $(FT_OUT)/pretrain/config.json ] || $(PY) train.py --model ar --data shakespeare $(FT_SHAPE) --batch-size 16 \
 	  --max-iters $(FT_PRE_ITERS) --eval-limit 200 --save-every 100000 --seed 1 --out-dir $(FT_OUT)/pretrain
-	for s in $(FT_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(foreach st,$(FT_STARTS),\
+	@for s in $(FT_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(foreach st,$(FT_STARTS),\
 	  $(call FT_RUN,$(m),$(st)))) done
 	$(PY) -m paper.finetune $(FT_RESULTS).md $(FT_RESULTS)/*.json --logs $(FT_OUT) --plot $(FT_RESULTS).png
 
