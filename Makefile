@@ -252,9 +252,10 @@ infill-seeds:  ## make infill's four span kinds, zero-shot, for make pareto's fo
 # train.py's own recipe (make demo's: `scratch`), at the same steps and batch, seeds FT_SEEDS (the pretraining:
 # seed 1); then, a control at seeds FT_CONTROL_SEEDS, from the pretrained model with the scratch recipe
 # (`pretrained-samelr`: what the start alone changes). Each run is evaluated at the demo's tau 0.8 on FT_LIMIT
-# held-out problems; paper/finetune.py tables the accuracy and tokens/step (mean [min, max] over seeds) and
-# plots each run's training loss (its log) against the fine-tuning steps. A run already there is not trained
-# again. ~2.5 h of one CPU core.
+# held-out problems; paper/finetune.py tables the accuracy, tokens/step and held-out NLL (mean [min, max] over
+# seeds; the NLL: eval.py --task likelihood, AR's exact, the others' a bound, the measure where accuracy sits
+# near 0) and plots each run's training loss (its log) against the fine-tuning steps. A run already there is not
+# trained again. ~2.5 h of one CPU core.
 FT_SEEDS ?= 1 2 3
 FT_CONTROL_SEEDS ?= 1
 FT_PRE_ITERS ?= 2500
@@ -276,9 +277,11 @@ FT_setdiffusion = --model setdiffusion --smax 8
 FT_TRAIN = $(PY) train.py $(FT_$(1)) $(FT_COMMON) --seed $$s $(FT_$(2)) --out-dir $(FT_OUT)/$$r
 FT_EVAL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --threshold 0.8 --limit $(FT_LIMIT) --threads $(FT_THREADS) \
 	--json $(FT_RESULTS)/$$r.json
+FT_NLL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --task likelihood --threads $(FT_THREADS) --json $(FT_RESULTS)/$$r-nll.json
 FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1"; \
 	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; \
-	[ -f $(FT_RESULTS)/$$r.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; };
+	[ -f $(FT_RESULTS)/$$r.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; }; \
+	[ -f $(FT_RESULTS)/$$r-nll.json ] || { echo "$(FT_NLL)"; $(FT_NLL) || exit 1; };
 finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~2.5 h, one CPU core)
 	mkdir -p $(FT_OUT) $(FT_RESULTS)
 	[ -f $(FT_OUT)/pretrain/config.json ] || $(PY) train.py --model ar --data shakespeare $(FT_SHAPE) --batch-size 16 \

@@ -6,11 +6,12 @@ recipe, in miniature) beside the same method trained from scratch, over seeds.
 
 A run is named <method>-<start>-s<seed>, its start one of STARTS: `pretrained` (train.py --init-from, the
 paper's fine-tuning recipe), `pretrained-samelr` (--init-from, the scratch runs' recipe) or `scratch`. It has
-an eval.py --json file <run>.json (held-out accuracy and tokens per step at one threshold) and a train.py log
-<logs>/<run>.log, whose progress lines ("step N/T | loss X | ...", one every 10 steps off a terminal) give the
-mean training loss of each interval. The table: per method and start, the seeds' accuracy, tokens/step and
-last logged loss as mean [min, max]; on each pretrained row, what that start changes, seed by seed (minus
-scratch of the same seed). The figure: one panel per method, the training loss against the fine-tuning
+an eval.py --json file <run>.json (held-out accuracy and tokens per step at one threshold), optionally
+<run>-nll.json (eval.py --task likelihood: the held-out NLL, AR's exact, the others' a bound), and a train.py
+log <logs>/<run>.log, whose progress lines ("step N/T | loss X | ...", one every 10 steps off a terminal) give
+the mean training loss of each interval. The table: per method and start, the seeds' accuracy, tokens/step,
+NLL and last logged loss as mean [min, max]; on each pretrained row, what that start changes, seed by seed
+(minus scratch of the same seed). The figure: one panel per method, the training loss against the fine-tuning
 steps, a line per start (the seeds' mean) and its seeds' band (min to max).
 """
 import argparse
@@ -23,7 +24,7 @@ from paper.results import ORDER, finish_axes, pyplot, read_run, save_figure, spr
 
 STARTS = ("pretrained", "pretrained-samelr", "scratch")
 RUN = re.compile(r"(?P<method>[a-z0-9]+)-(?P<start>" + "|".join(sorted(STARTS, key=len, reverse=True)) +
-                 r")-s(?P<seed>\d+)")
+                 r")-s(?P<seed>\d+)(?P<nll>-nll)?")
 PROGRESS = re.compile(r"step (\d+)/\d+ \| loss (\S+) \|")
 
 
@@ -42,17 +43,28 @@ def read_log(path: str) -> list[tuple[int, float]]:
 
 
 def gather(paths: list[str], logs: str) -> dict:
-    """(method, start) -> {seed: the run's eval.py --json dict, with its loss curve as "curve"}."""
-    runs = {}
+    """(method, start) -> {seed: the run's eval.py --json dict, with its held-out NLL as "nll" where its
+    likelihood file is given, and its loss curve as "curve"}. A likelihood file without its accuracy file is
+    refused (one line)."""
+    runs, nlls = {}, {}
     for path in paths:
         name = os.path.splitext(os.path.basename(path))[0]
         m = RUN.fullmatch(name)
         if m is None:
-            raise ValueError(f"{path}: not named <method>-<{'|'.join(STARTS)}>-s<seed>.json as make "
+            raise ValueError(f"{path}: not named <method>-<{'|'.join(STARTS)}>-s<seed>[-nll].json as make "
                              f"finetune-mini names its runs")
+        key = (m["method"], m["start"]), int(m["seed"])
+        if m["nll"]:
+            nlls[key] = (path, read_run(path, ("nll",))["nll"])
+            continue
         run = read_run(path, ("accuracy", "tokens_per_step", "model", "threshold"))
         run["curve"] = read_log(os.path.join(logs, name + ".log"))
-        runs.setdefault((m["method"], m["start"]), {})[int(m["seed"])] = run
+        runs.setdefault(key[0], {})[key[1]] = run
+    for (group, seed), (path, nll) in nlls.items():
+        if seed not in runs.get(group, {}):
+            raise ValueError(f"{path}: no accuracy file of that run ({path.removesuffix('-nll.json')}.json) "
+                             f"is given")
+        runs[group][seed]["nll"] = nll
     return runs
 
 
@@ -68,12 +80,13 @@ def gain(runs: dict, method: str, start: str, key: str, scale: float) -> str:
 
 
 def table(runs: dict) -> str:
-    """One row per method and start: seeds, accuracy % and tokens/step at the runs' threshold, the last
-    logged training loss; on a pretrained row, its accuracy gain over scratch in points, seed by seed."""
+    """One row per method and start: seeds, accuracy % and tokens/step at the runs' threshold, the held-out
+    NLL, the last logged training loss; on a pretrained row, its accuracy gain over scratch in points, seed by
+    seed."""
     taus = sorted({r["threshold"] for seeds in runs.values() for r in seeds.values()})
     tau = ", ".join("∞" if math.isinf(t) else f"{t:g}" for t in taus)
-    lines = [f"| method | start | seeds | accuracy % (τ = {tau}) | tokens/step | last training loss | "
-             "pretrained − scratch, accuracy points (same seed) |", "|---" * 7 + "|"]
+    lines = [f"| method | start | seeds | accuracy % (τ = {tau}) | tokens/step | held-out NLL (nats/token) "
+             "| last training loss | pretrained − scratch, accuracy points (same seed) |", "|---" * 8 + "|"]
     for method in methods_of(runs):
         for start in STARTS:
             seeds = runs.get((method, start))
@@ -82,7 +95,7 @@ def table(runs: dict) -> str:
             rows = [{**r, "accuracy": 100 * r["accuracy"], "loss": r["curve"][-1][1]} for r in seeds.values()]
             lines.append(f"| {method} | {start} | {','.join(map(str, sorted(seeds)))} | "
                          f"{spread(rows, 'accuracy', '.1f')} | {spread(rows, 'tokens_per_step', '.2f')} | "
-                         f"{spread(rows, 'loss', '.3f')} | "
+                         f"{spread(rows, 'nll', '.3f')} | {spread(rows, 'loss', '.3f')} | "
                          f"{gain(runs, method, start, 'accuracy', 100) if start != 'scratch' else ''} |")
     return "\n".join(lines)
 

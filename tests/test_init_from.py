@@ -132,11 +132,15 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
 
 # ----------------------------------------------------------------------------- make finetune-mini's table
 
-def fake_run(folder, name, accuracy, tokens_per_step, losses):
-    """An eval.py --json file <name>.json and a train.py log <name>.log, a progress line every 10 steps."""
+def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
+    """An eval.py --json file <name>.json (and <name>-nll.json with nll), and a train.py log <name>.log, a
+    progress line every 10 steps."""
     with open(os.path.join(folder, name + ".json"), "w") as f:
         json.dump({"task": "arith", "model": name.split("-")[0], "threshold": 0.8, "accuracy": accuracy,
                    "tokens_per_step": tokens_per_step, "n": 200}, f)
+    if nll is not None:
+        with open(os.path.join(folder, name + "-nll.json"), "w") as f:
+            json.dump({"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500}, f)
     with open(os.path.join(folder, name + ".log"), "w") as f:
         f.write("note: a line that is not progress\n")
         f.writelines(f"step {10 * (i + 1)}/{10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "
@@ -145,31 +149,33 @@ def fake_run(folder, name, accuracy, tokens_per_step, losses):
 
 
 def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path):
-    """Accuracy and tokens/step are the seeds' mean [min, max], the loss is each run's last progress line, and
-    the gain is a pretrained start minus scratch of the same seed (+10 and -20 points: -5.0 [-20.0, +10.0];
-    seed 2 alone: +5.0); the figure is written."""
+    """Accuracy, tokens/step and the NLL (its own file, where given) are the seeds' mean [min, max], the loss
+    is each run's last progress line, and the gain is a pretrained start minus scratch of the same seed (+10
+    and -20 points: -5.0 [-20.0, +10.0]; seed 2 alone: +5.0); the figure is written."""
     import paper.finetune
-    for name, acc, tps, losses in [("setdiffusion-pretrained-s1", 0.5, 3.0, [2.0, 1.0]),
-                                   ("setdiffusion-pretrained-s2", 0.7, 3.5, [2.0, 0.5]),
-                                   ("setdiffusion-pretrained-samelr-s2", 0.95, 3.0, [1.0, 0.25]),
-                                   ("setdiffusion-scratch-s1", 0.4, 2.0, [3.0, 2.0]),
-                                   ("setdiffusion-scratch-s2", 0.9, 2.5, [3.0, 1.5])]:
-        fake_run(tmp_path, name, acc, tps, losses)
+    for name, acc, tps, losses, nll in [("setdiffusion-pretrained-s1", 0.5, 3.0, [2.0, 1.0], 0.5),
+                                        ("setdiffusion-pretrained-s2", 0.7, 3.5, [2.0, 0.5], 0.3),
+                                        ("setdiffusion-pretrained-samelr-s2", 0.95, 3.0, [1.0, 0.25], None),
+                                        ("setdiffusion-scratch-s1", 0.4, 2.0, [3.0, 2.0], 0.25),
+                                        ("setdiffusion-scratch-s2", 0.9, 2.5, [3.0, 1.5], 0.25)]:
+        fake_run(tmp_path, name, acc, tps, losses, nll)
     md, png = str(tmp_path / "t.md"), str(tmp_path / "t.png")
     paper.finetune.main([md, *map(str, sorted(tmp_path.glob("*.json"))), "--logs", str(tmp_path),
                          "--plot", png])
     rows = open(md).read().splitlines()
     assert rows[2] == ("| setdiffusion | pretrained | 1,2 | 60.0 [50.0, 70.0] | 3.25 [3.00, 3.50] | "
-                       "0.750 [0.500, 1.000] | -5.0 [-20.0, +10.0] |")
-    assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 | 0.250 | +5.0 |"
-    assert rows[4] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | "
+                       "0.400 [0.300, 0.500] | 0.750 [0.500, 1.000] | -5.0 [-20.0, +10.0] |")
+    assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 |  | 0.250 | +5.0 |"
+    assert rows[4] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | 0.250 | "
                        "1.750 [1.500, 2.000] |  |")
     assert os.path.getsize(png) > 0
 
 
 @pytest.mark.parametrize("case, message", [
-    ("misnamed", "{d}/sd-1.json: not named <method>-<pretrained|pretrained-samelr|scratch>-s<seed>.json as "
-                 "make finetune-mini names its runs"),
+    ("misnamed", "{d}/sd-1.json: not named <method>-<pretrained|pretrained-samelr|scratch>-s<seed>[-nll]"
+                 ".json as make finetune-mini names its runs"),
+    ("nll alone", "{d}/ar-scratch-s2-nll.json: no accuracy file of that run ({d}/ar-scratch-s2.json) is "
+                  "given"),
     ("no log", "cannot read the training log {d}/ar-scratch-s1.log: No such file or directory"),
     ("no progress", "{d}/ar-scratch-s1.log has no progress line (step N/T | loss X | ...): not the log of a "
                     "train.py run written to a file"),
@@ -179,6 +185,8 @@ def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, me
     fake_run(tmp_path, "ar-scratch-s1", 0.5, 1.0, [1.0])
     if case == "misnamed":
         shutil.copy(tmp_path / "ar-scratch-s1.json", tmp_path / "sd-1.json")
+    elif case == "nll alone":
+        (tmp_path / "ar-scratch-s2-nll.json").write_text('{"nll": 0.5}')
     elif case == "no log":
         os.remove(tmp_path / "ar-scratch-s1.log")
     else:
