@@ -7,7 +7,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill
+.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -241,5 +241,54 @@ infill-curve:  ## right-determined infilling and held-out accuracy against train
 # results/infill-curve.md beside the --infill runs. ~20 (AR, MDLM) to ~45 (BD3-LM, Set Diffusion) min per run on one core.
 infill-seeds:  ## make infill's four span kinds, zero-shot, for make pareto's four command lines at seeds 2 and 3 (CPU)
 	$(MAKE) infill-curve CURVE_RUNS=ar,mdlm,bd3lm,sd CURVE_SEEDS=2,3 CURVE_KEEP=2000
+
+# The paper's recipe in miniature (docs/results.md): the paper fine-tunes all four methods from one pretrained AR
+# model (Qwen3-1.7B-Base) on GSM8K. Here AR is pretrained on Shakespeare's works (bytes, 4 x 128, context 128,
+# FT_PRE_ITERS steps of 16 rows at train.py's lr 2e-3), then each method is fine-tuned from it on the shipped task
+# (the same byte tokenizer and shape) with make finetune-gsm8k's recipe scaled to FT_ITERS steps: lr / 30 (the
+# paper: 1e-5 against 3e-4 for its from-scratch models), cosine to 0.5, every step count in proportion (100
+# warm-up steps of 75k -> 1; EMA 0.9999, a 10k-step horizon, -> 0.99), the per-step decoupled weight decay 1e-5
+# (--weight-decay 0.15 at lr 6.7e-5), clip 1.0 (start `pretrained`); beside each method from scratch with
+# train.py's own recipe (make demo's: `scratch`), at the same steps and batch, seeds FT_SEEDS (the pretraining:
+# seed 1); then, a control at seeds FT_CONTROL_SEEDS, from the pretrained model with the scratch recipe
+# (`pretrained-samelr`: what the start alone changes). Each run is evaluated at the demo's tau 0.8 on FT_LIMIT
+# held-out problems; paper/finetune.py tables the accuracy, tokens/step and held-out NLL (mean [min, max] over
+# seeds; the NLL: eval.py --task likelihood, AR's exact, the others' a bound, the measure where accuracy sits
+# near 0) and plots each run's training loss (its log) against the fine-tuning steps. A run already there is not
+# trained again. ~2.5 h of one CPU core.
+FT_SEEDS ?= 1 2 3
+FT_CONTROL_SEEDS ?= 1
+FT_PRE_ITERS ?= 2500
+FT_ITERS ?= 800
+FT_LIMIT ?= 200
+FT_THREADS ?= 0
+FT_OUT ?= out/finetune
+FT_RESULTS ?= results/finetune
+FT_SHAPE = --n-layer 4 --n-embd 128 --n-head 4 --seq-len 128 --threads $(FT_THREADS)
+FT_COMMON = $(FT_SHAPE) --batch-size 16 --max-iters $(FT_ITERS) --eval-limit 20 --save-every 100000
+FT_scratch =
+FT_pretrained-samelr = --init-from $(FT_OUT)/pretrain
+FT_pretrained = --init-from $(FT_OUT)/pretrain --lr 6.7e-5 --warmup 1 --final-lr 0.5 --ema 0.99 --weight-decay 0.15 \
+	--grad-clip 1.0
+FT_ar = --model ar
+FT_mdlm = --model mdlm --predict-padding
+FT_bd3lm = --model bd3lm --block-size 4
+FT_setdiffusion = --model setdiffusion --smax 8
+FT_TRAIN = $(PY) train.py $(FT_$(1)) $(FT_COMMON) --seed $$s $(FT_$(2)) --out-dir $(FT_OUT)/$$r
+FT_EVAL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --threshold 0.8 --limit $(FT_LIMIT) --threads $(FT_THREADS) \
+	--json $(FT_RESULTS)/$$r.json
+FT_NLL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --task likelihood --threads $(FT_THREADS) --json $(FT_RESULTS)/$$r-nll.json
+FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1"; \
+	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; \
+	[ -f $(FT_RESULTS)/$$r.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; }; \
+	[ -f $(FT_RESULTS)/$$r-nll.json ] || { echo "$(FT_NLL)"; $(FT_NLL) || exit 1; };
+finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~2.5 h, one CPU core)
+	mkdir -p $(FT_OUT) $(FT_RESULTS)
+	[ -f $(FT_OUT)/pretrain/config.json ] || $(PY) train.py --model ar --data shakespeare $(FT_SHAPE) --batch-size 16 \
+	  --max-iters $(FT_PRE_ITERS) --eval-limit 200 --save-every 100000 --seed 1 --out-dir $(FT_OUT)/pretrain
+	@for s in $(FT_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(foreach st,pretrained scratch,\
+	  $(call FT_RUN,$(m),$(st)))) done
+	@for s in $(FT_CONTROL_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(call FT_RUN,$(m),pretrained-samelr)) done
+	$(PY) -m paper.finetune $(FT_RESULTS).md $(FT_RESULTS)/*.json --logs $(FT_OUT) --plot $(FT_RESULTS).png
 
 include paper/reproduce.mk

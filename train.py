@@ -7,6 +7,7 @@ laptop CPU in a few minutes, then prints held-out accuracy and one sample.
     torchrun --nproc_per_node=8 train.py --model ar --init-from Qwen/Qwen3-8B --fsdp ...   # sharded (FSDP2)
     python train.py --model setdiffusion --data shakespeare              # real text, byte-level
     python train.py --model ar --data text:notes/ --tokenizer gpt2       # any UTF-8 text file or folder
+    python train.py --model setdiffusion --init-from out/ar --lr 1e-4   # start from another run's weights
 
 On a corpus (--data owt, lm1b, shakespeare or text:PATH) the examples are wrapped token rows whose position 0
 is a clean BOS, context only (data/corpus.py), and the periodic evaluation is the validation NLL on the
@@ -30,7 +31,6 @@ from common import credentials, runs, train_args
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer, make_optimizer
-from common.pretrained import from_pretrained
 from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed,
                             interrupts, shard, shard_optimizer_state, stop_run)
 
@@ -59,7 +59,8 @@ def setup(args, device, flex: bool = False):
                         custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
     seq_len = args.seq_len or task.SEQ_LEN
-    shape = None if args.init_from else model_shape(args, tok)
+    start = runs.start_from(args, tok, seq_len) if args.init_from else None  # what cannot carry over: refused
+    shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
         check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
     if is_corpus(args.data):
@@ -69,7 +70,10 @@ def setup(args, device, flex: bool = False):
         examples = task.load("train", args.data_dir)
         check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
         train = encode(tok, examples, seq_len)
-    if args.init_from:
+    if start and start["format"] == "ours":           # its eval (EMA) weights, whatever method trained them
+        model = checkpoint.load(start["dir"])[0].train()
+    elif start:
+        from common.pretrained import from_pretrained     # a Qwen3's conversion: loaded only for one
         model = from_pretrained(args.init_from).train()
     else:
         torch.manual_seed(args.seed)
@@ -89,6 +93,8 @@ def setup(args, device, flex: bool = False):
                           "max_new_tokens": args.max_new_tokens}}
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
         config["data_options"] = task.OPTIONS
+    if start:
+        config["init_from"] = runs.start_record(start)
     return task, tok, train, model, config
 
 

@@ -16,7 +16,8 @@ an --out-dir whose config.json train.py did not write). config.json is validated
 "gsm8k:setdlm-smax8", "owt:setdlm-smax16"): it hands them to pretrained.py, which fetches them and converts
 the official format (Qwen3 backbones, and the DiT of the OWT/LM1B models). Writing is common/saving.py's
 (the crash-safe swap), checking config.json common/schema.py's, the method registry common/methods.py's, and
-which run a checkpoint is (its "run" record, --resume's checks, --keep-every's claims) common/runs.py's.
+which run a checkpoint is (its "run" record; --resume's, --keep-every's and --init-from's checks)
+common/runs.py's.
 """
 import json
 import os

@@ -7,6 +7,8 @@ checkpoint holds, and --keep-every's snapshots (<out_dir>-stepN) are written onl
                                                      or has nothing left to train
     restore / restore_optimizer            a train state's weights and optimizer, or one line
     check_snapshots(out_dir, config, start, max_iters, every)   --keep-every's names claimed before training
+    start_from(args, tok, seq_len)         --init-from: our checkpoint or a Qwen3, what cannot carry over
+                                           refused in one line; start_record, config.json's "init_from"
 
 A config.json holds the method, its settings, the model, the tokenizer and the data; "run" adds the seed, the
 optimiser and its schedule, the global batch and the starting weights (RECIPE), and --max-iters, which is
@@ -17,9 +19,10 @@ import json
 import os
 import re
 
-from common import methods, saving, schema
+from common import checkpoint, methods, saving, schema, train_args
 from common.cli import PARENTS
 from common.weights import load_safetensors, load_weights
+from model import PRESETS, ModelConfig
 
 RECIPE = ("seed", "lr", "final_lr", "warmup", "weight_decay", "beta2", "grad_clip", "ema", "global_batch",
           "init_from")
@@ -143,3 +146,104 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
             raise ValueError(f"{path} holds a snapshot of another run ({'; '.join(diff[:3])}), which "
                              f"--keep-every would mix with this run's: move the {out_dir}-step* folders "
                              f"away, or choose another --out-dir")
+
+
+# ------------------------------------------------------------------ where a run starts (train.py --init-from)
+# A run starts from our own checkpoint (any method, a training folder or a --keep-every snapshot: its eval
+# weights) or from a Qwen3. Only the transformer carries over: the method, its settings, the optimizer and the
+# step are the new run's. What the weights cannot serve is refused before any data or weights are read here
+# (check_start); config.json records where the run started (start_record).
+
+SHAPE_FLAGS = {"n_layer": "{} layers", "n_embd": "width {}", "n_head": "{} heads",   # train.py's shape flags
+               "n_kv_head": "{} key/value heads"}
+
+
+def our_start(path: str, config: dict) -> dict:
+    """--init-from our checkpoint, whose config.json (schema.check_config'd) is `config`."""
+    return {"path": path, "format": "ours", "model": ModelConfig(**config["model"]),
+            "method": config["method"], "step": config.get("step"), "data": config["data"],
+            "tokenizer": config["tokenizer"], "seq_len": config["seq_len"]}
+
+
+def qwen3_start(path: str) -> dict:
+    """--init-from a Hugging Face Qwen3 (Hub id or folder), from its config.json alone (no weight is read or
+    downloaded before check_start): its context is max_position_embeddings."""
+    from common.pretrained import qwen3_config     # only for a Qwen3: its conversion code
+    from data.hub import hub_dir
+    try:
+        d = hub_dir(path, ["config.json"])
+    except FileNotFoundError as e:
+        raise ValueError(f"--init-from {e}") from None
+    try:
+        with open(os.path.join(d, "config.json")) as f:
+            hf = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--init-from {path}: no checkpoint there ({type(e).__name__} reading "
+                         f"config.json): give a folder train.py wrote (--out-dir, or a --keep-every snapshot "
+                         f"OUT-stepN) or a Qwen3 model (Hub id or folder)") from None
+    if isinstance(hf, dict) and "method" in hf:
+        raise ValueError(f"--init-from {path}: its config.json is train.py's, but no model.safetensors is "
+                         f"beside it: give a complete checkpoint (a save killed half-way leaves none)")
+    if not isinstance(hf, dict):
+        raise ValueError(f"--init-from {path}: config.json holds {type(hf).__name__}, not a model config")
+    return {"path": path, "format": "qwen3", "model": qwen3_config(hf), "tokenizer": "qwen3:",
+            "seq_len": hf.get("max_position_embeddings")}
+
+
+def same_tokenizer(ours: str, theirs: str) -> bool:
+    """Whether two tokenizer names give the same ids: the same name, or two copies of Qwen3's (a Hub id and a
+    local folder; every Qwen3 size shares one tokenizer)."""
+    return ours == theirs or ours.startswith("qwen3:") and theirs.startswith("qwen3:")
+
+
+def check_start(source: dict, tok, seq_len: int, asked: dict):
+    """Refuse (ValueError, one line) a start that cannot carry over: another tokenizer (its ids mean other
+    tokens), a vocabulary the embedding cannot hold, shape flags (asked: the ones given, e.g. {"n_layer": 6}
+    or {"preset": "cnndm"}) that ask another shape than the weights have, or a context longer than the
+    positions the weights were trained on (RoPE positions never seen)."""
+    where, cfg = f"--init-from {source['path']}", source["model"]
+    if not same_tokenizer(tok.name, source["tokenizer"]):
+        src = "a Qwen3 model" if source["format"] == "qwen3" else f"trained with the {source['tokenizer']} " \
+            "tokenizer"
+        fix = "qwen3:<that model>" if source["format"] == "qwen3" else source["tokenizer"]
+        raise ValueError(f"{where} is {src}, and this run's tokenizer is {tok.name}: the same ids would be "
+                         f"other tokens; pass --tokenizer {fix} (or start from a model of this tokenizer)")
+    if tok.vocab_size > cfg.vocab_size:
+        raise ValueError(f"{where} has {cfg.vocab_size} embedding rows, fewer than the {tok.vocab_size} "
+                         f"tokens of the {tok.name} tokenizer: start from a model of this tokenizer")
+    wanted = dict(PRESETS[asked["preset"]]) if asked.get("preset") else {}
+    wanted.update({k: v for k, v in asked.items() if k != "preset"})
+    for k, v in wanted.items():
+        if v != getattr(cfg, k):
+            flag = f"--preset {asked['preset']}" if k not in asked else f"--{k.replace('_', '-')} {v}"
+            raise ValueError(f"{flag} asks for {SHAPE_FLAGS.get(k, k + ' {}').format(v)}, and {where} has "
+                             f"{getattr(cfg, k)}: the shape comes from --init-from, so drop the shape flags "
+                             f"(or start from a model of that shape)")
+    if source["seq_len"] and seq_len > source["seq_len"]:
+        raise ValueError(f"this run's context of {seq_len} tokens is longer than the {source['seq_len']} "
+                         f"positions {where} was trained on: pass --seq-len {source['seq_len']} or less, or "
+                         f"start from a model trained at this length")
+
+
+def start_record(source: dict) -> dict:
+    """config.json's "init_from": the path as given and, for our checkpoint, its method, step and data."""
+    keys = ("path", "format", "method", "step", "data") if source["format"] == "ours" else ("path", "format")
+    return {k: source[k] for k in keys}
+
+
+def start_from(args, tok, seq_len) -> dict:
+    """--init-from: our checkpoint (any method; a training folder or a --keep-every snapshot) or a Qwen3, read
+    without its weights and checked against this run: a tokenizer, shape flags or context the weights cannot
+    serve is one line (check_start)."""
+    d = saving.newest(args.init_from)
+    if d is not None and checkpoint.ours_on_disk(d):
+        with open(os.path.join(d, "config.json")) as f:
+            config = schema.check_config(json.load(f), os.path.join(d, "config.json"))
+        start = {**our_start(args.init_from, config), "dir": d}
+    else:
+        start = qwen3_start(args.init_from)
+    defaults = train_args.parser()                  # a shape flag left at its default asks for nothing
+    asked = {k: getattr(args, k) for k in ("preset", *SHAPE_FLAGS)
+             if getattr(args, k) != defaults.get_default(k)}
+    check_start(start, tok, seq_len, asked)
+    return start

@@ -48,7 +48,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
                    help="a named model shape (model.PRESETS) instead of --n-layer/--n-embd/...: cnndm = the "
                         "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
     g.add_argument("--init-from", default="",
-                   help="start from pretrained Qwen3 weights (Hub id or directory)")
+                   help="start from these weights: a checkpoint of ours, any method (a training folder or a "
+                        "--keep-every snapshot OUT-stepN: its eval weights), or a Qwen3 (Hub id or "
+                        "directory); the shape comes from it")
     g = p.add_argument_group("data")
     g.add_argument("--data", default="arith", type=data_spec,
                    help=f"training task: {', '.join(TASKS)}, jsonl:PATH or hf:ORG/NAME (your own data); or a "

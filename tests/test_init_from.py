@@ -1,0 +1,197 @@
+"""train.py --init-from our own checkpoints: the transformer of a run of any method (a training folder or a
+--keep-every snapshot) starts a run of any other method exactly, config.json records where it started, and
+what cannot carry over (another tokenizer, another shape, a longer context) is one line before any training.
+python -m pytest -q tests/test_init_from.py
+"""
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from common import checkpoint
+import train
+from helpers import error_of
+
+pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
+
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
+        "--max-new-tokens", "8", "--warmup", "1"]
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """Two steps of AR (keeping a snapshot each step) and one of Set Diffusion on the shipped task, tiny."""
+    root = tmp_path_factory.mktemp("sources")
+    train.main(["--model", "ar", "--out-dir", str(root / "ar"), *TINY, "--max-iters", "2",
+                "--keep-every", "1"])
+    train.main(["--model", "setdiffusion", "--out-dir", str(root / "setdiffusion"), *TINY,
+                "--max-iters", "1"])
+    return root
+
+
+def files_of(d) -> dict:
+    """Every file under d -> its sha256: what a refusal must leave as it was."""
+    return {os.path.relpath(os.path.join(p, n), d): hashlib.sha256(open(os.path.join(p, n), "rb").read())
+            .hexdigest() for p, _, names in os.walk(d) for n in names}
+
+
+@pytest.mark.parametrize("source, method", [("ar", "setdiffusion"), ("setdiffusion", "ar"),
+                                            ("ar-step1", "bd3lm")])
+def test_init_from_carries_every_tensor_exactly(sources, tmp_path, source, method):
+    """The model train.py starts from holds the source checkpoint's eval weights, every tensor equal, whatever
+    method trained them and whatever method the new run trains (no shape flag given: the shape is the
+    source's)."""
+    args = train.get_args(["--model", method, "--init-from", str(sources / source), "--batch-size", "4",
+                           "--out-dir", str(tmp_path / "o")])
+    model = train.setup(args, "cpu")[3]
+    want = checkpoint.load(str(sources / source))[0].state_dict()
+    got = model.state_dict()
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if not torch.equal(got[k], want[k])] == []
+    assert model.training
+
+
+def test_init_from_a_snapshot_records_where_the_run_started(sources, tmp_path):
+    """A run started from a --keep-every snapshot says in its config.json which folder, method and step it
+    started from; the source is left as it was."""
+    before = files_of(sources)
+    out = tmp_path / "sd"
+    train.main(["--model", "setdiffusion", "--init-from", str(sources / "ar-step1"), "--batch-size", "4",
+                "--eval-limit", "1", "--max-new-tokens", "8", "--max-iters", "1", "--out-dir", str(out)])
+    with open(out / "config.json") as f:
+        config = json.load(f)
+    assert config["init_from"] == {"path": str(sources / "ar-step1"), "format": "ours", "method": "ar",
+                                   "step": 1, "data": "arith"}
+    assert config["method"] == "setdiffusion" and config["model"]["n_layer"] == 1
+    assert config["model"]["n_embd"] == 32 and config["step"] == 1
+    assert files_of(sources) == before
+
+
+def qwen3_config_only(d):
+    """A folder holding only a Qwen3 config.json: enough for a refusal, which reads no weights."""
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "qwen3", "vocab_size": 151936, "num_hidden_layers": 1, "hidden_size": 16,
+                   "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
+                   "intermediate_size": 32, "max_position_embeddings": 40960}, f)
+
+
+def other_tokenizer(src, d):
+    """A copy of checkpoint src whose config.json says it was trained with the gpt2 tokenizer."""
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({**config, "tokenizer": "gpt2"}, f)
+
+
+SHAPE = ": the shape comes from --init-from, so drop the shape flags (or start from a model of that shape)"
+IDS = "the same ids would be other tokens; pass --tokenizer"
+
+
+@pytest.mark.parametrize("source, flags, message", [
+    ("ar", ["--n-layer", "2"], "--n-layer 2 asks for 2 layers, and --init-from {src} has 1" + SHAPE),
+    ("ar", ["--n-embd", "64"], "--n-embd 64 asks for width 64, and --init-from {src} has 32" + SHAPE),
+    ("ar", ["--preset", "cnndm"], "--preset cnndm asks for vocab_size 151936, and --init-from {src} has 258"
+                                  + SHAPE),
+    ("setdiffusion", ["--seq-len", "256"],
+     "this run's context of 256 tokens is longer than the 128 positions --init-from {src} was trained on: "
+     "pass --seq-len 128 or less, or start from a model trained at this length"),
+    ("gpt2-ar", [], "--init-from {src} is trained with the gpt2 tokenizer, and this run's tokenizer is "
+                    f"bytes: {IDS} gpt2 (or start from a model of this tokenizer)"),
+    ("qwen3", [], "--init-from {src} is a Qwen3 model, and this run's tokenizer is bytes: "
+                  f"{IDS} qwen3:<that model> (or start from a model of this tokenizer)"),
+    ("empty", [], "--init-from {src}: no checkpoint there (FileNotFoundError reading config.json): give a "
+                  "folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
+                  "(Hub id or folder)"),
+    ("missing", [], "--init-from {src}: no such directory, and not a Hugging Face repo id (org/name)"),
+])
+def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources, tmp_path, monkeypatch,
+                                                                         source, flags, message):
+    """Refused before any data is encoded or any training step, and nothing written: no checkpoint folder
+    for the new run, the source as it was."""
+    monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
+    src = str(sources / source) if source in ("ar", "setdiffusion") else str(tmp_path / source)
+    if source == "qwen3":
+        qwen3_config_only(src)
+    elif source == "gpt2-ar":
+        other_tokenizer(sources / "ar", src)
+    elif source == "empty":
+        os.makedirs(src)
+    before = files_of(sources)
+    out = tmp_path / "o"
+    got = error_of(train.main, ["--model", "setdiffusion", "--init-from", src, *flags, "--max-iters", "1",
+                                "--out-dir", str(out)])
+    assert got == "error: " + message.format(src=src)
+    assert not any(os.path.exists(str(out) + s) for s in ("", ".tmp", ".old"))
+    assert files_of(sources) == before
+
+
+# ----------------------------------------------------------------------------- make finetune-mini's table
+
+def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
+    """An eval.py --json file <name>.json (and <name>-nll.json with nll), and a train.py log <name>.log, a
+    progress line every 10 steps."""
+    with open(os.path.join(folder, name + ".json"), "w") as f:
+        json.dump({"task": "arith", "model": name.split("-")[0], "threshold": 0.8, "accuracy": accuracy,
+                   "tokens_per_step": tokens_per_step, "n": 200}, f)
+    if nll is not None:
+        with open(os.path.join(folder, name + "-nll.json"), "w") as f:
+            json.dump({"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500}, f)
+    with open(os.path.join(folder, name + ".log"), "w") as f:
+        f.write("note: a line that is not progress\n")
+        f.writelines(f"step {10 * (i + 1)}/{10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "
+                     f"00:01 elapsed, 00:02 left\n" for i, x in enumerate(losses))
+        f.write("held-out accuracy 0.500 on 20 problems\n")
+
+
+def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path):
+    """Accuracy, tokens/step and the NLL (its own file, where given) are the seeds' mean [min, max], the loss
+    is each run's last progress line, and the gain is a pretrained start minus scratch of the same seed (+10
+    and -20 points: -5.0 [-20.0, +10.0]; seed 2 alone: +5.0); the figure is written."""
+    import paper.finetune
+    for name, acc, tps, losses, nll in [("setdiffusion-pretrained-s1", 0.5, 3.0, [2.0, 1.0], 0.5),
+                                        ("setdiffusion-pretrained-s2", 0.7, 3.5, [2.0, 0.5], 0.3),
+                                        ("setdiffusion-pretrained-samelr-s2", 0.95, 3.0, [1.0, 0.25], None),
+                                        ("setdiffusion-scratch-s1", 0.4, 2.0, [3.0, 2.0], 0.25),
+                                        ("setdiffusion-scratch-s2", 0.9, 2.5, [3.0, 1.5], 0.25)]:
+        fake_run(tmp_path, name, acc, tps, losses, nll)
+    md, png = str(tmp_path / "t.md"), str(tmp_path / "t.png")
+    paper.finetune.main([md, *map(str, sorted(tmp_path.glob("*.json"))), "--logs", str(tmp_path),
+                         "--plot", png])
+    rows = open(md).read().splitlines()
+    assert rows[2] == ("| setdiffusion | pretrained | 1,2 | 60.0 [50.0, 70.0] | 3.25 [3.00, 3.50] | "
+                       "0.400 [0.300, 0.500] | 0.750 [0.500, 1.000] | -5.0 [-20.0, +10.0] |")
+    assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 |  | 0.250 | +5.0 |"
+    assert rows[4] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | 0.250 | "
+                       "1.750 [1.500, 2.000] |  |")
+    assert os.path.getsize(png) > 0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("misnamed", "{d}/sd-1.json: not named <method>-<pretrained|pretrained-samelr|scratch>-s<seed>[-nll]"
+                 ".json as make finetune-mini names its runs"),
+    ("nll alone", "{d}/ar-scratch-s2-nll.json: no accuracy file of that run ({d}/ar-scratch-s2.json) is "
+                  "given"),
+    ("no log", "cannot read the training log {d}/ar-scratch-s1.log: No such file or directory"),
+    ("no progress", "{d}/ar-scratch-s1.log has no progress line (step N/T | loss X | ...): not the log of a "
+                    "train.py run written to a file"),
+])
+def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, message):
+    import paper.finetune
+    fake_run(tmp_path, "ar-scratch-s1", 0.5, 1.0, [1.0])
+    if case == "misnamed":
+        shutil.copy(tmp_path / "ar-scratch-s1.json", tmp_path / "sd-1.json")
+    elif case == "nll alone":
+        (tmp_path / "ar-scratch-s2-nll.json").write_text('{"nll": 0.5}')
+    elif case == "no log":
+        os.remove(tmp_path / "ar-scratch-s1.log")
+    else:
+        (tmp_path / "ar-scratch-s1.log").write_text("held-out accuracy 0.500 on 20 problems\n")
+    runs = sorted(map(str, tmp_path.glob("*.json")))
+    got = error_of(paper.finetune.main, [str(tmp_path / "t.md"), *runs, "--logs", str(tmp_path)])
+    assert got == "error: " + message.format(d=tmp_path)
+    assert not os.path.exists(tmp_path / "t.md")
