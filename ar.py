@@ -44,9 +44,30 @@ class ARConfig:
 KNOBS = frozenset({"max_new_tokens", "temperature", "options"})   # the Settings fields generate reads
 EXACT_NLL = True      # nll is the exact -log p(x0); the diffusion methods' nll is a bound
 CAN_INFILL = False    # generate cannot fill [MASK]s inside the prompt: it only continues the prompt
-HF_GENERATE = True    # the official runs decode it with Hugging Face generate (EOS stop, prompt penalised)
-OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
+
+# ----------------------------------------------------------------------------- ordering: left to right
+
+# AR has no noise: its one order is the identity, x_i predicted from x_<i. Every other method here draws a
+# corruption (MDLM, BD3-LM) or an order (Set Diffusion) per sequence.
+
+
+# ----------------------------------------------------------------------------- mask
+
+def mask_mod(cfg: ARConfig, seq_len: int):
+    """Causal, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: query i sees keys 0..i."""
+    def mod(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    return mod
+
+
+def attention_mask(cfg: ARConfig, seq_len: int, device=None) -> torch.Tensor:
+    """mask_mod as a dense (L, L) bool. The model's mask=None is the same causal mask, faster (is_causal)."""
+    idx = torch.arange(seq_len, device=device)
+    return mask_mod(cfg, seq_len)(0, 0, idx[:, None], idx[None, :])
+
+
+# ----------------------------------------------------------------------------- loss
 
 def defaults(x0, prompt_mask, pad_mask):
     """Fill in absent masks: no prompt, no padding. Returns (prompt_mask, pad_mask, target) all (B, L)."""
@@ -62,29 +83,6 @@ def trim(pad_mask, *tensors):
     end = int(keep.max()) + 1 if len(keep) else 1
     return [x[:, :end] for x in tensors]
 
-
-# ----------------------------------------------------------------------------- ordering: left to right
-
-# AR has no noise: its one order is the identity, x_i predicted from x_<i. Every other method here draws a
-# corruption (MDLM, BD3-LM) or an order (Set Diffusion) per sequence.
-
-
-# ----------------------------------------------------------------------------- mask
-
-def mask_mod(cfg: ARConfig, seq_len: int):
-    """Causal, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: query i sees keys 0..i."""
-    def mod(b, h, q, k):
-        return q >= k
-    return mod
-
-
-def attention_mask(cfg: ARConfig, seq_len: int, device=None) -> torch.Tensor:
-    """mask_mod as a dense (L, L) bool. The model's mask=None is the same causal mask, faster (is_causal)."""
-    idx = torch.arange(seq_len, device=device)
-    return mask_mod(cfg, seq_len)(0, 0, idx[:, None], idx[None, :])
-
-
-# ----------------------------------------------------------------------------- loss
 
 def nll(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=None, exclude=None):
     """Exact negative log-likelihood of the targets: (sum over counted targets (B,), their number (B,)).
@@ -104,7 +102,30 @@ def loss(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=No
     return (nll_sum / n.clamp(min=1)).mean(), {"tokens": n.sum()}
 
 
-# ----------------------------------------------------------------------------- prefill
+# ----------------------------------------------------------------------------- reference sampler (read first)
+
+def finish(tokens, step, steps, nfe):
+    """The (tokens, stats) every sampler returns; steps (B,) counts the forwards each row was live in."""
+    n_gen = (step >= 0).sum(1)
+    return tokens, {"nfe": nfe, "tokens_per_step": (n_gen / steps.clamp(min=1)).mean().item(),
+                    "step": step, "n_gen": n_gen}
+
+
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: ARConfig, settings: Settings):
+    """The sampler as the method states it, to read first: batch 1, greedy, no cache, one full forward per
+    token. `generate` is this loop batched and KV-cached (test_all.py checks them equal token for token)."""
+    x, P = prompt.clone(), prompt.shape[1]
+    for _ in range(settings.max_new_tokens):
+        logits = model(x)[:, -1].float()                                        # (1, V), causal
+        logits[:, cfg.mask_id] = float("-inf")
+        x = torch.cat([x, logits.argmax(-1, keepdim=True)], 1)
+    step = torch.cat([torch.full((1, P), -1), torch.arange(settings.max_new_tokens)[None]], 1)
+    return finish(x, step.to(x.device), torch.tensor([settings.max_new_tokens], device=x.device),
+                  settings.max_new_tokens)
+
+
+# ----------------------------------------------------------------------------- sampler: batched, cached
 
 def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
     """[prompt | MASK * N]: tokens (B, C), real (B, C) not left padding, positions (B, C) from 0 per row."""
@@ -116,25 +137,16 @@ def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
     return tokens, real, (real.cumsum(1) - 1).clamp(min=0)
 
 
-def prefill(model, prompt, pos, prompt_mask, cache):
-    """Cache the prompt (B, P), causally, and return the logits (B, V) of its last token: the first
+def prefill(model, tokens, pos, visible, cache):
+    """Cache the visible prompt tokens (B, P), causally, and return the logits (B, V) of the last: the first
     prediction. An unpadded batch passes no mask, so SDPA takes its is_causal path (the flash kernel on
-    CUDA)."""
-    P = prompt.shape[1]
-    causal = attention_mask(None, P, prompt.device)                                # (P, P)
-    mask = None if bool(prompt_mask.all()) else with_padding(causal, ~prompt_mask)
-    logits = model(prompt, pos, mask, cache, last=1)[:, -1]                          # (B, V)
+    CUDA). Set Diffusion's prefill takes the same arguments; BD3-LM's caches whole blocks instead."""
+    P = tokens.shape[1]
+    causal = attention_mask(None, P, tokens.device)                                # (P, P)
+    mask = None if bool(visible.all()) else with_padding(causal, ~visible)
+    logits = model(tokens, pos, mask, cache, last=1)[:, -1]                          # (B, V)
     cache.commit(P)
     return logits
-
-
-# ----------------------------------------------------------------------------- generate
-
-def finish(tokens, step, steps, nfe):
-    """The (tokens, stats) every sampler returns; steps (B,) counts the forwards each row was live in."""
-    n_gen = (step >= 0).sum(1)
-    return tokens, {"nfe": nfe, "tokens_per_step": (n_gen / steps.clamp(min=1)).mean().item(),
-                    "step": step, "n_gen": n_gen}
 
 
 @torch.no_grad()
@@ -167,17 +179,8 @@ def generate(model, prompt, cfg: ARConfig, settings: Settings, prompt_mask=None,
     return finish(tokens, step, steps, nfe)
 
 
-# ----------------------------------------------------------------------------- reference
+# ----------------------------------------------------------------------------- reproduction only
 
-@torch.no_grad()
-def generate_reference(model, prompt, cfg: ARConfig, settings: Settings):
-    """The sampler as the method states it, to read first: batch 1, greedy, no cache, one full forward per
-    token. `generate` is this loop batched and KV-cached (test_all.py checks them equal token for token)."""
-    x, P = prompt.clone(), prompt.shape[1]
-    for _ in range(settings.max_new_tokens):
-        logits = model(x)[:, -1].float()                                        # (1, V), causal
-        logits[:, cfg.mask_id] = float("-inf")
-        x = torch.cat([x, logits.argmax(-1, keepdim=True)], 1)
-    step = torch.cat([torch.full((1, P), -1), torch.arange(settings.max_new_tokens)[None]], 1)
-    return finish(x, step.to(x.device), torch.tensor([settings.max_new_tokens], device=x.device),
-                  settings.max_new_tokens)
+# What the paper's reproduction needs to know of AR, as data: how the official code decodes and counts it.
+HF_GENERATE = True    # the official runs decode it with Hugging Face generate (EOS stop, prompt penalised)
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
