@@ -7,7 +7,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill
+.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill rehearse
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -241,5 +241,12 @@ infill-curve:  ## right-determined infilling and held-out accuracy against train
 # results/infill-curve.md beside the --infill runs. ~20 (AR, MDLM) to ~45 (BD3-LM, Set Diffusion) min per run on one core.
 infill-seeds:  ## make infill's four span kinds, zero-shot, for make pareto's four command lines at seeds 2 and 3 (CPU)
 	$(MAKE) infill-curve CURVE_RUNS=ar,mdlm,bd3lm,sd CURVE_SEEDS=2,3 CURVE_KEEP=2000
+
+# Before renting a GPU (docs/paper.md): every target of paper/reproduce.mk run on this CPU, offline, its exact
+# command lines against tiny stand-ins in the released formats (paper/rehearse.py); one PASS/FAIL line per target.
+# REHEARSE: some targets and NAME=VALUE make variables (e.g. REHEARSE="reproduce-gsm8k GSM8K_TAUS=inf").
+REHEARSE ?=
+rehearse:  ## rehearse every paper target (make reproduce-gsm8k ... train-lm1b) on CPU against tiny stand-ins, before renting a GPU: PASS/FAIL per target
+	$(PY) -m paper.rehearse $(REHEARSE)
 
 include paper/reproduce.mk
