@@ -22,15 +22,14 @@ What stands in for what:
 - Data, in the local layouts the loaders read (the *_DIR variables): CNN/DM parquet (CNNDM_DIR), the Story
   Cloze CSV (ROCSTORIES_DIR), OWT's one split as parquet (OWT_DIR: 100,200 short documents, as its validation
   split is the last 100,000), LM1B's train and test parquet (LM1B_DIR), HellaSwag as the Hub's parquet, PIQA
-  and SIQA as their original jsonl + labels files (MCQA_DIR/<name>). GSM8K's and CNN/DM's test splits hold 53
-  examples: their throughput lines time what follows 50 warm-up examples.
+  and SIQA as their original jsonl + labels files (MCQA_DIR/<name>).
 
 How a target runs: make -C DIR/work TARGET NEED_GPU=: ..., DIR/work holding links to the repository's files
-but results/ and out/, so what a target writes lands in DIR, never in the repository. EVAL_EXTRA and
-TRAIN_EXTRA (appended to every eval.py / train.py line; argparse keeps a flag's last value) make each run
-small: --device cpu, a 1-layer model in place of a --preset, 2 steps, a few examples, 8 new tokens. NGPU=2:
-the torchrun lines start two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints are
-the Makefile's. Each target's output goes to DIR/logs/TARGET.log.
+but results/ and out/, so what a target writes lands in DIR, never in the repository. EVAL_EXTRA, TIMED_EXTRA
+and TRAIN_EXTRA (appended to the eval.py / timed eval.py / train.py lines; argparse keeps a flag's last value)
+make each run small: --device cpu, batch 2, 8 new tokens, 1 warm-up example and 2 timed, a 1-layer model in
+place of a --preset, 2 steps. NGPU=2: the torchrun lines start two CPU processes (gloo). GSM8K_TAUS is cut to
+inf 0.9; the lists of checkpoints are the Makefile's. Each target's output goes to DIR/logs/TARGET.log.
 """
 import os
 import shlex
@@ -43,18 +42,19 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = ".rehearsal"                      # marks a folder this module built (and may empty again)
 
-EVAL = "--device cpu --threads 1 --batch-size 2"        # batch 2: a CPU's memory holds a Qwen3 vocabulary
+CPU = "--device cpu --threads 1"
+EVAL = CPU + " --batch-size 2"             # batch 2: a CPU's memory holds the logits of a Qwen3 vocabulary
 GENERATE = EVAL + " --max-new-tokens 8"
-TRAIN = ('--device cpu --threads 1 --preset "" --n-layer 1 --n-embd 16 --n-head 2 --batch-size 1 '
-         '--grad-accum 1 --max-iters 2 --eval-limit 2 --max-new-tokens 8')
+TIMED = "--warmup 1 --limit 3"             # the timed lines (throughput, infilling): 1 warm-up, 2 timed
+TRAIN = (CPU + ' --preset "" --n-layer 1 --n-embd 16 --n-head 2 --batch-size 1 --grad-accum 1 --max-iters 2 '
+         '--eval-limit 2 --max-new-tokens 8')
 # target -> the make variables it runs with here ({data}: DIR/data)
 TARGETS = {
-    "reproduce-gsm8k": {"EVAL_EXTRA": GENERATE, "GSM8K_TAUS": "inf 0.9"},
+    "reproduce-gsm8k": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "GSM8K_TAUS": "inf 0.9"},
     "finetune-gsm8k": {"TRAIN_EXTRA": TRAIN},
     "train-cnndm": {"TRAIN_EXTRA": TRAIN, "CNNDM_DIR": "{data}/cnndm"},
-    "reproduce-cnndm": {"EVAL_EXTRA": GENERATE, "CNNDM_DIR": "{data}/cnndm"},
-    "reproduce-infill": {"EVAL_EXTRA": "--device cpu --threads 1 --warmup 1 --limit 3",
-                         "ROCSTORIES_DIR": "{data}/rocstories"},
+    "reproduce-cnndm": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "CNNDM_DIR": "{data}/cnndm"},
+    "reproduce-infill": {"EVAL_EXTRA": CPU, "TIMED_EXTRA": TIMED, "ROCSTORIES_DIR": "{data}/rocstories"},
     "reproduce-likelihood": {"EVAL_EXTRA": EVAL, "LIMIT": "2", "OWT_DIR": "{data}/owt",
                              "LM1B_DIR": "{data}/lm1b"},
     "reproduce-mcqa": {"EVAL_EXTRA": EVAL, "LIMIT": "2", "MCQA_DIR": "{data}/mcqa"},
@@ -82,7 +82,7 @@ def prepare(root: str) -> str:
     return work
 
 
-def offline_env(root: str, extra: dict | None = None) -> dict:
+def offline_env(root: str) -> dict:
     """The environment of every command: the stand-in Hub cache, offline, no credentials, GPT-2's files."""
     # a target runs as from a shell, not as a part of make rehearse
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING", "TIKTOKEN"))
@@ -91,7 +91,7 @@ def offline_env(root: str, extra: dict | None = None) -> dict:
                OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if os.path.isdir(os.path.join(root, "tiktoken")):
         env["TIKTOKEN_CACHE_DIR"] = os.path.join(root, "tiktoken")
-    return {**env, **(extra or {})}
+    return env
 
 
 def make_variables(target: str, root: str, given: dict) -> dict:
@@ -101,8 +101,8 @@ def make_variables(target: str, root: str, given: dict) -> dict:
 
 
 def make(work: str, goal: str, variables: dict, **run) -> subprocess.CompletedProcess:
-    """make GOAL in work with these variables, past the GPU check (NEED_GPU=:)."""
-    return subprocess.run(["make", "-s", "--no-print-directory", "-C", work, goal, "NEED_GPU=:",
+    """make GOAL in work with these variables, past the GPU check (NEED_GPU=:); make echoes each line."""
+    return subprocess.run(["make", "--no-print-directory", "-C", work, goal, "NEED_GPU=:",
                            *[f"{k}={v}" for k, v in variables.items()]], **run)
 
 
@@ -117,19 +117,20 @@ def listed_keys(work: str, given: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- running, or recording, targets
 
-def run_target(target: str, root: str, variables: dict, env: dict | None = None) -> tuple[bool, float, str]:
-    """make TARGET in root/work, offline: (passed, seconds, its last error line, else its last line). The
-    output goes to root/logs/TARGET.log."""
+def run_target(target: str, root: str, variables: dict) -> tuple[bool, float, str]:
+    """make TARGET in root/work, offline: (passed, seconds, its last error line, else its last line but make's
+    own). The output, each command line and what it printed, goes to root/logs/TARGET.log."""
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)
     log = os.path.join(root, "logs", target + ".log")
     start = time.perf_counter()
     with open(log, "w") as f:
         proc = make(os.path.join(root, "work"), target, {"PY": sys.executable, **variables},
-                    env=offline_env(root, env), stdout=f, stderr=subprocess.STDOUT)
+                    env=offline_env(root), stdout=f, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - start
     with open(log, errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
-    last = next((line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else "")
+    last = next((line for line in reversed(lines) if line.startswith("error:")), None) or \
+        next((line for line in reversed(lines) if not line.startswith("make")), "")
     return proc.returncode == 0, seconds, last
 
 

@@ -1,9 +1,11 @@
 # The paper's experiments on a CUDA GPU with the Hugging Face Hub (docs/paper.md), included by the Makefile:
 # `make reproduce-gsm8k` etc. run from the repository root, and `make help` lists them.
-# EVAL_EXTRA and TRAIN_EXTRA are appended to every eval.py and train.py line (argparse keeps a flag's last value):
-# empty here; `make rehearse` (paper/rehearse.py) runs every target on a CPU with them shrinking each run, and with
-# NEED_GPU=: past the GPU check. Rehearse there before renting a GPU.
+# EVAL_EXTRA and TRAIN_EXTRA are appended to every eval.py and train.py line (argparse keeps a flag's last value),
+# TIMED_EXTRA also to the timed eval.py lines (throughput, infilling: the ones reading --warmup, which the others
+# refuse). Empty here; `make rehearse` (paper/rehearse.py) runs every target on a CPU with them shrinking each run,
+# and with NEED_GPU=: past the GPU check. Rehearse there before renting a GPU.
 EVAL_EXTRA ?=
+TIMED_EXTRA ?=
 TRAIN_EXTRA ?=
 .PHONY: reproduce-gsm8k finetune-gsm8k train-cnndm reproduce-cnndm reproduce-infill reproduce-likelihood reproduce-mcqa
 
@@ -26,7 +28,7 @@ reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoin
 	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official-blocks --batch-size 16 --max-new-tokens 1024 \
 	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official-blocks --warmup 50 --limit 250 \
-	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json $(EVAL_EXTRA) || exit 1; done; done
+	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k --plot results/gsm8k.png
 	mkdir -p results/gsm8k-harness
 	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
@@ -69,7 +71,7 @@ reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 5
 	  $(PY) eval.py --ckpt $$c --task cnndm --official-blocks --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n.json $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --official-blocks --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
-	    --json results/cnndm/$$n-tput.json $(EVAL_EXTRA) || exit 1; done
+	    --json results/cnndm/$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/cnndm.md results/cnndm/*.json
 
 reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (SD W 32, MDLM one block), ROUGE + tokens/s (GPU)
@@ -78,7 +80,7 @@ reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (
 	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
 	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --official-blocks --sentences $$s --data-dir $(ROCSTORIES_DIR) \
-	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json $(EVAL_EXTRA) || exit 1; done; done
+	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/infill.md results/infill/*.json
 
 # ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official

@@ -264,13 +264,13 @@ def gsm8k_rows(rng: random.Random, n: int) -> dict:
 
 
 def gsm8k(hf: str, rng: random.Random) -> None:
-    """openai/gsm8k (config main: 8 train, 53 test problems) where the datasets library looks offline: its
+    """openai/gsm8k (config main: 8 train, 4 test problems) where the datasets library looks offline: its
     prepared arrow files under HF_HOME/datasets/openai___gsm8k/main/0.0.0/<hash>/ (built from parquet by
     datasets' own parquet builder, then moved there)."""
     from datasets.packaged_modules.parquet.parquet import Parquet
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
-        for split, n in (("train", 8), ("test", 53)):
+        for split, n in (("train", 8), ("test", 4)):
             files[split] = os.path.join(tmp, "main", f"{split}-00000-of-00001.parquet")
             parquet(files[split], gsm8k_rows(rng, n))
         builder = Parquet(cache_dir=os.path.join(tmp, "cache"), dataset_name="gsm8k", config_name="main",
@@ -283,8 +283,8 @@ def gsm8k(hf: str, rng: random.Random) -> None:
 
 def cnndm(folder: str, rng: random.Random) -> None:
     """abisee/cnn_dailymail 3.0.0 as the Hub's parquet files (3.0.0/<split>-00000-of-00001.parquet): article,
-    highlights, id; 53 test articles."""
-    for split, n in (("train", 8), ("validation", 4), ("test", 53)):
+    highlights, id."""
+    for split, n in (("train", 8), ("validation", 4), ("test", 4)):
         articles = [". ".join(sentence(rng) for _ in range(3)) + "." for _ in range(n)]
         parquet(os.path.join(folder, "3.0.0", f"{split}-00000-of-00001.parquet"),
                 {"article": articles, "highlights": [a.split(".")[0] + "." for a in articles],
