@@ -240,3 +240,23 @@ def test_train_owt_and_lm1b_keep_their_smax_beside_make_smax(tmp_path):
     work = rehearse.prepare(str(tmp_path / "r"))
     owt = rehearse.commands("train-owt", work, {"NGPU": "1", "CORPUS_SMAX": "32", "CORPUS_S": "8"})
     assert "--smax 32 --block-size 8 " in " ".join(owt[-1]) + " "
+
+
+def test_the_runbooks_paper_numbers_are_data_gsm8k():
+    """docs/paper.md's table of the paper's GSM8K points (accuracy · tokens/s · tokens/step per τ and
+    checkpoint) is data/gsm8k.py's PAPER_RESULTS, which results/gsm8k.md prints beside ours."""
+    import re
+    from data.gsm8k import PAPER_RESULTS
+    with open(os.path.join(rehearse.REPO, "docs", "paper.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| τ | `gsm8k:"))
+    end = next(i for i in range(head, len(lines)) if not lines[i].startswith("|"))
+    keys, shown = re.findall(r"`(gsm8k:[\w-]+)`", lines[head]), {}
+    for row in lines[head + 2:end]:
+        tau, *cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        for key, cell in zip(keys, cells):
+            if cell:
+                acc, tps, per_step = re.fullmatch(r"([\d.]+) % · ([\d.]+) · ([\d.]+)", cell).groups()
+                shown.setdefault(key, {})[float("inf") if tau == "∞" else float(tau)] = \
+                    (float(per_step), float(tps), float(acc))
+    assert shown == PAPER_RESULTS
