@@ -114,8 +114,8 @@ def test_every_target_runs_its_exact_lines_on_the_stand_ins(rehearsal, target):
 
 def test_the_lines_are_the_makefiles_with_the_extras_last(rehearsal):
     """EVAL_EXTRA / TRAIN_EXTRA come last on every eval.py / train.py line, after the recipe's own flags, and
-    TIMED_EXTRA after them on the lines that read --warmup; the train-owt/train-lm1b lines carry their own smax
-    and block size (not make smax's list), and finetune-gsm8k starts from Qwen3-1.7B-Base."""
+    TIMED_EXTRA after them on the lines that read --warmup; the train-owt/train-lm1b lines carry their own
+    smax and block size (not make smax's list), and finetune-gsm8k starts from Qwen3-1.7B-Base."""
     root, lines, _ = rehearsal
     for target, cmds in lines.items():
         given = rehearse.make_variables(target, root, SMALL[target])
