@@ -14,15 +14,16 @@ What stands in for what:
   names, a release config.json, tokenizer.json), the DiT ones (owt:*, lm1b:*) with backbone.* names (adaLN on
   where the releases have it); Qwen/Qwen3-1.7B-Base (config.json, model.safetensors, tokenizer.json: what
   finetune-gsm8k starts from), Qwen/Qwen3-0.6B-Base (CNN/DM's tokenizer), google-bert/bert-base-uncased
-  (LM1B's vocab.txt), and openai/gsm8k in the datasets cache (read by GSM8K without GSM8K_DIR and by lm-eval).
+  (LM1B's vocab.txt), and openai/gsm8k in the datasets cache (read by reproduce-gsm8k and its lm-eval lines).
 - Tokenizers: Qwen3's tokenizer.json with its 26 special tokens at their real ids and 151,643 BPE entries
   without merges (text encodes byte by byte); BERT's vocab.txt of 30,522 entries; GPT-2's own files, rebuilt
   byte for byte from the ranks the test-only package openai-whisper ships (tiktoken checks their sha256) into
   DIR/tiktoken (TIKTOKEN_CACHE_DIR); without that package tiktoken uses its own cache, or downloads them.
-- Data, in the local layouts the loaders read (the *_DIR variables): CNN/DM parquet (CNNDM_DIR), the Story
-  Cloze CSV (ROCSTORIES_DIR), OWT's one split as parquet (OWT_DIR: 100,200 short documents, as its validation
-  split is the last 100,000), LM1B's train and test parquet (LM1B_DIR), HellaSwag as the Hub's parquet, PIQA
-  and SIQA as their original jsonl + labels files (MCQA_DIR/<name>).
+- Data, in the local layouts the loaders read (the *_DIR variables): GSM8K's jsonl files (GSM8K_DIR, read by
+  finetune-gsm8k), CNN/DM parquet (CNNDM_DIR), the Story Cloze CSV (ROCSTORIES_DIR), OWT's one split as
+  parquet (OWT_DIR: 100,200 short documents, as its validation split is the last 100,000), LM1B's train and
+  test parquet (LM1B_DIR), HellaSwag as the Hub's parquet, PIQA and SIQA as their original jsonl + labels files
+  (MCQA_DIR/<name>).
 
 How a target runs: make -C DIR/work TARGET NEED_GPU=: ..., DIR/work holding links to the repository's files
 but results/ and out/, so what a target writes lands in DIR, never in the repository. EVAL_EXTRA, TIMED_EXTRA
@@ -51,7 +52,7 @@ TRAIN = (CPU + ' --preset "" --n-layer 1 --n-embd 16 --n-head 2 --batch-size 1 -
 # target -> the make variables it runs with here ({data}: DIR/data)
 TARGETS = {
     "reproduce-gsm8k": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "GSM8K_TAUS": "inf 0.9"},
-    "finetune-gsm8k": {"TRAIN_EXTRA": TRAIN},
+    "finetune-gsm8k": {"TRAIN_EXTRA": TRAIN, "GSM8K_DIR": "{data}/gsm8k"},   # reproduce-gsm8k: the Hub's
     "train-cnndm": {"TRAIN_EXTRA": TRAIN, "CNNDM_DIR": "{data}/cnndm"},
     "reproduce-cnndm": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "CNNDM_DIR": "{data}/cnndm"},
     "reproduce-infill": {"EVAL_EXTRA": CPU, "TIMED_EXTRA": TIMED, "ROCSTORIES_DIR": "{data}/rocstories"},

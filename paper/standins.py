@@ -51,7 +51,7 @@ def build(root: str, keys: list[str]) -> None:
     for i, key in enumerate(keys):
         released(hf, key, tokenizer, torch.Generator().manual_seed(i))
     gpt2_files(os.path.join(root, "tiktoken"))
-    gsm8k(hf, rng)
+    gsm8k(hf, os.path.join(data, "gsm8k"), rng)
     cnndm(os.path.join(data, "cnndm"), rng)
     rocstories(os.path.join(data, "rocstories"), rng)
     owt(os.path.join(data, "owt"), rng)
@@ -263,16 +263,21 @@ def gsm8k_rows(rng: random.Random, n: int) -> dict:
     return rows
 
 
-def gsm8k(hf: str, rng: random.Random) -> None:
-    """openai/gsm8k (config main: 8 train, 4 test problems) where the datasets library looks offline: its
-    prepared arrow files under HF_HOME/datasets/openai___gsm8k/main/0.0.0/<hash>/ (built from parquet by
-    datasets' own parquet builder, then moved there)."""
+def gsm8k(hf: str, folder: str, rng: random.Random) -> None:
+    """GSM8K (8 train, 4 test problems) both ways the loaders read it: folder/{train,test}.jsonl (GSM8K's own
+    files, GSM8K_DIR), and openai/gsm8k (config main) where the datasets library looks offline: its prepared
+    arrow files under HF_HOME/datasets/openai___gsm8k/main/0.0.0/<hash>/ (built from parquet by datasets' own
+    parquet builder, then moved there)."""
     from datasets.packaged_modules.parquet.parquet import Parquet
+    os.makedirs(folder, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
         for split, n in (("train", 8), ("test", 4)):
+            rows = gsm8k_rows(rng, n)
+            with open(os.path.join(folder, f"{split}.jsonl"), "w") as f:
+                f.writelines(json.dumps({"question": q, "answer": a}) + "\n" for q, a in zip(*rows.values()))
             files[split] = os.path.join(tmp, "main", f"{split}-00000-of-00001.parquet")
-            parquet(files[split], gsm8k_rows(rng, n))
+            parquet(files[split], rows)
         builder = Parquet(cache_dir=os.path.join(tmp, "cache"), dataset_name="gsm8k", config_name="main",
                           data_files=files)
         builder.download_and_prepare()
