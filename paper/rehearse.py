@@ -22,8 +22,8 @@ What stands in for what:
 - Data, in the local layouts the loaders read (the *_DIR variables): GSM8K's jsonl files (GSM8K_DIR, read by
   finetune-gsm8k), CNN/DM parquet (CNNDM_DIR), the Story Cloze CSV (ROCSTORIES_DIR), OWT's one split as
   parquet (OWT_DIR: 100,200 short documents, as its validation split is the last 100,000), LM1B's train and
-  test parquet (LM1B_DIR), HellaSwag as the Hub's parquet, PIQA and SIQA as their original jsonl + labels files
-  (MCQA_DIR/<name>).
+  test parquet (LM1B_DIR), HellaSwag as the Hub's parquet, PIQA and SIQA as their original jsonl + labels
+  files (MCQA_DIR/<name>).
 
 How a target runs: make -C DIR/work TARGET NEED_GPU=: ..., DIR/work holding links to the repository's files
 but results/ and out/, so what a target writes lands in DIR, never in the repository. EVAL_EXTRA, TIMED_EXTRA
