@@ -7,7 +7,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini
+.PHONY: help install install-test demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini rehearse
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -290,5 +290,12 @@ finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare
 	  $(call FT_RUN,$(m),$(st)))) done
 	@for s in $(FT_CONTROL_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(call FT_RUN,$(m),pretrained-samelr)) done
 	$(PY) -m paper.finetune $(FT_RESULTS).md $(FT_RESULTS)/*.json --logs $(FT_OUT) --plot $(FT_RESULTS).png
+
+# Before renting a GPU (docs/paper.md): every target of paper/reproduce.mk run on this CPU, offline, its exact
+# command lines against tiny stand-ins in the released formats (paper/rehearse.py); one PASS/FAIL line per target.
+# REHEARSE: some targets and NAME=VALUE make variables (e.g. REHEARSE="reproduce-gsm8k GSM8K_TAUS=inf").
+REHEARSE ?=
+rehearse:  ## rehearse every paper target (make reproduce-gsm8k ... train-lm1b) on CPU against tiny stand-ins, before renting a GPU: PASS/FAIL per target
+	$(PY) -m paper.rehearse $(REHEARSE)
 
 include paper/reproduce.mk

@@ -6,13 +6,16 @@ turns SLURM's variables into the torchrun command that starts that node's proces
 
 N from SLURM_JOB_NUM_NODES (or SLURM_NNODES), G from --gpus-per-node or SLURM_GPUS_ON_NODE /
 SLURM_GPUS_PER_NODE ("4" or "h100:4"), HOST the first node of SLURM_JOB_NODELIST (its compressed form, e.g.
-"gpu[01-03,07]", expanded here), JOB from SLURM_JOB_ID. torchrun's c10d rendezvous then starts N x G
+"gpu[01-03,07]", read here), JOB from SLURM_JOB_ID. torchrun's c10d rendezvous then starts N x G
 processes and train.py's DDP (or --fsdp) runs as under `torchrun --standalone`. --global-batch B sets
---grad-accum to B / (N x G x --batch-size), so a recipe's batch (make train-owt: 512) holds on any number of
-nodes. A requeued job (#SBATCH --requeue) restarts the same command: when --out-dir already holds a complete
-checkpoint, --resume is added, and training continues from its newest complete save. train.py's arguments are
-read with train.py's own parser (common/train_args.py): --model=ar, --batch-size=8, an abbreviated flag and
-the default --out-dir out/<model> mean here what they mean to train.py.
+--grad-accum to B / (N x G x --batch-size), so a batch holds on any number of nodes; without it, a --data
+with a recipe in paper/reproduce.mk (RECIPES: owt and lm1b 512, cnndm 128, gsm8k 1) keeps that recipe's
+global batch the same way, or is refused in one line naming it (never trained at another batch unasked);
+--global-batch 0 runs --grad-accum as given. A requeued job (#SBATCH --requeue) restarts the same command:
+when --out-dir already holds a complete checkpoint, --resume is added, and training continues from its newest
+complete save. train.py's arguments are read with train.py's own parser (common/train_args.py): --model=ar,
+--batch-size=8, an abbreviated flag and the default --out-dir out/<model> mean here what they mean to
+train.py.
 
     python cluster/slurm.py --dry-run -- --model ar --data owt ...    # print the command, start nothing
 """
@@ -28,33 +31,43 @@ from common import saving  # noqa: E402  (the repository root, whatever the work
 from common.train_args import parse, parser  # noqa: E402  (train.py's own flags)
 
 
-def expand_hostlist(spec: str) -> list[str]:
-    """SLURM's compressed host list -> host names: "gpu[01-03,07],cpu5" -> gpu01 gpu02 gpu03 gpu07 cpu5
-    (zero padding kept; several bracket groups in one name expand as a product)."""
-    hosts, depth, start = [], 0, 0
+# The global batch (sequences per optimizer step, all processes) of each recipe of paper/reproduce.mk, by
+# train.py's --data: what the launcher keeps on any number of nodes unless --global-batch says otherwise.
+RECIPES = {"owt": ("make train-owt", 512), "lm1b": ("make train-lm1b", 512),
+           "cnndm": ("make train-cnndm", 128), "gsm8k": ("make finetune-gsm8k", 1)}
+
+
+def read_hostlist(spec: str) -> tuple[int, str]:
+    """(how many hosts SLURM's compressed host list names, the first of them), without listing them, so a list
+    of any length reads at once: "gpu[01-03,07],cpu5" -> (5, "gpu01"), "r[1-2]-n[01-02]" -> (4, "r1-n01")
+    (zero padding kept; several bracket groups in one name multiply)."""
+    names, depth, start = [], 0, 0
     for i, c in enumerate(spec + ","):
         depth += (c == "[") - (c == "]")
+        if depth not in (0, 1):                        # "]" before "[", or brackets inside brackets
+            break
         if c == "," and depth == 0:
-            if spec[start:i]:
-                hosts += expand_one(spec[start:i])
+            names += [spec[start:i]] if spec[start:i] else []
             start = i + 1
-    if depth != 0 or not hosts or any(c in h for h in hosts for c in "[]"):
+    if depth != 0 or not names:
         raise ValueError(f"SLURM_JOB_NODELIST={spec!r} is not a SLURM host list (e.g. gpu[01-04])")
-    return hosts
+    counts, firsts = zip(*(read_name(name, spec) for name in names))
+    return sum(counts), firsts[0]
 
 
-def expand_one(name: str) -> list[str]:
-    m = re.match(r"([^\[]*)\[([^\]]+)\](.*)", name)
-    if m is None:
-        return [name]
-    out = []
-    for part in m[2].split(","):
-        lo, _, hi = part.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()) or int(hi or lo) < int(lo):
+def read_name(name: str, spec: str) -> tuple[int, str]:
+    """(hosts, first host) of one name of a host list: "node[8-11,20]" -> (5, "node8")."""
+    parts = re.split(r"\[([^\[\]]+)\]", name)            # text, group, text, group, ..., text
+    if any(c in text for text in parts[::2] for c in "[]"):
+        raise ValueError(f"SLURM_JOB_NODELIST={spec!r} is not a SLURM host list (e.g. gpu[01-04])")
+    count, first = 1, parts[0]
+    for group, text in zip(parts[1::2], parts[2::2]):
+        ranges = [r.partition("-") for r in group.split(",")]
+        if not all(lo.isdigit() and (not hi or hi.isdigit() and int(hi) >= int(lo)) for lo, _, hi in ranges):
             raise ValueError(f"SLURM_JOB_NODELIST: {name!r} has a range that is not numbers (low-high)")
-        for n in range(int(lo), int(hi or lo) + 1):
-            out += [m[1] + str(n).zfill(len(lo)) + rest for rest in expand_one(m[3])]
-    return out
+        count *= sum(int(hi or lo) - int(lo) + 1 for lo, _, hi in ranges)
+        first += ranges[0][0] + text
+    return count, first
 
 
 def gpus_per_node(flag: int, env) -> int:
@@ -100,11 +113,32 @@ def with_grad_accum(argv: list[str], global_batch: int, processes: int) -> list[
     return [*argv, "--grad-accum", str(global_batch // (processes * micro))]
 
 
-def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global_batch: int = 0) -> list[str]:
+def recipe_batch(argv: list[str], processes: int) -> list[str]:
+    """Without --global-batch: the global batch of --data's recipe (RECIPES) kept, --grad-accum set for it
+    (or, given, checked against it); a --data without a recipe runs as given. A batch the recipe's cannot be
+    is a ValueError naming the recipe."""
+    args = parse_train(argv)
+    if args.data not in RECIPES:
+        return argv
+    make, batch = RECIPES[args.data]
+    micro = processes * args.batch_size
+    if args.grad_accum is None and batch % micro == 0:
+        return with_grad_accum(argv, batch, processes)
+    if micro * (args.grad_accum or 1) != batch:
+        accum = f" x --grad-accum {args.grad_accum}" if args.grad_accum else ""
+        raise ValueError(f"--data {args.data}'s recipe ({make}) trains at a global batch of {batch}, not "
+                         f"{processes} processes x --batch-size {args.batch_size}{accum} = "
+                         f"{micro * (args.grad_accum or 1)}: change those to make {batch}, or set "
+                         f"GLOBAL_BATCH (--global-batch) to the batch you mean (0: as given)")
+    return argv
+
+
+def command(train_args: list[str], env, gpus: int = 0, port: int = 29500,
+            global_batch: int | None = None) -> list[str]:
     """The torchrun command of this node for SLURM's variables env (ValueError: one line)."""
     for flag, value, ok, rule in [("--gpus-per-node", gpus, gpus >= 0, "1 or more (0 = SLURM's GPU count)"),
                                   ("--port", port, 1 <= port <= 65535, "a TCP port, 1 to 65535"),
-                                  ("--global-batch", global_batch, global_batch >= 0,
+                                  ("--global-batch", global_batch, global_batch is None or global_batch >= 0,
                                    "a positive number of sequences (0 = off: --grad-accum as given)")]:
         if not ok:
             raise ValueError(f"{flag} must be {rule}, got {value}")
@@ -119,8 +153,14 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500, global
                          "or set it")
     if not nodes.isdigit() or int(nodes) < 1:
         raise ValueError(f"SLURM_JOB_NUM_NODES={nodes!r} is not a node count")
-    G, host = gpus_per_node(gpus, env), expand_hostlist(env["SLURM_JOB_NODELIST"])[0]
-    if global_batch:
+    hosts, host = read_hostlist(env["SLURM_JOB_NODELIST"])
+    if hosts != int(nodes):
+        raise ValueError(f"SLURM_JOB_NODELIST={env['SLURM_JOB_NODELIST']!r} names {hosts} hosts, but "
+                         f"SLURM_JOB_NUM_NODES={nodes}: set both from one job (run this inside it)")
+    G = gpus_per_node(gpus, env)
+    if global_batch is None:
+        train_args = recipe_batch(train_args, int(nodes) * G)
+    elif global_batch:
         train_args = with_grad_accum(train_args, global_batch, int(nodes) * G)
     if not args.resume and saving.newest(os.path.join(ROOT, args.out_dir)):
         train_args = [*train_args, "--resume"]                 # a requeued job continues its run
@@ -133,8 +173,9 @@ def main(argv=None):
     p.add_argument("--gpus-per-node", type=int, default=0,
                    help="processes per node (default: SLURM's GPU count)")
     p.add_argument("--port", type=int, default=29500, help="rendezvous port on the first node")
-    p.add_argument("--global-batch", type=int, default=0,
-                   help="sequences per optimizer step over all processes")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per optimizer step over all processes (default: the recipe's of --data "
+                        "owt, lm1b, cnndm or gsm8k, else --grad-accum as given; 0: as given)")
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then train.py's arguments")
     args = p.parse_args(argv)

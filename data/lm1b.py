@@ -6,7 +6,9 @@ sentences go through its LM1B detokenizer (below), each is followed by [SEP], an
 sentences, into rows of [CLS] + 126 tokens + [SEP] (data/corpus.py; the builder's BOS is BERT's [CLS], its EOS
 [SEP]). Splits: "test" (the evaluation split) and "train". Source: the Hub's billion-word-benchmark/lm1b (its
 parquet conversion) or --data-dir with a local copy (<split>*.parquet / *.jsonl, or any such file, with a
-"text" column).
+"text" column). Rows are cached per tokenizer name: lm1b_<split>_L128.bin for bert-base-uncased, and e.g.
+lm1b-bert-kuleshov-group-lm1b-mdlm_<split>_L128.bin for a release's own copy of it (each release's rows are
+checked against its own tokenizer, so the 8 releases of make reproduce-likelihood each build theirs).
 
 Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N,
 L); batch() makes the methods' batch. No generation: no SCORES, is_correct or is_finished.
@@ -50,7 +52,9 @@ def load(split: str, data_dir: str | None = None, tok=None, L: int = SEQ_LEN):
         corpus.cache_dir(data_dir)                        # a file: one line that says so
         raise FileNotFoundError(f"--data-dir {data_dir}: no such folder")
     tok = tok or get_tokenizer(TOKENIZER)
-    path = corpus.cache_path(NAME, split, L, data_dir)
+    # a release's own copy of the WordPiece (bert:<repo>) caches its rows apart: one name per cache file
+    name = NAME if tok.name == TOKENIZER else NAME + "-" + re.sub(r"[^A-Za-z0-9._-]+", "-", tok.name)
+    path = corpus.cache_path(name, split, L, data_dir)
     return corpus.cached(path, tok, L, lambda: corpus.read_texts(data_dir, (*HUB, split), split)["text"],
                          bos=bos(tok), detokenize=detokenize)
 

@@ -1,5 +1,12 @@
 # The paper's experiments on a CUDA GPU with the Hugging Face Hub (docs/paper.md), included by the Makefile:
 # `make reproduce-gsm8k` etc. run from the repository root, and `make help` lists them.
+# EVAL_EXTRA and TRAIN_EXTRA are appended to every eval.py and train.py line (argparse keeps a flag's last value),
+# TIMED_EXTRA also to the timed eval.py lines (throughput, infilling: the ones reading --warmup, which the others
+# refuse). Empty here; `make rehearse` (paper/rehearse.py) runs every target on a CPU with them shrinking each run,
+# and with NEED_GPU=: past the GPU check. Rehearse there before renting a GPU.
+EVAL_EXTRA ?=
+TIMED_EXTRA ?=
+TRAIN_EXTRA ?=
 .PHONY: reproduce-gsm8k finetune-gsm8k train-cnndm reproduce-cnndm reproduce-infill reproduce-likelihood reproduce-mcqa
 
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
@@ -16,16 +23,16 @@ NEED_GPU = $(PY) -c "import sys, torch; torch.cuda.is_available() or sys.exit('e
 reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoints: accuracy (FHT commit order) and tokens/s (left to right) per tau, as the official scripts (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/gsm8k
-	for c in $(GSM8K_CKPTS); do n=$${c#gsm8k:}; for t in $(GSM8K_TAUS); do \
+	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); for t in $(GSM8K_TAUS); do \
 	  if [ $$n = ar ] && [ $$t != inf ]; then continue; fi; \
 	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --max-new-tokens 1024 \
-	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json && \
+	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 50 --limit 250 \
-	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json || exit 1; done; done
+	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k --plot results/gsm8k.png
 	mkdir -p results/gsm8k-harness
-	for c in $(GSM8K_CKPTS); do n=$${c#gsm8k:}; $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
-	  --commit-order fht --official --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json || exit 1; done
+	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
+	  --commit-order fht --official --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json $(EVAL_EXTRA) || exit 1; done
 
 # The paper's recipe (the official GSM8K fine-tuning config): lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16
 # autocast, EMA 0.9999, clip 1.0; betas (0.9, 0.98) are train.py's own. --weight-decay 1.0: torch's AdamW
@@ -35,7 +42,7 @@ finetune-gsm8k:  ## fine-tune Qwen3-1.7B-Base on GSM8K as the paper did, M=ar|md
 	$(PY) train.py --model $(M) --init-from Qwen/Qwen3-1.7B-Base --data gsm8k $(GSM8K_DATA) --seq-len 1024 \
 	  --lr 1e-5 --warmup 100 --final-lr 0.5 --weight-decay 1.0 --dtype bfloat16 --ema 0.9999 --grad-clip 1.0 \
 	  --batch-size 1 --max-iters 75000 --smax 8 --block-size 4 --max-new-tokens 1024 --eval-limit 200 \
-	  --save-every 5000 --out-dir out/gsm8k-$(M)
+	  --save-every 5000 --out-dir out/gsm8k-$(M) $(TRAIN_EXTRA)
 
 # ---- Summarization, infilling, unconditional samples (docs/paper.md). CNN/DM and ROCStories need a CUDA GPU and
 # the Hub (or CNNDM_DIR = the Hub's parquet files of abisee/cnn_dailymail 3.0.0; ROCSTORIES_DIR = a folder with
@@ -55,16 +62,16 @@ train-cnndm:  ## train M=ar|mdlm|bd3lm|setdiffusion on CNN/DailyMail from scratc
 	$(PY) train.py --model $(M) --data cnndm --preset cnndm $(CNNDM_DATA) --lr 3e-4 --warmup 1000 --final-lr 1.0 \
 	  --weight-decay 0.033 --dtype bfloat16 --ema 0.9999 --grad-clip 1.0 --batch-size 32 --grad-accum 4 \
 	  --max-iters 500000 --smax 32 --block-size 16 --max-new-tokens 180 --eval-limit 100 --save-every 10000 \
-	  --out-dir out/cnndm-$(M)
+	  --out-dir out/cnndm-$(M) $(TRAIN_EXTRA)
 
 reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 50 warm-up) of the released CNN/DM models (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/cnndm
 	for c in $(CNNDM_CKPTS); do n=$${c#cnndm:}; \
 	  $(PY) eval.py --ckpt $$c --task cnndm --official --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
-	    --json results/cnndm/$$n.json && \
+	    --json results/cnndm/$$n.json $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --official --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
-	    --json results/cnndm/$$n-tput.json || exit 1; done
+	    --json results/cnndm/$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/cnndm.md results/cnndm/*.json
 
 reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (SD W 32, MDLM one block), ROUGE + tokens/s (GPU)
@@ -73,7 +80,7 @@ reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (
 	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
 	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --data-dir $(ROCSTORIES_DIR) \
-	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json || exit 1; done; done
+	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/infill.md results/infill/*.json
 
 # ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official
@@ -91,9 +98,9 @@ reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints ->
 	@$(NEED_GPU)
 	mkdir -p results/likelihood
 	for c in $(OWT_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data owt --batch-size 16 --limit $(LIMIT) \
-	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json || exit 1; done
+	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json $(EVAL_EXTRA) || exit 1; done
 	for c in $(LM1B_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
-	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json || exit 1; done
+	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json $(EVAL_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/likelihood.md results/likelihood/*.json
 
 reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoints -> results/mcqa.md (GPU + Hub)
@@ -101,20 +108,21 @@ reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoi
 	mkdir -p results/mcqa
 	for c in $(OWT_CKPTS); do for t in hellaswag piqa siqa; do \
 	  $(PY) eval.py --ckpt $$c --task $$t --batch-size 32 --limit $(LIMIT) $(if $(MCQA_DIR),--data-dir $(MCQA_DIR)/$$t) \
-	    --json results/mcqa/$${c#owt:}-$$t.json || exit 1; done; done
+	    --json results/mcqa/$${c#owt:}-$$t.json $(EVAL_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/mcqa.md results/mcqa/*.json
 
 # ---- OWT and LM1B from scratch, the official recipe: DiT 12 x 768 (--preset dit-owt / dit-lm1b), lr 3e-4 constant after
 # 2500 warm-up steps, AdamW betas (0.9, 0.999), no weight decay, clip 1.0, bf16, global batch 512, no EMA, FlexAttention
 # on CUDA. OWT: 1M steps at most, the paper evaluates at 300k; LM1B: 1M. NGPU processes (torchrun DDP; 512 must be a
 # multiple of NGPU x MICRO), MICRO rows per GPU per micro-batch; the token cache is built first in one process
-# (~/.cache/setdiffusion, or OWT_DIR / LM1B_DIR holding local parquet/jsonl copies). SMAX (Set Diffusion) and S (BD3-LM)
-# default to smax 16 and S = 16 on OWT (the paper's OWT generation table uses SMAX=32 and S = 16), smax 8 and S = 4 on LM1B.
+# (~/.cache/setdiffusion, or OWT_DIR / LM1B_DIR holding local parquet/jsonl copies). CORPUS_SMAX (Set Diffusion) and
+# CORPUS_S (BD3-LM) default to smax 16 and S = 16 on OWT (the paper's OWT generation table uses CORPUS_SMAX=32 and S = 16),
+# smax 8 and S = 4 on LM1B.
 NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
 MICRO ?= 32
 LM1B_MICRO ?= 128
-SMAX ?=
-S ?=
+CORPUS_SMAX ?=
+CORPUS_S ?=
 CORPUS_RECIPE = --lr 3e-4 --warmup 2500 --final-lr 1.0 --beta2 0.999 --weight-decay 0 --grad-clip 1.0 --dtype bfloat16 \
   --ema 0 --save-every 5000 --eval-every 5000 --eval-limit 512
 
@@ -124,11 +132,11 @@ train-owt:  ## train M=ar|mdlm|bd3lm|setdiffusion on OpenWebText from scratch, t
 	$(PY) -c "from data import owt; [owt.load(s, $(if $(OWT_DIR),'$(OWT_DIR)',None)) for s in ('train', 'validation')]"
 	torchrun --standalone --nproc_per_node=$(NGPU) train.py --model $(M) --data owt --preset dit-owt --seq-len 1024 \
 	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --batch-size $(MICRO) --grad-accum $$((512 / $(NGPU) / $(MICRO))) \
-	  --smax $(or $(SMAX),16) --block-size $(or $(S),16) $(CORPUS_RECIPE) --max-iters 300000 --out-dir out/owt-$(M)
+	  --smax $(or $(CORPUS_SMAX),16) --block-size $(or $(CORPUS_S),16) $(CORPUS_RECIPE) --max-iters 300000 --out-dir out/owt-$(M) $(TRAIN_EXTRA)
 
 train-lm1b:  ## train M=ar|mdlm|bd3lm|setdiffusion on LM1B from scratch, the paper's DiT and recipe (GPUs, days)
 	@$(NEED_GPU)
 	$(PY) -c "from data import lm1b; [lm1b.load(s, $(if $(LM1B_DIR),'$(LM1B_DIR)',None)) for s in ('train', 'test')]"
 	torchrun --standalone --nproc_per_node=$(NGPU) train.py --model $(M) --data lm1b --preset dit-lm1b --seq-len 128 \
 	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --batch-size $(LM1B_MICRO) --grad-accum $$((512 / $(NGPU) / $(LM1B_MICRO))) \
-	  --smax $(or $(SMAX),8) --block-size $(or $(S),4) $(CORPUS_RECIPE) --max-iters 1000000 --out-dir out/lm1b-$(M)
+	  --smax $(or $(CORPUS_SMAX),8) --block-size $(or $(CORPUS_S),4) $(CORPUS_RECIPE) --max-iters 1000000 --out-dir out/lm1b-$(M) $(TRAIN_EXTRA)

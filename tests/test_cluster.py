@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -19,16 +20,20 @@ spec.loader.exec_module(slurm)
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NUM_NODES": "2",
        "SLURM_GPUS_ON_NODE": "8"}
+ONE_GPU = {**JOB, "SLURM_JOB_NODELIST": "gpu07", "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": "1"}
 
 
-@pytest.mark.parametrize("spec, hosts", [
-    ("gpu07", ["gpu07"]),
-    ("gpu[01-03,07],cpu5", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]),
-    ("node[8-11]", ["node8", "node9", "node10", "node11"]),
-    ("r[1-2]-n[01-02]", ["r1-n01", "r1-n02", "r2-n01", "r2-n02"]),
+@pytest.mark.parametrize("spec, count, first", [
+    ("gpu07", 1, "gpu07"),
+    ("gpu[01-03,07],cpu5", 5, "gpu01"),
+    ("node[8-11]", 4, "node8"),
+    ("r[1-2]-n[01-02]", 4, "r1-n01"),
+    ("node[1-100000000]", 100_000_000, "node1"),            # read, never listed: at once
 ])
-def test_hostlists_expand(spec, hosts):
-    assert slurm.expand_hostlist(spec) == hosts
+def test_hostlists_read(spec, count, first):
+    start = time.perf_counter()
+    assert slurm.read_hostlist(spec) == (count, first)
+    assert time.perf_counter() - start < 0.1
 
 
 @pytest.mark.parametrize("env, extra, expect", [
@@ -116,6 +121,56 @@ def test_global_batch_reads_the_batch_size_in_every_form(args, accum):
         == ["--grad-accum", accum]
 
 
+@pytest.mark.parametrize("args, env, tail", [
+    (["--data", "owt", "--batch-size", "16"], JOB, ["--grad-accum", "2"]),       # 512 = 16 processes x 16 x 2
+    (["--data", "lm1b", "--batch-size", "32"], JOB, ["--grad-accum", "1"]),
+    (["--data", "cnndm", "--batch-size", "4"], JOB, ["--grad-accum", "2"]),      # 128 = 16 x 4 x 2
+    (["--data=owt", "--batch-size", "8", "--grad-accum", "4"], JOB, []),       # as given: 16 x 8 x 4 = 512
+    (["--data", "gsm8k", "--batch-size", "1"], ONE_GPU, ["--grad-accum", "1"]),     # the recipe: one GPU
+    (["--data", "arith", "--batch-size", "8"], JOB, []),                       # no recipe: as given
+])
+def test_a_recipe_keeps_its_global_batch_on_any_node_count(args, env, tail):
+    """Without --global-batch (GLOBAL_BATCH unset) a --data with a recipe in paper/reproduce.mk trains at that
+    recipe's global batch: --grad-accum set for it, or a given one that makes it kept."""
+    argv = ["--model", "ar", *args, "--out-dir", "/nonexistent"]
+    assert slurm.command(argv, env)[-len(argv) - len(tail):] == [*argv, *tail]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "gsm8k", "--batch-size", "1"],
+     "--data gsm8k's recipe (make finetune-gsm8k) trains at a global batch of 1, not 16 processes x "
+     "--batch-size 1 = 16"),
+    (["--data", "owt", "--batch-size", "16", "--grad-accum", "4"],
+     "--data owt's recipe (make train-owt) trains at a global batch of 512, not 16 processes x --batch-size "
+     "16 x --grad-accum 4 = 1024"),
+    (["--data", "cnndm", "--batch-size", "32"],
+     "global batch of 128, not 16 processes x --batch-size 32 = 512"),
+])
+def test_a_recipe_batch_that_cannot_be_kept_is_refused_naming_it(args, message):
+    """Never another batch unasked: one line naming the recipe; GLOBAL_BATCH=0 (--global-batch 0) trains as
+    given, GLOBAL_BATCH=N at N."""
+    argv = ["--model", "ar", *args, "--out-dir", "/nonexistent"]
+    with pytest.raises(ValueError, match="set GLOBAL_BATCH") as e:
+        slurm.command(argv, JOB)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert slurm.command(argv, JOB, global_batch=0)[-len(argv):] == argv
+    if "--grad-accum" not in args:
+        accum = str(32 // int(args[-1]))                   # 16 processes x --batch-size x accum = 512
+        assert slurm.command(argv, JOB, global_batch=16 * 32)[-2:] == ["--grad-accum", accum]
+
+
+def test_the_recipes_global_batches_are_the_makefiles():
+    """RECIPES holds what paper/reproduce.mk's training lines train at: processes x --batch-size x
+    --grad-accum, read from the exact lines make runs (any NGPU)."""
+    from paper import rehearse
+    for ngpu in ("1", "4"):
+        for target in ("finetune-gsm8k", "train-cnndm", "train-owt", "train-lm1b"):
+            argv = [a for a in rehearse.commands(target, ROOT, {"NGPU": ngpu}) if "train.py" in a][0]
+            procs = int(argv[2].split("=")[1]) if argv[0] == "torchrun" else 1
+            args = train.get_args(argv[argv.index("train.py") + 1:])
+            assert slurm.RECIPES[args.data] == (f"make {target}", procs * args.batch_size * args.grad_accum)
+
+
 @pytest.mark.parametrize("env, argv, message", [
     ({}, ["--", "--model", "ar"], "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
     ({**JOB, "SLURM_GPUS_ON_NODE": ""}, ["--", "--model", "ar"], "no GPU count: request GPUs"),
@@ -138,6 +193,10 @@ def test_global_batch_reads_the_batch_size_in_every_form(args, accum):
     (JOB, ["--", "--model", "ar", "--batch-szie", "8"], "train.py's arguments: unrecognized arguments: "
                                                         "--batch-szie"),
     (JOB, [], "give train.py's arguments after --"),
+    ({**JOB, "SLURM_JOB_NODELIST": "node[1-100000000]"}, ["--", "--model", "ar"],
+     "SLURM_JOB_NODELIST='node[1-100000000]' names 100000000 hosts, but SLURM_JOB_NUM_NODES=2"),
+    (JOB, ["--", "--model", "ar", "--data", "gsm8k", "--batch-size", "1"],
+     "--data gsm8k's recipe (make finetune-gsm8k) trains at a global batch of 1, not 16 processes"),
 ])
 def test_bad_input_is_one_line(monkeypatch, env, argv, message):
     for k in list(os.environ):
@@ -145,23 +204,29 @@ def test_bad_input_is_one_line(monkeypatch, env, argv, message):
             monkeypatch.delenv(k)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    start = time.perf_counter()
     assert message in error_of(slurm.main, ["--dry-run", *argv])
+    assert time.perf_counter() - start < 2                      # a host list of any length reads at once
 
 
-def test_the_sbatch_template_runs_one_launcher_per_node(tmp_path):
+@pytest.mark.parametrize("global_batch, flags", [("256", ["--global-batch", "256"]), (None, [])])
+def test_the_sbatch_template_runs_one_launcher_per_node(tmp_path, global_batch, flags):
     """train.sbatch with a stand-in srun (which records its arguments): one task per node, requeue on, the
-    launcher given the global batch and train.py's arguments unchanged."""
+    launcher given train.py's arguments unchanged, and GLOBAL_BATCH when set; unset, none: the launcher keeps
+    the recipe's (no default of another recipe's 512)."""
     text = open(os.path.join(ROOT, "cluster", "train.sbatch")).read()
     for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --requeue"):
         assert line in text.splitlines()
     (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
     (tmp_path / "srun").chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "RECORD": str(tmp_path / "args"),
-           "SLURM_SUBMIT_DIR": ROOT, "SLURM_CPUS_PER_TASK": "32", "GLOBAL_BATCH": "256"}
+    env = {k: v for k, v in os.environ.items() if k != "GLOBAL_BATCH"}
+    env.update({"PATH": f"{tmp_path}:{os.environ['PATH']}", "RECORD": str(tmp_path / "args"),
+                "SLURM_SUBMIT_DIR": ROOT, "SLURM_CPUS_PER_TASK": "32", **({"GLOBAL_BATCH": global_batch}
+                                                                         if global_batch else {})})
     subprocess.run(["bash", os.path.join(ROOT, "cluster", "train.sbatch"), "--model", "ar", "--lr", "3e-4"],
                    env=env, check=True, timeout=30)
     assert (tmp_path / "args").read_text().split("\n")[:-1] == [
-        "--cpus-per-task=32", "--kill-on-bad-exit=1", "python", "cluster/slurm.py", "--global-batch", "256",
+        "--cpus-per-task=32", "--kill-on-bad-exit=1", "python", "cluster/slurm.py", *flags,
         "--", "--model", "ar", "--lr", "3e-4"]
 
 

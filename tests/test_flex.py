@@ -99,7 +99,7 @@ def test_block_mask_attention_equals_dense_sdpa(layout):
         first, end = 10, 65
         n, pad = 2 * end - first, pad_both_sides(B, 2 * L, 2)
         mod = lean_sd(L, first, end, pad)
-    block = layout_mask(mod, B, n, n, flex=True)
+    block = layout_mask(mod, B, n, n, device="cpu", flex=True)   # not the default: CUDA when built with it
     assert isinstance(block, BlockMask)
     g = torch.Generator().manual_seed(0)
     q, (k, v) = torch.randn(B, 4, n, 8, generator=g), torch.randn(2, B, 2, n, 8, generator=g)

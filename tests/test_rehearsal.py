@@ -1,0 +1,257 @@
+"""The rehearsal of the paper's make targets (paper/rehearse.py, paper/standins.py), a cheap subset of each:
+every target of paper/reproduce.mk, with one or two checkpoints of its lists, its exact command lines recorded
+from make (loops expanded by the shell) and replayed in one offline Python process against the stand-ins, a
+fake Hugging Face cache of tiny models in the released formats and tiny data in each loader's layout; then the
+rehearsal's own pieces (the folder, the report naming a failing target) and what it found (each a test of
+its fix). `make rehearse` runs every target whole, one process per command line.
+
+    python -m pytest -q tests/test_rehearsal.py
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from paper import rehearse, standins
+
+# target -> its variables here beside the rehearsal's (rehearse.TARGETS): one or two checkpoints of each list,
+# 4 new tokens at the lines' own batch sizes; each training target with another method, in float32 (bf16
+# autocast is slow on a CPU)
+FEW = {"EVAL_EXTRA": "--device cpu --threads 1 --max-new-tokens 4"}
+FP32 = {"TRAIN_EXTRA": rehearse.TRAIN + " --dtype float32"}
+SMALL = {
+    "reproduce-gsm8k": {"GSM8K_CKPTS": "gsm8k:setdlm-smax8", "GSM8K_TAUS": "0.9", **FEW},
+    "finetune-gsm8k": FP32,
+    "train-cnndm": {"M": "bd3lm", **FP32},
+    "reproduce-cnndm": {"CNNDM_CKPTS": "cnndm:bd3lm-s4", **FEW},
+    "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm"},
+    "reproduce-likelihood": {"OWT_CKPTS": "owt:ar", "LM1B_CKPTS": "lm1b:mdlm lm1b:setdlm-smax8"},
+    "reproduce-mcqa": {"OWT_CKPTS": "owt:bd3lm-s4"},
+    "train-owt": {"NGPU": "1", "M": "ar", **FP32},
+    "train-lm1b": {"NGPU": "1", "M": "mdlm", **FP32},
+}
+WHISPER = importlib.util.find_spec("whisper") is not None       # GPT-2's ranks offline (the OWT targets)
+GPT2 = {"reproduce-infill", "reproduce-likelihood", "reproduce-mcqa", "train-owt"}
+
+# Each recorded command line run as its process would run it, in one process: a script as __main__ with its
+# argv, python -m, python -c, a torchrun line as its train.py alone (one process; make rehearse starts two);
+# a glob the shell would expand at run time (paper.results' results/*.json) expanded. A target stops at its
+# first failing line, as make does (|| exit 1); its error: the exit message, or the traceback's last lines.
+# lm-eval indexes only its own gsm8k folder here (the whole index of its ~14k task files takes ~15 s).
+REPLAY = r"""
+import glob, json, os, runpy, shlex, sys, time, traceback
+import lm_eval.tasks
+whole = lm_eval.tasks.TaskManager
+gsm8k = os.path.join(os.path.dirname(lm_eval.tasks.__file__), "gsm8k")
+lm_eval.tasks.TaskManager = lambda include_path=None, **k: whole(include_path=include_path or gsm8k,
+                                                                 include_defaults=False)
+given, out, results = sys.argv[1], sys.argv[2], {}
+for target, lines in json.load(open(given)).items():
+    error, start = None, time.perf_counter()
+    for argv in lines:
+        argv = argv[argv.index("train.py"):] if argv[0] == "torchrun" else argv
+        argv = [a for arg in argv for a in (sorted(glob.glob(arg)) or [arg] if "*" in arg else [arg])]
+        try:
+            if argv[0] == "-c":
+                sys.argv = ["-c"]
+                exec(argv[1], {"__name__": "__main__"})
+            elif argv[0] == "-m":
+                sys.argv = argv[1:]
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = argv
+                runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as e:
+            error = None if e.code in (None, 0) else f"{shlex.join(argv)}: {e.code}"
+        except Exception as e:
+            error = f"{shlex.join(argv)}: " + "".join(traceback.format_exception(e)[-4:])
+        if error:
+            break
+    results[target] = {"error": error, "lines": len(lines), "seconds": time.perf_counter() - start}
+json.dump(results, open(out, "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """(folder, {target: its recorded command lines}, {target: {"error", "lines"}}): the stand-ins of SMALL's
+    checkpoints built, every target's lines recorded, then replayed offline in one process."""
+    root = str(tmp_path_factory.mktemp("rehearsal") / "r")
+    work = rehearse.prepare(root)
+    keys = sorted({k for v in SMALL.values() for name, value in v.items() if name.endswith("_CKPTS")
+                   for k in value.split()})
+    standins.build(root, keys)
+    lines = {t: rehearse.commands(t, work, rehearse.make_variables(t, root, v)) for t, v in SMALL.items()
+             if WHISPER or t not in GPT2}
+    with open(os.path.join(root, "lines.json"), "w") as f:
+        json.dump(lines, f)
+    proc = subprocess.run([sys.executable, "-c", REPLAY, os.path.join(root, "lines.json"),
+                           os.path.join(root, "results.json")], cwd=work, env=rehearse.offline_env(root),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(root, "results.json")) as f:
+        return root, lines, json.load(f)
+
+
+@pytest.mark.parametrize("target", list(SMALL))
+def test_every_target_runs_its_exact_lines_on_the_stand_ins(rehearsal, target):
+    """The target's command lines, as make expands them with the rehearsal's variables, all run to the end."""
+    if target in GPT2 and not WHISPER:
+        pytest.skip("the test-only package openai-whisper ships GPT-2's ranks")
+    _, lines, results = rehearsal
+    error = results[target]["error"]
+    assert error is None, error
+    assert results[target]["lines"] == len(lines[target]) >= 1
+
+
+def test_the_lines_are_the_makefiles_with_the_extras_last(rehearsal):
+    """EVAL_EXTRA / TRAIN_EXTRA come last on every eval.py / train.py line, after the recipe's own flags, and
+    TIMED_EXTRA after them on the lines that read --warmup; the train-owt/train-lm1b lines carry their own
+    smax and block size (not make smax's list), and finetune-gsm8k starts from Qwen3-1.7B-Base."""
+    root, lines, _ = rehearsal
+    for target, cmds in lines.items():
+        given = rehearse.make_variables(target, root, SMALL[target])
+        for argv in cmds:
+            if "train.py" in argv:
+                assert " ".join(argv).endswith(given["TRAIN_EXTRA"].replace('""', "")), (target, argv)
+            elif "eval.py" in argv:
+                timed = argv[argv.index("--task") + 1] in ("throughput", "rocstories")
+                extra = given["EVAL_EXTRA"] + (" " + given["TIMED_EXTRA"] if timed else "")
+                assert " ".join(argv).endswith(extra), (target, argv)
+    tail = lambda t: next(a for a in lines[t] if "train.py" in a)                  # noqa: E731
+    assert "--smax 16 --block-size 16 " in " ".join(tail("train-owt")) + " "
+    assert "--smax 8 --block-size 4 " in " ".join(tail("train-lm1b")) + " "
+    assert tail("finetune-gsm8k")[tail("finetune-gsm8k").index("--init-from") + 1] == "Qwen/Qwen3-1.7B-Base"
+
+
+def test_what_a_target_writes_stays_in_the_rehearsal_folder(rehearsal):
+    root, _, results = rehearsal
+    assert os.path.isfile(os.path.join(root, "work", "results", "gsm8k.md"))
+    assert os.path.isfile(os.path.join(root, "work", "out", "gsm8k-setdiffusion", "config.json"))
+    assert os.path.islink(os.path.join(root, "work", "eval.py"))
+    assert not os.path.islink(os.path.join(root, "work", "results"))
+
+
+def test_the_report_names_a_failing_target(tmp_path):
+    """run_target through make with a Python that fails on the second line: FAIL, its error line, the log; the
+    summary names it and the exit status is 1."""
+    work = rehearse.prepare(str(tmp_path / "r"))
+    fake = tmp_path / "py"
+    fake.write_text('#!/bin/sh\ncase "$*" in *tput*) echo "error: no GPU here" >&2; exit 1;; esac\n')
+    fake.chmod(0o755)
+    ok, seconds, last = rehearse.run_target("reproduce-gsm8k", str(tmp_path / "r"),
+                                            {"PY": str(fake), "GSM8K_CKPTS": "gsm8k:ar"})
+    assert (ok, last) == (False, "error: no GPU here") and seconds > 0
+    lines, status = rehearse.report({"reproduce-gsm8k": (ok, seconds, last), "train-owt": (True, 3.0, "")},
+                                    str(tmp_path / "r"))
+    assert lines[0].startswith("FAIL  reproduce-gsm8k") and "error: no GPU here" in lines[0] and \
+        lines[0].endswith(f"(log: {tmp_path / 'r' / 'logs' / 'reproduce-gsm8k.log'})")
+    assert lines[1].startswith("PASS  train-owt")
+    assert (lines[2], status) == ("rehearsal: 1 of 2 targets pass; failing: reproduce-gsm8k", 1)
+    assert os.path.isdir(work)
+
+
+def test_the_folder_is_never_one_it_did_not_build(tmp_path):
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(ValueError, match="is not a rehearsal folder"):
+        rehearse.prepare(str(tmp_path))
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+    rehearse.prepare(str(tmp_path / "r"))
+    (tmp_path / "r" / "stale").write_text("")
+    rehearse.prepare(str(tmp_path / "r"))                        # its own: emptied and built again
+    assert not (tmp_path / "r" / "stale").exists()
+
+
+# ----------------------------------------------------------------------------- the stand-ins' formats
+
+@pytest.mark.skipif(not WHISPER, reason="the test-only package openai-whisper ships GPT-2's ranks")
+def test_gpt2_files_are_tiktokens_own(tmp_path):
+    """The rebuilt vocab.bpe and encoder.json pass tiktoken's sha256 checks: gpt2 loads offline from them."""
+    standins.gpt2_files(str(tmp_path))
+    code = "import tiktoken; print(tiktoken.get_encoding('gpt2').encode('Hello world'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path)})
+    assert out.stdout.strip() == "[15496, 995]", out.stderr[-500:]
+
+
+def test_qwen3_stand_in_tokenizer_has_the_real_special_ids(tmp_path):
+    from data.qwen import qwen3_tokenizer
+    standins.write_json(str(tmp_path / "tokenizer.json"), standins.qwen3_tokenizer_json())
+    tok = qwen3_tokenizer(str(tmp_path))
+    assert (tok.mask_id, tok.eos_id, tok.vocab_size) == (151660, 151643, 151669)
+    assert tok.encode("<|im_start|>hi<|im_end|>") == [151644, 104, 105, 151645]
+    assert tok.decode(list(range(250, 260))) and tok.decode([151900]) == ""     # every id decodes
+
+
+# ----------------------------------------------------------------------------- what the rehearsal found
+
+def test_lm_eval_takes_a_qwen3_model_with_its_padded_vocabulary(tmp_path):
+    """Qwen3's 151936 embedding rows for the tokenizer's 151669 ids (make reproduce-gsm8k's lm-eval lines);
+    a model with fewer rows than ids is still refused."""
+    from paper.zeroshot import checked_tokenizer
+    standins.write_json(str(tmp_path / "tokenizer.json"), standins.qwen3_tokenizer_json())
+    config = {"tokenizer": f"qwen3:{tmp_path}"}
+    for rows, ok in ((151936, True), (151669, True), (151000, False)):
+        model = type("M", (), {"cfg": type("C", (), {"vocab_size": rows})})
+        if ok:
+            tok = checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
+            assert tok.vocab_size == 151669
+        else:
+            with pytest.raises(ValueError, match="vocabulary has 151000 tokens but"):
+                checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
+
+
+def test_lm1b_releases_each_cache_their_own_rows(tmp_path):
+    """Two LM1B releases' own copies of the WordPiece (bert:<repo>) and bert-base-uncased share one LM1B_DIR:
+    each gets its own cache file of the same rows (make reproduce-likelihood's 8 checkpoints in a row)."""
+    pytest.importorskip("tokenizers")
+    from data import get_tokenizer, lm1b
+    for name in ("a", "b"):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "vocab.txt").write_text("\n".join(standins.bert_vocab()) + "\n")
+    data = tmp_path / "lm1b"
+    standins.lm1b(str(data), standins.random.Random(0))
+    rows = [lm1b.load("test", str(data), get_tokenizer(f"bert:{tmp_path / name}")) for name in ("a", "b")]
+    assert rows[0].shape[1] == 128 and len(rows[0]) > 1 and (rows[0] == rows[1]).all()
+    assert len([f for f in os.listdir(data) if f.endswith(".bin")]) == 2
+
+
+def test_a_fine_tuned_checkpoint_is_evaluated_as_the_released_ones(tmp_path):
+    """make reproduce-gsm8k GSM8K_CKPTS=out/gsm8k-mdlm (the runbook's last step): its results are named by the
+    checkpoint's folder, in results/gsm8k/ beside the released ones'."""
+    own = rehearse.commands("reproduce-gsm8k", rehearse.prepare(str(tmp_path / "r")),
+                            {"GSM8K_CKPTS": "out/gsm8k-mdlm", "GSM8K_TAUS": "inf"})
+    assert [a[a.index("--json") + 1] for a in own if "--json" in a] == [
+        "results/gsm8k/gsm8k-mdlm-inf.json", "results/gsm8k/gsm8k-mdlm-inf-tput.json",
+        "results/gsm8k-harness/gsm8k-mdlm.json"]
+
+
+def test_train_owt_and_lm1b_keep_their_smax_beside_make_smax(tmp_path):
+    """The Makefile's SMAX (make smax's list 4 8 16 32) no longer reaches make train-owt / train-lm1b: their
+    own CORPUS_SMAX / CORPUS_S do."""
+    work = rehearse.prepare(str(tmp_path / "r"))
+    owt = rehearse.commands("train-owt", work, {"NGPU": "1", "CORPUS_SMAX": "32", "CORPUS_S": "8"})
+    assert "--smax 32 --block-size 8 " in " ".join(owt[-1]) + " "
+
+
+def test_the_runbooks_paper_numbers_are_data_gsm8k():
+    """docs/paper.md's table of the paper's GSM8K points (accuracy · tokens/s · tokens/step per τ and
+    checkpoint) is data/gsm8k.py's PAPER_RESULTS, which results/gsm8k.md prints beside ours."""
+    import re
+    from data.gsm8k import PAPER_RESULTS
+    with open(os.path.join(rehearse.REPO, "docs", "paper.md"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| τ | `gsm8k:"))
+    end = next(i for i in range(head, len(lines)) if not lines[i].startswith("|"))
+    keys, shown = re.findall(r"`(gsm8k:[\w-]+)`", lines[head]), {}
+    for row in lines[head + 2:end]:
+        tau, *cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        for key, cell in zip(keys, cells):
+            if cell:
+                acc, tps, per_step = re.fullmatch(r"([\d.]+) % · ([\d.]+) · ([\d.]+)", cell).groups()
+                shown.setdefault(key, {})[float("inf") if tau == "∞" else float(tau)] = \
+                    (float(per_step), float(tps), float(acc))
+    assert shown == PAPER_RESULTS
