@@ -18,6 +18,9 @@ GSM8K_TAUS ?= inf 0.99 0.95 0.9 0.85 0.8 0.75 0.7 0.65 0.6
 GSM8K_CKPTS ?= gsm8k:ar gsm8k:bd3lm-s4 gsm8k:bd3lm-s16 gsm8k:setdlm-smax8 gsm8k:setdlm-smax32
 M ?= setdiffusion
 GSM8K_DATA = $(if $(GSM8K_DIR),--data-dir $(GSM8K_DIR))
+# Each method's own setting (train.py refuses a setting its --model does not have): Set Diffusion's smax ($(1)),
+# BD3-LM's block size S ($(2)); AR and MDLM take neither.
+METHOD_SETTINGS = $(if $(filter setdiffusion,$(M)),--smax $(1))$(if $(filter bd3lm,$(M)),--block-size $(2))
 NEED_GPU = $(PY) -c "import sys, torch; torch.cuda.is_available() or sys.exit('error: make $@ needs a CUDA GPU and access to the Hugging Face Hub')"
 
 reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoints: accuracy (FHT commit order) and tokens/s (left to right) per tau, as the official scripts (GPU)
@@ -41,7 +44,7 @@ finetune-gsm8k:  ## fine-tune Qwen3-1.7B-Base on GSM8K as the paper did, M=ar|md
 	@$(NEED_GPU)
 	$(PY) train.py --model $(M) --init-from Qwen/Qwen3-1.7B-Base --data gsm8k $(GSM8K_DATA) --seq-len 1024 \
 	  --lr 1e-5 --warmup 100 --final-lr 0.5 --weight-decay 1.0 --dtype bfloat16 --ema 0.9999 --grad-clip 1.0 \
-	  --batch-size 1 --max-iters 75000 --smax 8 --block-size 4 --max-new-tokens 1024 --eval-limit 200 \
+	  --batch-size 1 --max-iters 75000 $(call METHOD_SETTINGS,8,4) --max-new-tokens 1024 --eval-limit 200 \
 	  --save-every 5000 --out-dir out/gsm8k-$(M) $(TRAIN_EXTRA)
 
 # ---- Summarization, infilling, unconditional samples (docs/paper.md). CNN/DM and ROCStories need a CUDA GPU and
@@ -61,7 +64,7 @@ train-cnndm:  ## train M=ar|mdlm|bd3lm|setdiffusion on CNN/DailyMail from scratc
 	@$(NEED_GPU)
 	$(PY) train.py --model $(M) --data cnndm --preset cnndm $(CNNDM_DATA) --lr 3e-4 --warmup 1000 --final-lr 1.0 \
 	  --weight-decay 0.033 --dtype bfloat16 --ema 0.9999 --grad-clip 1.0 --batch-size 32 --grad-accum 4 \
-	  --max-iters 500000 --smax 32 --block-size 16 --max-new-tokens 180 --eval-limit 100 --save-every 10000 \
+	  --max-iters 500000 $(call METHOD_SETTINGS,32,16) --max-new-tokens 180 --eval-limit 100 --save-every 10000 \
 	  --out-dir out/cnndm-$(M) $(TRAIN_EXTRA)
 
 reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 50 warm-up) of the released CNN/DM models (GPU)
@@ -132,11 +135,11 @@ train-owt:  ## train M=ar|mdlm|bd3lm|setdiffusion on OpenWebText from scratch, t
 	$(PY) -c "from data import owt; [owt.load(s, $(if $(OWT_DIR),'$(OWT_DIR)',None)) for s in ('train', 'validation')]"
 	torchrun --standalone --nproc_per_node=$(NGPU) train.py --model $(M) --data owt --preset dit-owt --seq-len 1024 \
 	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --batch-size $(MICRO) --grad-accum $$((512 / $(NGPU) / $(MICRO))) \
-	  --smax $(or $(CORPUS_SMAX),16) --block-size $(or $(CORPUS_S),16) $(CORPUS_RECIPE) --max-iters 300000 --out-dir out/owt-$(M) $(TRAIN_EXTRA)
+	  $(call METHOD_SETTINGS,$(or $(CORPUS_SMAX),16),$(or $(CORPUS_S),16)) $(CORPUS_RECIPE) --max-iters 300000 --out-dir out/owt-$(M) $(TRAIN_EXTRA)
 
 train-lm1b:  ## train M=ar|mdlm|bd3lm|setdiffusion on LM1B from scratch, the paper's DiT and recipe (GPUs, days)
 	@$(NEED_GPU)
 	$(PY) -c "from data import lm1b; [lm1b.load(s, $(if $(LM1B_DIR),'$(LM1B_DIR)',None)) for s in ('train', 'test')]"
 	torchrun --standalone --nproc_per_node=$(NGPU) train.py --model $(M) --data lm1b --preset dit-lm1b --seq-len 128 \
 	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --batch-size $(LM1B_MICRO) --grad-accum $$((512 / $(NGPU) / $(LM1B_MICRO))) \
-	  --smax $(or $(CORPUS_SMAX),8) --block-size $(or $(CORPUS_S),4) $(CORPUS_RECIPE) --max-iters 1000000 --out-dir out/lm1b-$(M) $(TRAIN_EXTRA)
+	  $(call METHOD_SETTINGS,$(or $(CORPUS_SMAX),8),$(or $(CORPUS_S),4)) $(CORPUS_RECIPE) --max-iters 1000000 --out-dir out/lm1b-$(M) $(TRAIN_EXTRA)

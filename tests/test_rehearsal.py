@@ -24,7 +24,7 @@ FEW = {"EVAL_EXTRA": "--device cpu --threads 1 --max-new-tokens 4"}
 FP32 = {"TRAIN_EXTRA": rehearse.TRAIN + " --dtype float32"}
 SMALL = {
     "reproduce-gsm8k": {"GSM8K_CKPTS": "gsm8k:setdlm-smax8", "GSM8K_TAUS": "0.9", **FEW},
-    "finetune-gsm8k": FP32,
+    "finetune-gsm8k": {"TRAIN_EXTRA": rehearse.FINETUNE + " --dtype float32"},
     "train-cnndm": {"M": "bd3lm", **FP32},
     "reproduce-cnndm": {"CNNDM_CKPTS": "cnndm:bd3lm-s4", **FEW},
     "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm"},
@@ -122,8 +122,7 @@ def test_the_lines_are_the_makefiles_with_the_extras_last(rehearsal):
                 extra = given["EVAL_EXTRA"] + (" " + given["TIMED_EXTRA"] if timed else "")
                 assert " ".join(argv).endswith(extra), (target, argv)
     tail = lambda t: next(a for a in lines[t] if "train.py" in a)                  # noqa: E731
-    assert "--smax 16 --block-size 16 " in " ".join(tail("train-owt")) + " "
-    assert "--smax 8 --block-size 4 " in " ".join(tail("train-lm1b")) + " "
+    assert "--smax" not in tail("train-owt") and "--block-size" not in tail("train-lm1b")   # AR, MDLM: neither
     assert tail("finetune-gsm8k")[tail("finetune-gsm8k").index("--init-from") + 1] == "Qwen/Qwen3-1.7B-Base"
 
 
@@ -231,10 +230,13 @@ def test_a_fine_tuned_checkpoint_is_evaluated_as_the_released_ones(tmp_path):
 
 def test_train_owt_and_lm1b_keep_their_smax_beside_make_smax(tmp_path):
     """The Makefile's SMAX (make smax's list 4 8 16 32) no longer reaches make train-owt / train-lm1b: their
-    own CORPUS_SMAX / CORPUS_S do."""
+    own CORPUS_SMAX / CORPUS_S do, each only for the method that has it (train.py refuses the others)."""
     work = rehearse.prepare(str(tmp_path / "r"))
-    owt = rehearse.commands("train-owt", work, {"NGPU": "1", "CORPUS_SMAX": "32", "CORPUS_S": "8"})
-    assert "--smax 32 --block-size 8 " in " ".join(owt[-1]) + " "
+    line = lambda t, m, **v: " ".join(rehearse.commands(t, work, {"NGPU": "1", "M": m, **v})[-1]) + " "  # noqa
+    assert "--smax 32 " in line("train-owt", "setdiffusion", CORPUS_SMAX="32", CORPUS_S="8")
+    assert "--block-size 8 " in line("train-owt", "bd3lm", CORPUS_SMAX="32", CORPUS_S="8")
+    assert "--smax 8 " in line("train-lm1b", "setdiffusion") and "--block-size 4 " in line("train-lm1b", "bd3lm")
+    assert "--block-size" not in line("train-owt", "setdiffusion") and "--smax" not in line("train-lm1b", "ar")
 
 
 def test_the_runbooks_paper_numbers_are_data_gsm8k():
