@@ -29,8 +29,8 @@ How a target runs: make -C DIR/work TARGET NEED_GPU=: ..., DIR/work holding link
 but results/ and out/, so what a target writes lands in DIR, never in the repository. EVAL_EXTRA, TIMED_EXTRA
 and TRAIN_EXTRA (appended to the eval.py / timed eval.py / train.py lines; argparse keeps a flag's last value)
 make each run small: --device cpu, batch 2, 8 new tokens, 1 warm-up example and 2 timed, a 1-layer model in
-place of a --preset (a fine-tuning run keeps its stand-in's shape), 2 steps. NGPU=2: the torchrun lines start two CPU processes (gloo). GSM8K_TAUS is cut to
-inf 0.9; the lists of checkpoints are the Makefile's. Each target's output goes to DIR/logs/TARGET.log.
+place of a --preset (a fine-tuning run keeps its stand-in's shape), 2 steps. NGPU=2: the torchrun lines start
+two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints are the Makefile's. Each target's output goes to DIR/logs/TARGET.log.
 """
 import os
 import shlex
@@ -49,7 +49,7 @@ GENERATE = EVAL + " --max-new-tokens 8"
 TIMED = "--warmup 1 --limit 3"             # the timed lines (throughput, infilling): 1 warm-up, 2 timed
 FINETUNE = CPU + " --batch-size 1 --grad-accum 1 --max-iters 2 --eval-limit 2 --max-new-tokens 8"
 TRAIN = FINETUNE + ' --preset "" --n-layer 1 --n-embd 16 --n-head 2'   # from scratch: a 1-layer model
-# (a fine-tuning run takes its shape from --init-from, which refuses shape flags: the stand-in is tiny already)
+# (a fine-tuning run takes its shape from --init-from, which refuses shape flags: its stand-in is tiny)
 # target -> the make variables it runs with here ({data}: DIR/data)
 TARGETS = {
     "reproduce-gsm8k": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "GSM8K_TAUS": "inf 0.9"},
