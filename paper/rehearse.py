@@ -30,7 +30,8 @@ but results/ and out/, so what a target writes lands in DIR, never in the reposi
 and TRAIN_EXTRA (appended to the eval.py / timed eval.py / train.py lines; argparse keeps a flag's last value)
 make each run small: --device cpu, batch 2, 8 new tokens, 1 warm-up example and 2 timed, a 1-layer model in
 place of a --preset (a fine-tuning run keeps its stand-in's shape), 2 steps. NGPU=2: the torchrun lines start
-two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints are the Makefile's. Each target's output goes to DIR/logs/TARGET.log.
+two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints are the Makefile's. Each
+target's output goes to DIR/logs/TARGET.log.
 """
 import os
 import shlex
