@@ -125,7 +125,7 @@ def generate_reference(model, prompt, cfg: ARConfig, settings: Settings):
                   settings.max_new_tokens)
 
 
-# ----------------------------------------------------------------------------- sampler: batched, cached
+# ----------------------------------------------------------------------------- batched sampler
 
 def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
     """[prompt | MASK * N]: tokens (B, C), real (B, C) not left padding, positions (B, C) from 0 per row."""

@@ -55,8 +55,6 @@ class BD3LMConfig:
 KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "seq_len", "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
-HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
-OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
 # ----------------------------------------------------------------------------- noising
@@ -91,11 +89,11 @@ def mask_mod(cfg: BD3LMConfig, seq_len: int):
     """The 2L training mask over [x0 | xt] as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: slots
     0..L-1 the clean copy, L..2L-1 the noisy copy, both at positions 0..L-1."""
     L, S = seq_len, cfg.block_size
-    def mod(b, h, q, k):
-        xt_q, xt_k = q >= L, k >= L                                      # noisy half
+    def mod(b, h, q_idx, kv_idx):
+        xt_q, xt_k = q_idx >= L, kv_idx >= L                             # noisy half
         # each token's block as its first position i % L - i % L % S: it compares as the block index does,
         # with no integer division, which torch 2.11's compiled BlockMask fails to generate on CUDA
-        blk_q, blk_k = q % L - q % L % S, k % L - k % L % S                # block of each token
+        blk_q, blk_k = q_idx % L - q_idx % L % S, kv_idx % L - kv_idx % L % S    # block of each token
         block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
         offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
         block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean
@@ -142,7 +140,30 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
     return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
 
 
-# ----------------------------------------------------------------------------- prefill
+# ----------------------------------------------------------------------------- reference sampler (read first)
+
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
+    """The sampler as the method states it, to read first: batch 1, greedy, no cache. Every step one forward
+    over the canvas up to the end of the block (multiples of S) holding the leftmost [MASK]: earlier blocks
+    clean and causal between blocks, this block bidirectional. `generate` is this loop batched and cached,
+    with the block commit fused into the next block's first forward (test_all.py checks them equal)."""
+    S, m = cfg.block_size, cfg.mask_id
+    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == m).any():
+        s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
+        e = min(s + S, x.shape[1])
+        blk = torch.arange(e, device=x.device) // S
+        logits = model(x[:, :e], mask=blk[:, None] >= blk[None, :])[:, s:e]   # (1, e - s, V)
+        y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
+        x[:, s:e] = torch.where(dec, y, x[:, s:e])
+        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+        nfe += 1
+    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+
+
+# ----------------------------------------------------------------------------- batched sampler
 
 def block_view(seen, new, S: int, L: int | None = None):
     """The mask and positions of T inputs fed after a KV cache, as the official lays them out. seen (B, K):
@@ -165,21 +186,21 @@ def block_view(seen, new, S: int, L: int | None = None):
     return seen, q.clamp(min=0), mask[:, None]
 
 
-def prefill(model, tokens, real, S: int, F: int, cache, L: int | None = None):
-    """Cache the canvas' first F columns (B, F): the prompt's whole blocks before the first one that holds a
-    new token (or a [MASK] of the prompt), block-causally. L (paper mode): only the last L real ones, at
-    positions 0.. (the official caches inputs[-L:]). Returns the valid cache entries (B, F)."""
-    keep = real[:, :F]
+def prefill(model, tokens, visible, cache, S: int, L: int | None = None):
+    """Cache the canvas' first columns tokens (B, F), visible (B, F) the real ones: the prompt's whole blocks
+    before the first one that holds a new token (or a [MASK] of the prompt), block-causally. L (paper mode):
+    only the last L visible ones, at positions 0.. (the official caches inputs[-L:]). Returns the valid cache
+    entries (B, F). Not ar's and setdiffusion's prefill(model, tokens, pos, visible, cache): the positions
+    come from the block layout (block_view), which needs S."""
+    keep = visible
     if L:
         keep = keep & (keep.flip(1).cumsum(1).flip(1) <= L)                   # the last L real columns
-    if F > 0:
+    if tokens.shape[1] > 0:
         _, pos, mask = block_view(keep[:, :0], keep, S)
-        model(tokens[:, :F], pos, mask, cache, last=1)
-        cache.commit(F)
+        model(tokens, pos, mask, cache, last=1)
+        cache.commit(tokens.shape[1])
     return keep
 
-
-# ----------------------------------------------------------------------------- generate
 
 @torch.no_grad()
 def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=None, stop=None,
@@ -198,13 +219,13 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
     if settings.official and official_infilling(prompt, prompt_mask, cfg.mask_id, N):
         return official_infill(model, prompt, cfg, settings, prompt_mask, stop, generator)
-    tokens, real, _, F, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)        # (B, C)
+    tokens, real, _, col0, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)     # (B, C)
     gen = official_count(real, new, S) if settings.official else real             # (B, C) to decode
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
     L = settings.seq_len if settings.official else None                  # the official crop past L
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
-    seen = prefill(model, tokens, real, S, F, cache, L)                  # (B, F) valid cache entries
+    seen = prefill(model, tokens[:, :col0], real[:, :col0], cache, S, L)   # (B, col0) valid cache entries
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -214,7 +235,7 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     # s..e-1 (its [MASK]s and the tokens decoded so far) -> dropped]. So a block's first forward commits the
     # previous block (lo < s; nothing for the first block), its later ones commit nothing (lo == s): a
     # finished block costs no forward of its own (the official fused_block_cache).
-    for s in range(F, E, S):
+    for s in range(col0, E, S):
         e = s + S
         while True:
             cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]          # (B, S)
@@ -242,36 +263,16 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
 
 
-# ----------------------------------------------------------------------------- reference
-
-@torch.no_grad()
-def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
-    """The sampler as the method states it, to read first: batch 1, greedy, no cache. Every step one forward
-    over the canvas up to the end of the block (multiples of S) holding the leftmost [MASK]: earlier blocks
-    clean and causal between blocks, this block bidirectional. `generate` is this loop batched and cached,
-    with the block commit fused into the next block's first forward (test_all.py checks them equal)."""
-    S, m = cfg.block_size, cfg.mask_id
-    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
-    step, nfe = torch.full_like(x, -1), 0
-    while (x == m).any():
-        s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
-        e = min(s + S, x.shape[1])
-        blk = torch.arange(e, device=x.device) // S
-        logits = model(x[:, :e], mask=blk[:, None] >= blk[None, :])[:, s:e]   # (1, e - s, V)
-        y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
-        x[:, s:e] = torch.where(dec, y, x[:, s:e])
-        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
-        nfe += 1
-    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
-
-
-# ----------------------------------------------------------------------------- reproduction only: the
-# official infilling (paper mode)
+# ----------------------------------------------------------------------------- reproduction only
 
 # The official BD3-LM fills the [MASK]s of a prompt [left | MASK * n | right] (ROCStories) by another
 # algorithm than the block-left infilling of `generate`: the prompt's whole blocks, [MASK]s and right context
 # included, are cached first, and each block of the span is decoded at the positions AFTER that cache.
 # generate(settings.official) calls it when the prompt holds [MASK]s.
+
+HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
+
 
 def official_infilling(prompt, prompt_mask, mask_id: int, max_new_tokens: int) -> bool:
     """Whether a paper-mode call infills: its prompt holds [MASK]s. The official decodes only those (it
@@ -291,8 +292,8 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
                     generator=None):
     """The official BD3-LM infilling (its generate with align_inputs_to_blocks and a KV cache, not fused),
     batched. A row of p tokens is padded with [MASK] to a multiple of S (that padding is never decoded); its
-    first F = S floor(p/S) tokens, [MASK]s and right context included, are cached block-causally at
-    positions 0..F-1; then the blocks of S columns from the one holding the first [MASK] (as many as hold
+    first S floor(p/S) tokens, [MASK]s and right context included, are cached block-causally at
+    positions 0, 1, ...; then the blocks of S columns from the one holding the first [MASK] (as many as hold
     one) are decoded in turn: a block's tokens sit at the positions right after the cache (not their own),
     see the whole cache and each other, and the confidence rule decodes its [MASK]s; a finished block is
     then appended to the cache by a forward of its own. With settings.seq_len = L the oldest cache entries
@@ -310,7 +311,7 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
     Fmax = int((length // S * S).max())
     src = lead[:, None] + length[:, None] // S * S - Fmax + torch.arange(Fmax, device=dev)   # (B, Fmax)
     cache = model.new_cache(B, Fmax + (int(n_blk.max()) + 1) * S, slots=S)
-    seen = prefill(model, tokens.gather(1, src.clamp(min=0)), src >= lead[:, None], S, Fmax, cache, L)
+    seen = prefill(model, tokens.gather(1, src.clamp(min=0)), src >= lead[:, None], cache, S, L)
     pick = Picker(settings, tokens, real, m, prompt, prompt_mask, stop, generator)
     step = torch.full_like(tokens, -1)
     steps = torch.zeros(B, dtype=torch.long, device=dev)

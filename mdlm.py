@@ -56,8 +56,6 @@ KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "offic
                    "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
-HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
-OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
 # ----------------------------------------------------------------------------- noising
@@ -77,8 +75,8 @@ def noise(x0, cfg: MDLMConfig, target, generator=None):
 def mask_mod(cfg: MDLMConfig, seq_len: int):
     """Bidirectional, as a FlexAttention mask_mod (b, h, q_idx, kv_idx) -> bool: every query sees every
     key."""
-    def mod(b, h, q, k):
-        return (q >= 0) & (k >= 0)
+    def mod(b, h, q_idx, kv_idx):
+        return (q_idx >= 0) & (kv_idx >= 0)
     return mod
 
 
@@ -140,18 +138,39 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
     return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
 
 
-# ----------------------------------------------------------------------------- prefill
+# ----------------------------------------------------------------------------- reference sampler (read first)
 
-# MDLM keeps no KV cache (every step recomputes the whole canvas bidirectionally), so there is nothing to
-# prefill: this section lays the canvas out in blocks, the layout BD3-LM caches block by block.
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
+    """The sampler as the method states it, to read first: batch 1, greedy, and every step one bidirectional
+    forward over the whole canvas [prompt | N [MASK]], decoding in the block (multiples of settings.block)
+    that holds the leftmost [MASK]. `generate` is this loop batched (test_all.py checks them equal)."""
+    S, m = settings.block, cfg.mask_id
+    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == m).any():
+        s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
+        e = min(s + S, x.shape[1])
+        logits = model(x, mask=attention_mask(cfg, x.shape[1], x.device))[:, s:e]   # (1, e - s, V)
+        y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
+        x[:, s:e] = torch.where(dec, y, x[:, s:e])
+        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
+        nfe += 1
+    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+
+
+# ----------------------------------------------------------------------------- batched sampler
+
+# MDLM keeps no KV cache (every step recomputes the whole canvas bidirectionally), so nothing is prefilled:
+# the canvas is laid out in blocks, the layout BD3-LM caches block by block.
 
 def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     """Lay each row out so that its blocks (positions S*b .. S*b + S-1) share canvas columns across the batch
     (the official align_inputs_to_blocks, for a batch).
 
     Row b (prompt length p) is left-padded by off_b, a multiple of S, chosen so that the block holding its
-    first new token starts at the same column F in every row (the prompt's tail shares that block, as in
-    training). Returns tokens, real, pos (B, C), F, and new (B, N): the canvas column of each new token.
+    first new token starts at the same column col0 in every row (the prompt's tail shares that block, as in
+    training). Returns tokens, real, pos (B, C), col0, and new (B, N): the canvas column of each new token.
     """
     B, P = prompt.shape
     dev = prompt.device
@@ -159,29 +178,16 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     hole = (prompt == mask_id) & (torch.arange(P, device=dev) >= P - p[:, None])   # (B, P) [MASK]s to infill
     lead = torch.where(hole.any(1), hole.float().argmax(1) - (P - p), p)  # (B,) first position to decode
     first = lead // S * S                                        # (B,) start of the first generated block
-    F = int(first.max())
-    off = F - first                                              # (B,) multiple of S
-    C = F + math.ceil(int((off + p + max_new_tokens).max() - F) / S) * S
+    col0 = int(first.max())
+    off = col0 - first                                           # (B,) multiple of S
+    C = col0 + math.ceil(int((off + p + max_new_tokens).max() - col0) / S) * S
     rel = torch.arange(C, device=dev) - off[:, None]             # (B, C) position of each column
     is_prompt = (rel >= 0) & (rel < p[:, None])
     real = (rel >= 0) & (rel < (p + max_new_tokens)[:, None])
     src = (P - p[:, None] + rel).clamp(0, P - 1)                 # the left-padded prompt's column
     tokens = torch.where(is_prompt, prompt.gather(1, src), mask_id)
     new = off[:, None] + p[:, None] + torch.arange(max_new_tokens, device=dev)   # (B, N)
-    return tokens, real, rel.clamp(min=0), F, new
-
-
-def official_count(real, new, S: int):
-    """real (B, C), the canvas, cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S)
-    blocks from the start of the block holding each row's first new token (new (B, N)). With real ending at
-    p + N (BD3-LM) a prompt of length p gets N - (p mod S) new tokens when S divides N (min(S floor(p/S) +
-    S ceil(N/S), p + N) - p in general); MDLM's official canvas also holds its [MASK] padding up to L, into
-    which that last block decodes too."""
-    N = new.shape[1]
-    if N == 0:                   # infilling alone: every [MASK] of the prompt, no new-token count to cut
-        return real
-    end = new[:, :1] // S * S + math.ceil(N / S) * S                            # (B, 1) first column after
-    return real & (torch.arange(real.shape[1], device=real.device) < end)
+    return tokens, real, rel.clamp(min=0), col0, new
 
 
 def standard(prompt, tokens, step, new, real):
@@ -195,41 +201,28 @@ def standard(prompt, tokens, step, new, real):
             torch.cat([torch.where(vis, step.gather(1, src), -1), step.gather(1, new)], 1))
 
 
-def official_canvas(tokens, real, seq_len: int, mask_id: int):
-    """The official MDLM canvas: each row's [prompt | N new] padded with [MASK] to seq_len columns, all of
-    them attended to. Returns tokens, pos, seen (B, C'), the columns every query attends to."""
-    B, C = tokens.shape
-    off = real.float().argmax(1, keepdim=True)                                  # (B, 1) first real column
-    width = real.sum(1, keepdim=True).clamp(min=seq_len)                        # (B, 1) max(p + N, L)
-    C2 = max(C, int((off + width).max()))
-    rel = torch.arange(C2, device=tokens.device) - off                          # (B, C') position of a column
-    tokens = torch.nn.functional.pad(tokens, (0, C2 - C), value=mask_id)
-    return tokens, rel.clamp(min=0), (rel >= 0) & (rel < width)
-
-
 def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more), or
     with settings.official the official layout (official_canvas, official_count), whose last block may
     decode past the N new tokens into the [MASK] padding: new then has S ceil(N/S) columns. Returns tokens,
-    real, pos (B, C), F, new (B, N), gen (B, C) the columns to decode, seen (B, C) the columns attended to."""
+    real, pos (B, C), col0 (the first column to decode), new (B, N), gen (B, C) the columns to decode, seen
+    (B, C) the columns attended to."""
     N, S = settings.max_new_tokens, settings.block
     if not settings.official:
-        tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
+        tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
         C = int(real.any(0).nonzero().max()) + 1
-        return tokens[:, :C], real[:, :C], pos[:, :C], F, new, real[:, :C], real[:, :C]
+        return tokens[:, :C], real[:, :C], pos[:, :C], col0, new, real[:, :C], real[:, :C]
     if settings.seq_len is None:
         raise ValueError("official needs seq_len: the official MDLM canvas is padded to the context "
                          "length")
-    tokens, real, pos, F, new = block_canvas(prompt, prompt_mask, S * math.ceil(N / S), S, mask_id)
+    tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, S * math.ceil(N / S), S, mask_id)
     within = real & (torch.arange(real.shape[1], device=real.device) < new[:, :1] + N) if N else real
     tokens, pos, seen = official_canvas(tokens, within, settings.seq_len, mask_id)     # (B, C')
     real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
     # the [MASK]s to decode: ceil(N/S) blocks of the canvas (its padding too); infilling: the prompt's only
     gen = official_count(seen, new[:, :N], S) if N else real
-    return tokens, real, pos, F, new, gen, seen
+    return tokens, real, pos, col0, new, gen, seen
 
-
-# ----------------------------------------------------------------------------- generate
 
 @torch.no_grad()
 def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
@@ -247,7 +240,8 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     (default): N new tokens, the canvas ends with the block holding the last."""
     B, P = prompt.shape
     S, dev = settings.block, prompt.device
-    tokens, real, pos, F, new, gen, seen = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)
+    canvas = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)
+    tokens, real, pos, col0, new, gen, seen = canvas                  # (B, C) but col0, and new (B, N)
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
     mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
     slide = settings.official and bool((real.sum(1) > settings.seq_len).any())    # p + N > L: a window
@@ -256,7 +250,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     steps = torch.zeros(B, dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     nfe = 0
-    for s in range(F, E, S):
+    for s in range(col0, E, S):
         e = min(s + S, E)
         while True:
             cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
@@ -281,29 +275,38 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
 
 
-# ----------------------------------------------------------------------------- reference
+# ----------------------------------------------------------------------------- reproduction only
 
-@torch.no_grad()
-def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
-    """The sampler as the method states it, to read first: batch 1, greedy, and every step one bidirectional
-    forward over the whole canvas [prompt | N [MASK]], decoding in the block (multiples of settings.block)
-    that holds the leftmost [MASK]. `generate` is this loop batched (test_all.py checks them equal)."""
-    S, m = settings.block, cfg.mask_id
-    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
-    step, nfe = torch.full_like(x, -1), 0
-    while (x == m).any():
-        s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
-        e = min(s + S, x.shape[1])
-        logits = model(x, mask=attention_mask(cfg, x.shape[1], x.device))[:, s:e]   # (1, e - s, V)
-        y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
-        x[:, s:e] = torch.where(dec, y, x[:, s:e])
-        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
-        nfe += 1
-    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+# MDLM as the official code runs the released checkpoints (settings.official, eval.py --official): its
+# new-token count, its canvas padded with [MASK] to the context L, its L-wide window once p + N > L.
+HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
-# ----------------------------------------------------------------------------- reproduction only: the
-# official window (paper mode)
+def official_count(real, new, S: int):
+    """real (B, C), the canvas, cut to the official align_inputs_to_blocks count of new tokens: ceil(N / S)
+    blocks from the start of the block holding each row's first new token (new (B, N)). With real ending at
+    p + N (BD3-LM) a prompt of length p gets N - (p mod S) new tokens when S divides N (min(S floor(p/S) +
+    S ceil(N/S), p + N) - p in general); MDLM's official canvas also holds its [MASK] padding up to L, into
+    which that last block decodes too."""
+    N = new.shape[1]
+    if N == 0:                   # infilling alone: every [MASK] of the prompt, no new-token count to cut
+        return real
+    end = new[:, :1] // S * S + math.ceil(N / S) * S                            # (B, 1) first column after
+    return real & (torch.arange(real.shape[1], device=real.device) < end)
+
+
+def official_canvas(tokens, real, seq_len: int, mask_id: int):
+    """The official MDLM canvas: each row's [prompt | N new] padded with [MASK] to seq_len columns, all of
+    them attended to. Returns tokens, pos, seen (B, C'), the columns every query attends to."""
+    B, C = tokens.shape
+    off = real.float().argmax(1, keepdim=True)                                  # (B, 1) first real column
+    width = real.sum(1, keepdim=True).clamp(min=seq_len)                        # (B, 1) max(p + N, L)
+    C2 = max(C, int((off + width).max()))
+    rel = torch.arange(C2, device=tokens.device) - off                          # (B, C') position of a column
+    tokens = torch.nn.functional.pad(tokens, (0, C2 - C), value=mask_id)
+    return tokens, rel.clamp(min=0), (rel >= 0) & (rel < width)
+
 
 def official_window(model, tokens, seen, s: int, S: int, L: int):
     """The official MDLM forward for the block starting at column s once a row outgrows its context L

@@ -22,8 +22,8 @@ Static-shape decoding for torch.compile (static_decoding, the last section) is f
 The block is Qwen3's (so its weights load as they are): pre-norm RMSNorm, grouped-query attention with
 optional per-head QK RMSNorm, rotary embeddings, SwiGLU MLP, optional tied embeddings. Parameter names follow
 the Hugging Face Qwen3 layout without the leading "model.". `norm="layer"` and `mlp="gelu"` give the DiT-style
-variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; pretrained.py loads Qwen3 weights
-and converts the released ones, and holds the one state-dict check (load_weights).
+variant (LayerNorm, GELU MLP with biases) of the paper's OWT/LM1B models; common/pretrained.py loads Qwen3
+weights and converts the released ones, and common/weights.py holds the one state-dict check (load_weights).
 """
 import functools
 import math
@@ -92,8 +92,8 @@ def with_padding(mask, pad_mask):
 
 def padded(mask_mod, pad_mask):
     """with_padding for a mask_mod: pad_mask (B, Tk), the same rule."""
-    def mod(b, h, q, k):
-        return mask_mod(b, h, q, k) & ~pad_mask[b, k] | (q == k)
+    def mod(b, h, q_idx, kv_idx):
+        return mask_mod(b, h, q_idx, kv_idx) & ~pad_mask[b, kv_idx] | (q_idx == kv_idx)
     return mod
 
 

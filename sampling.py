@@ -1,50 +1,27 @@
-"""Logits -> tokens, for all four samplers: how to decode (`Settings`), the confidence rule (`confident`), and
-the one object every sampler calls once per step (`Picker`).
+"""Logits -> tokens, for all four samplers. The core comes first; it is all a reader of the methods needs:
 
-    Settings   what every method's generate(model, prompt, cfg, settings, prompt_mask, stop, generator) takes;
-               a method reads the fields named in its KNOBS (data on the method, not a branch on its name).
+    Settings   how to decode: what every method's generate(model, prompt, cfg, settings, prompt_mask, stop,
+               generator) takes; a method reads the fields named in its KNOBS (data on the method, not a
+               branch on its name).
+    choose     logits -> a token and its confidence: the probability under the final distribution, computed as
+               the official `_generate_unconditional` does (exp(logits - logsumexp) in float32).
+    confident  the confidence rule of the diffusion samplers: decode the most confident candidate plus every
+               candidate with confidence >= tau (tau = inf: exactly one per step).
+    decode     greedy + the rule, as the reference samplers state it.
     Picker     built once per generate call: pick(logits, cols, candidates) -> tokens, decoded. It applies the
-               paper presets' options below, then the confidence rule; pick.stopped (B,) are the rows its
-               low-confidence rule stopped, pick.stop the task's stop hook (entropy rule folded in) or None.
+               paper presets' options (SamplerOptions, the second section: penalties, nucleus, early stops;
+               off unless the CNN/DM, ROCStories or OWT preset turns them on), then the confidence rule.
 
-The options (SamplerOptions; all off by default, the paper presets of CNN/DM, ROCStories and OWT turn them
-on):
-
-    repetition penalty p     (HF RepetitionPenaltyLogitsProcessor) a token already seen has its logit divided
-                             by p if positive, multiplied by p if negative. "Seen" = the tokens generated so
-                             far (the official diffusion samplers' running_generation), plus the prompt's
-                             visible tokens with penalize_context (HF generate's input_ids, the official AR
-                             and infilling); with penalize_context and a pad_id, tokens equal to pad_id are
-                             not seen (the official diffusion samplers' _visible_infill_context).
-    length penalty (s, f)    (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
-                             wrapper does) at a slot with n > s new tokens before it, the EOS logit gets
-                             |logit| * (f^(n - s) - 1) added: pushed up whatever its sign. n counts the
-                             VISIBLE new tokens left of the slot (decoded, not pad_id: the official
-                             _length_penalty_prefix_lengths), not the slot's index: a diffusion sampler that
-                             decodes out of order leaves [MASK]s there, which do not count.
-    min_new_tokens m         (HF MinNewTokensLengthLogitsProcessor) EOS is impossible at slots with n < m (the
-                             same n).
-    temperature, top_p       sample from softmax(logits / temperature), cut to the smallest set of most likely
-                             tokens whose mass reaches top_p (nucleus), renormalised. temperature 0 = greedy.
-    low-confidence stop      (the official EntropyEosStoppingCriteria confidence rule, OWT unconditional) a
-                             row stops once stop_patience consecutive new tokens, counted after the first
-                             stop_min_tokens, were decoded with probability < stop_confidence.
-    entropy stop             (the official EntropyEosStoppingCriteria entropy rule, OWT unconditional) a row
-                             stops where its stop hook is checked (every AR token, MDLM/BD3-LM block ends,
-                             every W Set Diffusion steps: where the official calls its stopping criteria) once
-                             it has >= max(stop_min_tokens, 1) new tokens and >= stop_entropy_window tokens
-                             (prompt counted), and the unigram entropy (nats) of the last stop_entropy_window
-                             tokens up to the check, [MASK]s left out, is < stop_entropy (`EntropyStop`).
-
-A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), as in
-the official `_generate_unconditional`, computed as it does: exp(logits - logsumexp) in float32. The diffusion
-samplers' threshold rule and their top-1 pick use the same number.
+A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), so
+the diffusion samplers' threshold rule and their top-1 pick use the same number.
 """
 import math
 from dataclasses import dataclass
 
 import torch
 
+
+# ----------------------------------------------------------------------------- the core
 
 @dataclass
 class Settings:
@@ -79,8 +56,115 @@ def check_settings(s: Settings):
         check(s.options, s.temperature)
 
 
+def choose(logits, temperature=0.0, generator=None, track=None, draw=None):
+    """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p.
+    Probabilities are exp(logits - logsumexp(logits)) in float32, the official `_forward` arithmetic: near
+    p = 1 it rounds differently from softmax, and the diffusion samplers' confidence ties follow its
+    rounding. draw (...) bool: sample only those slots, in row-major order (the rest greedy), so that the
+    random stream is the official's where it draws for fewer slots than the sampler predicts."""
+    logits = logits.float()
+    scaled = logits / temperature if temperature > 0 else logits                   # (..., V)
+    probs = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
+    if track is not None and track.opt.top_p < 1:
+        probs = nucleus(probs, track.opt.top_p)
+    if temperature > 0:
+        drawn = probs.reshape(-1, probs.shape[-1]) if draw is None else probs[draw]     # (n, V)
+        y = torch.multinomial(drawn, 1, generator=generator).squeeze(-1)                # (n,)
+        y = y.view(probs.shape[:-1]) if draw is None else probs.argmax(-1).masked_scatter(draw, y)
+    else:
+        y = probs.argmax(-1)                                                      # as the official
+    return y, probs.gather(-1, y[..., None]).squeeze(-1)
+
+
+def confident(conf, candidates, threshold: float):
+    """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the
+    official).
+
+    conf (B, K): the probability of the token predicted at each of K slots; candidates (B, K): the slots that
+    may be decoded now. Decode the most confident candidate of each row plus every candidate with confidence
+    >= threshold, so threshold = inf decodes exactly one token per row and step (and a K = 1 step, AR's, its
+    one candidate). Among tied top candidates the rightmost is decoded: the official keeps the last of
+    `conf.argsort()`. Returns decoded (B, K) bool."""
+    conf = conf.masked_fill(~candidates, -1.0)
+    decoded = (conf >= threshold) & candidates
+    K = conf.shape[1]
+    top = K - 1 - conf.flip(-1).argmax(-1, keepdim=True)                    # (B, 1) rightmost maximum
+    return decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
+
+
+def decode(logits, candidates, mask_id: int, threshold: float = math.inf):
+    """Greedy decoding by the confidence rule with no options, as the reference samplers state it:
+    logits (B, K, V) -> tokens (B, K), decoded (B, K). A Picker with default Settings does the same."""
+    logits = logits.float()
+    logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
+    y, conf = choose(logits)
+    return y, confident(conf, candidates, threshold)
+
+
+class Picker:
+    """Logits -> tokens for one generate call; every sampler calls it once per step.
+
+    pick(logits (B, K, V), cols (B, K), candidates (B, K), draw=None) -> tokens (B, K), decoded (B, K): the
+    [MASK] logit suppressed (never predict it), the options applied (penalties need the canvas and each
+    slot's column `cols`), a token chosen per slot (greedy, or sampled: every slot, or only those of `draw`
+    (B, K), in the official's random stream) and the confidence rule. pick.stopped (B,) bool: rows
+    the low-confidence rule has stopped. pick.stop: the task's stop hook with the entropy rule folded in, or
+    None (the sampler checks it where the official sampler checks its stopping criteria)."""
+
+    def __init__(self, settings: Settings, canvas, real, mask_id: int, prompt, prompt_mask=None, stop=None,
+                 generator=None):
+        check_settings(settings)
+        self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
+        self.track = start(settings.options, canvas, real, mask_id, settings.temperature)   # None: no options
+        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens)
+        self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
+
+    @property
+    def stopped(self):
+        return self.none_stopped if self.track is None else self.track.stopped
+
+    def __call__(self, logits, cols, candidates, draw=None):
+        s, track = self.settings, self.track
+        logits = logits.float()
+        logits[..., self.mask_id] = float("-inf")                              # never predict [MASK]
+        if track is None and s.temperature == 0 and logits.shape[1] == 1:     # AR greedy: no softmax needed
+            return logits.argmax(-1), candidates.clone()
+        at(track, self.canvas, cols)
+        y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
+        decoded = confident(conf, candidates, s.threshold)
+        early_stop(track, conf, decoded)
+        return y, decoded
+
+# ----------------------------------------------------------------------------- the paper presets' options
+
 @dataclass
 class SamplerOptions:
+    """The paper presets' options, all off by default (data/cnndm.py, data/rocstories.py and data/owt.py set
+    them), each as the official code applies it:
+
+    repetition penalty p: (HF RepetitionPenaltyLogitsProcessor) a token already seen has its logit divided by
+        p if positive, multiplied by p if negative. "Seen" = the tokens generated so far (the official
+        diffusion samplers' running_generation), plus the prompt's visible tokens with penalize_context (HF
+        generate's input_ids, the official AR and infilling); with penalize_context and a pad_id, tokens equal
+        to pad_id are not seen (the official diffusion samplers' _visible_infill_context).
+    length penalty (s, f): (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
+        wrapper does) at a slot with n > s new tokens before it, the EOS logit gets |logit| * (f^(n - s) - 1)
+        added: pushed up whatever its sign. n counts the VISIBLE new tokens left of the slot (decoded, not
+        pad_id: the official _length_penalty_prefix_lengths), not the slot's index: a diffusion sampler that
+        decodes out of order leaves [MASK]s there, which do not count.
+    min_new_tokens m: (HF MinNewTokensLengthLogitsProcessor) EOS is impossible at slots with n < m (the same
+        n).
+    temperature, top_p: sample from softmax(logits / temperature), cut to the smallest set of most likely
+        tokens whose mass reaches top_p (nucleus), renormalised. temperature 0 = greedy.
+    low-confidence stop: (the official EntropyEosStoppingCriteria confidence rule, OWT unconditional) a row
+        stops once stop_patience consecutive new tokens, counted after the first stop_min_tokens, were decoded
+        with probability < stop_confidence.
+    entropy stop: (the official EntropyEosStoppingCriteria entropy rule, OWT unconditional) a row stops where
+        its stop hook is checked (every AR token, MDLM/BD3-LM block ends, every W Set Diffusion steps: where
+        the official calls its stopping criteria) once it has >= max(stop_min_tokens, 1) new tokens and >=
+        stop_entropy_window tokens (prompt counted), and the unigram entropy (nats) of the last
+        stop_entropy_window tokens up to the check, [MASK]s left out, is < stop_entropy (`EntropyStop`).
+    """
     top_p: float = 1.0                 # nucleus mass, (0, 1]; needs temperature > 0 below 1
     repetition_penalty: float = 1.0    # p > 0; 1 = off
     penalize_context: bool = False     # also count the prompt's visible tokens as seen
@@ -200,26 +284,6 @@ def nucleus(probs, top_p: float):
     return kept / kept.sum(-1, keepdim=True)
 
 
-def choose(logits, temperature=0.0, generator=None, track=None, draw=None):
-    """Logits (..., V) -> token (...) and its confidence (...): greedy, or sampled at temperature with top-p.
-    Probabilities are exp(logits - logsumexp(logits)) in float32, the official `_forward` arithmetic: near
-    p = 1 it rounds differently from softmax, and the diffusion samplers' confidence ties follow its
-    rounding. draw (...) bool: sample only those slots, in row-major order (the rest greedy), so that the
-    random stream is the official's where it draws for fewer slots than the sampler predicts."""
-    logits = logits.float()
-    scaled = logits / temperature if temperature > 0 else logits                   # (..., V)
-    probs = (scaled - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
-    if track is not None and track.opt.top_p < 1:
-        probs = nucleus(probs, track.opt.top_p)
-    if temperature > 0:
-        drawn = probs.reshape(-1, probs.shape[-1]) if draw is None else probs[draw]     # (n, V)
-        y = torch.multinomial(drawn, 1, generator=generator).squeeze(-1)                # (n,)
-        y = y.view(probs.shape[:-1]) if draw is None else probs.argmax(-1).masked_scatter(draw, y)
-    else:
-        y = probs.argmax(-1)                                                      # as the official
-    return y, probs.gather(-1, y[..., None]).squeeze(-1)
-
-
 def early_stop(track, conf, decoded):
     """The low-confidence stop: walk the decoded slots (B, K) left to right, count consecutive tokens with
     confidence < stop_confidence after the first stop_min_tokens; a row stops at stop_patience of them."""
@@ -231,69 +295,6 @@ def early_stop(track, conf, decoded):
         low = conf[:, k] < opt.stop_confidence
         track.strikes = torch.where(live, torch.where(low, track.strikes + 1, 0), track.strikes)
         track.stopped |= track.strikes >= opt.stop_patience
-
-
-# ------------------------------------------------------------------------- the confidence rule, the Picker
-
-def confident(conf, candidates, threshold: float):
-    """The confidence rule of the diffusion samplers (MDLM's, used by BD3-LM and Set Diffusion as the
-    official).
-
-    conf (B, K): the probability of the token predicted at each of K slots; candidates (B, K): the slots that
-    may be decoded now. Decode the most confident candidate of each row plus every candidate with confidence
-    >= threshold, so threshold = inf decodes exactly one token per row and step (and a K = 1 step, AR's, its
-    one candidate). Among tied top candidates the rightmost is decoded: the official keeps the last of
-    `conf.argsort()`. Returns decoded (B, K) bool."""
-    conf = conf.masked_fill(~candidates, -1.0)
-    decoded = (conf >= threshold) & candidates
-    K = conf.shape[1]
-    top = K - 1 - conf.flip(-1).argmax(-1, keepdim=True)                    # (B, 1) rightmost maximum
-    return decoded.scatter_(1, top, decoded.gather(1, top) | candidates.any(1, keepdim=True))
-
-
-def decode(logits, candidates, mask_id: int, threshold: float = math.inf):
-    """Greedy decoding by the confidence rule with no options, as the reference samplers state it:
-    logits (B, K, V) -> tokens (B, K), decoded (B, K). A Picker with default Settings does the same."""
-    logits = logits.float()
-    logits[..., mask_id] = float("-inf")                                    # never predict [MASK]
-    y, conf = choose(logits)
-    return y, confident(conf, candidates, threshold)
-
-
-class Picker:
-    """Logits -> tokens for one generate call; every sampler calls it once per step.
-
-    pick(logits (B, K, V), cols (B, K), candidates (B, K), draw=None) -> tokens (B, K), decoded (B, K): the
-    [MASK] logit suppressed (never predict it), the options applied (penalties need the canvas and each
-    slot's column `cols`), a token chosen per slot (greedy, or sampled: every slot, or only those of `draw`
-    (B, K), in the official's random stream) and the confidence rule. pick.stopped (B,) bool: rows
-    the low-confidence rule has stopped. pick.stop: the task's stop hook with the entropy rule folded in, or
-    None (the sampler checks it where the official sampler checks its stopping criteria)."""
-
-    def __init__(self, settings: Settings, canvas, real, mask_id: int, prompt, prompt_mask=None, stop=None,
-                 generator=None):
-        check_settings(settings)
-        self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
-        self.track = start(settings.options, canvas, real, mask_id, settings.temperature)   # None: no options
-        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens)
-        self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
-
-    @property
-    def stopped(self):
-        return self.none_stopped if self.track is None else self.track.stopped
-
-    def __call__(self, logits, cols, candidates, draw=None):
-        s, track = self.settings, self.track
-        logits = logits.float()
-        logits[..., self.mask_id] = float("-inf")                              # never predict [MASK]
-        if track is None and s.temperature == 0 and logits.shape[1] == 1:     # AR greedy: no softmax needed
-            return logits.argmax(-1), candidates.clone()
-        at(track, self.canvas, cols)
-        y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
-        decoded = confident(conf, candidates, s.threshold)
-        early_stop(track, conf, decoded)
-        return y, decoded
-
 
 # ----------------------------------------------------------------------------- the entropy stop
 
@@ -357,7 +358,7 @@ class EntropyStop:
 def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int):
     """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
     (stop_entropy > 0 and new tokens to generate), else stop itself, so nothing changes with the option off.
-    A stop that is already an EntropyStop (generate.unconditional's, which reads its cut) is bound, not
+    A stop that is already an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not
     wrapped."""
     if track is None or track.opt.stop_entropy <= 0 or max_new_tokens == 0:
         return stop

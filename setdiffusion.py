@@ -5,7 +5,7 @@ everything revealed so far, then commits them to the KV cache as clean tokens. T
 are revealed comes from a *staggered* masking schedule: position j has its own schedule, shifted so that
 earlier positions clear first. Its first-hitting times T_j give an order that is left to right up to local
 shuffles: a token is revealed before a token to its left only if that token is less than smax positions away
-(exactly so for d < smax; see `schedule` for the d = smax exception). In training this is an any-order
+(smax = 2d, with d below; `schedule` names the one exception, d = smax). In training this is an any-order
 autoregressive model over orders drawn from that distribution:
 
     L = E_sigma [ 1/|targets| * sum_{j in targets} -log p_theta(x_sigma(j) | x_sigma(<j)) ]
@@ -23,7 +23,12 @@ prediction is a marginal p(x_i | committed) of the model, and a step decodes sev
 marginals instead of the chain rule inside the set. With tau = inf a step decodes one token: exact AR over the
 order. With tau < 1 a token is decoded only if its marginal is >= tau, so by the union bound the set decoded
 in one step differs from a draw of the chain rule with probability <= sum_i (1 - p_i) <= |set| (1 - tau): tau
-is what trades speed (tokens per step) for that error, and the top-1 token alone is always safe.
+is what trades speed (tokens per step) for that error, and the top-1 token alone is always safe. The bound
+takes the p_i to be marginals of one joint: it holds as far as the model's own chain rules agree (they do for
+the data distribution; a model trained on many orders agrees only as far as it learned one joint). And every
+query's context is one the loss trained: the window spans W <= smax positions, so a token is committed
+before a masked token to its left only if it is fewer than smax positions away, which makes the committed
+tokens, in commit order, a prefix of an order the schedule draws (test_all.py checks it on generations).
 
 Schedule (paper §3; smax = 2d, the max set size and the orders' reach):
     b = smax / (L + smax - 1),  A = d / (2L),  k = A / (b - A)   (k = 1, b = 2A when d in {1, smax})
@@ -41,12 +46,13 @@ limit. Fixed contiguous sets whose members attend to each other: BD3-LM; its mas
 mask. Differences from the official code: the sampler runs a batch (each row its own window; the official
 asserts batch size 1); the KV cache keeps every entry, where the official drops entries past the context L
 (the oldest; with the FHT order those of the smallest positions, and then reads its mask at positions):
-settings.official (eval.py --official, paper mode) does that too (the last section). With
+settings.official (eval.py --official, paper mode) does that too (the last section, with the commit order
+"fht" the official accuracy runs use: commit_key). With
 commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
 schedule over the model's seq_len positions as the official (over N positions when N > L, where the
 official has no schedule, or when no seq_len is given).
-Beyond the paper (off by default; the last section of this file): cfg.infill = F trains a fraction F of rows
-in an infilling order. F = 0 is the paper's loss, draw for draw.
+Beyond the paper (off by default; the section before the last): cfg.infill, a fraction of the rows trained
+in an infilling order. 0 is the paper's loss, draw for draw.
 """
 import math
 from dataclasses import dataclass
@@ -86,9 +92,6 @@ KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "comm
                    "official", "options"})
 EXACT_NLL = False  # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible token on both sides cached first
-HF_GENERATE = False   # the official runs decode it with its own set sampler
-# the official eval does not count pad-id targets (EOS) nor position 0 (nll's exclude)
-OFFICIAL_EXCLUDES = True
 
 
 # ----------------------------------------------------------------------------- ordering
@@ -132,12 +135,6 @@ def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None
     return loc[seq_len - n:] + b * (-torch.expm1(-E / k))                        # (B, n)
 
 
-def sample_order(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
-    """Generation orders (B, L): row b lists the positions in the order they are revealed (no prompt)."""
-    T = first_hitting_times(batch_size, seq_len, smax, generator, device)
-    return torch.argsort(T, dim=1, descending=True, stable=True)
-
-
 def order(x0, smax: int, prompt_mask, pad_mask, generator=None, span=None):
     """sigma (B, L): the prompt first in its own order, targets by decreasing T, padding last. span (B, L): an
     infilling order (the last section), those targets after every other target.
@@ -161,13 +158,14 @@ def mask_mod(cfg: SetDiffusionConfig, seq_len: int):
     carries in the token order and the positions [sigma | sigma], so one mask (one BlockMask) serves the
     batch."""
     L = seq_len
-    def mod(b, h, q, k):
-        xt_q, xt_k = q >= L, k >= L                                      # stream of each slot
-        rank_q, rank_k = q % L, k % L                                    # rank in sigma
-        causal = ~xt_q & ~xt_k & (rank_q >= rank_k)  # clean -> clean, earlier or same rank
-        offset_causal = xt_q & ~xt_k & (rank_q > rank_k)  # [MASK] query -> strictly earlier clean
-        diagonal = (rank_q == rank_k) & (xt_q == xt_k)                   # each slot sees itself
-        return causal | offset_causal | diagonal
+    def mod(b, h, q_idx, kv_idx):
+        xt_q, xt_k = q_idx >= L, kv_idx >= L                             # noisy half
+        # BD3-LM's mask with S = 1: each rank in sigma is a block of its own, so a block is a rank
+        blk_q, blk_k = q_idx % L, kv_idx % L                             # rank of each token in sigma
+        block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
+        offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
+        block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean
+        return block_diagonal | offset_block_causal | block_causal
     return mod
 
 
@@ -191,8 +189,8 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     # Trim: only [MASK] ranks [first, end) carry a loss (the rest are prompt or padding in every row), and
     # only clean ranks < end are seen by them. The same logits from 2 end - first slots instead of 2L.
     keep = torch.cat([torch.arange(end, device=x0.device), L + torch.arange(first, end, device=x0.device)])
-    return model(tokens[:, keep], pos[:, keep], lambda b, h, q, k: mask(b, h, keep[q], keep[k]),
-                 last=end - first)                                               # (B, end - first, V)
+    kept = lambda b, h, q_idx, kv_idx: mask(b, h, keep[q_idx], keep[kv_idx])    # noqa: E731 (trimmed mask)
+    return model(tokens[:, keep], pos[:, keep], kept, last=end - first)          # (B, end - first, V)
 
 
 def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None, span=None):
@@ -237,7 +235,45 @@ def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, ge
     return per_seq.mean(), {"tokens": target_s.sum()}
 
 
-# ----------------------------------------------------------------------------- prefill
+# ----------------------------------------------------------------------------- reference sampler (read first)
+
+@torch.no_grad()
+def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Settings):
+    """The sampler as the paper states it, to read first: batch size 1, greedy, no KV cache, commit order l2r.
+
+    The canvas is [prompt | N [MASK]]; [MASK]s inside the prompt are infilled too. Each step recomputes one
+    forward over [the clean tokens in commit order | one [MASK] query per masked column of the window]: the
+    clean stream is causal in commit order (the visible prompt first, in position order), each query sees
+    every clean token and itself. The window is the W columns from the leftmost [MASK]. The confidence rule
+    picks the tokens to decode, and they are committed left to right. `generate` is this loop with a KV cache,
+    a batch and options; test_all.py checks them equal token for token and step for step.
+    """
+    W, m = settings.window or cfg.smax // 2, cfg.mask_id
+    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
+    C, dev = x.shape[1], x.device
+    clean = [c for c in range(C) if x[0, c] != m]  # committed columns, in commit order
+    step, nfe = torch.full_like(x, -1), 0
+    while (x == m).any():
+        left = int((x[0] == m).nonzero()[0])                                # the window: W columns from here
+        queries = [c for c in range(left, min(left + W, C)) if x[0, c] == m]
+        n, n_q = len(clean), len(queries)
+        mask = torch.zeros(n + n_q, n + n_q, dtype=torch.bool, device=dev)
+        mask[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()   # clean: causal in commit order
+        mask[n:, :n] = True                                                  # a query sees every clean token
+        mask[n:, n:] = torch.eye(n_q, dtype=torch.bool, device=dev)          # and itself
+        inp = torch.cat([x[:, clean], x.new_full((1, n_q), m)], 1)          # (1, n + n_q)
+        pos = torch.tensor([clean + queries], device=dev)                   # each slot at its own column
+        logits = model(inp, pos, mask)[:, n:]                               # (1, n_q, V) the queries' logits
+        y, dec = decode(logits, torch.ones(1, n_q, dtype=torch.bool, device=dev), m, settings.threshold)
+        for j, c in enumerate(queries):                                     # commit left to right
+            if dec[0, j]:
+                x[0, c], step[0, c] = y[0, j], nfe
+                clean.append(c)
+        nfe += 1
+    return finish(x, step, torch.tensor([nfe], device=dev), nfe)
+
+
+# ----------------------------------------------------------------------------- batched sampler
 
 def prefill(model, tokens, pos, visible, cache):
     """Cache every visible token (B, C) in position order, causally: the prompt, and with [MASK]s inside it
@@ -286,36 +322,12 @@ def step_mask(cache_ok, new_ok, W: int):
     return torch.cat([ok[..., :cache_ok.shape[1]].expand(-1, -1, n + W, -1), own], -1)
 
 
-def commit_key(masked, W: int, d: float, commit_order: str, generator=None, seq_len: int | None = None):
-    """Sort key (B, C) of the canvas columns: a step commits its decoded tokens by increasing key.
-
-    "l2r": the column itself. "fht": minus the first-hitting times of the N masked (target) slots, drawn
-    once per generation as the official accuracy runs do (setdlm_fht_cache_order): the last N entries of the
-    staggered schedule over the model's L = seq_len positions (A = d / 2L), with max 2W and the model's d, so
-    tokens are committed by decreasing T. The schedule spans max(L, N) positions (the official needs N <= L);
-    seq_len None: L = N, a schedule over the target slots alone."""
-    B, C = masked.shape
-    key = torch.arange(C, device=masked.device, dtype=torch.float64).expand(B, C)
-    N = int(masked.sum(1).max())
-    # "l2r" is the default: the official sampler's own default (its FHT flag is off unless a script sets it),
-    # deterministic, and what generate_reference states; the official accuracy runs set "fht".
-    if commit_order == "l2r" or N < 2:
-        return key
-    L = max(seq_len or N, N)
-    smax = min(2 * W, L)
-    T = first_hitting_times(B, L, smax, generator, masked.device, d=min(d, smax), last=N)   # (B, N)
-    slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
-    return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
-
-
 def gather_slots(chosen, key):
     """Indices of the True entries of chosen (B, K), sorted by key (B, K), left-aligned: (idx, ok) (B, n)."""
     n = int(chosen.sum(1).max())
     idx = torch.argsort(key.masked_fill(~chosen, math.inf), dim=1, stable=True)[:, :n]   # (B, n)
     return idx, torch.arange(n, device=chosen.device) < chosen.sum(1, keepdim=True)
 
-
-# ----------------------------------------------------------------------------- generate
 
 @torch.no_grad()
 def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_mask=None, stop=None,
@@ -377,53 +389,16 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     return finish(tokens[:, :C], step[:, :C], steps, nfe)
 
 
-# ----------------------------------------------------------------------------- reference
-
-@torch.no_grad()
-def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Settings):
-    """The sampler as the paper states it, to read first: batch size 1, greedy, no KV cache, commit order l2r.
-
-    The canvas is [prompt | N [MASK]]; [MASK]s inside the prompt are infilled too. Each step recomputes one
-    forward over [the clean tokens in commit order | one [MASK] query per masked column of the window]: the
-    clean stream is causal in commit order (the visible prompt first, in position order), each query sees
-    every clean token and itself. The window is the W columns from the leftmost [MASK]. The confidence rule
-    picks the tokens to decode, and they are committed left to right. `generate` is this loop with a KV cache,
-    a batch and options; test_all.py checks them equal token for token and step for step.
-    """
-    W, m = settings.window or cfg.smax // 2, cfg.mask_id
-    x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
-    C, dev = x.shape[1], x.device
-    clean = [c for c in range(C) if x[0, c] != m]  # committed columns, in commit order
-    step, nfe = torch.full_like(x, -1), 0
-    while (x == m).any():
-        left = int((x[0] == m).nonzero()[0])                                # the window: W columns from here
-        queries = [c for c in range(left, min(left + W, C)) if x[0, c] == m]
-        n, k = len(clean), len(queries)
-        mask = torch.zeros(n + k, n + k, dtype=torch.bool, device=dev)
-        mask[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()   # clean: causal in commit order
-        mask[n:, :n] = True                                                  # a query sees every clean token
-        mask[n:, n:] = torch.eye(k, dtype=torch.bool, device=dev)            # and itself
-        inp = torch.cat([x[:, clean], x.new_full((1, k), m)], 1)            # (1, n + k)
-        pos = torch.tensor([clean + queries], device=dev)                   # each slot at its own column
-        logits = model(inp, pos, mask)[:, n:]                               # (1, k, V) the queries' logits
-        y, dec = decode(logits, torch.ones(1, k, dtype=torch.bool, device=dev), m, settings.threshold)
-        for j, c in enumerate(queries):                                     # commit left to right
-            if dec[0, j]:
-                x[0, c], step[0, c] = y[0, j], nfe
-                clean.append(c)
-        nfe += 1
-    return finish(x, step, torch.tensor([nfe], device=dev), nfe)
-
-
 # ----------------------------------------------------------------------------- beyond the paper: --infill
 
 # Staggered orders never show a query a clean token more than about smax positions to its right, so a model
 # trained on them alone cannot read a far right context when it fills a gap (make infill: the right-determined
-# span sits at chance). train.py --infill F gives a fraction F of the rows an *infilling* order: one random
-# span is revealed after every other token (order's `span`: its T shifted below every other target's), so its
-# queries see the whole visible context on both sides, as the sampler's prefill gives them when infilling.
-# F = 0 draws nothing here, so the loss is the paper's draw for draw. Neither the paper nor the official code
-# has this.
+# span sits at chance). train.py --infill FRAC gives that fraction of the rows an *infilling* order: one
+# random span is revealed after every other token (order's `span`: its T shifted below every other target's),
+# so its queries see the whole visible context on both sides, as the sampler's prefill gives them when
+# infilling. --infill 0 draws nothing here, so the loss is the paper's draw for draw. Neither the paper nor
+# the official code has this.
+
 
 SPAN_LENGTHS = ("uniform", "loguniform")   # infill_len: how a span's length n in {1, ..., m} is drawn
 
@@ -457,8 +432,35 @@ def added_rows(x0, prompt_mask, pad_mask, span):
     return cat(x0), cat(prompt_mask), cat(pad_mask), torch.cat([torch.zeros_like(span), span[rows]])
 
 
-# ----------------------------------------------------------------------------- reproduction only: the
-# official cache crop (paper mode)
+# ----------------------------------------------------------------------------- reproduction only
+
+# What the paper's reproduction needs to know of Set Diffusion, as data.
+HF_GENERATE = False   # the official runs decode it with its own set sampler
+# the official eval does not count pad-id targets (EOS) nor position 0 (nll's exclude)
+OFFICIAL_EXCLUDES = True
+
+
+def commit_key(masked, W: int, d: float, commit_order: str, generator=None, seq_len: int | None = None):
+    """Sort key (B, C) of the canvas columns: a step commits its decoded tokens by increasing key.
+
+    "l2r": the column itself. "fht": minus the first-hitting times of the N masked (target) slots, drawn
+    once per generation as the official accuracy runs do (setdlm_fht_cache_order): the last N entries of the
+    staggered schedule over the model's L = seq_len positions (A = d / 2L), with max 2W and the model's d, so
+    tokens are committed by decreasing T. The schedule spans max(L, N) positions (the official needs N <= L);
+    seq_len None: L = N, a schedule over the target slots alone."""
+    B, C = masked.shape
+    key = torch.arange(C, device=masked.device, dtype=torch.float64).expand(B, C)
+    N = int(masked.sum(1).max())
+    # "l2r" is the default: the official sampler's own default (its FHT flag is off unless a script sets it),
+    # deterministic, and what generate_reference states; the official accuracy runs set "fht".
+    if commit_order == "l2r" or N < 2:
+        return key
+    L = max(seq_len or N, N)
+    smax = min(2 * W, L)
+    T = first_hitting_times(B, L, smax, generator, masked.device, d=min(d, smax), last=N)   # (B, N)
+    slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
+    return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
+
 
 class Crop:
     """The official KV cache past the model's context L (generate with settings.official and seq_len L):

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from sampling import Settings
-from test_all import MASK, METHODS, V, Jitter, causal, left_padded, tiny_model   # noqa: F401 (re-exported)
+from test_all import (MASK, METHODS, V, Jitter, causal, left_padded, sample_order,  # noqa: F401 (re-exported)
+                      tiny_model)
 
 
 def naive_generate(name, model, prompt, N, threshold=math.inf):

@@ -16,7 +16,7 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from helpers import MASK, V, Jitter, causal, left_padded, tiny_model
+from helpers import MASK, V, Jitter, causal, left_padded, sample_order, tiny_model
 
 
 class PositionOnly(torch.nn.Module):
@@ -188,7 +188,7 @@ def test_order_distribution_matches_the_schedule():
     delta = (loc[0] - loc[1]).item() / b
     u = torch.linspace(0, 1 - delta, 200001, dtype=torch.float64)
     swap = torch.trapezoid(k * (1 - u) ** (k - 1) * (1 - u - delta).clamp(min=0) ** k, u).item()
-    rank = sd.sample_order(B, L, smax, torch.Generator().manual_seed(1)).argsort(1)  # (B, L) rank of position
+    rank = sample_order(B, L, smax, torch.Generator().manual_seed(1)).argsort(1)  # (B, L) rank of position
     observed = (rank[:, 11:40] < rank[:, 10:39]).double().mean().item()
     assert 0.05 < swap < 0.95 and abs(observed - swap) < 0.01, (observed, swap)
 
