@@ -288,6 +288,25 @@ def test_batched_equals_each_row_alone(name):
         assert torch.equal(stats["step"][b, P - len(p):], st["step"][0])
 
 
+@pytest.mark.parametrize("window", [0, 6])
+def test_commits_are_prefixes_of_drawable_orders(window):
+    """Every query of the sampler sees a context the loss trained: a token is decoded before a masked token to
+    its left only when that token is fewer than smax positions away (the window spans W <= smax), the rule
+    that makes a committed set, in commit order, the first tokens of an order the schedule draws with
+    positive probability (docs/reading.md). Checked on every pair of generated columns, for windows smax / 2
+    and smax, at thresholds that decode out of order."""
+    cfg = METHODS["setdiffusion"][1]
+    model, out_of_order = Jitter(tiny_model(7), 2), 0
+    for seed, threshold in ((0, 0.3), (1, 0.1)):
+        prompt = torch.randint(0, MASK, (4, 3), generator=torch.Generator().manual_seed(seed))
+        step = sd.generate(model, prompt, cfg, Settings(24, threshold, window=window))[1]["step"][:, 3:]
+        i, j = torch.triu_indices(24, 24, 1)                          # every pair of columns i < j
+        early = step[:, j] < step[:, i]                               # (B, pairs) j decoded before i
+        assert ((j - i)[None].expand_as(early)[early] < cfg.smax).all()
+        out_of_order += int(early.sum())
+    assert out_of_order > 0                                           # the rule was really exercised
+
+
 def test_setdiffusion_infills_between_visible_tokens():
     """[MASK] inside the prompt: both sides are cached first; the reference sampler agrees; the sides are
     kept."""
