@@ -13,7 +13,7 @@ import sys
 import torch
 
 from common import checkpoint, methods, runtime
-from data import CORPORA, TASKS, custom, files
+from data import CORPORA, TASKS, custom
 from model import static_decoding
 
 # ----------------------------------------------------------------------------- range checks of shared flags
@@ -71,6 +71,7 @@ def check_output_file(path: str, flag: str = "--json") -> str:
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise ValueError(f"{flag} {path} is write-protected: make it writable (chmod u+w) or give another "
                          f"file")
+    from data import files                  # what writes results (eval.py, sample.py; not train.py)
     if files.stream(path):
         return path
     folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else path) or "."
@@ -107,8 +108,8 @@ def flag(dest: str) -> str:
 
 def methods_with(setting: str) -> set[str]:
     """The methods that have a setting: a field of their config, or a knob their sampler reads."""
-    return {name for name, method in methods.METHODS.items()
-            if setting in methods.METHOD_CONFIGS[name].__dataclass_fields__ or setting in method.KNOBS}
+    return {name for name in methods.NAMES if setting in methods.config_class(name).__dataclass_fields__
+            or setting in methods.method(name).KNOBS}
 
 
 def method_needs(dest: str) -> set[str] | None:

@@ -42,7 +42,7 @@ def effective(name: str, settings: dict) -> dict:
     """A method's settings as they act: one that refines a setting which is off (PARENTS: --infill-len with
     --infill 0, as an older version wrote it) counts as its default."""
     mc = methods.method_config(name, **settings)
-    fields = methods.METHOD_CONFIGS[name].__dataclass_fields__
+    fields = methods.config_class(name).__dataclass_fields__
     for child, parent in PARENTS.items():
         if child in mc and parent in mc and mc[parent] == fields[parent].default:
             mc[child] = fields[child].default

@@ -7,7 +7,7 @@ its type and range, so a damaged or foreign file is one line, never a traceback.
 import dataclasses
 import math
 
-from common.methods import METHOD_CONFIGS, METHODS
+from common.methods import NAMES, config_class
 from model import ModelConfig
 
 
@@ -41,11 +41,11 @@ def check_config(config, where: str) -> dict:
         if not isinstance(config[key], kind) or isinstance(config[key], bool):
             raise ValueError(f"{where}: {key} must be {'an object' if kind is dict else kind.__name__}, "
                              f"got {config[key]!r:.40}")
-    if config["method"] not in METHODS:
-        raise ValueError(f"{where}: unknown method {config['method']!r} (one of {', '.join(METHODS)})")
+    if config["method"] not in NAMES:
+        raise ValueError(f"{where}: unknown method {config['method']!r} (one of {', '.join(NAMES)})")
     model, mc = config["model"], config["method_config"]
     check_fields(ModelConfig, model, f"{where}: model")
-    check_fields(METHOD_CONFIGS[config["method"]], mc, f"{where}: method_config")
+    check_fields(config_class(config["method"]), mc, f"{where}: method_config")
     vocab = model.get("vocab_size", ModelConfig.vocab_size)
     lowest = {"seq_len": (config["seq_len"], 1), "method_config.smax": (mc.get("smax", 2), 2),
               "method_config.block_size": (mc.get("block_size", 1), 1),

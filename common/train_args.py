@@ -26,7 +26,7 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     """train.py's flags, grouped as --help shows them."""
     p = argparse.ArgumentParser(prog="train.py", description=description, formatter_class=HelpFormat)
     g = p.add_argument_group("method")
-    g.add_argument("--model", required=True, choices=list(methods.METHODS),
+    g.add_argument("--model", required=True, choices=list(methods.NAMES),
                    help="which objective to train")
     g.add_argument("--smax", type=int, default=8, help="Set Diffusion: max set size / reorder reach (= 2d)")
     g.add_argument("--block-size", type=int, default=4, help="BD3-LM: tokens per block S")

@@ -39,7 +39,7 @@ def unigram_entropy(ids) -> float:
 def check_reference(config: dict, ref_config: dict, ref_path: str, max_new: int) -> None:
     """The --ref-ckpt that scores the samples must be AR (an exact likelihood), trained on the samples' data
     with their tokenizer, and hold the BOS and max_new tokens in its context (ValueError: one line)."""
-    if not methods.METHODS[ref_config["method"]].EXACT_NLL:
+    if not methods.method(ref_config["method"]).EXACT_NLL:
         raise ValueError(f"--ref-ckpt {ref_path} is a {ref_config['method']} checkpoint: generative "
                          f"perplexity needs an AR model (its likelihood is exact); give an AR checkpoint "
                          f"trained on the same data")

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 
-from common.methods import METHODS
+from common.methods import method
 from data import get_task
 from data.files import figure_format, replaced
 from common.metrics import markdown_table
@@ -110,7 +110,7 @@ def summarize(paths, out_md, out_png=None, paper=None):
             row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], task=m["task"],
                        n=m.get("n"), file=path)
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
-    ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in METHODS[r["model"]].KNOBS   # AR:
+    ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in method(r["model"]).KNOBS   # AR:
                      and "tokens_per_s" in r), None)                                      # one token a step
     nan = float("nan")
     head = ["checkpoint", "tau", "accuracy", "tokens/step", "tokens/s (batch 1)", "speed vs AR"]
@@ -346,7 +346,7 @@ def generation(paths, out_md, out_png=None) -> str:
     head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens", "seeds"]
     body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"),
              spread(runs, "perplexity", ".3f"),
-             "exact" if METHODS[ORDER[i]].EXACT_NLL else "bound", spread(runs, "tokens", ".0f"), len(runs)]
+             "exact" if method(ORDER[i]).EXACT_NLL else "bound", spread(runs, "tokens", ".0f"), len(runs)]
             for (i, label), runs in sorted(likelihood.items())]
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
     if samples:

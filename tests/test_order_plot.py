@@ -57,8 +57,8 @@ def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(ckpts, tmp_path,
 def test_titles_name_the_method_and_the_settings_it_decodes_with():
     """A heading holds the method's whole-number config and the decoding knobs it reads, not the others'."""
     def title(name, **settings):
-        return order_plot.title(name, methods.METHOD_CONFIGS[name](mask_id=1), Settings(**settings),
-                                methods.METHODS[name].KNOBS)
+        return order_plot.title(name, methods.config_class(name)(mask_id=1), Settings(**settings),
+                                methods.method(name).KNOBS)
     assert title("ar", threshold=0.8) == "AR"                                  # AR reads no threshold
     assert title("mdlm", threshold=0.8) == "MDLM, τ 0.8, block 32"
     assert title("bd3lm") == "BD3-LM, block size 4, τ ∞"

@@ -55,7 +55,7 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path, monkeypatch):
     """Killed after the step-3 checkpoint, then --resume: the loss curve of the uninterrupted run, exactly."""
     args = ["--model", "setdiffusion", "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
     full = run_train(tmp_path / "a", *args)
-    monkeypatch.setitem(methods.METHODS, "setdiffusion", killed_after(5, sd.loss, KeyboardInterrupt))
+    monkeypatch.setattr(sd, "loss", killed_after(5, sd.loss, KeyboardInterrupt).loss)
     with pytest.raises(KeyboardInterrupt):
         run_train(tmp_path / "b", *args)
     monkeypatch.undo()
@@ -74,7 +74,7 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
     kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
     assert all(saving.step_of(str(d)) == k and not (d / "train_state.pt").exists()
                for k, d in kept.items())
-    monkeypatch.setitem(methods.METHODS, "setdiffusion", killed_after(3, sd.loss, KeyboardInterrupt))
+    monkeypatch.setattr(sd, "loss", killed_after(3, sd.loss, KeyboardInterrupt).loss)
     with pytest.raises(KeyboardInterrupt):                # the same run, saved at step 2, stopped in step 3
         run_train(tmp_path / "c", *args, "--save-every", "2")
     for d, same in ((kept[2], tmp_path / "c" / "ckpt"), (kept[4], out)):
@@ -96,7 +96,7 @@ def test_resume_of_a_checkpoint_older_than_a_method_setting(tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setitem(methods.METHODS, "ar", killed_after(5, ar.loss, None))
+    monkeypatch.setattr(ar, "loss", killed_after(5, ar.loss, None).loss)
     with pytest.raises(SystemExit) as e:
         run_train(tmp_path, "--model", "ar", "--max-iters", "8", "--save-every", "2")
     assert e.value.code == 1
@@ -250,10 +250,10 @@ def test_eval_passes_the_context_and_official_to_the_samplers(tmp_path, monkeypa
     for m in ("setdiffusion", "mdlm", "bd3lm"):
         run_train(tmp_path / m, "--model", m, "--max-iters", "1")
 
-        def spy(*a, _real=methods.METHODS[m].generate, _m=m, **k):
+        def spy(*a, _real=methods.method(m).generate, _m=m, **k):
             seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
-        monkeypatch.setattr(methods.METHODS[m], "generate", spy)
+        monkeypatch.setattr(methods.method(m), "generate", spy)
         evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official",
                        "--commit-order", "fht"])
     assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
