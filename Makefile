@@ -16,8 +16,9 @@ install:  ## install the runtime dependencies (torch 2.13.0: README says how to 
 	$(PY) -m pip install -q -r requirements.txt
 
 # The figures need matplotlib and ROUGE needs rouge-score, optional at runtime (requirements-test.txt pins them):
-# every target that draws or scores with them installs them first, before any training.
+# every target that draws or scores with them installs them first (NEED_EXTRAS), before any training.
 EXTRAS = $(shell grep -E '^(matplotlib|rouge-score)==' requirements-test.txt | cut -d' ' -f1)
+NEED_EXTRAS = $(PY) -c "import matplotlib, rouge_score" 2>/dev/null || $(PY) -m pip install -q $(EXTRAS)
 install-extras: install  ## install the packages the figures and ROUGE need (matplotlib, rouge-score)
 	$(PY) -m pip install -q $(EXTRAS)
 
@@ -42,7 +43,8 @@ demo: install  ## train Set Diffusion on the shipped task (2-core CPU, ~15 min),
 # 6 %, MDLM 0 % at tau inf: the order, not the answer, is the point.
 PICTURE_DIR ?= out/picture
 PICTURE_TRAIN = --max-iters 1000 --batch-size 32 --eval-limit 50 --save-every 100000 --seed 1
-decoding-picture: install-extras  ## results/decoding.png: how AR, MDLM, BD3-LM and Set Diffusion decode one prompt (trains four 1,000-step checkpoints if absent, ~50 min on one core)
+decoding-picture:  ## results/decoding.png: how AR, MDLM, BD3-LM and Set Diffusion decode one prompt (trains four 1,000-step checkpoints if absent, ~50 min on one core)
+	@$(NEED_EXTRAS)
 	[ -f $(PICTURE_DIR)/ar/config.json ] || $(PY) train.py --model ar --out-dir $(PICTURE_DIR)/ar $(PICTURE_TRAIN)
 	[ -f $(PICTURE_DIR)/mdlm/config.json ] || $(PY) train.py --model mdlm --predict-padding --out-dir $(PICTURE_DIR)/mdlm $(PICTURE_TRAIN)
 	[ -f $(PICTURE_DIR)/bd3lm/config.json ] || $(PY) train.py --model bd3lm --block-size 4 --out-dir $(PICTURE_DIR)/bd3lm $(PICTURE_TRAIN)
@@ -61,7 +63,8 @@ example:  ## your own data: fine-tune Set Diffusion on a shipped JSONL file, eva
 test: install-test  ## run the tests (the same command CI runs)
 	$(PY) -m pytest -q
 
-pareto: install-extras  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the shipped task (~90 min on 2 CPU cores)
+pareto:  ## the GSM8K Pareto figure in miniature: 4 methods x thresholds on the shipped task (~90 min on 2 CPU cores)
+	@$(NEED_EXTRAS)
 	mkdir -p results/pareto
 	$(PY) train.py --model ar --out-dir out/pareto/ar $(PARETO_TRAIN)
 	$(PY) train.py --model mdlm --predict-padding --out-dir out/pareto/mdlm $(PARETO_TRAIN)
@@ -75,8 +78,9 @@ pareto: install-extras  ## the GSM8K Pareto figure in miniature: 4 methods x thr
 # The speed column: every (checkpoint, tau) of make pareto timed in one interleaved measurement (paper/speed.py):
 # each of 50 prompts decoded by every run in turn at batch 1, 3 rounds, the median round and the rounds' range.
 PARETO_RUNS = $(PARETO_DIR)/ar $(foreach m,mdlm bd3lm setdiffusion,$(foreach t,$(TAUS),$(PARETO_DIR)/$(m)@$(t)))
-pareto-speed: install-extras  ## re-time make pareto's checkpoints, all runs interleaved (median of 3 rounds, range), and remake its table (~10 min CPU)
+pareto-speed:  ## re-time make pareto's checkpoints, all runs interleaved (median of 3 rounds, range), and remake its table (~10 min CPU)
 	@$(NEED_PARETO)
+	@$(NEED_EXTRAS)
 	$(PY) -m paper.speed $(PARETO_RUNS) --limit 55 --warmup 5 --rounds 3 --out results/pareto
 	$(PY) -m paper.results results/pareto.md results/pareto/*.json --pareto --plot results/pareto.png
 
@@ -126,9 +130,10 @@ SMAX_OUT ?= out/smax
 SMAX_RESULTS ?= results/smax
 SMAX_TABLE ?= $(SMAX_RESULTS)
 SMAX_EVAL = $(PY) eval.py --ckpt $(SMAX_OUT)/$$c
-smax: install-extras  ## Set Diffusion at smax 4, 8, 16, 32 (and smax 8 --infill): accuracy at tau inf and 0.9, likelihood, both infill spans, vs smax
+smax:  ## Set Diffusion at smax 4, 8, 16, 32 (and smax 8 --infill): accuracy at tau inf and 0.9, likelihood, both infill spans, vs smax
 	case "$(SMAX_RESULTS)" in "$(SMAX_TABLE)"*) ;; *) echo "error: SMAX_TABLE=$(SMAX_TABLE) would not tabulate" \
 	  "SMAX_RESULTS=$(SMAX_RESULTS): give a prefix of it" >&2; exit 1;; esac
+	@$(NEED_EXTRAS)
 	mkdir -p $(SMAX_RESULTS)
 	for s in $(SMAX); do [ -f $(SMAX_OUT)/setdiffusion-smax$$s/config.json ] || $(PY) train.py --model setdiffusion \
 	  --smax $$s --out-dir $(SMAX_OUT)/setdiffusion-smax$$s $(PARETO_TRAIN) || exit 1; done
@@ -169,7 +174,8 @@ SHAKESPEARE_TRAIN = --data shakespeare $(SHAKESPEARE_CACHE) --n-layer 4 --n-embd
 	--batch-size 8 --max-iters $(SHAKESPEARE_ITERS) --eval-limit 200 --save-every 100000 --seed $(SHAKESPEARE_SEED)
 SHAKESPEARE_SAMPLE = --task unconditional --ref-ckpt $(SHAKESPEARE_OUT)/ar -n $(SHAKESPEARE_N) --warmup 1 --no-redraw
 
-shakespeare: install-extras  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000 steps), bits/char, samples scored by the AR model over tau (~27 min on 2 CPU cores)
+shakespeare:  ## real text: the four methods on Shakespeare (bytes, 4x128, 2,000 steps), bits/char, samples scored by the AR model over tau (~27 min on 2 CPU cores)
+	@$(NEED_EXTRAS)
 	mkdir -p $(SHAKESPEARE_RESULTS)
 	$(PY) train.py --model ar --out-dir $(SHAKESPEARE_OUT)/ar $(SHAKESPEARE_TRAIN)
 	$(PY) train.py --model mdlm --out-dir $(SHAKESPEARE_OUT)/mdlm $(SHAKESPEARE_TRAIN)
@@ -185,7 +191,8 @@ shakespeare: install-extras  ## real text: the four methods on Shakespeare (byte
 	    --json $(SHAKESPEARE_RESULTS)/$$m-$$t.json || exit 1; done; done
 	$(PY) -m paper.results $(SHAKESPEARE_RESULTS).md $(SHAKESPEARE_RESULTS)/*.json --generation --plot $(SHAKESPEARE_RESULTS).png
 
-shakespeare-seeds: install-extras  ## after make shakespeare (seed 1): seeds 2 and 3 the same way, then one table and plot of the mean [min, max] (~55 min)
+shakespeare-seeds:  ## after make shakespeare (seed 1): seeds 2 and 3 the same way, then one table and plot of the mean [min, max] (~55 min)
+	@$(NEED_EXTRAS)
 	for s in 2 3; do $(MAKE) shakespeare SHAKESPEARE_SEED=$$s SHAKESPEARE_OUT=$(SHAKESPEARE_OUT)-s$$s \
 	  SHAKESPEARE_RESULTS=$(SHAKESPEARE_RESULTS)-s$$s || exit 1; done
 	$(PY) -m paper.results $(SHAKESPEARE_RESULTS)-seeds.md $(SHAKESPEARE_RESULTS)/*.json $(SHAKESPEARE_RESULTS)-s[23]/*.json \
@@ -197,9 +204,10 @@ shakespeare-seeds: install-extras  ## after make shakespeare (seed 1): seeds 2 a
 # span and method, the seeds' mean [min, max]. INFILL_TEXT_LIMIT rows per run (the first 2 warm-up).
 INFILL_TEXT_LIMIT ?= 200
 INFILL_TEXT_CKPTS = $(SHAKESPEARE_OUT) $(SHAKESPEARE_OUT)-s2 $(SHAKESPEARE_OUT)-s3
-infill-shakespeare: install-extras  ## fill a masked word and a masked line of held-out Shakespeare with the make shakespeare(-seeds) checkpoints: exact, char accuracy, ROUGE-L, speed (CPU)
+infill-shakespeare:  ## fill a masked word and a masked line of held-out Shakespeare with the make shakespeare(-seeds) checkpoints: exact, char accuracy, ROUGE-L, speed (CPU)
 	@for d in $(INFILL_TEXT_CKPTS); do for m in ar mdlm bd3lm setdiffusion; do [ -f $$d/$$m/config.json ] || { \
 	  echo "error: make $@ evaluates the make shakespeare and shakespeare-seeds checkpoints, and $$d/$$m holds none: run those first (or SHAKESPEARE_OUT=folder)" >&2; exit 1; }; done; done
+	@$(NEED_EXTRAS)
 	mkdir -p results/infill-shakespeare
 	for d in $(INFILL_TEXT_CKPTS); do for m in ar mdlm bd3lm setdiffusion; do for s in word line; do \
 	  $(PY) eval.py --ckpt $$d/$$m --task infill --span $$s --limit $(INFILL_TEXT_LIMIT) --warmup 2 $(SHAKESPEARE_CACHE) \
@@ -215,7 +223,8 @@ infill-shakespeare: install-extras  ## fill a masked word and a masked line of h
 SHAKESPEARE_INFILL ?= 0.5
 SHAKESPEARE_INFILL_SEEDS ?= 1 2 3
 SEED_DIR = $$([ $$s = 1 ] || echo -s$$s)
-shakespeare-infill: install-extras  ## --infill on Shakespeare, seeds 1-3: likelihood, samples' quality, word and line infilling beside the zero-shot methods (~45 min on 2 CPU cores)
+shakespeare-infill:  ## --infill on Shakespeare, seeds 1-3: likelihood, samples' quality, word and line infilling beside the zero-shot methods (~45 min on 2 CPU cores)
+	@$(NEED_EXTRAS)
 	mkdir -p results/infill-shakespeare
 	for s in $(SHAKESPEARE_INFILL_SEEDS); do d=$(SHAKESPEARE_OUT)$(SEED_DIR); r=$(SHAKESPEARE_RESULTS)$(SEED_DIR); mkdir -p $$r; \
 	  [ -f $$d/ar/config.json ] || $(PY) train.py --model ar --out-dir $$d/ar $(SHAKESPEARE_TRAIN) --seed $$s || exit 1; \
@@ -244,7 +253,8 @@ CURVE_SEEDS ?= 1,2,3
 CURVE_DEVICE ?= cpu
 CURVE_JOBS ?= 1
 CURVE_KEEP ?= 500
-infill-curve: install-extras  ## right-determined infilling and held-out accuracy against training steps: --infill at two budgets, recipes, seeds 1-3 -> results/infill-curve.md, .png (CPU: hours; a GPU: minutes)
+infill-curve:  ## right-determined infilling and held-out accuracy against training steps: --infill at two budgets, recipes, seeds 1-3 -> results/infill-curve.md, .png (CPU: hours; a GPU: minutes)
+	@$(NEED_EXTRAS)
 	$(PY) -m paper.infill_curve --runs $(CURVE_RUNS) --seeds $(CURVE_SEEDS) --device $(CURVE_DEVICE) --jobs $(CURVE_JOBS) \
 	  --keep-every $(CURVE_KEEP)
 
@@ -294,7 +304,8 @@ FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "$(FT_TRAI
 	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; \
 	[ -f $(FT_RESULTS)/$$r.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; }; \
 	[ -f $(FT_RESULTS)/$$r-nll.json ] || { echo "$(FT_NLL)"; $(FT_NLL) || exit 1; };
-finetune-mini: install-extras  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~2.5 h, one CPU core)
+finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~2.5 h, one CPU core)
+	@$(NEED_EXTRAS)
 	mkdir -p $(FT_OUT) $(FT_RESULTS)
 	[ -f $(FT_OUT)/pretrain/config.json ] || $(PY) train.py --model ar --data shakespeare $(FT_SHAPE) --batch-size 16 \
 	  --max-iters $(FT_PRE_ITERS) --eval-limit 200 --save-every 100000 --seed 1 --out-dir $(FT_OUT)/pretrain

@@ -42,8 +42,10 @@ class BD3LMConfig:
     nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
 
     def __post_init__(self):
-        if self.block_size < 1 or not 0 < self.eps < 1:
-            raise ValueError(f"block size must be >= 1 and eps in (0, 1), got {self.block_size}, {self.eps}")
+        if self.block_size < 1:
+            raise ValueError(f"--block-size must be at least 1, got {self.block_size}")
+        if not 0 < self.eps < 1:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
 
     def check(self, seq_len: int):
         """Raise a ValueError with one line for a setting that cannot train at context seq_len."""

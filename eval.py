@@ -21,13 +21,13 @@ import sys
 from common import threads  # noqa: F401
 
 from common import eval_args
-from common.cli import check_threshold, check_window, load_for_inference, no_examples_left
+from common.cli import check_window, load_for_inference, no_examples_left
 from data.files import replaced
 from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
                             markdown_table, run_record, window_used)
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from data.mcqa import NAMES as MCQA
-from sampling import Settings
+from sampling import Settings, check_threshold
 
 TASKS = eval_args.TASKS
 

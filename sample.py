@@ -22,12 +22,12 @@ import sys
 from common import threads  # noqa: F401
 
 from common import order_plot
-from common.cli import (check_nonnegative, check_positive, check_temperature, check_threshold, check_window,
-                        load_for_inference, refuse_unused, speed_args)
+from common.cli import (check_nonnegative, check_positive, check_window, load_for_inference, refuse_unused,
+                        speed_args)
 from common.replies import respond
 from data import get_corpus, get_task, get_tokenizer, is_corpus
 from data.prompts import batches, encode_prompts, prompt_texts
-from sampling import SamplerOptions, Settings, check
+from sampling import SamplerOptions, Settings, check, check_temperature, check_threshold
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,8 +70,8 @@ def check_flags(args) -> SamplerOptions | None:
     check_positive("--batch-size", args.batch_size)
     if args.max_new_tokens is not None:
         check_nonnegative("--max-new-tokens", args.max_new_tokens, "0 = only fill [MASK]s")
-    check_temperature(args.temperature)
-    check_threshold(args.threshold)
+    check_temperature(args.temperature, "--temperature")
+    check_threshold(args.threshold, "--threshold")
     refuse_unused(parser(), args, lambda dest: None, set(), "", "")   # --top-p without --temperature
     if args.prompt is not None and args.prompt_file:
         raise ValueError("give --prompt or --prompt-file, not both")

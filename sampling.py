@@ -40,20 +40,35 @@ class Settings:
 
 
 def check_settings(s: Settings):
-    """Raise a ValueError with one clear line for an out-of-range or non-finite setting."""
+    """Raise a ValueError with one clear line for an out-of-range or non-finite setting: the one place each
+    decoding rule is written (the scripts call the same functions on their flags, before any work). The
+    window's upper bound is the method's (SetDiffusionConfig.window: at most smax)."""
     if not s.max_new_tokens >= 0:
         raise ValueError(f"max new tokens must be >= 0, got {s.max_new_tokens}")
-    if math.isnan(s.threshold) or s.threshold <= 0:
-        raise ValueError(f"the threshold must be > 0 (inf = one token per step), got {s.threshold}")
-    if not (math.isfinite(s.temperature) and s.temperature >= 0):
-        raise ValueError(f"temperature must be a finite number >= 0, got {s.temperature}")
-    if s.window < 0 or s.block < 1:
-        raise ValueError(f"the window must be >= 0 (0 = smax / 2) and the block >= 1, got {s.window}, "
-                         f"{s.block}")
+    check_threshold(s.threshold)
+    check_temperature(s.temperature)
+    if s.block < 1:
+        raise ValueError(f"the MDLM block must be >= 1, got {s.block}")
     if s.commit_order not in ("l2r", "fht"):
         raise ValueError(f"commit order must be 'l2r' or 'fht', got {s.commit_order!r}")
     if s.options is not None:
         check(s.options, s.temperature)
+
+
+def check_threshold(tau: float, name: str = "the threshold") -> float:
+    """tau in (0, 1], or inf for one token per step (ValueError naming `name`: a flag, or where tau came
+    from)."""
+    if not (0 < tau <= 1 or tau == math.inf):
+        raise ValueError(f"{name} {tau}: a confidence threshold must be in (0, 1], or inf for one token per "
+                         "step")
+    return tau
+
+
+def check_temperature(t: float, name: str = "the temperature") -> float:
+    """A sampling temperature: a finite number >= 0 (0 = greedy)."""
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"{name} {t}: the temperature must be a finite number >= 0 (0 = greedy)")
+    return t
 
 
 def choose(logits, temperature=0.0, generator=None, track=None, draw=None):
@@ -115,7 +130,7 @@ class Picker:
                  generator=None):
         check_settings(settings)
         self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
-        self.track = start(settings.options, canvas, real, mask_id, settings.temperature)   # None: no options
+        self.track = start(settings.options, canvas, real, mask_id)                # None: no options
         self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens)
         self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
 
@@ -183,16 +198,13 @@ class SamplerOptions:
 
 def check(opt: SamplerOptions, temperature: float = 0.0):
     """Raise a ValueError with one clear line for contradictory, out-of-range or non-finite options."""
-    numbers = [opt.top_p, opt.repetition_penalty, opt.stop_confidence, opt.stop_entropy, temperature,
-               *opt.length_penalty]
+    numbers = [opt.top_p, opt.repetition_penalty, opt.stop_confidence, opt.stop_entropy, *opt.length_penalty]
     if not all(math.isfinite(x) for x in numbers):
         raise ValueError(f"sampler options must be finite numbers, got {opt}")
     if not 1e-30 <= opt.top_p <= 1:             # float32 rounds a smaller nucleus mass to 0: no token kept
         raise ValueError(f"top-p must be {'>= 1e-30' if 0 < opt.top_p < 1 else 'in (0, 1]'}, got {opt.top_p}")
     if opt.top_p < 1 and temperature <= 0:
         raise ValueError("top-p < 1 needs sampling: set a temperature > 0 (temperature 0 is greedy)")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
     if opt.repetition_penalty <= 0:
         raise ValueError(f"the repetition penalty must be > 0 (1 = off), got {opt.repetition_penalty}")
     if opt.length_penalty and (len(opt.length_penalty) != 2 or opt.length_penalty[0] < 0
@@ -223,12 +235,11 @@ class Track:
     shown: torch.Tensor = None    # (B, K) visible new tokens left of each slot (the length penalties)
 
 
-def start(opt, tokens, real, mask_id: int, temperature=0.0):
+def start(opt, tokens, real, mask_id: int):
     """A Track for a canvas tokens (B, C) whose [MASK]s (real (B, C)) are to be generated; None without
-    options."""
+    options (checked with the settings: check_settings)."""
     if opt is None:
         return None
-    check(opt, temperature)
     gen = (tokens == mask_id) & real                                      # (B, C) columns to generate
     B = tokens.shape[0]
     return Track(opt, real & (gen | opt.penalize_context), gen.float().argmax(1),

@@ -76,15 +76,28 @@ class SetDiffusionConfig:
     infill_added: bool = False    # ... and whether they are copies added to the batch, not replacements
 
     def __post_init__(self):
-        if self.smax < 2 or not 0 <= self.infill <= 1:
-            raise ValueError(f"smax must be >= 2 and infill a fraction in [0, 1], got {self.smax}, "
-                             f"{self.infill}")
+        """The one place each setting's rule is written (ValueError, one line naming the flag)."""
+        if self.smax < 2:
+            raise ValueError(f"--smax must be at least 2, got {self.smax}")
+        if not 0 <= self.infill <= 1:
+            raise ValueError(f"--infill must be a fraction in [0, 1], got {self.infill}")
         if self.infill_len not in SPAN_LENGTHS:
             raise ValueError(f"infill_len is one of {', '.join(SPAN_LENGTHS)}, got {self.infill_len!r}")
 
     def check(self, seq_len: int):
         """Raise a ValueError with one line for a setting that cannot train at context seq_len."""
-        schedule(seq_len, self.smax)
+        if self.smax > seq_len:
+            raise ValueError(f"--smax {self.smax} is larger than the sequence length {seq_len}")
+        schedule(seq_len, self.smax)                        # refuses an smax and d with no staggered schedule
+
+    def window(self, W: int = 0, name: str = "the window") -> int:
+        """The sampler's window: W positions, or for 0 the paper's W = d = smax // 2 (ValueError, one line
+        naming `name`, outside [1, smax]: a wider window would reveal a token before one smax or more
+        positions to its left, an order the schedule never draws)."""
+        W = W or self.smax // 2
+        if not 1 <= W <= self.smax:
+            raise ValueError(f"{name} {W}: the window must be in [1, smax={self.smax}]")
+        return W
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
@@ -107,8 +120,6 @@ def schedule(seq_len: int, smax: int, d: float | None = None, device=None):
     positions, so the reach exceeds smax - 1 (measured over 20,000 orders: 8 at L 128, smax 8; 18 at L 128,
     smax 16). The sampler's "fht" commit order reaches that branch when its window is at most smax / 4
     (commit_key)."""
-    if not 2 <= smax <= seq_len:
-        raise ValueError(f"smax must be in [2, seq_len={seq_len}], got {smax}")
     d = smax / 2 if d is None else d
     A = d / (2 * seq_len)                       # area under one position's masking probability curve
     if d in (1, smax):                          # the official schedule's branch: k = 1, a linear curve
@@ -248,7 +259,7 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
     picks the tokens to decode, and they are committed left to right. `generate` is this loop with a KV cache,
     a batch and options; test_all.py checks them equal token for token and step for step.
     """
-    W, m = settings.window or cfg.smax // 2, cfg.mask_id
+    W, m = cfg.window(settings.window), cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
     C, dev = x.shape[1], x.device
     clean = [c for c in range(C) if x[0, c] != m]  # committed columns, in commit order
@@ -340,9 +351,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     entries dropped. settings.commit_order "l2r" commits a step's tokens left to right, "fht" by decreasing
     first-hitting time (commit_key). `stop` is checked every W steps up to the window's end, as the
     official."""
-    W = settings.window or cfg.smax // 2
-    if not 1 <= W <= cfg.smax:
-        raise ValueError(f"window must be in [1, smax={cfg.smax}], got {W}")
+    W = cfg.window(settings.window)
     B, dev = prompt.shape[0], prompt.device
     # (B, C+W)
     tokens, real, pos, C = window_canvas(prompt, prompt_mask, settings.max_new_tokens, cfg.mask_id, W)

@@ -221,9 +221,9 @@ def test_orders():
         far = j - i >= smax
         assert (rank[:, i[far]] < rank[:, j[far]]).all()
         assert (rank - torch.arange(40)).abs().float().mean() > 0.3         # and it does shuffle locally
-    for bad in (1, 41):
+    for bad in (1, 41):                                     # the config's rules: smax in [2, L]
         with pytest.raises(ValueError):
-            sample_order(1, 40, bad)
+            sd.SetDiffusionConfig(MASK, bad).check(40)
 
 
 def test_order_puts_prompt_first_and_padding_last():

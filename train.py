@@ -29,6 +29,7 @@ import torch
 
 from common import checkpoint, methods, saving
 from common import credentials, runs, train_args
+from common.cli import check_window
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer, make_optimizer
@@ -61,6 +62,11 @@ def setup(args, device, flex: bool = False):
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
     seq_len = args.seq_len or task.SEQ_LEN
     start = runs.start_from(args, tok, seq_len) if args.init_from else None  # what cannot carry over: refused
+    # the method's settings, checked by its config (against seq_len too) and its window, before any data
+    cfg = methods.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
+                                block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
+                                infill_len=args.infill_len, infill_added=args.infill_added)
+    check_window(args.window, *methods.method_of({"method": args.model, "method_config": cfg}))
     shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
         check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
@@ -79,10 +85,6 @@ def setup(args, device, flex: bool = False):
     else:
         torch.manual_seed(args.seed)
         model = Transformer(ModelConfig(**shape))
-    # method_config keeps the settings this method has and checks them against seq_len: one line if bad
-    cfg = methods.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
-                                   block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
-                                   infill_len=args.infill_len, infill_added=args.infill_added)
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
     elif args.max_new_tokens > seq_len:

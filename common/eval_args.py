@@ -9,9 +9,9 @@ import argparse
 import os
 
 from common import saving
-from common.cli import (check_nonnegative, check_output_file, check_positive, check_temperature,
-                        check_threshold, refuse_unused, speed_args)
+from common.cli import check_nonnegative, check_output_file, check_positive, refuse_unused, speed_args
 from data.mcqa import NAMES as MCQA
+from sampling import check_temperature, check_threshold
 
 ACCURACY = ("arith", "gsm8k", "cnndm")                       # generation accuracy of a task
 PAPER = ("rocstories", "unconditional", *MCQA, "lm-eval")  # the paper's runners (paper/), imported when named
@@ -119,11 +119,11 @@ def check(args):
         raise ValueError(f"--rounds must be at most 100 (the paper's 3), got {args.rounds}")
     check_nonnegative("--limit", args.limit, "0 = all")
     check_nonnegative("--warmup", args.warmup)
-    check_temperature(args.temperature)
+    check_temperature(args.temperature, "--temperature")
     if args.max_new_tokens is not None:
         check_positive("--max-new-tokens", args.max_new_tokens)
     if args.threshold is not None:
-        check_threshold(args.threshold)
+        check_threshold(args.threshold, "--threshold")
     if args.json:
         check_output_file(args.json)
         folder = os.path.dirname(args.json) or "."

@@ -47,8 +47,7 @@ def check_config(config, where: str) -> dict:
     check_fields(ModelConfig, model, f"{where}: model")
     check_fields(config_class(config["method"]), mc, f"{where}: method_config")
     vocab = model.get("vocab_size", ModelConfig.vocab_size)
-    lowest = {"seq_len": (config["seq_len"], 1), "method_config.smax": (mc.get("smax", 2), 2),
-              "method_config.block_size": (mc.get("block_size", 1), 1),
+    lowest = {"seq_len": (config["seq_len"], 1),    # (a method's settings: its config's own rules)
               **{f"model.{k}": (model.get(k, 1), 1) for k in ("vocab_size", "n_layer", "n_head", "n_kv_head",
                                                               "n_embd")}}
     for name, (value, low) in lowest.items():

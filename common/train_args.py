@@ -12,10 +12,10 @@ import math
 import os
 
 from common import methods
-from common.cli import (check_nonnegative, check_positive, check_threshold, data_spec, method_needs,
-                        refuse_unused)
+from common.cli import check_nonnegative, check_positive, data_spec, method_needs, refuse_unused
 from data import CORPORA, TASKS, custom
 from model import PRESETS
+from sampling import check_threshold
 
 
 class HelpFormat(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -132,18 +132,16 @@ def check(args):
     before any work (ValueError, one line); counts and the threshold with the checks eval.py and sample.py
     use."""
     for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd",
-                 "n_head", "block_size"):
+                 "n_head"):
         check_positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.max_new_tokens is not None:
         check_positive("--max-new-tokens", args.max_new_tokens)
     for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
-                       ("keep_every", "0 = none"), ("seq_len", "0 = the task's"), ("window", "0 = smax / 2")):
+                       ("keep_every", "0 = none"), ("seq_len", "0 = the task's")):
         check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
     if args.seq_len == 1:
         raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "
                          "predict); 0 = the task's default")
-    if args.smax < 2:
-        raise ValueError(f"--smax must be at least 2, got {args.smax}")
     for name, value, ok, rule in [("--lr", args.lr, args.lr > 0, "> 0"),
                                   ("--final-lr", args.final_lr, args.final_lr >= 0, ">= 0"),
                                   ("--weight-decay", args.weight_decay, args.weight_decay >= 0, ">= 0"),
@@ -153,11 +151,7 @@ def check(args):
                                   ("--dist-timeout", args.dist_timeout, args.dist_timeout > 0, "> 0")]:
         if not (math.isfinite(value) and ok):
             raise ValueError(f"{name} must be a finite number {rule}, got {value}")
-    check_threshold(args.threshold)
-    if not 0 <= args.infill <= 1:
-        raise ValueError(f"--infill must be a fraction in [0, 1], got {args.infill}")
+    check_threshold(args.threshold, "--threshold")
     refuse_unused(parser(), args, method_needs, {args.model}, f"--model {args.model}", "--model ")
     if args.fsdp and args.eval_every:
         raise ValueError("--fsdp evaluates once, at the end, from the saved checkpoint: drop --eval-every")
-    if args.window > args.smax:
-        raise ValueError(f"--window {args.window} is larger than --smax {args.smax}")

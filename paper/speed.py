@@ -18,9 +18,9 @@ import os
 import sys
 
 from common import checkpoint, runtime
-from common.cli import check_nonnegative, check_positive, check_threshold
+from common.cli import check_nonnegative, check_positive
 from data import get_task, get_tokenizer, is_corpus, sampler_preset
-from sampling import Settings
+from sampling import Settings, check_threshold
 from common.metrics import interleaved_throughput, markdown_table, run_record, window_used
 
 

@@ -429,7 +429,7 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
     (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1, got -5"),
     (["--seq-len", "-1"], "--seq-len must be 0 or more (0 = the task's), got -1"),
     (["--smax", "1"], "--smax must be at least 2, got 1"),
-    (["--window", "-1"], "--window must be 0 or more (0 = smax / 2), got -1"),
+    (["--window", "-1"], "--window -1: the window must be in [1, smax=8]"),
     (["--threads", "100000"], f"--threads must be in [0, {threads.usable_cores()}] (the CPUs this process "
                               f"may use; 0 = the cores other jobs leave free), got 100000"),
     (["--infill", "1.5"], "--infill must be a fraction in [0, 1], got 1.5"),
@@ -450,7 +450,7 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
                          "--infill-added"),
     (["--model", "ar", "--infill-len", "loguniform"], "--infill-len does nothing without --infill: add "
                                                       "--infill, or drop --infill-len"),
-    (["--window", "9"], "--window 9 is larger than --smax 8"),
+    (["--window", "9"], "--window 9: the window must be in [1, smax=8]"),
     (["--model", "bd3lm", "--block-size", "0"], "--block-size must be at least 1, got 0"),
     (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be at least 1, got -2"),
     (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
@@ -595,7 +595,7 @@ class TooSlow(BaseException):
                                                 "got 100000"),
     ({"method_config.mask_id": -1}, WHERE + ": method_config.mask_id must be a token id in [0, 258), got -1"),
     ({"method_config.smax": "8"}, WHERE + ": method_config.smax must be int, got '8'"),
-    ({"method_config.smax": 0}, WHERE + ": method_config.smax must be >= 2, got 0"),
+    ({"method_config.smax": 0}, "--smax must be at least 2, got 0"),     # the method config's own rule
     ({"seq_len": "128"}, WHERE + ": seq_len must be int, got '128'"),
     ({"sampler.max_new_tokens": "16"}, WHERE + ": sampler must be an object with a threshold number and "
                                                "window / max_new_tokens integers >= 0, got {{'threshold': "

@@ -90,8 +90,8 @@ def test_low_confidence_stop_counts_consecutive_tokens_after_min():
                                  dict(temperature=-1.0)])
 def test_contradictory_options_get_one_clear_error(bad):
     temperature = bad.pop("temperature", 1.0)
-    with pytest.raises(ValueError) as e:
-        sampling.check(SamplerOptions(**bad), temperature)
+    with pytest.raises(ValueError) as e:                  # the settings' check runs the options' check too
+        sampling.check_settings(Settings(temperature=temperature, options=SamplerOptions(**bad)))
     assert "\n" not in str(e.value)
 
 

@@ -146,7 +146,7 @@ def test_bad_input_gets_one_clear_line(tmp_path, capsys):
     assert str(e.value.code).startswith("error: ") and "nowhere" in str(e.value.code)
     for bad, message in [(["--model", "ar", "--resume"], "no checkpoint at"),
                          (["--model", "setdiffusion", "--smax", "1"], "smax must be"),
-                         (["--model", "setdiffusion", "--window", "9"], "larger than --smax")]:
+                         (["--model", "setdiffusion", "--window", "9"], "must be in [1, smax=8]")]:
         with pytest.raises(SystemExit) as e:
             run_train(tmp_path, *bad)
         assert str(e.value.code).startswith("error: ") and message in str(e.value.code)
