@@ -14,16 +14,11 @@ import paper.results
 from common import runtime, threads
 import sample
 import train
-from helpers import error_of, one_step_checkpoints
+from helpers import error_of
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
 SEQ_LEN = 128                                                     # the arith task's context
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    return one_step_checkpoints(tmp_path_factory)
 
 
 CORES = threads.usable_cores()
@@ -48,7 +43,7 @@ CORES = threads.usable_cores()
     ("eval", ["--max-new-tokens", "0"], "--max-new-tokens must be at least 1, got 0"),
     ("eval", ["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
 ])
-def test_flags_out_of_range_or_without_effect(ckpts, capsys, script, flags, message):
+def test_flags_out_of_range_or_without_effect(one_step, capsys, script, flags, message):
     """A count out of range, more threads than CPUs, a flag that does nothing without the one it refines, a
     nucleus too small for float32, or a --plot suffix matplotlib cannot write: refused before the checkpoint
     is loaded."""
@@ -58,7 +53,7 @@ def test_flags_out_of_range_or_without_effect(ckpts, capsys, script, flags, mess
         message = ("--plot x.xyz: the file's suffix names the picture's format, and matplotlib writes "
                    f"{', '.join(sorted(FigureCanvasBase.get_supported_filetypes()))}: name it e.g. .png, "
                    ".pdf or .svg")
-    assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
+    assert error_of(main, ["--ckpt", str(one_step / "setdiffusion"), *flags]) == "error: " + message
     assert capsys.readouterr().out == ""                                          # nothing ran
 
 
@@ -70,18 +65,18 @@ def test_flags_out_of_range_or_without_effect(ckpts, capsys, script, flags, mess
     ("eval", ["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for "
                                      "one token per step"),
 ])
-def test_non_finite_sampler_floats(ckpts, script, flags, message):
+def test_non_finite_sampler_floats(one_step, script, flags, message):
     """A NaN or infinite temperature or threshold is one line, never taken as greedy decoding (NaN passes a
     `t >= 0`-style check the wrong way)."""
     main = sample.main if script == "sample" else evaluate.main
-    assert error_of(main, ["--ckpt", str(ckpts / "setdiffusion"), *flags]) == "error: " + message
+    assert error_of(main, ["--ckpt", str(one_step / "setdiffusion"), *flags]) == "error: " + message
 
 
-def test_threshold_from_config_is_blamed_on_config(ckpts, tmp_path):
+def test_threshold_from_config_is_blamed_on_config(one_step, tmp_path):
     """A bad sampler.threshold stored in config.json is blamed on config.json, not on a --threshold never
     passed."""
     ckpt = tmp_path / "ckpt"
-    shutil.copytree(ckpts / "setdiffusion", ckpt)
+    shutil.copytree(one_step / "setdiffusion", ckpt)
     config = json.loads((ckpt / "config.json").read_text())
     config["sampler"]["threshold"] = 0.0
     (ckpt / "config.json").write_text(json.dumps(config))
@@ -90,39 +85,39 @@ def test_threshold_from_config_is_blamed_on_config(ckpts, tmp_path):
         "one token per step")
 
 
-def test_prompt_and_reply_must_fit_the_context(ckpts):
+def test_prompt_and_reply_must_fit_the_context(one_step):
     """Prompt + --max-new-tokens past seq_len, and {mask:N} checked before the masks are made."""
-    ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", "abc"]
+    ckpt = ["--ckpt", str(one_step / "setdiffusion"), "--prompt", "abc"]
     for n in ("1000000000", "500"):
         assert error_of(sample.main, [*ckpt, "--max-new-tokens", n]) == (
             f"error: prompt 1 has 3 tokens, and with --max-new-tokens {n} that is {int(n) + 3}, more than "
             f"the model's context (seq_len={SEQ_LEN}): at most {SEQ_LEN - 3} new tokens fit; pass "
             f"--max-new-tokens {SEQ_LEN - 3} or less, or shorten the prompt")
     long = "x" * (SEQ_LEN - 4)                         # the checkpoint's default (8 new tokens) does not fit:
-    sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long, "--max-new-tokens", "4"])
-    sample.main(["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long])   # it shrinks to the 4 that fit
-    assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt", long,
+    sample.main(["--ckpt", str(one_step / "setdiffusion"), "--prompt", long, "--max-new-tokens", "4"])
+    sample.main(["--ckpt", str(one_step / "setdiffusion"), "--prompt", long])   # it shrinks to the 4 that fit
+    assert error_of(sample.main, ["--ckpt", str(one_step / "setdiffusion"), "--prompt", long,
                                   "--max-new-tokens", "5"])
     for n in ("99999999999999", "9" * 5000):                 # no MemoryError, nor int()'s digit limit
-        assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt",
+        assert error_of(sample.main, ["--ckpt", str(one_step / "setdiffusion"), "--prompt",
                                       f"x {{mask:{n}}} y"]) == (
             f"error: prompt 1 has more than {SEQ_LEN} tokens with its {{mask:{n}}}: more than the model's "
             f"context (seq_len={SEQ_LEN}); shorten it")
 
 
-def test_default_reply_length_follows_each_prompt(ckpts, tmp_path, capsys):
+def test_default_reply_length_follows_each_prompt(one_step, tmp_path, capsys):
     """With the checkpoint's default max_new_tokens, a long prompt that leaves little room does not cut the
     replies of the short prompts beside it in a prompt file: each is what it is alone."""
     short, long = "Ann has 5 pens.", "x" * (SEQ_LEN - 4)
     (tmp_path / "p.txt").write_text(f"{short}\n{long}\n")
-    ckpt = ["--ckpt", str(ckpts / "setdiffusion")]
+    ckpt = ["--ckpt", str(one_step / "setdiffusion")]
     sample.main([*ckpt, "--prompt-file", str(tmp_path / "p.txt")])
     both = capsys.readouterr().out.split("\n")
     sample.main([*ckpt, "--prompt", short])
     assert both[0] == capsys.readouterr().out.split("\n")[0]
 
 
-def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
+def test_prompt_file_that_is_not_a_text_file(one_step, tmp_path):
     """A binary file, a folder, a missing file and an endless one (/dev/zero, not read forever): each named in
     one line."""
     binary = tmp_path / "binary.bin"
@@ -135,11 +130,11 @@ def test_prompt_file_that_is_not_a_text_file(ckpts, tmp_path):
              ("/dev/zero",
               "--prompt-file /dev/zero is larger than 4 MiB: give a text file of prompts, one per line")]
     for path, message in cases:
-        assert error_of(sample.main, ["--ckpt", str(ckpts / "setdiffusion"), "--prompt-file", str(path)]) == \
-            "error: " + message
+        argv = ["--ckpt", str(one_step / "setdiffusion"), "--prompt-file", str(path)]
+        assert error_of(sample.main, argv) == "error: " + message
 
 
-def test_prompt_text_is_plain_text_except_masks(ckpts, tmp_path, monkeypatch, capsys):
+def test_prompt_text_is_plain_text_except_masks(one_step, tmp_path, monkeypatch, capsys):
     """Literal <|endoftext|> stays text; raw bytes from argv (surrogate escapes) reach the byte
     tokenizer as those bytes, not U+FFFD; <|mask|> and {mask:N} still become [MASK]s; a prompt file's
     byte-order mark is dropped."""
@@ -153,32 +148,32 @@ def test_prompt_text_is_plain_text_except_masks(ckpts, tmp_path, monkeypatch, ca
                         ("x<|mask|>{mask:2}y", [ord("x"), 257, 257, 257, ord("y")]),
                         (bom, list(b"ab"))]:                           # the mark is not text
         flag = "--prompt-file" if prompt == bom else "--prompt"
-        sample.main(["--ckpt", str(ckpts / "setdiffusion"), flag, str(prompt), "--max-new-tokens", "2"])
+        sample.main(["--ckpt", str(one_step / "setdiffusion"), flag, str(prompt), "--max-new-tokens", "2"])
         assert seen.pop() == [ids]
     assert capsys.readouterr().out.startswith("A<|endoftext|>B")                  # echoed as typed
 
 
 @pytest.mark.parametrize("device", ["foo", *([] if torch.cuda.is_available() else ["cuda"])])
-def test_device_not_here(ckpts, device):
+def test_device_not_here(one_step, device):
     """A device name that is not one, or a GPU this machine lacks: one line naming --device."""
     for main in (sample.main, evaluate.main):
-        assert error_of(main, ["--ckpt", str(ckpts / "ar"), "--device", device]).startswith(
+        assert error_of(main, ["--ckpt", str(one_step / "ar"), "--device", device]).startswith(
             f"error: --device {device}: ")
 
 
-def test_outputs_and_warmup_checked_before_the_work(ckpts, tmp_path, capsys):
+def test_outputs_and_warmup_checked_before_the_work(one_step, tmp_path, capsys):
     """eval.py --json into a missing folder, onto a folder or onto a checkpoint's own file, sample.py --plot
     through a link into a missing folder, or a warm-up that leaves nothing to measure: one line before any
     work."""
-    ckpt = ["--ckpt", str(ckpts / "setdiffusion"), "--limit", "2"]
+    ckpt = ["--ckpt", str(one_step / "setdiffusion"), "--limit", "2"]
     missing = tmp_path / "no" / "such" / "x.json"
     (tmp_path / "p.png").symlink_to(tmp_path / "gone" / "p.png")               # a link that leads nowhere
     cases = [(["--json", str(missing)], f"--json {missing}: the folder {missing.parent} does not exist; "
                                         f"create it first"),
              (["--json", str(tmp_path)], f"--json {tmp_path} is a folder: give a file name in it"),
-             (["--json", str(ckpts / "ar" / "config.json")], f"--json {ckpts / 'ar' / 'config.json'} would "
-                                                              f"replace a file of the checkpoint in "
-                                                              f"{ckpts / 'ar'}: give another name"),
+             (["--json", str(one_step / "ar" / "config.json")],
+              f"--json {one_step / 'ar' / 'config.json'} would replace a file of the checkpoint in "
+              f"{one_step / 'ar'}: give another name"),
              (["--task", "throughput", "--warmup", "5"], "--warmup 5 leaves no example to measure: only 2 "
                                                          "example(s) are evaluated; raise --limit above "
                                                          "--warmup (or lower --warmup)"),
@@ -212,12 +207,12 @@ def test_summarize_of_a_bad_json_names_the_file(tmp_path):
     assert not (tmp_path / "p.md").exists()
 
 
-def test_eval_row_shows_only_the_settings_that_apply(ckpts, capsys):
+def test_eval_row_shows_only_the_settings_that_apply(one_step, capsys):
     """A result row's header names only the settings that apply: no window for AR, no threshold on likelihood,
     stop_on_im_end only for GSM8K."""
     heads = {}
     for name, task in [("ar", "arith"), ("setdiffusion", "arith"), ("setdiffusion", "likelihood")]:
-        evaluate.main(["--ckpt", str(ckpts / name), "--task", task, "--limit", "1",
+        evaluate.main(["--ckpt", str(one_step / name), "--task", task, "--limit", "1",
                        # likelihood samples nothing
                        *(["--max-new-tokens", "4"] if task != "likelihood" else [])])
         heads[name, task] = capsys.readouterr().out.splitlines()[0]

@@ -10,18 +10,13 @@ from common import methods, order_plot
 from data import get_tokenizer
 import sample
 from sampling import Settings
-from helpers import error_of, one_step_checkpoints
+from helpers import error_of
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 METHODS = ("ar", "setdiffusion")
 
 
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    return one_step_checkpoints(tmp_path_factory, METHODS)
-
-
-def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(ckpts, tmp_path, monkeypatch, capsys):
+def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(one_step, tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     reported, drawn = [], []
     real_respond, real_draw = sample.respond, order_plot.draw
@@ -37,7 +32,7 @@ def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(ckpts, tmp_path,
     monkeypatch.setattr(sample, "respond", respond)
     monkeypatch.setattr(order_plot, "draw", draw)
     png = tmp_path / "order.png"
-    sample.main([arg for m in METHODS for arg in ("--ckpt", str(ckpts / m))]
+    sample.main([arg for m in METHODS for arg in ("--ckpt", str(one_step / m))]
                 + ["--threshold", "0.8", "--max-new-tokens", "8", "--show-order", "--plot", str(png)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.title for p in drawn] == ["AR", "Set Diffusion, smax 8, τ 0.8"]
@@ -92,13 +87,13 @@ def test_panel_draws_a_left_padded_row_to_its_eos_and_counts_the_padding_after_i
                                                   "create it first"),
     (["--ckpt", "other"], "several --ckpt are drawn one panel each: add --show-order --plot FILE.png"),
 ])
-def test_plot_flags_that_cannot_draw_are_one_line_before_any_work(ckpts, capsys, flags, message):
-    assert error_of(sample.main, ["--ckpt", str(ckpts / "ar"), *flags]) == "error: " + message
+def test_plot_flags_that_cannot_draw_are_one_line_before_any_work(one_step, capsys, flags, message):
+    assert error_of(sample.main, ["--ckpt", str(one_step / "ar"), *flags]) == "error: " + message
     assert capsys.readouterr().out == ""
 
 
-def test_plot_without_matplotlib_is_one_line_before_any_work(ckpts, monkeypatch, capsys):
+def test_plot_without_matplotlib_is_one_line_before_any_work(one_step, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib raises ImportError
-    message = error_of(sample.main, ["--ckpt", str(ckpts / "ar"), "--show-order", "--plot", "x.png"])
+    message = error_of(sample.main, ["--ckpt", str(one_step / "ar"), "--show-order", "--plot", "x.png"])
     assert message.startswith("error: --plot needs matplotlib") and message.endswith("pip install matplotlib")
     assert capsys.readouterr().out == ""

@@ -9,7 +9,7 @@ import torch
 
 import eval as evaluate
 from common import metrics
-from helpers import error_of, one_step_checkpoints
+from helpers import error_of
 from paper import results, speed
 
 
@@ -67,22 +67,18 @@ def test_too_few_prompts_is_one_line():
         metrics.interleaved_throughput(runs_of(["a"]), [1, 2, 3], "cpu", warmup=3)
 
 
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    return one_step_checkpoints(tmp_path_factory)
-
-
-def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp_path, capsys):
+def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(one_step, tmp_path, capsys):
     """python -m paper.speed: one JSON per run in eval.py --task throughput's format (its keys and more), the
     tokens/step each run really decoded at, and paper.results --pareto shows median [min, max]."""
     out = tmp_path / "runs"
     out.mkdir()
-    m = speed.main([str(ckpts / "ar"), f"{ckpts / 'setdiffusion'}@0.5", f"{ckpts / 'setdiffusion'}@inf",
+    m = speed.main([str(one_step / "ar"), f"{one_step / 'setdiffusion'}@0.5",
+                    f"{one_step / 'setdiffusion'}@inf",
                     "--limit", "4", "--warmup", "1", "--rounds", "3", "--max-new-tokens", "6",
                     "--out", str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["ar-inf-tput.json", "setdiffusion-0.5-tput.json",
                                                     "setdiffusion-inf-tput.json"]
-    evaluate.main(["--ckpt", str(ckpts / "ar"), "--task", "throughput", "--limit", "3", "--warmup", "1",
+    evaluate.main(["--ckpt", str(one_step / "ar"), "--task", "throughput", "--limit", "3", "--warmup", "1",
                    "--rounds", "1", "--max-new-tokens", "6", "--json", str(tmp_path / "one.json")])
     one = json.loads((tmp_path / "one.json").read_text())
     for name in ("ar-inf", "setdiffusion-0.5"):
@@ -105,11 +101,11 @@ def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp
     (["{ar}", "--rounds", "0"], "--rounds must be at least 1, got 0"),
     (["{ar}", "--out", "{ar}/nowhere"], "is not a folder: create it first"),
 ])
-def test_paper_speed_bad_input_is_one_line(ckpts, argv, message):
-    assert message in error_of(speed.main, [a.format(ar=ckpts / "ar") for a in argv])
+def test_paper_speed_bad_input_is_one_line(one_step, argv, message):
+    assert message in error_of(speed.main, [a.format(ar=one_step / "ar") for a in argv])
 
 
-def test_eval_rounds_must_be_positive(ckpts):
-    assert "--rounds must be at least 1, got 0" in error_of(evaluate.main, ["--ckpt", str(ckpts / "ar"),
+def test_eval_rounds_must_be_positive(one_step):
+    assert "--rounds must be at least 1, got 0" in error_of(evaluate.main, ["--ckpt", str(one_step / "ar"),
                                                                             "--task", "throughput",
                                                                             "--rounds", "0"])
