@@ -417,6 +417,8 @@ FLAGS = [   # (train.py flags, the line; None: a run larger than memory); each b
     ("--max-new-tokens 999", f"--max-new-tokens 999 is more than the sequence length {SEQ_LEN}"),
     ("--n-layer 1000000000", None),
     ("--wandb x", "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),
+    ("--resume", "no checkpoint at {out}: expected a directory with config.json and model.safetensors "
+                 "(written by train.py --out-dir)"),
 ]
 
 
@@ -431,7 +433,7 @@ def test_a_train_flag_out_of_range_is_one_line_before_any_work(tmp_path, monkeyp
         assert re.fullmatch(r"error: a model of [\d.]+B parameters needs about \d+ GiB to train, more than "
                             r"the \d+ GiB here: make it smaller", got), got
     else:
-        assert got == "error: " + message
+        assert got == "error: " + message.replace("{out}", str(out))
     assert capsys.readouterr().out == ""
     assert not any(os.path.exists(str(out) + s) for s in ("", ".tmp", ".old"))
 
