@@ -80,6 +80,22 @@ def random_checkpoint(path, method="ar", vocab=258, n_embd=32, seed=0, tokenizer
     return str(path)
 
 
+STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
+
+
+def write_cloze(d):
+    """A Story Cloze CSV in folder d: STORY twice, its fifth sentence the right ending (quiz 2, then 1)."""
+    import csv
+    from data import rocstories
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, rocstories.FILE), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["InputStoryid", *[f"InputSentence{i}" for i in range(1, 5)], "RandomFifthSentenceQuiz1",
+                    "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
+        w.writerow(["id0", *STORY[:4], "The cat flew away.", STORY[4], "2"])
+        w.writerow(["id1", *STORY[:4], STORY[4], "It rained.", "1"])
+
+
 def text_checkpoints(tmp_path_factory, name: str, text: str, flags: list[str]):
     """A folder with a text file `name`, its token cache and one tiny checkpoint per method trained on it."""
     import train
