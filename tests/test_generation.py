@@ -156,20 +156,6 @@ def test_cnndm_preset_is_the_official_shape():
         (28, 256, 768, 16, 128, 8, 151936) and c.tie_embeddings and c.rope_theta == 1e6
 
 
-def test_cnndm_setdlm_released_under_its_push_code_name(tmp_path):
-    """Only kuleshov-group/cnndm-setdlm-d4 exists: the key cnndm:setdlm-smax8 still finds it."""
-    from safetensors.torch import save_file
-    from fakehub import V, fake_hub, released_weights, run_offline, write_json
-    d = fake_hub(tmp_path, "kuleshov-group/cnndm-setdlm-d4")
-    save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"],
-                                                "tokenization_config": {"mask_token_id": V - 1}})
-    out = run_offline(tmp_path, "from common import checkpoint; "
-                                "m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
-                                "print(c['source'], cfg.smax, c['data'], c['seq_len'])").stdout.split()
-    assert out == ["kuleshov-group/cnndm-setdlm-d4", "8", "cnndm", "768"]
-
-
 # ----------------------------------------------------------------------------- ROCStories
 
 STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
