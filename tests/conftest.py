@@ -7,7 +7,7 @@ from common import threads  # before torch: the scripts' short OpenMP spin (comm
 
 import pytest
 
-from helpers import METHODS, TINY, random_checkpoint
+from helpers import METHODS, TINY, random_checkpoint, text_checkpoints
 
 threads.set_threads(0)           # as the scripts: the cores other jobs leave free
 
@@ -51,3 +51,14 @@ def random_ckpts(tmp_path_factory):
     for m in METHODS:
         random_checkpoint(root / m, m)
     return root
+
+
+@pytest.fixture(scope="session")
+def corpus_ckpts(tmp_path_factory):
+    """A tiny text (richard.txt, ~2.4 kB), its token cache and one checkpoint per method trained on it (3
+    steps, context 32): what test_shakespeare_eval.py and test_sample_corpus.py read."""
+    text = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
+                   for i in range(30))
+    return text_checkpoints(tmp_path_factory, "richard.txt", text, [
+        "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
+        "--warmup", "2", "--seq-len", "32", "--max-iters", "3", "--seed", "1"])
