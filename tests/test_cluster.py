@@ -1,7 +1,7 @@
 """cluster/slurm.py without a scheduler: SLURM's variables -> the exact torchrun command (dry run), host
-lists, --grad-accum from a global batch, --resume added when the run's folder holds a complete checkpoint (a
-requeued job), train.py's arguments read by train.py's own parser in every form, one line for what is missing
-or out of range. python -m pytest -q tests/test_cluster.py"""
+lists, --grad-accum from a global batch, --resume once the run's folder holds a checkpoint (a requeued job),
+train.py's arguments read by train.py's own parser in every form, bad input one line; train.sbatch and the
+exec."""
 import importlib.util
 import os
 import subprocess
@@ -10,9 +10,8 @@ import sys
 import pytest
 
 import train
-from helpers import error_of
+from helpers import ROOT, error_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 spec = importlib.util.spec_from_file_location("slurm", os.path.join(ROOT, "cluster", "slurm.py"))
 slurm = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(slurm)
@@ -21,9 +20,20 @@ JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_JOB_NU
        "SLURM_GPUS_ON_NODE": "8"}
 
 
+@pytest.fixture
+def job(monkeypatch):
+    """job(env): the SLURM variables are env alone."""
+    def set_env(env):
+        for k in list(os.environ):
+            if k.startswith("SLURM_"):
+                monkeypatch.delenv(k)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+    return set_env
+
+
 @pytest.mark.parametrize("spec, hosts", [
-    ("gpu07", ["gpu07"]),
-    ("gpu[01-03,07],cpu5", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]),
+    ("gpu07", ["gpu07"]), ("gpu[01-03,07],cpu5", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu5"]),
     ("node[8-11]", ["node8", "node9", "node10", "node11"]),
     ("r[1-2]-n[01-02]", ["r1-n01", "r1-n02", "r2-n01", "r2-n02"]),
 ])
@@ -40,41 +50,41 @@ def test_hostlists_expand(spec, hosts):
     (JOB, ["--gpus-per-node", "2", "--port", "31000"], ["--nproc-per-node", "2", "--rdzv-endpoint",
                                                         "gpu07:31000"]),
 ])
-def test_dry_run_renders_the_exact_torchrun_command(monkeypatch, capsys, env, extra, expect, tmp_path):
-    for k in list(os.environ):
-        if k.startswith("SLURM_"):
-            monkeypatch.delenv(k)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+def test_dry_run_renders_the_exact_torchrun_command(job, capsys, env, extra, expect, tmp_path):
+    job(env)
     args = ["--model", "ar", "--out-dir", str(tmp_path / "none")]
     cmd = slurm.main(["--dry-run", *extra, "--", *args])
     assert cmd[0] == "torchrun" and cmd[-len(args) - 1:] == ["train.py", *args]
     flags = dict(zip(cmd[1:-len(args) - 1:2], cmd[2:-len(args) - 1:2]))
-    assert flags["--rdzv-backend"] == "c10d"
-    for k, v in zip(expect[::2], expect[1::2]):
-        assert flags[k] == v
+    assert flags["--rdzv-backend"] == "c10d" and all(flags[k] == v for k, v in zip(expect[::2], expect[1::2]))
     assert capsys.readouterr().out.strip() == " ".join(cmd)
 
 
-def test_global_batch_sets_grad_accum():
-    args = ["--model", "ar", "--batch-size", "16", "--out-dir", "/nonexistent"]
-    assert slurm.command(args, JOB, global_batch=512)[-2:] == ["--grad-accum", "2"]        # 2 x 8 x 16 x 2
+@pytest.mark.parametrize("args, accum", [
+    (["--model", "ar", "--batch-size", "16"], "2"),         # 512 = 2 nodes x 8 GPUs x 16 x 2
+    (["--model", "ar", "--batch-size=8"], "4"), (["--model=ar", "--batch-size", "32"], "1"),
+    (["--model=ar"], "2"),                                  # train.py's default --batch-size 16
+])
+def test_global_batch_sets_grad_accum_whatever_form_the_batch_size_takes(args, accum):
+    assert slurm.command([*args, "--out-dir", "/nonexistent"], JOB, global_batch=512)[-2:] == ["--grad-accum",
+                                                                                                 accum]
     with pytest.raises(ValueError, match="not a multiple of 16 processes x --batch-size 16"):
-        slurm.command(args, JOB, global_batch=100)
+        slurm.command(["--model", "ar", "--batch-size", "16", "--out-dir", "/nonexistent"], JOB,
+                      global_batch=100)
 
 
 def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
-    """No checkpoint yet: no --resume; after a (1-step) run saved one: --resume, once. A relative --out-dir is
+    """No checkpoint yet: no --resume; after a 1-step run saved one: --resume, once. A relative --out-dir is
     looked up where torchrun runs train.py (the repository root), not in the launcher's working folder."""
     out = tmp_path / "run"
-    dates = os.path.join(ROOT, "data", "examples", "dates.jsonl")             # small: encoded in no time
-    args = ["--model", "ar", "--data", f"jsonl:{dates}", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
-            "--batch-size", "2", "--eval-limit", "1", "--max-new-tokens", "4", "--max-iters", "1",
-            "--out-dir", str(out)]
+    args = ["--model", "ar", "--data", f"jsonl:{ROOT}/data/examples/dates.jsonl", "--n-layer", "1",
+            "--n-embd",
+            "32", "--n-head", "2", "--batch-size", "2", "--eval-limit", "1", "--max-new-tokens", "4",
+            "--max-iters", "1", "--out-dir", str(out)]
     assert "--resume" not in slurm.command(args, JOB)
     train.main(args)
-    assert slurm.command(args, JOB)[-1] == "--resume"
-    assert slurm.command([*args, "--resume"], JOB).count("--resume") == 1
+    assert slurm.command(args, JOB)[-1] == "--resume" and slurm.command([*args, "--resume"], JOB).count(
+        "--resume") == 1
     assert slurm.out_dir_of(["--model", "mdlm"]) == os.path.join("out", "mdlm")
     monkeypatch.setattr(slurm, "ROOT", str(tmp_path))
     monkeypatch.chdir(tmp_path / "run")
@@ -82,78 +92,53 @@ def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     assert "--resume" not in slurm.command(["--model", "ar", "--out-dir", "elsewhere"], JOB)
 
 
-def preempted(folder):
-    """A preempted run's checkpoint in folder: what train.py's --resume and the launcher look for."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text('{"step": 500}')
-    (folder / "model.safetensors").write_bytes(b"")
-
-
 @pytest.mark.parametrize("args", [
     ["--model=ar"],                                     # the default --out-dir out/ar
-    ["--model", "ar", "--data=arith", "--lr=3e-4"],
-    ["--model=ar", "--out-dir=out/ar"],
+    ["--model", "ar", "--data=arith", "--lr=3e-4"], ["--model=ar", "--out-dir=out/ar"],
     ["--mod", "ar", "--out", "out/ar"],                 # abbreviations argparse accepts
 ])
 def test_a_requeued_job_resumes_whatever_form_its_arguments_take(tmp_path, monkeypatch, args):
-    """train.py's arguments are read by train.py's own parser: every form of --model and --out-dir, and the
-    default out/<model>, find the preempted run's checkpoint, so the requeued job adds --resume (once) instead
-    of starting at step 1 and overwriting it."""
+    """Every form of --model and --out-dir, and the default out/<model>, find the preempted run's checkpoint:
+    the requeued job adds --resume (once) instead of starting at step 1 over it."""
     monkeypatch.setattr(slurm, "ROOT", str(tmp_path))
     assert slurm.command(args, JOB)[-len(args):] == args
-    preempted(tmp_path / "out" / "ar")
+    # what train.py's --resume and the launcher look for
+    (tmp_path / "out" / "ar").mkdir(parents=True)
+    (tmp_path / "out" / "ar" / "config.json").write_text('{"step": 500}')
+    (tmp_path / "out" / "ar" / "model.safetensors").write_bytes(b"")
     assert slurm.command(args, JOB)[-len(args) - 1:] == [*args, "--resume"]
     assert slurm.command([*args, "--res"], JOB)[-1] == "--res"
 
 
-@pytest.mark.parametrize("args, accum", [
-    (["--model", "ar", "--batch-size=8"], "4"),          # 512 = 2 nodes x 8 GPUs x 8 x 4
-    (["--model=ar", "--batch-size", "32"], "1"),
-    (["--model=ar"], "2"),                               # train.py's default --batch-size 16
-])
-def test_global_batch_reads_the_batch_size_in_every_form(args, accum):
-    assert slurm.command([*args, "--out-dir", "/nonexistent"], JOB, global_batch=512)[-2:] \
-        == ["--grad-accum", accum]
-
-
 @pytest.mark.parametrize("env, argv, message", [
-    ({}, ["--", "--model", "ar"], "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
-    ({**JOB, "SLURM_GPUS_ON_NODE": ""}, ["--", "--model", "ar"], "no GPU count: request GPUs"),
-    ({**JOB, "SLURM_JOB_NUM_NODES": ""}, ["--", "--model", "ar"],
-     "SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set"),
-    ({**JOB, "SLURM_JOB_NUM_NODES": "two"}, ["--", "--model", "ar"],
-     "SLURM_JOB_NUM_NODES='two' is not a node count"),
-    ({**JOB, "SLURM_JOB_NODELIST": "gpu[01-"}, ["--", "--model", "ar"], "is not a SLURM host list"),
-    ({**JOB, "SLURM_JOB_NODELIST": "node[]"}, ["--", "--model", "ar"], "'node[]' is not a SLURM host list"),
-    ({**JOB, "SLURM_JOB_NODELIST": "node[5-2]"}, ["--", "--model", "ar"], "has a range that is not numbers"),
-    (JOB, ["--gpus-per-node", "-1", "--", "--model", "ar"], "--gpus-per-node must be 1 or more (0 = SLURM's "
-                                                            "GPU count), got -1"),
-    (JOB, ["--port", "99999", "--", "--model", "ar"], "--port must be a TCP port, 1 to 65535, got 99999"),
-    (JOB, ["--global-batch", "-512", "--", "--model", "ar"], "--global-batch must be a positive number of "
-                                                              "sequences (0 = off: --grad-accum as given), "
-                                                              "got -512"),
-    (JOB, ["--global-batch", "512", "--", "--model=ar", "--grad-accum=3"], "--global-batch sets "
-                                                                            "--grad-accum: leave "
-                                                                            "--grad-accum out"),
-    (JOB, ["--", "--model", "ar", "--batch-szie", "8"], "train.py's arguments: unrecognized arguments: "
-                                                        "--batch-szie"),
-    (JOB, [], "give train.py's arguments after --"),
+    ({}, "-- --model ar", "SLURM_JOB_ID and SLURM_JOB_NODELIST not set: run this inside a SLURM job"),
+    ({"SLURM_GPUS_ON_NODE": ""}, "-- --model ar", "no GPU count: request GPUs"),
+    ({"SLURM_JOB_NUM_NODES": ""}, "-- --model ar", "SLURM_JOB_NUM_NODES (or SLURM_NNODES) not set"),
+    ({"SLURM_JOB_NUM_NODES": "two"}, "-- --model ar", "SLURM_JOB_NUM_NODES='two' is not a node count"),
+    ({"SLURM_JOB_NODELIST": "gpu[01-"}, "-- --model ar", "is not a SLURM host list"),
+    ({"SLURM_JOB_NODELIST": "node[]"}, "-- --model ar", "'node[]' is not a SLURM host list"),
+    ({"SLURM_JOB_NODELIST": "node[5-2]"}, "-- --model ar", "has a range that is not numbers"),
+    (JOB, "--gpus-per-node -1 -- --model ar", "--gpus-per-node must be 1 or more (0 = SLURM's GPU count), "
+                                              "got -1"),
+    (JOB, "--port 99999 -- --model ar", "--port must be a TCP port, 1 to 65535, got 99999"),
+    (JOB, "--global-batch -512 -- --model ar", "--global-batch must be a positive number of sequences (0 = "
+                                               "off: --grad-accum as given), got -512"),
+    (JOB, "--global-batch 512 -- --model=ar "
+          "--grad-accum=3", "--global-batch sets --grad-accum: leave --grad-accum "
+                                                             "out"),
+    (JOB, "-- --model ar --batch-szie 8", "train.py's arguments: unrecognized arguments: --batch-szie"),
+    (JOB, "", "give train.py's arguments after --"),
 ])
-def test_bad_input_is_one_line(monkeypatch, env, argv, message):
-    for k in list(os.environ):
-        if k.startswith("SLURM_"):
-            monkeypatch.delenv(k)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    assert message in error_of(slurm.main, ["--dry-run", *argv])
+def test_bad_input_is_one_line(job, env, argv, message):
+    job(env if env in ({}, JOB) else {**JOB, **env})
+    assert message in error_of(slurm.main, ["--dry-run", *argv.split()])
 
 
 def test_the_sbatch_template_runs_one_launcher_per_node(tmp_path):
-    """train.sbatch with a stand-in srun (which records its arguments): one task per node, requeue on, the
+    """train.sbatch with a stand-in srun (recording its arguments): one task per node, requeue on, the
     launcher given the global batch and train.py's arguments unchanged."""
-    text = open(os.path.join(ROOT, "cluster", "train.sbatch")).read()
-    for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --requeue"):
-        assert line in text.splitlines()
+    lines = open(os.path.join(ROOT, "cluster", "train.sbatch")).read().splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in lines and "#SBATCH --requeue" in lines
     (tmp_path / "srun").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD"\n')
     (tmp_path / "srun").chmod(0o755)
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "RECORD": str(tmp_path / "args"),
@@ -172,8 +157,7 @@ def test_without_dry_run_the_launcher_execs_torchrun_from_the_repository_root(tm
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(JOB, PATH=f"{tmp_path}:{os.environ['PATH']}", RECORD=str(tmp_path / "args"))
     subprocess.run([sys.executable, os.path.join(ROOT, "cluster", "slurm.py"), "--", "--model", "ar",
-                    "--out-dir", str(tmp_path / "none")], env=env,
-                   cwd=tmp_path, check=True, timeout=60)
+                    "--out-dir", str(tmp_path / "none")], env=env, cwd=tmp_path, check=True, timeout=60)
     where, *args = (tmp_path / "args").read_text().split("\n")[:-1]
     assert os.path.realpath(where) == os.path.realpath(ROOT)
     assert args == ["--nnodes", "2", "--nproc-per-node", "8", "--rdzv-backend", "c10d", "--rdzv-endpoint",
