@@ -59,35 +59,25 @@ def save_gpt2(path, merges=(), n_positions=32, seed=0):
     return str(path)
 
 
-def save_modernbert(path, seed=0):
-    """A tiny random ModernBERT (the paper's MAUVE encoder's architecture) with a WordPiece tokenizer."""
+def save_encoder(path, modern=False):
+    """A tiny random BERT (or ModernBERT, the paper's MAUVE encoder's architecture) and a WordPiece tokenizer
+    over a few words; BERT's second set of words shares one large embedding offset, so the two sets' texts are
+    far apart in its features."""
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS_A.split(), *WORDS_B.split()]
-    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
-    torch.manual_seed(seed)
-    cfg = transformers.ModernBertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=2,
-                                        num_attention_heads=2, intermediate_size=64,
-                                        max_position_embeddings=64, pad_token_id=0, cls_token_id=2,
-                                        sep_token_id=3, bos_token_id=2,
-                                        eos_token_id=3, global_attn_every_n_layers=1)
-    transformers.ModernBertModel(cfg).save_pretrained(str(path))
-    tok.save_pretrained(str(path))
-    return str(path)
-
-
-def save_bert(path, seed=0):
-    """A tiny random BERT over a few words; the second set's words share one large embedding offset, so the
-    two sets' texts are far apart in its features."""
-    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS_A.split(), *WORDS_B.split()]
-    tok = transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
-    torch.manual_seed(seed)
-    cfg = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1,
-                                  num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                  initializer_range=0.5)
-    model = transformers.BertModel(cfg)
-    with torch.no_grad():
-        model.embeddings.word_embeddings.weight[5 + len(WORDS_A.split()):] += 4 * torch.randn(32)
+    shape = dict(vocab_size=len(words), hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                 max_position_embeddings=64)
+    torch.manual_seed(0)
+    if modern:
+        model = transformers.ModernBertModel(transformers.ModernBertConfig(
+            **shape, num_hidden_layers=2, pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2,
+            eos_token_id=3, global_attn_every_n_layers=1))
+    else:
+        model = transformers.BertModel(transformers.BertConfig(**shape, num_hidden_layers=1,
+                                                               initializer_range=0.5))
+        with torch.no_grad():
+            model.embeddings.word_embeddings.weight[5 + len(WORDS_A.split()):] += 4 * torch.randn(32)
     model.save_pretrained(str(path))
-    tok.save_pretrained(str(path))
+    transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}).save_pretrained(str(path))
     return str(path)
 
 
@@ -96,7 +86,7 @@ def hf(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
     return {"gpt2": save_gpt2(root / "gpt2"),
             "gpt2-merges": save_gpt2(root / "gpt2m", [("Ġ", "t"), ("h", "e")]),
-            "bert": save_bert(root / "bert"), "modernbert": save_modernbert(root / "modernbert")}
+            "bert": save_encoder(root / "bert"), "modernbert": save_encoder(root / "modernbert", modern=True)}
 
 
 def sentences(words: str, n: int, seed: int) -> list[str]:
