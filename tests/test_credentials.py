@@ -10,7 +10,7 @@ import pytest
 
 from common import credentials
 import train
-from helpers import ROOT
+from helpers import ROOT, TINY
 
 SECRET = "hf_FAKEtoken0123456789abcdef"
 WANDB = "wandb-fake-key-9876543210"
@@ -110,8 +110,8 @@ def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, cap
     env.write_text(f"HF_TOKEN={SECRET}\n{SECRET} not an entry\nWANDB_API_KEY={WANDB}\n")
     clean_env.setattr(credentials.load_dotenv, "__defaults__", (str(env),))
     out = tmp_path / "run"
-    train.main(["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
-                "--max-iters", "1", "--eval-limit", "1", "--max-new-tokens", "4", "--out-dir", str(out)])
+    train.main(["--model", "ar", *TINY, "--data", f"jsonl:{ROOT}/data/examples/dates.jsonl", "--max-iters",
+                "1", "--out-dir", str(out)])
     assert os.environ["HF_TOKEN"] == SECRET and os.environ["WANDB_API_KEY"] == WANDB
     printed = capsys.readouterr()
     for text in (printed.out, printed.err):
