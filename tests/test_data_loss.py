@@ -142,7 +142,8 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(bas
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     monkeypatch.setattr(saving.torch, "save", full)
     message = error_of(train.main, [*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
-    assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at inline_container.cc")
+    assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at "
+                              f"inline_container.cc:672]")
     assert message.endswith(f"MiB free there); the last complete checkpoint (step 1) is in {out}: make room, "
                             f"then --resume")
     assert snapshot(out) == before and leftovers(out) == []

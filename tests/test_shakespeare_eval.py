@@ -94,27 +94,33 @@ def test_unconditional_genppl_is_exp_of_the_reference_models_mean_nll(corpus_ckp
     assert m["threshold"] == float(threshold)
 
 
-@pytest.mark.parametrize("ref, flags, message", [
-    ("setdiffusion", "", "is a setdiffusion checkpoint: generative perplexity needs an AR model"),
-    ("gpt2-ar", "", "uses the gpt2 tokenizer, the samples are bytes tokens"),
-    ("short-ar", "--max-new-tokens 20", "has a context of 16 tokens, fewer than the BOS and 20 new tokens: "
-                                        "pass --max-new-tokens 15 or less"),
-    ("owt-ar", "", "owt-ar was trained on owt, the samples' checkpoint on text:{run}/richard.txt"),
-    ("missing", "", "error: --ref-ckpt: no checkpoint at {t}/missing"),
-    (None, "", "--task unconditional needs --ref-ckpt DIR"),
-    ("ar", "--task likelihood", "--ref-ckpt goes with --task unconditional"),
+U = "--task unconditional -n 1 --no-redraw --ref-ckpt "
+
+
+@pytest.mark.parametrize("ckpt, flags, message", [
+    ("setdiffusion", U + "{run}/setdiffusion", "is a setdiffusion checkpoint: generative perplexity needs an "
+                                               "AR model"),
+    ("setdiffusion", U + "{t}/gpt2-ar", "uses the gpt2 tokenizer, the samples are bytes tokens"),
+    ("setdiffusion", U + "{t}/short-ar --max-new-tokens "
+                         "20", "has a context of 16 tokens, fewer than the BOS and 20 "
+                                                             "new tokens: pass --max-new-tokens 15 or less"),
+    ("setdiffusion", U + "{t}/owt-ar", "owt-ar was trained on owt, the samples' checkpoint on "
+                                       "text:{run}/richard.txt"),
+    ("setdiffusion", U + "{t}/missing", "error: --ref-ckpt: no checkpoint at {t}/missing"),
+    ("setdiffusion", "--task unconditional -n 1 --no-redraw", "--task unconditional needs --ref-ckpt DIR"),
+    ("ar", "--task likelihood --ref-ckpt {run}/ar", "--ref-ckpt goes with --task unconditional"),
+    ("ar", "--task likelihood --data wiki", "unknown --data 'wiki': choose owt, lm1b, shakespeare or "
+                                            "text:PATH"),
+    ("ar", "--task throughput --data-dir {run}/cache", "goes with --task likelihood, not --task throughput"),
 ])
-def test_a_bad_ref_ckpt_is_one_line(corpus_ckpts, tmp_path, ref, flags, message):
+def test_bad_input_to_eval_of_a_corpus_checkpoint_is_one_line(corpus_ckpts, tmp_path, ckpt, flags, message):
+    """A --ref-ckpt that is no AR model, of another tokenizer, context or corpus, or missing; --data a corpus
+    eval.py does not know; --data-dir without a task that reads it."""
     run, data = corpus_ckpts, f"text:{corpus_ckpts / 'richard.txt'}"
     for name, V, tokenizer, L, d in (("gpt2-ar", 300, "gpt2", 32, data), ("short-ar", 258, "bytes", 16, data),
                                      ("owt-ar", 258, "bytes", 64, "owt")):
         random_checkpoint(tmp_path / name, vocab=V, n_embd=16, tokenizer=tokenizer, data=d, seq_len=L)
-    path = {None: [], "setdiffusion": ["--ref-ckpt", str(run / "setdiffusion")], "ar": ["--ref-ckpt",
-                                                                                        str(run / "ar")]}
-    argv = ["--ckpt", str(run / ("ar" if ref == "ar" else "setdiffusion")), "--task", "unconditional", "-n",
-            "1",
-            "--no-redraw", *path.get(ref, ["--ref-ckpt", str(tmp_path / str(ref))]), *flags.split(),
-            "--device", "cpu"]
+    argv = ["--ckpt", str(run / ckpt), *flags.format(run=run, t=tmp_path).split(), "--device", "cpu"]
     assert message.format(run=run, t=tmp_path) in error_of(evaluate.main, argv)
 
 
