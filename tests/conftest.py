@@ -1,11 +1,13 @@
-"""Shared test set-up. train.py encodes the shipped task's 20,000 training problems on every run (about a
-second on 2 cores); a test module that calls train.main many times asks for the fixture below, by name
-(`pytestmark = pytest.mark.usefixtures("train_encodes_once")`), and nothing is patched anywhere else."""
+"""Shared test set-up: the scripts' threads (common/threads.py, imported before torch), train.py's encoding of
+the shipped task done once per session for a module that asks (`train_encodes_once`), and tiny checkpoints
+that several files read (never change them: copy them)."""
 import hashlib
 
 from common import threads  # before torch: the scripts' short OpenMP spin (common/threads.py)
 
 import pytest
+
+from helpers import METHODS, TINY, random_checkpoint, text_checkpoints
 
 threads.set_threads(0)           # as the scripts: the cores other jobs leave free
 
@@ -14,9 +16,9 @@ ENCODED = {}                     # train.encode's results, by everything they de
 
 @pytest.fixture(scope="module")
 def train_encodes_once():
-    """For the module that asks: train.encode returns the tensors it computed for the same tokenizer, examples
-    and length earlier in the session (the same values: encode is a pure function); undone when the module
-    ends."""
+    """train.encode returns the tensors it computed for the same tokenizer, examples and length earlier in the
+    session (encode is a pure function); undone when the module ends. A module asks for it with
+    `pytestmark = pytest.mark.usefixtures("train_encodes_once")`."""
     import train
     real = train.encode
 
@@ -29,3 +31,34 @@ def train_encodes_once():
     with pytest.MonkeyPatch.context() as m:
         m.setattr(train, "encode", encode)
         yield
+
+
+@pytest.fixture(scope="session")
+def one_step(tmp_path_factory):
+    """AR and Set Diffusion checkpoints trained one step on the shipped task: for the scripts' input and
+    output, not for what a model learns."""
+    import train
+    root = tmp_path_factory.mktemp("one_step")
+    for m in ("ar", "setdiffusion"):
+        train.main(["--model", m, "--out-dir", str(root / m), *TINY, "--max-iters", "1"])
+    return root
+
+
+@pytest.fixture(scope="session")
+def random_ckpts(tmp_path_factory):
+    """An untrained byte-level checkpoint of every method on the shipped task (what train.py writes)."""
+    root = tmp_path_factory.mktemp("random")
+    for m in METHODS:
+        random_checkpoint(root / m, m)
+    return root
+
+
+@pytest.fixture(scope="session")
+def corpus_ckpts(tmp_path_factory):
+    """A tiny text (richard.txt, ~2.4 kB), its token cache and one checkpoint per method trained on it (3
+    steps, context 32): what test_shakespeare_eval.py and test_sample_corpus.py read."""
+    text = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
+                   for i in range(30))
+    return text_checkpoints(tmp_path_factory, "richard.txt", text, [
+        "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
+        "--warmup", "2", "--seq-len", "32", "--max-iters", "3", "--seed", "1"])

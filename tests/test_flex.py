@@ -1,7 +1,6 @@
-"""The FlexAttention path (model.layout_mask, Transformer.flex): each method's mask_mod is its dense training
-mask, padding included, and with flex on the losses equal the dense SDPA ones. On CPU FlexAttention runs
-eagerly and has no backward, so the checks are no-grad forwards. python -m pytest -q tests/test_flex.py
-"""
+"""FlexAttention (model.layout_mask, Transformer.flex): each method's mask_mod is its dense training mask,
+padding included, and with flex on the losses equal the dense SDPA ones (on CPU FlexAttention runs eagerly,
+without a backward: no-grad forwards; the gradients on CUDA)."""
 import pytest
 import torch
 import torch.nn.functional as F

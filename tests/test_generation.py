@@ -1,52 +1,26 @@
-"""CNN/DM, ROCStories infilling, the shipped task's middle-step infill and unconditional samples, end to end
-on tiny checkpoints and tiny data files in the real formats (offline):
-python -m pytest -q tests/test_generation.py"""
-import csv
-import dataclasses
-import json
+"""CNN/DM, ROCStories infilling, the shipped task's infill spans and unconditional samples, end to end on tiny
+checkpoints (conftest's random_ckpts) and tiny data files in the real formats."""
+import importlib.util
 import math
 import os
+import sys
 
 import pytest
 import torch
 
-from common import checkpoint, methods, saving
 import eval as evaluate
 from common import replies
-import sample
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories, sampler_preset
-from model import ModelConfig, Transformer
-from helpers import METHODS
+from helpers import METHODS, STORY, TINY, error_of, eval_json, write_cloze
 from sampling import Settings
 from paper import infill
 
 TOK = byte_tokenizer()
-try:
-    import rouge_score  # noqa: F401
-    HAS_ROUGE = True
-except ImportError:
-    HAS_ROUGE = False
-needs_rouge = pytest.mark.skipif(not HAS_ROUGE, reason="rouge-score (test-only) is not installed")
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
-        "--max-new-tokens", "8", "--warmup", "2", "--max-iters", "2"]
+needs_rouge = pytest.mark.skipif(importlib.util.find_spec("rouge_score") is None,
+                                 reason="rouge-score (test-only) is not installed")
 ARTICLE = "The council voted on Monday to build a new bridge over the river, officials said."
 HIGHLIGHTS = "Council votes for a new bridge."
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    """A random byte-level checkpoint of every method on the shipped task (what train.py writes,
-    untrained)."""
-    root = tmp_path_factory.mktemp("ckpts")
-    for m in ("ar", "mdlm", "bd3lm", "setdiffusion"):
-        torch.manual_seed(0)
-        cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
-        saving.save(str(root / m), Transformer(cfg), {
-            "model": dataclasses.asdict(cfg), "method": m, "tokenizer": "bytes", "data": "arith",
-            "seq_len": 128,
-            "method_config": methods.method_config(m, TOK.mask_id, smax=8, block_size=4, nelbo=False)})
-    return root
 
 
 # ----------------------------------------------------------------------------- CNN/DailyMail
@@ -110,10 +84,8 @@ def test_cnndm_corpus_scores_on_literal_strings():
     assert cnndm.SCORES["rougeLsum"]("c d\na b", "a b\nc d") == pytest.approx(1.0)       # per example too
     bleu = cnndm.corpus_scores(["the cat sat on the mat", "x y z w"],
                                ["the cat sat on the mat today", "x y z w"])
-    try:
-        import sacrebleu  # noqa: F401
-    except ImportError:
-        assert "bleu" not in bleu and "bleu" not in got                                    # optional package
+    if importlib.util.find_spec("sacrebleu") is None:                                     # optional package
+        assert "bleu" not in bleu and "bleu" not in got
         return
     assert bleu["bleu"] == pytest.approx(100 * math.exp(1 - 11 / 10))
     one = cnndm.corpus_scores(["the cat sat on the mat"], ["the cat sat on the mat today"])["bleu"]
@@ -136,17 +108,15 @@ def test_cnndm_train_and_eval_end_to_end(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cnndm, "TOKENIZER", "bytes")
     ckpt = str(tmp_path / "ck")
     train.main(["--model", "setdiffusion", "--data", "cnndm", "--data-dir", str(tmp_path / "cnn"),
-                "--seq-len", "224", "--out-dir", ckpt, *TINY])
-    out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", ckpt, "--task", "cnndm", "--data-dir", str(tmp_path / "cnn"),
-                   "--max-new-tokens", "8", "--json", str(out)])
-    m = json.loads(out.read_text())
-    assert (m["task"] == "cnndm" and m["n"] == 2
-            and all(0 <= m[k] <= 1 for k in ("rouge1", "rouge2", "rougeL")))
+                "--seq-len", "224", "--out-dir", ckpt, *TINY, "--eval-limit", "2", "--max-iters", "2"])
+    m = eval_json(tmp_path, ["--ckpt", ckpt, "--task", "cnndm", "--data-dir", str(tmp_path / "cnn"),
+                             "--max-new-tokens", "8"])
+    assert m["task"] == "cnndm" and m["n"] == 2 and all(0 <= m[k] <= 1 for k in ("rouge1", "rouge2",
+                                                                                 "rougeL"))
     assert "held-out rouge1" in capsys.readouterr().out
-    evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--data-dir", str(tmp_path / "cnn"),
-                   "--warmup", "1", "--max-new-tokens", "8", "--json", str(out)])
-    assert json.loads(out.read_text())["n"] == 1                          # 2 articles, 1 warm-up
+    assert eval_json(tmp_path, ["--ckpt", ckpt, "--task", "throughput", "--data-dir", str(tmp_path / "cnn"),
+                                # 2 articles, 1 warm-up
+                                "--warmup", "1", "--max-new-tokens", "8"])["n"] == 1
 
 
 def test_cnndm_preset_is_the_official_shape():
@@ -156,123 +126,82 @@ def test_cnndm_preset_is_the_official_shape():
         (28, 256, 768, 16, 128, 8, 151936) and c.tie_embeddings and c.rope_theta == 1e6
 
 
-def test_cnndm_setdlm_released_under_its_push_code_name(tmp_path):
-    """Only kuleshov-group/cnndm-setdlm-d4 exists: the key cnndm:setdlm-smax8 still finds it."""
-    from safetensors.torch import save_file
-    from fakehub import V, fake_hub, released_weights, run_offline, write_json
-    d = fake_hub(tmp_path, "kuleshov-group/cnndm-setdlm-d4")
-    save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"],
-                                                "tokenization_config": {"mask_token_id": V - 1}})
-    out = run_offline(tmp_path, "from common import checkpoint; "
-                                "m, meth, cfg, c = checkpoint.load('cnndm:setdlm-smax8'); "
-                                "print(c['source'], cfg.smax, c['data'], c['seq_len'])").stdout.split()
-    assert out == ["kuleshov-group/cnndm-setdlm-d4", "8", "cnndm", "768"]
-
-
 # ----------------------------------------------------------------------------- ROCStories
-
-STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
-
-
-def write_cloze(d):
-    os.makedirs(d, exist_ok=True)
-    with open(d / rocstories.FILE, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
-                    "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
-        w.writerow(["id0", *STORY[:4], "The cat flew away.", STORY[4], "2"])
-        w.writerow(["id1", *STORY[:4], STORY[4], "It rained.", "1"])
-
 
 @needs_rouge
 def test_rocstories_load_and_spans(tmp_path):
+    """BOS + left + span + right + EOS is the whole story, the span 1 or 3 middle sentences."""
     write_cloze(tmp_path)
     stories = rocstories.load("test", str(tmp_path))
     assert stories == [STORY, STORY]
     one, three = (rocstories.examples(TOK, stories, s)[0] for s in (1, 3))
     assert one["answer"] == STORY[2] and three["answer"] == " ".join(STORY[1:4])
-    for ex in (one, three):        # BOS + left + span + right + EOS is the whole story
+    for ex in (one, three):
         assert TOK.decode(ex["left"] + ex["span"] + ex["right"]) == " ".join(STORY)
         assert ex["left"][0] == ex["right"][-1] == TOK.eos_id
 
 
 @needs_rouge
 @pytest.mark.parametrize("name, sentences", [("ar", 3), ("mdlm", 1), ("bd3lm", 1), ("setdiffusion", 3)])
-def test_rocstories_eval_every_method(tmp_path, ckpts, capsys, name, sentences):
+def test_rocstories_eval_every_method(tmp_path, random_ckpts, capsys, name, sentences):
     write_cloze(tmp_path)
-    out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", str(ckpts / name), "--task", "rocstories", "--sentences", str(sentences),
-                   "--data-dir", str(tmp_path), "--warmup", "1", "--json", str(out)])
-    m = json.loads(out.read_text())
+    m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", "rocstories", "--sentences",
+                             str(sentences), "--data-dir", str(tmp_path), "--warmup", "1"])
     assert m["n"] == 1 and 0 <= m["rougeL"] <= 1 and m["tokens_per_s"] > 0
-    note = "AR cannot infill: it continues from the left context only"
-    assert (note in capsys.readouterr().out) == (name == "ar")
+    assert ("AR cannot infill: it continues from the left context only" in capsys.readouterr().out) == (
+        name == "ar")
 
 
 @needs_rouge
-def test_rocstories_bad_input(tmp_path, ckpts):
-    with pytest.raises(SystemExit) as e:                       # no CSV: where to get it
-        evaluate.main(["--ckpt", str(ckpts / "mdlm"), "--task", "rocstories", "--data-dir", str(tmp_path)])
-    assert str(e.value.code).startswith("error: ") and rocstories.FILE in str(e.value.code)
-    assert "rochester.edu" in str(e.value.code) and "\n" not in str(e.value.code)
-    long = tmp_path / "long"
-    write_cloze(long)
-    text = (long / rocstories.FILE).read_text().replace("She fed it fish.", "She fed it fish. " * 20)
-    (long / rocstories.FILE).write_text(text)
-    with pytest.raises(SystemExit) as e:                       # the span does not fit the canvas
-        evaluate.main(["--ckpt", str(ckpts / "mdlm"), "--task", "rocstories", "--data-dir", str(long)])
-    assert "more than the model's context (seq_len=128)" in str(e.value.code)
+@pytest.mark.parametrize("case, message", [
+    ("no csv", "rochester.edu"),                                        # no CSV: where to get it
+    ("long", "more than the model's context (seq_len=128)"),            # the span does not fit the canvas
+    # the whole line
+    ("no rouge", "error: ROUGE needs the rouge-score package: pip install rouge-score"),
+])
+def test_rocstories_bad_input_is_one_line(tmp_path, random_ckpts, monkeypatch, case, message):
+    if case != "no csv":
+        write_cloze(tmp_path)
+    if case == "long":
+        text = (tmp_path / rocstories.FILE).read_text().replace("She fed it fish.", "She fed it fish. " * 20)
+        (tmp_path / rocstories.FILE).write_text(text)
+    if case == "no rouge":
+        monkeypatch.setitem(sys.modules, "rouge_score", None)              # as if not installed
+    got = error_of(evaluate.main, ["--ckpt", str(random_ckpts / "mdlm"), "--task", "rocstories", "--data-dir",
+                                   str(tmp_path)])
+    assert message in got and (case != "no csv" or rocstories.FILE in got) and (case != "no rouge"
+                                                                                or got == message)
 
 
-# ----------------------------------------------------------------------------- the shipped task's middle step
+# ----------------------------------------------------------------------------- the shipped task's spans
 
-def test_arith_infill_items_rebuild_the_problem_and_score():
+def test_arith_step_and_number_items_rebuild_the_problem_and_score():
+    """step: the 2nd of 2 or 3 steps, the 3rd of 4 (the right answer scored apart); number: the starting
+    amount, which only the reply reveals."""
     examples = arith.load("test")[:50]
-    items = infill.arith_items(examples, TOK, "step")
-    scores = infill.SPAN_SCORES["step"]
+    items, scores = infill.arith_items(examples, TOK, "step"), infill.SPAN_SCORES["step"]
     for ex, it in zip(examples, items):
         assert TOK.decode(it["left"] + it["span"] + it["right"][:-1]) == ex["prompt"] + ex["target"]
         assert scores["exact"](it["step"], it) and scores["answer_right"](it["step"], it)
         a, rest = it["step"].split("=")
-        wrong = a + "=" + str(int(rest[:-1]) + 1) + "."
-        assert not scores["answer_right"](wrong, it)
-    assert {len(it["before"]) for it in items} == {1, 2}           # 2nd of 2 or 3 steps, 3rd of 4
-
-
-def test_make_infill_eval_on_tiny_checkpoints(tmp_path, ckpts):
-    for name in ("ar", "setdiffusion"):
-        out = tmp_path / f"{name}.json"
-        evaluate.main(["--ckpt", str(ckpts / name), "--task", "infill", "--limit", "3", "--warmup", "1",
-                       "--threshold", "0.9", "--json", str(out)])
-        m = json.loads(out.read_text())
-        assert m["task"] == "infill" and m["n"] == 2 and {"exact", "answer_right", "tokens_per_s"} <= set(m)
-        assert m["span"] == "step"
-    with pytest.raises(ValueError,
-                       match="shipped arith task or of a text corpus; this checkpoint was trained on gsm8k"):
-        infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu", Settings())
-
-
-def test_arith_number_items_mask_the_starting_amount_that_only_the_reply_reveals():
-    examples = arith.load("test")[:50]
+        assert not scores["answer_right"](a + "=" + str(int(rest[:-1]) + 1) + ".", it)
+    assert {len(it["before"]) for it in items} == {1, 2}
     for ex, it in zip(examples, infill.arith_items(examples, TOK, "number")):
-        text = TOK.decode(it["left"] + it["span"] + it["right"][:-1])
-        assert text == ex["prompt"] + ex["target"] and it["right"][-1] == TOK.eos_id
-        number = TOK.decode(it["span"])
-        assert TOK.decode(it["left"]).endswith(" has ") and number.isdigit()
-        # the reply reveals it
-        assert ex["target"].startswith(number) and number not in TOK.decode(it["left"])
+        assert TOK.decode(it["left"] + it["span"] + it["right"][:-1]) == ex["prompt"] + ex["target"]
+        number, left = TOK.decode(it["span"]), TOK.decode(it["left"])
+        assert it["right"][-1] == TOK.eos_id and left.endswith(" has ") and number.isdigit()
+        assert ex["target"].startswith(number) and number not in left
         assert infill.SPAN_SCORES["number"]["exact"](number, it)
         assert not infill.SPAN_SCORES["number"]["exact"](str(int(number) + 1), it)
-    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step, "
-                                         "a number, an operand or a verb"):
+    with pytest.raises(ValueError, match="--span word: the shipped arith task masks a reasoning step, a "
+                                         "number, an operand or a verb"):
         infill.arith_items(examples, TOK, "word")
 
 
 def test_arith_operand_and_verb_items_mask_what_only_the_reply_reveals():
     """operand: the last action's amount, which the reply's step with that action repeats; verb: the first
-    action's verb, whose operation the reply's first step shows. Each item rebuilds the example; the scorers
-    accept the reference (and, for the verb, any verb of its operation) and refuse another."""
+    action's verb, whose operation the reply's first step shows. The scorers accept the reference (for the
+    verb, any verb of its operation) and refuse another."""
     examples = arith.load("test")[:40]
     operands, verbs = infill.arith_items(examples, TOK, "operand"), infill.arith_items(examples, TOK, "verb")
     assert len(verbs) == 40 and 30 <= len(operands) <= 40         # all-doubling problems have no operand
@@ -291,42 +220,26 @@ def test_arith_operand_and_verb_items_mask_what_only_the_reply_reveals():
             if it["op"] in "+-" else it["answer"]
         other = next(v for v, op in infill.VERB_OP.items() if op != it["op"])
         score = infill.SPAN_SCORES["verb"]
-        assert (score["exact"](it["answer"], it) and score["op_right"](same, it)
-                and not score["op_right"](other, it))
+        assert score["exact"](it["answer"], it) and score["op_right"](same,
+                                                                      it) and not score["op_right"](other, it)
 
 
-def test_make_infill_number_rows_on_tiny_checkpoints(tmp_path, ckpts):
-    for name in ("ar", "mdlm", "bd3lm", "setdiffusion"):
-        out = tmp_path / f"{name}.json"
-        evaluate.main(["--ckpt", str(ckpts / name), "--task", "infill", "--span", "number", "--limit", "3",
-                       "--warmup", "1", "--json", str(out)])
-        m = json.loads(out.read_text())
-        assert m["span"] == "number" and m["n"] == 2 and 0 <= m["exact"] <= 1 and "answer_right" not in m
+@pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm", "setdiffusion"])
+def test_make_infill_rows_on_tiny_checkpoints(tmp_path, random_ckpts, name):
+    """The default span (step, with answer_right) and --span number, each scored on 2 problems."""
+    for span in ("step", "number"):
+        m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", "infill", "--limit", "3",
+                                 "--warmup", "1", "--threshold", "0.9", *(["--span", span] if span != "step"
+                                                                          else [])])
+        assert m["task"] == "infill" and m["n"] == 2 and m["span"] == span and 0 <= m["exact"] <= 1
+        assert m["tokens_per_s"] > 0 and ("answer_right" in m) == (span == "step")
+    with pytest.raises(ValueError, match="shipped arith task or of a text corpus; this checkpoint was "
+                                         "trained on gsm8k"):
+        infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu", Settings())
 
-
-# ----------------------------------------------------------------------------- unconditional samples
 
 def test_unconditional_eos_stop_ignores_the_first_tokens():
     stop = replies.eos_stop(9, start=3)
     tokens = torch.tensor([[9, 1, 9, 2, 9, 5], [9, 1, 9, 2, 3, 5]])         # column 0 is the BOS (= EOS)
     assert stop(tokens, torch.tensor([4, 4])).tolist() == [False, False]
     assert stop(tokens, torch.tensor([6, 6])).tolist() == [True, False]
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--temperature", "1", "--top-p", "1.5"], "top-p must be in (0, 1], got 1.5"),
-    (["--top-p", "0.9"], "--top-p does nothing without --temperature"),
-    (["--repetition-penalty", "-1"], "the repetition penalty must be > 0")])
-def test_contradictory_sampler_flags_get_one_clear_line(ckpts, flags, message):
-    with pytest.raises(SystemExit) as e:
-        sample.main(["--ckpt", str(ckpts / "ar"), "--max-new-tokens", "4", *flags])
-    assert str(e.value.code).startswith("error: " + message) and "\n" not in str(e.value.code)
-
-
-def test_missing_rouge_package_is_one_clear_line(monkeypatch, tmp_path, ckpts):
-    import sys
-    monkeypatch.setitem(sys.modules, "rouge_score", None)              # as if not installed
-    write_cloze(tmp_path)
-    with pytest.raises(SystemExit) as e:
-        evaluate.main(["--ckpt", str(ckpts / "ar"), "--task", "rocstories", "--data-dir", str(tmp_path)])
-    assert str(e.value.code) == "error: ROUGE needs the rouge-score package: pip install rouge-score"

@@ -1,16 +1,10 @@
-"""The GPU check's tests; `make gpu-check` runs them, then the GPU benchmarks (bench/gpu_check.py). Every test
-needs CUDA and skips without it. On the GPU they pin:
-- FlexAttention (compiled) gives each method's dense-SDPA loss and gradients (float32 tight, bfloat16 loose);
-- 50 bfloat16 steps of `train.py --compile` lower each method's loss, and train.py's DDP path runs with one
-  rank over NCCL (these train.py processes start with the first test and run beside the others);
-- AR's causal forwards take SDPA's flash kernel (run under sdpa_kernel(FLASH_ATTENTION) alone);
-- cached decoding == the naive full recompute for every method, eager, static-shape and compiled static-shape
-  (eval.py --compile: CUDA graphs), batched rows with different prompt lengths;
-- bfloat16 decoding gives float32's greedy tokens on a well-separated tiny model.
+"""What only a CUDA GPU shows (`make gpu-check` runs these, then the GPU benchmarks; without CUDA every test
+skips): compiled FlexAttention == SDPA losses and gradients, compiled bf16 training lowers each method's
+loss, DDP over NCCL, the flash kernel, cached == naive decoding eager, static and compiled, bf16 == fp32
+greedy tokens.
 
     python -m pytest -q tests/test_gpu.py                        # a CUDA GPU, ~3 min (compiles included)
-    GPU_CHECK_DEVICE=cpu python -m pytest -q tests/test_gpu.py   # what a CPU can run of it (no compile in
-                                                                 # training, no flex backward, flash or NCCL)
+    GPU_CHECK_DEVICE=cpu python -m pytest -q tests/test_gpu.py   # what a CPU can run of it
 """
 import copy
 import json

@@ -1,11 +1,8 @@
-"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval), offline: local task YAMLs
-over JSONL files and tiny text checkpoints of all four methods. Pinned: loglikelihood == our zero-shot MCQA
-scoring of the same continuation (AR also == the naive sum of log-probs, is_greedy == the naive argmax); AR's
-rolling loglikelihood == its exact NLL over lm-eval's windows; generate_until stops at (and cuts before) the
-until strings; eval.py's table and --json (acc, exact_match, bits_per_byte == ours); the official GSM8K
-prompt, stop and rewrite; our GSM8K strict/flexible scores == lm-eval's gsm8k filters; bad flags one line.
-python -m pytest -q tests/test_harness.py
-"""
+"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval) offline: local task YAMLs
+over JSONL and tiny text checkpoints of every method. loglikelihood == our zero-shot MCQA scoring (AR: the
+naive log-probs); AR's rolling loglikelihood == its exact NLL; generate_until stops at its strings; the table
+and --json; the official GSM8K prompt and rewrite; our GSM8K scores == lm-eval's filters; bad input one
+line."""
 import json
 import math
 import os
@@ -19,7 +16,7 @@ from common import checkpoint
 import eval as evaluate
 from data import gsm8k
 from sampling import Settings
-from helpers import error_of, text_checkpoints
+from helpers import METHODS, error_of, text_checkpoints
 from paper import harness, zeroshot
 
 Instance = pytest.importorskip("lm_eval.api.instance").Instance        # lm-eval: requirements-test.txt
@@ -29,7 +26,6 @@ TEXT = "".join(f"{i}. Now is the winter of our discontent made glorious summer b
 L = 48
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
         "--warmup", "2", "--seq-len", str(L), "--max-iters", "3", "--seed", "1"]
-METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
 MC = [{"question": f"{i}. Now is the winter of our", "choices": ["discontent", "summer", "York;"],
        "label": i % 3}
       for i in range(4)]
@@ -77,6 +73,20 @@ def request(kind: str, *args, doc=None, task=None) -> Instance:
     return Instance(kind, doc or {}, args, 0, (task, 0, 1))
 
 
+def lls(run, m, reqs, **kw) -> list[float]:
+    return [ll for ll, _ in harness.loglikelihood(setup_of(run, m, **kw), reqs)]
+
+
+@pytest.fixture
+def no_builtin_tasks(monkeypatch):
+    """lm-eval's TaskManager without its ~15k built-in tasks (seconds of indexing): only --include-path's."""
+    import lm_eval.tasks
+    real = lm_eval.tasks.TaskManager
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
+                        lambda include_path=None, **k: real(include_path=include_path,
+                                                            include_defaults=False))
+
+
 def write_tasks(d, gen_docs: list[dict]) -> str:
     """The three local tasks (YAML + JSONL) in folder d."""
     rows = {"tiny_mc": MC, "tiny_gen": gen_docs, "tiny_txt": [{"text": t} for t in TEXTS]}
@@ -90,7 +100,7 @@ def write_tasks(d, gen_docs: list[dict]) -> str:
 
 # ----------------------------------------------------------------------------- loglikelihood
 
-@pytest.mark.parametrize("m", METHODS)
+@pytest.mark.parametrize("m", list(METHODS))
 def test_loglikelihood_is_our_zero_shot_scoring(run, m):
     """Each (context, continuation) is scored as zeroshot.option_scores scores an MCQA option (same batches,
     same seed): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is
@@ -127,18 +137,16 @@ REQUESTS = [("0. Now is the", " winter"), ("Now", " is the winter of our discont
             ("3. Now is the winter of", " our discontent"), ("made glorious", " summer by this sun of York;")]
 
 
-@pytest.mark.parametrize("m", METHODS)
+@pytest.mark.parametrize("m", list(METHODS))
 def test_loglikelihood_does_not_depend_on_the_batch_or_the_order(run, m):
     """The same requests scored at batch 1, at batch 4 and shuffled at batch 4 get the same log p each: the
     diffusion bounds' noise is seeded per request, so they are equal to the bit (AR, exact, to float rounding
     of its padded batches); a request scored twice in one batch gets the same number twice."""
     reqs = [request("loglikelihood", *a) for a in REQUESTS]
-    alone = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=1), reqs)]
-    batched = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), reqs)]
+    alone, batched = lls(run, m, reqs, batch_size=1), lls(run, m, reqs, batch_size=4)
     order = [3, 0, 4, 2, 1]
-    shuffled = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4),
-                                                      [reqs[i] for i in order])]
-    twice = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), [reqs[1], reqs[1]])]
+    shuffled = lls(run, m, [reqs[i] for i in order], batch_size=4)
+    twice = lls(run, m, [reqs[1], reqs[1]], batch_size=4)
     unshuffled = [shuffled[order.index(i)] for i in range(len(reqs))]
     if m == "ar":
         assert batched == pytest.approx(alone, abs=1e-4) and unshuffled == pytest.approx(alone, abs=1e-4)
@@ -152,11 +160,9 @@ def test_mc_samples_average_draws_of_the_nelbo(run, m):
     """--mc-samples K: the mean of K NELBO draws of each request (different draws: K = 4 is not K = 1, and
     another seed moves K = 1), still the same at batch 1 and batch 4."""
     reqs = [request("loglikelihood", *a) for a in REQUESTS]
-    one = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4), reqs)]
-    four = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4, samples=4), reqs)]
-    four_alone = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=1, samples=4), reqs)]
-    other_seed = [ll for ll, _ in harness.loglikelihood(setup_of(run, m, batch_size=4, seed=1), reqs)]
-    assert four == four_alone and four != one and other_seed != one
+    one, four = lls(run, m, reqs, batch_size=4), lls(run, m, reqs, batch_size=4, samples=4)
+    assert four == lls(run, m, reqs, batch_size=1, samples=4) and four != one
+    assert lls(run, m, reqs, batch_size=4, seed=1) != one
 
 
 def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
@@ -180,7 +186,7 @@ def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
 
 # ----------------------------------------------------------------------------- generate_until
 
-@pytest.mark.parametrize("m", METHODS)
+@pytest.mark.parametrize("m", list(METHODS))
 def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
     """A reply with `until` is the unstopped reply cut before the first until string, and its row stopped
     there (fewer new tokens than max_gen_toks)."""
@@ -220,7 +226,7 @@ def test_generation_fits_the_context(run, monkeypatch):
 
 # ----------------------------------------------------------------------------- eval.py --task lm-eval
 
-@pytest.mark.parametrize("m", METHODS)
+@pytest.mark.parametrize("m", list(METHODS))
 def test_eval_lm_eval_equals_our_scores(run, m, tmp_path, capsys):
     """eval.py --task lm-eval on a multiple-choice, a generate_until and a perplexity task: the table has a
     row per task and metric; acc == the argmax of our loglikelihoods, exact_match == 0.5 when two of the four
@@ -323,51 +329,46 @@ def test_gsm8k_scores_equal_lm_eval_filters():
 
 # ----------------------------------------------------------------------------- bad input
 
-def test_bad_lm_eval_flags_are_one_line(run, tmp_path, monkeypatch):
-    """Flags without --task lm-eval, a missing --tasks or --include-path, an unknown task, a multiple-choice
-    target outside its choices (lm-eval would count it wrong, quietly): one line; a glob pattern in --tasks
-    is the tasks it matches."""
-    ckpt = ["--ckpt", str(run / "ar"), "--device", "cpu"]
-    assert "needs --tasks" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval"])
-    assert "--tasks does not apply to the checkpoint's own task (no --task): it goes with --task lm-eval" in \
-        error_of(evaluate.main, [*ckpt, "--tasks", "x"])
+@pytest.mark.parametrize("flags, case, message", [
+    ("--task lm-eval", "", "needs --tasks"),
+    ("--tasks x", "", "--tasks does not apply to the checkpoint's own task (no --task): it goes with --task "
+                      "lm-eval"),
+    ("--task lm-eval --tasks x --include-path {t}/f.yaml", "", "is not a folder"),
+    ("--task lm-eval --tasks x --num-fewshot -1", "", "--num-fewshot"),
+    ("--task lm-eval --tasks tiny_mc,nope --include-path {inc}", "", "nope is not an lm-eval task"),
+    # a multiple-choice target outside its choices: lm-eval would count it wrong, quietly
+    ("--task lm-eval --tasks tiny_* --include-path {inc}", "label 5", "=lm-eval task tiny_mc: document 1's "
+     "target 5 is none of its 3 choices (an index in [0, 3) or a choice's text): fix its data or its "
+     "doc_to_target (--include-path)"),
+    ("--task lm-eval --tasks tiny_txt,tiny_mc --include-path "
+     "{inc}", "typo", "^lm-eval task tiny_mc: its YAML "
+                                                                             "template fails"),
+    ("--task lm-eval --tasks tiny_mc", "no lm_eval", "pip install"),
+])
+def test_bad_lm_eval_input_is_one_line(run, tmp_path, monkeypatch, no_builtin_tasks, flags, case, message):
+    """(= the whole line; ^ its start, naming the task; else a part of it)"""
     (tmp_path / "f.yaml").write_text("")
-    assert "is not a folder" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "x",
-                                                         "--include-path", str(tmp_path / "f.yaml")])
-    assert "--num-fewshot" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "x",
-                                                       "--num-fewshot", "-1"])
     include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
+    if case == "label 5":                                          # document 1's label outside its choices
+        (tmp_path / "tasks" / "tiny_mc.jsonl").write_text("".join(
+            json.dumps({**r, "label": 5 if i == 1 else r["label"]}) + "\n" for i, r in enumerate(MC)))
+    elif case == "typo":
+        yaml = tmp_path / "tasks" / "tiny_mc.yaml"
+        yaml.write_text(yaml.read_text().replace("{{question}}", "{{questoin}}"))
+    elif case == "no lm_eval":
+        monkeypatch.setitem(sys.modules, "lm_eval", None)
+    argv = ["--ckpt", str(run / "ar"), "--device", "cpu", *flags.format(t=tmp_path, inc=include).split()]
+    got = error_of(evaluate.main, argv)
+    if message[0] == "=":
+        assert got == "error: " + message[1:]
+    elif message[0] == "^":
+        assert got.startswith("error: " + message[1:]) and "questoin" in got
+    else:
+        assert message in got and "tiny_mc" not in got
+
+
+def test_tasks_take_glob_patterns_as_lm_evals_own_cli(tmp_path, no_builtin_tasks):
     import lm_eval.tasks
-    real = lm_eval.tasks.TaskManager          # lm-eval's ~15k built-in tasks left out: seconds of indexing
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
-                        lambda include_path=None, **k: real(include_path=include_path,
-                                                            include_defaults=False))
-    message = error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc,nope",
-                                       "--include-path", include])
-    assert "nope is not an lm-eval task" in message and "tiny_mc" not in message
-    tm = lm_eval.tasks.TaskManager(include_path=include)             # glob patterns, as lm-eval's own CLI
+    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
+    tm = lm_eval.tasks.TaskManager(include_path=include)
     assert harness.expand(["tiny_m*", "tiny_txt", "tiny_*"], tm) == ["tiny_mc", "tiny_txt", "tiny_gen"]
-    mc = tmp_path / "tasks" / "tiny_mc.jsonl"                        # document 1's label outside its choices
-    mc.write_text("".join(json.dumps({**r, "label": 5 if i == 1 else r["label"]}) + "\n"
-                          for i, r in enumerate(MC)))
-    argv = [*ckpt, "--task", "lm-eval", "--tasks", "tiny_*", "--include-path", include]
-    assert error_of(evaluate.main, argv) == (
-        "error: lm-eval task tiny_mc: document 1's target 5 is none of its 3 choices (an index in [0, 3) or "
-        "a choice's text): fix its data or its doc_to_target (--include-path)")
-    monkeypatch.setitem(sys.modules, "lm_eval", None)        # not installed
-    assert "pip install" in error_of(evaluate.main, [*ckpt, "--task", "lm-eval", "--tasks", "tiny_mc"])
-
-
-def test_a_template_naming_a_missing_field_is_one_line_naming_task_and_field(run, tmp_path, monkeypatch):
-    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
-    yaml = tmp_path / "tasks" / "tiny_mc.yaml"
-    yaml.write_text(yaml.read_text().replace("{{question}}", "{{questoin}}"))
-    import lm_eval.tasks
-    real = lm_eval.tasks.TaskManager
-    monkeypatch.setattr(lm_eval.tasks, "TaskManager",
-                        lambda include_path=None, **k: real(include_path=include_path,
-                                                            include_defaults=False))
-    message = error_of(evaluate.main, ["--ckpt", str(run / "ar"), "--device", "cpu", "--task", "lm-eval",
-                                       "--tasks", "tiny_txt,tiny_mc", "--include-path", include])
-    assert (message.startswith("error: lm-eval task tiny_mc: its YAML template fails")
-            and "questoin" in message)

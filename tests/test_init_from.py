@@ -1,9 +1,6 @@
-"""train.py --init-from our own checkpoints: the transformer of a run of any method (a training folder or a
---keep-every snapshot) starts a run of any other method exactly, config.json records where it started, and
-what cannot carry over (another tokenizer, another shape, a longer context) is one line before any training.
-python -m pytest -q tests/test_init_from.py
-"""
-import hashlib
+"""train.py --init-from our own checkpoints: any method's transformer (a training folder or a --keep-every
+snapshot) starts any other method's run exactly, config.json records where it started, and what cannot
+carry over is one line before any training; make finetune-mini's table."""
 import json
 import os
 import shutil
@@ -13,17 +10,16 @@ import torch
 
 from common import checkpoint
 import train
-from helpers import error_of
+from fakehub import write_json
+from helpers import TINY, error_of, snapshot
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
-        "--max-new-tokens", "8", "--warmup", "1"]
 
 
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
-    """Two steps of AR (keeping a snapshot each step) and one of Set Diffusion on the shipped task, tiny."""
+    """Two steps of AR (a snapshot each step) and one of Set Diffusion on the shipped task, tiny."""
     root = tmp_path_factory.mktemp("sources")
     train.main(["--model", "ar", "--out-dir", str(root / "ar"), *TINY, "--max-iters", "2",
                 "--keep-every", "1"])
@@ -32,18 +28,10 @@ def sources(tmp_path_factory):
     return root
 
 
-def files_of(d) -> dict:
-    """Every file under d -> its sha256: what a refusal must leave as it was."""
-    return {os.path.relpath(os.path.join(p, n), d): hashlib.sha256(open(os.path.join(p, n), "rb").read())
-            .hexdigest() for p, _, names in os.walk(d) for n in names}
-
-
 @pytest.mark.parametrize("source, method", [("ar", "setdiffusion"), ("setdiffusion", "ar"),
                                             ("ar-step1", "bd3lm")])
 def test_init_from_carries_every_tensor_exactly(sources, tmp_path, source, method):
-    """The model train.py starts from holds the source checkpoint's eval weights, every tensor equal, whatever
-    method trained them and whatever method the new run trains (no shape flag given: the shape is the
-    source's)."""
+    """The source's eval weights, every tensor, whatever the methods (no shape flag: the source's shape)."""
     args = train.get_args(["--model", method, "--init-from", str(sources / source), "--batch-size", "4",
                            "--out-dir", str(tmp_path / "o")])
     model = train.setup(args, "cpu")[3]
@@ -55,9 +43,8 @@ def test_init_from_carries_every_tensor_exactly(sources, tmp_path, source, metho
 
 
 def test_init_from_a_snapshot_records_where_the_run_started(sources, tmp_path):
-    """A run started from a --keep-every snapshot says in its config.json which folder, method and step it
-    started from; the source is left as it was."""
-    before = files_of(sources)
+    """config.json names the folder, method and step it started from; the source is as it was."""
+    before = snapshot(sources)
     out = tmp_path / "sd"
     train.main(["--model", "setdiffusion", "--init-from", str(sources / "ar-step1"), "--batch-size", "4",
                 "--eval-limit", "1", "--max-new-tokens", "8", "--max-iters", "1", "--out-dir", str(out)])
@@ -67,25 +54,7 @@ def test_init_from_a_snapshot_records_where_the_run_started(sources, tmp_path):
                                    "step": 1, "data": "arith"}
     assert config["method"] == "setdiffusion" and config["model"]["n_layer"] == 1
     assert config["model"]["n_embd"] == 32 and config["step"] == 1
-    assert files_of(sources) == before
-
-
-def qwen3_config_only(d):
-    """A folder holding only a Qwen3 config.json: enough for a refusal, which reads no weights."""
-    os.makedirs(d)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"model_type": "qwen3", "vocab_size": 151936, "num_hidden_layers": 1, "hidden_size": 16,
-                   "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
-                   "intermediate_size": 32, "max_position_embeddings": 40960}, f)
-
-
-def other_tokenizer(src, d):
-    """A copy of checkpoint src whose config.json says it was trained with the gpt2 tokenizer."""
-    shutil.copytree(src, d)
-    with open(os.path.join(d, "config.json")) as f:
-        config = json.load(f)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({**config, "tokenizer": "gpt2"}, f)
+    assert snapshot(sources) == before
 
 
 SHAPE = ": the shape comes from --init-from, so drop the shape flags (or start from a model of that shape)"
@@ -111,30 +80,35 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
 ])
 def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources, tmp_path, monkeypatch,
                                                                          source, flags, message):
-    """Refused before any data is encoded or any training step, and nothing written: no checkpoint folder
-    for the new run, the source as it was."""
+    """Before any data is encoded: no folder for the new run, the source as it was."""
     monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
     src = str(sources / source) if source in ("ar", "setdiffusion") else str(tmp_path / source)
-    if source == "qwen3":
-        qwen3_config_only(src)
-    elif source == "gpt2-ar":
-        other_tokenizer(sources / "ar", src)
+    if source == "qwen3":                           # only a config.json: a refusal reads no weights
+        os.makedirs(src)
+        write_json(os.path.join(src, "config.json"), {
+            "model_type": "qwen3", "vocab_size": 151936, "num_hidden_layers": 1, "hidden_size": 16,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 32,
+            "max_position_embeddings": 40960})
+    elif source == "gpt2-ar":                       # a copy of ar whose config.json names the gpt2 tokenizer
+        shutil.copytree(sources / "ar", src)
+        config = json.loads(open(os.path.join(src, "config.json")).read())
+        write_json(os.path.join(src, "config.json"), {**config, "tokenizer": "gpt2"})
     elif source == "empty":
         os.makedirs(src)
-    before = files_of(sources)
+    before = snapshot(sources)
     out = tmp_path / "o"
     got = error_of(train.main, ["--model", "setdiffusion", "--init-from", src, *flags, "--max-iters", "1",
                                 "--out-dir", str(out)])
     assert got == "error: " + message.format(src=src)
     assert not any(os.path.exists(str(out) + s) for s in ("", ".tmp", ".old"))
-    assert files_of(sources) == before
+    assert snapshot(sources) == before
 
 
 # ----------------------------------------------------------------------------- make finetune-mini's table
 
 def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
-    """An eval.py --json file <name>.json (and <name>-nll.json with nll), and a train.py log <name>.log, a
-    progress line every 10 steps."""
+    """An eval.py --json file <name>.json (and <name>-nll.json), and a train.py log <name>.log (progress
+    every 10 steps)."""
     with open(os.path.join(folder, name + ".json"), "w") as f:
         json.dump({"task": "arith", "model": name.split("-")[0], "threshold": 0.8, "accuracy": accuracy,
                    "tokens_per_step": tokens_per_step, "n": 200}, f)
@@ -149,9 +123,9 @@ def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
 
 
 def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path):
-    """Accuracy, tokens/step and the NLL (its own file, where given) are the seeds' mean [min, max], the loss
-    is each run's last progress line, and the gain is a pretrained start minus scratch of the same seed (+10
-    and -20 points: -5.0 [-20.0, +10.0]; seed 2 alone: +5.0); the figure is written."""
+    """The seeds' mean [min, max] of accuracy, tokens/step and NLL (where given), each run's last logged
+    loss, and the gain over scratch of the same seed (+10 and -20 points: -5.0 [-20.0, +10.0]; seed 2
+    alone: +5.0); the figure is written."""
     import paper.finetune
     for name, acc, tps, losses, nll in [("setdiffusion-pretrained-s1", 0.5, 3.0, [2.0, 1.0], 0.5),
                                         ("setdiffusion-pretrained-s2", 0.7, 3.5, [2.0, 0.5], 0.3),

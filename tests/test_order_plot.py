@@ -1,8 +1,5 @@
-"""sample.py --show-order --plot: one panel per checkpoint, each drawing the steps the sampler reported for
-the prompt and its reply, titled with the method and its settings; bad flags are one line before any work.
-python -m pytest -q tests/test_order_plot.py"""
-import sys
-
+"""sample.py --show-order --plot: one panel per checkpoint, each the sampler's steps for the prompt and its
+reply, titled with the method and its settings (its bad flags are rows of test_inputs_cli.py)."""
 import pytest
 import torch
 
@@ -10,52 +7,36 @@ from common import methods, order_plot
 from data import get_tokenizer
 import sample
 from sampling import Settings
-from helpers import error_of, one_step_checkpoints
 
-pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 METHODS = ("ar", "setdiffusion")
 
 
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    return one_step_checkpoints(tmp_path_factory, METHODS)
-
-
-def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(ckpts, tmp_path, monkeypatch, capsys):
+def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(one_step, tmp_path, monkeypatch, capsys):
     pytest.importorskip("matplotlib")
     reported, drawn = [], []
     real_respond, real_draw = sample.respond, order_plot.draw
-
-    def respond(*a, **k):
-        out = real_respond(*a, **k)
-        reported.append(out[1])
-        return out
-
-    def draw(panels, path):
-        drawn.extend(panels)
-        return real_draw(panels, path)
-    monkeypatch.setattr(sample, "respond", respond)
-    monkeypatch.setattr(order_plot, "draw", draw)
+    monkeypatch.setattr(sample, "respond", lambda *a, **k: reported.append(real_respond(*a, **k))
+                        or reported[-1])
+    monkeypatch.setattr(order_plot, "draw", lambda panels, path: drawn.extend(panels) or real_draw(panels,
+                                                                                                   path))
     png = tmp_path / "order.png"
-    sample.main([arg for m in METHODS for arg in ("--ckpt", str(ckpts / m))]
+    sample.main([arg for m in METHODS for arg in ("--ckpt", str(one_step / m))]
                 + ["--threshold", "0.8", "--max-new-tokens", "8", "--show-order", "--plot", str(png)])
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in capsys.readouterr().out
     assert [p.title for p in drawn] == ["AR", "Set Diffusion, smax 8, τ 0.8"]
-    assert f"wrote {png}" in capsys.readouterr().out
     tok = get_tokenizer("bytes")
-    for panel, stats in zip(drawn, reported):
+    for panel, (_, stats, *_) in zip(drawn, reported):
         steps, tokens = stats["step"][0].tolist(), stats["tokens"][0].tolist()   # one prompt: no left padding
-        n = len(steps) - 8                                                      # the prompt's tokens
-        assert panel.step == steps[:len(panel.step)]              # the sampler's steps, column for column
-        assert panel.later == [s for s in steps[len(panel.step):] if s >= 0]   # decoded after EOS: counted
+        n, end = len(steps) - 8, len(panel.step)                               # the prompt's tokens; drawn
+        # the sampler's steps, column for column
+        assert panel.step == steps[:end]
+        assert panel.later == [s for s in steps[end:] if s >= 0]            # decoded after EOS: counted
         assert all(s == -1 for s in panel.step[:n]) and all(s >= 0 for s in panel.step[n:])
-        end = len(panel.step)                                  # the reply is drawn to EOS or its last column
-        assert end == len(steps) or tokens[end - 1] == tok.eos_id or steps[end] == -1
+        assert end == len(steps) or tokens[end - 1] == tok.eos_id or steps[end] == -1    # to EOS or the end
         assert panel.pieces[:n] == [order_plot.glyph(tok, i) for i in tokens[:n]]
 
 
 def test_titles_name_the_method_and_the_settings_it_decodes_with():
-    """A heading holds the method's whole-number config and the decoding knobs it reads, not the others'."""
     def title(name, **settings):
         return order_plot.title(name, methods.config_class(name)(mask_id=1), Settings(**settings),
                                 methods.method(name).KNOBS)
@@ -63,42 +44,21 @@ def test_titles_name_the_method_and_the_settings_it_decodes_with():
     assert title("mdlm", threshold=0.8) == "MDLM, τ 0.8, block 32"
     assert title("bd3lm") == "BD3-LM, block size 4, τ ∞"
     assert title("setdiffusion", threshold=0.9) == "Set Diffusion, smax 8, τ 0.9"
-    assert (title("setdiffusion", window=2, commit_order="fht")
-            == "Set Diffusion, smax 8, τ ∞, W 2, commit fht")
+    assert title("setdiffusion", window=2,
+                 commit_order="fht") == "Set Diffusion, smax 8, τ ∞, W 2, commit fht"
 
 
 def test_panel_draws_a_left_padded_row_to_its_eos_and_counts_the_padding_after_it():
-    """Row 1 of a batch: its own prompt (after the left padding), its reply to EOS; the [MASK]-free tokens a
-    sampler decoded after EOS (MDLM's padding) are not drawn but count as tokens and steps."""
+    """Row 1: its own prompt (after the left padding), its reply to EOS; tokens decoded after EOS (MDLM's
+    padding) are not drawn but count as tokens and steps."""
     tok = get_tokenizer("bytes")
     E, M = tok.eos_id, tok.mask_id
     tokens = torch.tensor([[97, 98, 99, 10, 49, 50, E, M],             # row 0: prompt "abc\n", reply "12"
                            [E, E, 120, 10, 55, E, E, E]])               # row 1: left-padded prompt "x\n", "7"
-    step = torch.tensor([[-1, -1, -1, -1, 0, 1, 1, -1],
-                         [-1, -1, -1, -1, 2, 0, 1, 2]])
+    step = torch.tensor([[-1, -1, -1, -1, 0, 1, 1, -1], [-1, -1, -1, -1, 2, 0, 1, 2]])
     p = order_plot.panel("MDLM", tok, {"tokens": tokens, "step": step}, 1, 2, 4)
     assert (p.pieces, p.step, p.later) == (["x", "↵", "7", "∎"], [-1, -1, 2, 0], [1, 2])
     assert order_plot.count(p) == "2 tokens (+2 after EOS) in 3 steps = 1.3 tokens/step"
     p = order_plot.panel("AR", tok, {"tokens": tokens, "step": step}, 0, 4, 4)
     assert (p.pieces, p.step, p.later) == (["a", "b", "c", "↵", "1", "2", "∎"], [-1] * 4 + [0, 1, 1], [])
     assert order_plot.count(p) == "3 tokens in 2 steps = 1.5 tokens/step"
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--plot", "x.png"], "--plot draws the order of one prompt: add --show-order, and --prompt or none"),
-    (["--show-order", "--plot", "x.png", "--prompt-file", "p.txt"],
-     "--plot draws the order of one prompt: add --show-order, and --prompt or none"),
-    (["--show-order", "--plot", "no/such/x.png"], "--plot no/such/x.png: the folder no/such does not exist; "
-                                                  "create it first"),
-    (["--ckpt", "other"], "several --ckpt are drawn one panel each: add --show-order --plot FILE.png"),
-])
-def test_plot_flags_that_cannot_draw_are_one_line_before_any_work(ckpts, capsys, flags, message):
-    assert error_of(sample.main, ["--ckpt", str(ckpts / "ar"), *flags]) == "error: " + message
-    assert capsys.readouterr().out == ""
-
-
-def test_plot_without_matplotlib_is_one_line_before_any_work(ckpts, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib raises ImportError
-    message = error_of(sample.main, ["--ckpt", str(ckpts / "ar"), "--show-order", "--plot", "x.png"])
-    assert message.startswith("error: --plot needs matplotlib") and message.endswith("pip install matplotlib")
-    assert capsys.readouterr().out == ""

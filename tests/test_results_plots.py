@@ -1,11 +1,14 @@
-"""The figures of paper/results.py: what goes in which panel, and a plot written when matplotlib is installed.
-python -m pytest -q tests/test_results_plots.py"""
+"""The figures of paper/results.py: what goes in which panel, titles naming task, scorer and runs, labels that
+cover nothing."""
+import importlib.util
 import json
 import math
 
 import pytest
 
 from paper import results
+
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 
 def test_pareto_panels_put_a_far_lower_method_apart():
@@ -128,11 +131,11 @@ def test_smax_sweep_table_merges_seeds_and_orders_by_smax(tmp_path, monkeypatch)
                       sweep_run(d, name, smax, infill, "infill", span="number", exact=0.1 + infill)]
     saved = []
     monkeypatch.setattr(results, "save_figure", lambda fig, out: saved.append(fig))
-    text = results.sweep(paths, str(tmp_path / "smax.md"), str(tmp_path / "smax.png") if _has_mpl() else None)
+    text = results.sweep(paths, str(tmp_path / "smax.md"), str(tmp_path / "smax.png") if HAS_MPL else None)
     lines = text.splitlines()
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| sd8", "| sd8-infill", "| sd32"]
     assert "| 0.970 [0.960, 0.980] | 0.960 [0.950, 0.970] | 3.50 | 0.0300 |  | 0.600 | 2 |" in lines[3]
-    if _has_mpl():
+    if HAS_MPL:
         (fig,) = saved
         assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes] == [
             ("smax", "accuracy"), ("smax", "tokens/step"), ("smax", "infilling exact match")]
@@ -144,11 +147,3 @@ def test_smax_sweep_table_merges_seeds_and_orders_by_smax(tmp_path, monkeypatch)
     with pytest.raises(ValueError,
                        match="ar.json: a run of ar; the smax sweep takes Set Diffusion runs only"):
         results.sweep([str(bad)], str(tmp_path / "x.md"))
-
-
-def _has_mpl() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True

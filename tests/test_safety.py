@@ -1,9 +1,6 @@
-"""Nothing lost: train.py never replaces what it did not write, a kill or a fault during a save always leaves
-a usable checkpoint, a second run is locked out, non-finite weights never reach a checkpoint, Ctrl-C/SIGTERM
-save and resume exactly, and bad flags, train states, config.json files and distributed environments are one
-line (`error: ...` or a ValueError) before any work. One test per class of failure.
-python -m pytest -q tests/test_safety.py
-"""
+"""Nothing lost: train.py never replaces what it did not write, a kill or fault during a save leaves a usable
+checkpoint, a second run is locked out, non-finite weights never reach a checkpoint, a signal saves and
+resumes exactly; bad flags, train states, config.json files and distributed environments are one line."""
 import errno
 import json
 import math
@@ -19,15 +16,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from common import checkpoint, saving, threads
+from common import checkpoint, saving
 import setdiffusion as sd
 import train
-from helpers import error_of
+from helpers import TINY, error_of, snapshot
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "1",
-        "--max-new-tokens", "8", "--warmup", "2"]
 SD = ["--model", "setdiffusion", *TINY]          # the flags of the shared checkpoint
 SEQ_LEN = 128                                    # the arith task's context
 
@@ -42,35 +37,23 @@ def base(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def parts(base):
-    """(model, config, optimizer state) of the shared checkpoint, to write checkpoints of any step with
-    saving.save."""
+    """(model, config, optimizer state) of the shared checkpoint, to save checkpoints of any step."""
     model, _, _, config = checkpoint.load(str(base))
     return model, config, checkpoint.load_train_state(str(base))["optimizer"]
 
 
 def save_at(path, step, parts):
-    """A complete checkpoint of the shared run at `path`, labelled `step`, written by saving.save."""
     model, config, opt = parts
     saving.save(str(path), model, {**config, "step": step}, {"optimizer": opt, "step": step})
 
 
-def snapshot(root) -> dict:
-    """Every file (or link) under root -> its bytes (its target): to show that nothing was changed, moved or
-    deleted."""
-    return {os.path.relpath(os.path.join(d, f), root): "-> " + os.readlink(os.path.join(d, f))
-            if os.path.islink(os.path.join(d, f)) else open(os.path.join(d, f), "rb").read()
-            for d, _, files in os.walk(root) for f in files}
-
-
 def no_training(monkeypatch):
-    """Any refusal that is due before training must come before the model sees a batch."""
-    def boom(*a, **k):
-        raise AssertionError("training started")
-    monkeypatch.setattr(train, "loop", boom)
+    """A refusal that is due before training must come before the model sees a batch."""
+    monkeypatch.setattr(train, "loop", lambda *a, **k: pytest.fail("training started"))
 
 
 def clean(path) -> bool:
-    """out_dir holds one checkpoint, of train.py's files only, and no sibling .tmp / .old / .deleting."""
+    """path holds one checkpoint of train.py's files only, and no sibling .tmp / .old / .deleting."""
     parent, name = os.path.split(str(path))
     leftovers = [n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock"]
     return not leftovers and sorted(os.listdir(path)) == sorted(saving.FILES)
@@ -92,51 +75,44 @@ def hf_folder(path):
 
 
 HF = "its config.json has no 'model': it was not written by train.py, or was edited"
+NOT_OURS = "which is not a checkpoint directory written by train.py ({}): move it away, or choose another " \
+           "--out-dir"
 CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused before training, nothing touched
-    ("mydata", [], "{t}/mydata is not a checkpoint directory written by train.py (it holds important.txt, "
+    ("mydata", "", "{t}/mydata is not a checkpoint directory written by train.py (it holds important.txt, "
                    "sub), and train.py replaces that directory at every save: choose another --out-dir"),
-    ("afile.txt", [], "--out-dir {t}/afile.txt is a file, not a checkpoint directory: choose another "
+    ("afile.txt", "", "--out-dir {t}/afile.txt is a file, not a checkpoint directory: choose another "
                       "--out-dir"),
-    ("afile.txt/ck", [], "cannot write checkpoints to --out-dir {t}/afile.txt/ck: File exists"),
-    ("run", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run-step1, which is not a checkpoint "
-                                   "directory written by train.py (" + HF + "): move it away, or choose "
-                                   "another --out-dir"),
-    ("run2", ["--keep-every", "1"], "--keep-every 1 writes step 1 to {t}/run2-step1, which is not a "
-                                    "checkpoint directory written by train.py (it is a file, not a folder): "
-                                    "move it away, or choose another --out-dir"),
-    ("run4", ["--keep-every", "1"],
-     "--keep-every 1 writes step 1 to {t}/run4-step1, which is not a checkpoint directory written by "
-     "train.py (it leads into {t}/missing, which does not exist): move it away, or choose another --out-dir"),
-    ("run3", ["--keep-every", "1", "--seed", "2"],
-     "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the checkpoint, 2 from the flags), "
-     "which --keep-every would mix with this run's: move the {t}/run3-step* folders away, or choose another "
-     "--out-dir"),
+    ("afile.txt/ck", "", "cannot write checkpoints to --out-dir {t}/afile.txt/ck: File exists"),
+    ("run", "--keep-every 1", "--keep-every 1 writes step 1 to {t}/run-step1, " + NOT_OURS.format(HF)),
+    ("run2", "--keep-every 1", "--keep-every 1 writes step 1 to {t}/run2-step1, "
+                               + NOT_OURS.format("it is a file, not a folder")),
+    ("run4", "--keep-every 1", "--keep-every 1 writes step 1 to {t}/run4-step1, "
+                               + NOT_OURS.format("it leads into {t}/missing, which does not exist")),
+    ("run3", "--keep-every 1 --seed 2", "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the "
+     "checkpoint, 2 from the flags), which --keep-every would mix with this run's: move the {t}/run3-step* "
+     "folders away, or choose another --out-dir"),
 ]
 
 
 def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_path, monkeypatch):
-    """--out-dir, or a name --keep-every will write (<out>-stepN), that is a user's folder, a file, a
-    Hugging Face model folder, a link into a missing folder or another run's snapshot: refused in one line
-    before training, everything
-    byte for byte as it was. A user's <out>.tmp and <out>.old (copies of a checkpoint: a newer one of
-    another run, one with a note of theirs) are no half-save of train.py's, and <out>-step03 is no name it
-    writes: the run resumes from <out> (whose run record lacks an entry added later, and whose
-    --infill-added without --infill an older version recorded: neither compared) and never reads, moves or
-    deletes them; an empty folder is accepted, given as folder/ too."""
+    """--out-dir, or a name --keep-every writes (<out>-stepN), that is a user's folder, a file, a Hugging Face
+    folder, a link into a missing folder or another run's snapshot: one line before training, every byte as
+    it was. A user's <out>.tmp, <out>.old (copies of a checkpoint) and <out>-step03 are never read, moved or
+    deleted by a run that resumes from <out> (whose run record lacks a later entry and holds an older
+    version's no-op --infill-added: neither compared); an empty folder is accepted, given as folder/ too."""
     (tmp_path / "mydata" / "sub").mkdir(parents=True)
     (tmp_path / "mydata" / "important.txt").write_text("precious")
     (tmp_path / "afile.txt").write_text("my notes")
     hf_folder(tmp_path / "run-step1")
     (tmp_path / "run2-step1").write_text("a file")
-    (tmp_path / "run4-step1").symlink_to(tmp_path / "missing" / "x")       # a link into a missing folder
+    (tmp_path / "run4-step1").symlink_to(tmp_path / "missing" / "x")
     shutil.copytree(base, tmp_path / "run3-step2")               # seed 1's snapshot; this run's is seed 2
     before = snapshot(tmp_path)
     no_training(monkeypatch)
     for out, flags, message in CLAIMED:
-        assert error_of(train.main, [*SD, "--max-iters", "1", *flags, "--out-dir", str(tmp_path / out)]) == \
-            "error: " + message.format(t=tmp_path)
-        after = {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(".lock")}   # its own lock
-        assert after == before                                        # nothing moved, renamed or deleted
+        argv = [*SD, "--max-iters", "1", *flags.split(), "--out-dir", str(tmp_path / out)]
+        assert error_of(train.main, argv) == "error: " + message.format(t=tmp_path)
+        assert {k: v for k, v in snapshot(tmp_path).items() if not k.endswith(".lock")} == before
     monkeypatch.undo()
     for name in ("ck", "ck.old", "ck.tmp"):                         # cp -r of checkpoints: no swap mark
         shutil.copytree(base, tmp_path / name)
@@ -146,23 +122,22 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     (tmp_path / "ck.old" / "notes.md").write_text("mine")
     shutil.copytree(tmp_path / "mydata", tmp_path / "ck-step03")    # not a name train.py writes (ck-step3)
     older = json.loads((tmp_path / "ck" / "config.json").read_text())
-    del older["run"]["ema"]                                           # a run record without a later entry
-    older["method_config"]["infill_added"] = True                     # an older version's no-op (infill 0)
+    del older["run"]["ema"]
+    older["method_config"]["infill_added"] = True
     (tmp_path / "ck" / "config.json").write_text(json.dumps(older))
     users = ("ck.tmp/", "ck.old/", "ck-step03/")
     mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)}
     train.main([*SD, "--max-iters", "3", "--keep-every", "1", "--out-dir", str(tmp_path / "ck"), "--resume"])
     assert saving.step_of(str(tmp_path / "ck")) == 3 == saving.step_of(str(tmp_path / "ck-step3"))
     assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)} == mine
-    (tmp_path / "empty").mkdir()                                    # out/ck/: its snapshots beside it
+    (tmp_path / "empty").mkdir()
     train.main([*SD, "--max-iters", "1", "--keep-every", "1", "--out-dir", f"{tmp_path}/empty/"])
     assert checkpoint.load_train_state(str(tmp_path / "empty"))["step"] == 1 and clean(tmp_path / "empty")
     assert saving.step_of(str(tmp_path / "empty-step1")) == 1
 
 
 def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkeypatch):
-    """A user's folder created at a --keep-every name after the run's start-up checks: the save there stops
-    the run with one line naming it, and the folder is byte for byte as it was."""
+    """A user's folder made at a --keep-every name after the start-up checks stops the run with one line."""
     out, real_loss = tmp_path / "ck", sd.loss
 
     def loss(*a, **k):
@@ -180,8 +155,7 @@ def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkey
 
 
 def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_path, monkeypatch):
-    """A full disk at a --keep-every snapshot (a weights-only save): its line points at the run's checkpoint
-    in --out-dir, not at the snapshot folder's (which never holds one to resume)."""
+    """A full disk at a --keep-every snapshot (weights only): the line points at --out-dir's checkpoint."""
     import safetensors.torch
 
     def full(*a, **k):
@@ -199,46 +173,36 @@ def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_
 
 def kill_state(out, kind, parts):
     """out as a kill during a save leaves it; returns the step of the newest complete checkpoint there."""
-    scratch = out.parent / "scratch"
-    if kind == "old+tmp":               # an older version killed between its renames: out -> out.old (marked)
-        save_at(out, 2, parts)
+    scratch, mark = out.parent / "scratch", lambda d: open(os.path.join(d, saving.SWAP_MARK), "w").close()
+    if kind in ("old+tmp", "complete tmp"):  # an older version killed after writing out.tmp and marking out,
+        save_at(out, 2, parts)               # (old+tmp: and after out -> out.old)
         save_at(scratch, 4, parts)
         os.rename(scratch, str(out) + ".tmp")
-        open(out / saving.SWAP_MARK, "w").close()
-        os.rename(out, str(out) + ".old")
+        mark(out)
+        if kind == "old+tmp":
+            os.rename(out, str(out) + ".old")
         return 4
     if kind == "partial tmp":           # killed while writing its .tmp-XXXXXXXX: no config.json yet
         save_at(out, 2, parts)
         tmp = saving.fresh(str(out), "tmp")
-        open(os.path.join(tmp, saving.SWAP_MARK), "w").close()
+        mark(tmp)
         tmp = out.parent / os.path.basename(tmp)
         (tmp / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:1000])
         (tmp / "config.json.part").write_text('{"model": {')
         return 2
+    save_at(scratch, 2 if kind == "marked old" else 4, parts)
+    mark(scratch)
     if kind == "marked old":            # an older version killed after out.tmp -> out, before deleting .old
-        save_at(scratch, 2, parts)
-        open(scratch / saving.SWAP_MARK, "w").close()
         os.rename(scratch, str(out) + ".old")
         save_at(out, 4, parts)
-        return 4
-    if kind == "only tmp":              # killed after its .old-XXXXXXXX was deleted, before its .tmp -> out
-        save_at(scratch, 4, parts)
-        open(scratch / saving.SWAP_MARK, "w").close()
+    else:                               # only tmp: killed after its .old-XXXXXXXX went, before .tmp -> out
         os.rename(scratch, saving.fresh(str(out), "tmp"))
-        return 4
-    if kind == "complete tmp":          # an older version killed after writing out.tmp and marking out
-        save_at(out, 2, parts)
-        save_at(scratch, 4, parts)
-        os.rename(scratch, str(out) + ".tmp")
-        open(out / saving.SWAP_MARK, "w").close()
-        return 4
-    raise AssertionError(kind)
+    return 4
 
 
 @pytest.mark.parametrize("kind", ["old+tmp", "only tmp", "partial tmp", "marked old", "complete tmp"])
 def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path, capsys, kind):
-    """Every state a kill mid-save leaves holds a complete checkpoint; newest/resolve/load pick the
-    newest complete one, and --resume continues from it and leaves a clean out_dir."""
+    """newest/resolve/load pick the newest complete checkpoint; --resume continues and leaves out clean."""
     out = tmp_path / "kb"
     step = kill_state(out, kind, parts)
     d = saving.resolve(str(out))
@@ -251,15 +215,14 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     capsys.readouterr()
     train.main([*SD, "--max-iters", str(step + 1), "--out-dir", str(out), "--resume"])
     assert f"resuming from step {step} of {out}" in capsys.readouterr().out
-    assert checkpoint.load_train_state(str(out))["step"] == step + 1 and \
-        saving.step_of(str(out)) == step + 1
+    assert checkpoint.load_train_state(str(out))["step"] == step + 1 == saving.step_of(str(out))
     assert clean(out) and all_finite(out)
 
 
 @pytest.mark.parametrize("fault", ["config.json rename", "out -> out.old", "out.tmp -> out", "disk full"])
 def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, monkeypatch, fault):
-    """A full disk, or an OSError at any of the renames of a save, leaves the previous checkpoint complete and
-    loadable, the newest complete one is what load reads, and the next save cleans up."""
+    """A full disk, or an OSError at any rename of a save, leaves the previous checkpoint complete; load reads
+    the newest complete one, and the next save cleans up."""
     out = tmp_path / "ck"
     save_at(out, 2, parts)
     previous = snapshot(out)
@@ -285,14 +248,12 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
         assert calls[-1][0] == str(out) and re.fullmatch(scratch, calls[-1][1]) and "old" in calls[-1][1]
     if fault == "out.tmp -> out":
         assert re.fullmatch(scratch, calls[-1][0]) and "tmp" in calls[-1][0] and calls[-1][1] == str(out)
-    # the previous one, whole
     kept = [d for d in (out, *out.parent.glob("ck.old-*")) if saving.complete(d)]
     assert len(kept) == 1 and \
         {k: v for k, v in snapshot(kept[0]).items() if k != saving.SWAP_MARK} == previous
     assert checkpoint.load_ours(str(kept[0]))[3]["step"] == 2 and all_finite(kept[0])
-    newer = fault in ("out -> out.old", "out.tmp -> out")              # the new one was complete in ck.tmp
-    assert checkpoint.load(str(out))[3]["step"] == (4 if newer else 2)
-    assert checkpoint.load_train_state(str(out))["step"] == (4 if newer else 2)
+    newer = 4 if fault in ("out -> out.old", "out.tmp -> out") else 2     # the new one was whole in ck.tmp
+    assert checkpoint.load(str(out))[3]["step"] == newer == checkpoint.load_train_state(str(out))["step"]
     save_at(out, 6, parts)
     assert saving.step_of(str(out)) == 6 and clean(out)
 
@@ -300,9 +261,8 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
 # ----------------------------------------------------------------------------- 3. one train.py per --out-dir
 
 def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch):
-    """While a run holds the lock a second claim (or train.py) is refused in one line; the lock is held
-    during training and released however train.main ends, an error included. A file system without locks is
-    one line saying so (not "another train.py"), and --no-lock trains there."""
+    """While a run holds the lock (during training, released however it ends) a second claim is one line; a
+    file system without locks is one line saying so, and --no-lock trains there."""
     out = str(tmp_path / "cc")
     busy = (f"another train.py is writing {out} (it holds {out}.lock): wait for it to finish, or choose "
             f"another --out-dir")
@@ -350,10 +310,9 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
     ("2", r"loss is (nan|inf) at step 3"),                            # caught by the next step's loss
 ])
 def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, capsys, save_every, stops_at):
-    """The optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1 with one
-    line naming the last good checkpoint and its step, whose weights (EMA and raw) are all finite."""
-    out = str(tmp_path / "nan")
-    real = train.make_optimizer
+    """The optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1, one line naming
+    the last good checkpoint (step 2), whose weights (EMA and raw) are all finite."""
+    out, real, real_loss, losses = str(tmp_path / "nan"), train.make_optimizer, sd.loss, []
 
     def poisoned(model, *settings):
         opt, steps = real(model, *settings), []
@@ -369,14 +328,11 @@ def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, caps
         opt.step = poisoned_step
         return opt
     monkeypatch.setattr(train, "make_optimizer", poisoned)
-    losses = []
-    real_loss = sd.loss
     monkeypatch.setattr(sd, "loss", lambda *a, **k: losses.append(real_loss(*a, **k)) or losses[-1])
     with pytest.raises(SystemExit) as e:
         train.main([*SD, "--max-iters", "6", "--warmup", "0", "--save-every", save_every, "--ema", "0.5",
                     "--out-dir", out])
-    assert e.value.code == 1
-    assert all(math.isfinite(loss.item()) for loss, _ in losses[:3])
+    assert e.value.code == 1 and all(math.isfinite(loss.item()) for loss, _ in losses[:3])
     lines = [line for line in capsys.readouterr().err.splitlines() if "stopping" in line]
     assert len(lines) == 1 and re.fullmatch(
         rf"{stops_at}: stopping; the last good checkpoint \(step 2\) is in {re.escape(out)}", lines[0]), lines
@@ -396,10 +352,9 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_path, monkeypatch, signum):
-    """Ctrl-C or SIGTERM during step 4 ends the run after it with one line; the checkpoint holds step 4
-    and --resume gives the uninterrupted run's losses exactly."""
-    out = str(tmp_path / "kint")
-    calls, real_loss = [], sd.loss
+    """Ctrl-C or SIGTERM during step 4 ends the run after it with one line; the checkpoint holds step 4, the
+    handlers are put back, and --resume gives the uninterrupted run's losses exactly."""
+    out, calls, real_loss = str(tmp_path / "kint"), [], sd.loss
 
     def loss(*a, **k):
         calls.append(1)
@@ -412,78 +367,73 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
         train.main([*RESUMABLE, "--out-dir", out])
     assert e.value.code == f"interrupted after step 4: saved it to {out}; --resume continues from there"
     monkeypatch.undo()
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers     # put back
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     assert checkpoint.load_train_state(out)["step"] == 4 and saving.step_of(out) == 4 and clean(out)
     assert train.main([*RESUMABLE, "--out-dir", out, "--resume"]) == uninterrupted[4:]
 
 
 # ----------------------------------------------------------------------------- 6. train.py flags
 
-@pytest.mark.parametrize("flags, message", [
-    (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
-    (["--save-every", "0"], "--save-every must be at least 1, got 0"),
-    (["--max-iters", "0"], "--max-iters must be at least 1, got 0"),
-    (["--max-iters", "-1"], "--max-iters must be at least 1, got -1"),
-    (["--grad-accum", "0"], "--grad-accum must be at least 1, got 0"),
-    (["--eval-limit", "0"], "--eval-limit must be at least 1, got 0"),
-    (["--max-new-tokens", "-5"], "--max-new-tokens must be at least 1, got -5"),
-    (["--seq-len", "-1"], "--seq-len must be 0 or more (0 = the task's), got -1"),
-    (["--smax", "1"], "--smax must be at least 2, got 1"),
-    (["--window", "-1"], "--window -1: the window must be in [1, smax=8]"),
-    (["--threads", "100000"], f"--threads must be in [0, {threads.usable_cores()}] (the CPUs this process "
-                              f"may use; 0 = the cores other jobs leave free), got 100000"),
-    (["--infill", "1.5"], "--infill must be a fraction in [0, 1], got 1.5"),
-    (["--infill", "nan"], "--infill must be a fraction in [0, 1], got nan"),
-    # a flag that would do nothing: with this method, or without the flag it refines
-    (["--model", "ar", "--window", "9"], "--window does not apply to --model ar: it goes with --model "
-                                         "setdiffusion"),
-    (["--model", "bd3lm", "--infill", "0.5"], "--infill does not apply to --model bd3lm: it goes with "
-                                              "--model setdiffusion"),
-    (["--model", "ar", "--threshold", "0.9"], "--threshold does not apply to --model ar: it goes with "
-                                              "--model bd3lm, mdlm, setdiffusion"),
-    (["--model", "ar", "--smax", "4"], "--smax does not apply to --model ar: it goes with --model "
-                                       "setdiffusion"),
-    (["--model", "mdlm", "--block-size", "8"], "--block-size does not apply to --model mdlm: it goes with "
-                                               "--model bd3lm"),
-    (["--nelbo"], "--nelbo does not apply to --model setdiffusion: it goes with --model bd3lm, mdlm"),
-    (["--infill-added"], "--infill-added does nothing without --infill: add --infill, or drop "
-                         "--infill-added"),
-    (["--model", "ar", "--infill-len", "loguniform"], "--infill-len does nothing without --infill: add "
-                                                      "--infill, or drop --infill-len"),
-    (["--window", "9"], "--window 9: the window must be in [1, smax=8]"),
-    (["--model", "bd3lm", "--block-size", "0"], "--block-size must be at least 1, got 0"),
-    (["--model", "bd3lm", "--block-size", "-2"], "--block-size must be at least 1, got -2"),
-    (["--lr", "nan"], "--lr must be a finite number > 0, got nan"),
-    (["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
-    (["--final-lr", "nan"], "--final-lr must be a finite number >= 0, got nan"),
-    (["--ema", "1.5"], "--ema must be a finite number in [0, 1) (0 = off), got 1.5"),
-    (["--grad-clip", "inf"], "--grad-clip must be a finite number >= 0 (0 = off), got inf"),
-    (["--dist-timeout", "0"], "--dist-timeout must be a finite number > 0, got 0.0"),
-    (["--threshold", "nan"], "--threshold nan: a confidence threshold must be in (0, 1], or inf for one "
-                             "token per step"),
-    (["--threshold", "0"], "--threshold 0.0: a confidence threshold must be in (0, 1], or inf for one token "
-                           "per step"),
-    (["--device", "foo"], "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),
-    (["--device", "cuda:99"], f"--device cuda:99: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
-                              f"CPU-only build or no driver?): use --device cpu or auto"),
+THRESHOLD = "a confidence threshold must be in (0, 1], or inf for one token per step"
+NO_EFFECT = "does not apply to --model {}: it goes with --model {}"
+FLAGS = [   # (train.py flags, the line; None: a run larger than memory); each before any work, no folder
+    ("--batch-size 0", "--batch-size must be at least 1, got 0"),
+    ("--save-every 0", "--save-every must be at least 1, got 0"),
+    ("--max-iters 0", "--max-iters must be at least 1, got 0"),
+    ("--max-iters -1", "--max-iters must be at least 1, got -1"),
+    ("--grad-accum 0", "--grad-accum must be at least 1, got 0"),
+    ("--eval-limit 0", "--eval-limit must be at least 1, got 0"),
+    ("--max-new-tokens -5", "--max-new-tokens must be at least 1, got -5"),
+    ("--seq-len -1", "--seq-len must be 0 or more (0 = the task's), got -1"),
+    ("--smax 1", "--smax must be at least 2, got 1"),
+    ("--window -1", "--window -1: the window must be in [1, smax=8]"),
+    ("--infill 1.5", "--infill must be a fraction in [0, 1], got 1.5"),
+    ("--infill nan", "--infill must be a fraction in [0, 1], got nan"),
+    ("--model ar --window 9", "--window " + NO_EFFECT.format("ar", "setdiffusion")),
+    ("--model bd3lm --infill 0.5", "--infill " + NO_EFFECT.format("bd3lm", "setdiffusion")),
+    ("--model ar --threshold 0.9", "--threshold " + NO_EFFECT.format("ar", "bd3lm, mdlm, setdiffusion")),
+    ("--model ar --smax 4", "--smax " + NO_EFFECT.format("ar", "setdiffusion")),
+    ("--model mdlm --block-size 8", "--block-size " + NO_EFFECT.format("mdlm", "bd3lm")),
+    ("--nelbo", "--nelbo " + NO_EFFECT.format("setdiffusion", "bd3lm, mdlm")),
+    ("--infill-added", "--infill-added does nothing without --infill: add --infill, or drop --infill-added"),
+    ("--model ar --infill-len loguniform",
+     "--infill-len does nothing without --infill: add --infill, or drop --infill-len"),
+    ("--window 9", "--window 9: the window must be in [1, smax=8]"),
+    ("--model bd3lm --block-size 0", "--block-size must be at least 1, got 0"),
+    ("--model bd3lm --block-size -2", "--block-size must be at least 1, got -2"),
+    ("--lr nan", "--lr must be a finite number > 0, got nan"),
+    ("--lr 0", "--lr must be a finite number > 0, got 0.0"),
+    ("--final-lr nan", "--final-lr must be a finite number >= 0, got nan"),
+    ("--ema 1.5", "--ema must be a finite number in [0, 1) (0 = off), got 1.5"),
+    ("--grad-clip inf", "--grad-clip must be a finite number >= 0 (0 = off), got inf"),
+    ("--dist-timeout 0", "--dist-timeout must be a finite number > 0, got 0.0"),
+    ("--threshold nan", "--threshold nan: " + THRESHOLD),
+    ("--threshold 0", "--threshold 0.0: " + THRESHOLD),
+    ("--device foo", "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),
+    ("--device cuda:99", f"--device cuda:99: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
+                         f"CPU-only build or no driver?): use --device cpu or auto"),
     # checked once the task is known (after the --out-dir claim, still before any training)
-    (["--model", "bd3lm", "--block-size", "999"],
-     f"--block-size 999 is larger than the sequence length {SEQ_LEN}"),
-    (["--max-new-tokens", "999"], f"--max-new-tokens 999 is more than the sequence length {SEQ_LEN}"),
-    (["--n-layer", "1000000000"], None),                                                             # too big
-    (["--wandb", "x"], "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),
-])
+    ("--model bd3lm --block-size 999", f"--block-size 999 is larger than the sequence length {SEQ_LEN}"),
+    ("--max-new-tokens 999", f"--max-new-tokens 999 is more than the sequence length {SEQ_LEN}"),
+    ("--n-layer 1000000000", None),
+    ("--wandb x", "--wandb needs the wandb package: pip install wandb (or drop --wandb)"),
+    ("--resume", "no checkpoint at {out}: expected a directory with config.json and model.safetensors "
+                 "(written by train.py --out-dir)"),
+]
+
+
+@pytest.mark.parametrize("flags, message", FLAGS)
 def test_a_train_flag_out_of_range_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, flags, message):
-    """One `error: ...` line, before training, and no checkpoint directory."""
     monkeypatch.setitem(sys.modules, "wandb", None)                  # as if not installed
     no_training(monkeypatch)
     out = tmp_path / "ck"
-    got = error_of(train.main, [*SD, "--max-iters", "3", "--device", "cpu", *flags, "--out-dir", str(out)])
+    got = error_of(train.main, [*SD, "--max-iters", "3", "--device", "cpu", *flags.split(),
+                                "--out-dir", str(out)])
     if message is None:
         assert re.fullmatch(r"error: a model of [\d.]+B parameters needs about \d+ GiB to train, more than "
                             r"the \d+ GiB here: make it smaller", got), got
     else:
-        assert got == "error: " + message
+        assert got == "error: " + message.replace("{out}", str(out))
     assert capsys.readouterr().out == ""
     assert not any(os.path.exists(str(out) + s) for s in ("", ".tmp", ".old"))
 
@@ -499,28 +449,27 @@ class Evil:
         return os.system, (f"touch {self.marker}",)
 
 
+AGAIN = r"start again without --resume"
+NOT_STATE = r"{f} is not a train state written by train.py \(it needs model, optimizer and step\): " + AGAIN
+
+
 def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path, capsys):
-    """An empty, truncated, code-carrying or key-less train_state.pt, and another run's checkpoint
-    (method, settings or shape), are one line that never suggests weights_only=False; no code runs and the
-    checkpoint is left as it was."""
-    marker = tmp_path / "PWNED"
-    good = (base / "train_state.pt").read_bytes()
+    """An empty, truncated, code-carrying or key-less train_state.pt, and another run's checkpoint (method,
+    settings or shape), are one line that never suggests weights_only=False; no code runs and the checkpoint
+    is left as it was; a run already at --max-iters has nothing to train."""
+    marker, good = tmp_path / "PWNED", (base / "train_state.pt").read_bytes()
     state = torch.load(base / "train_state.pt", weights_only=True)
-    wide = torch.nn.Linear(3, 5).state_dict()
     cases = {
-        "empty": (b"", r"{f} is damaged \(.+\); start again without --resume"),
-        "truncated": (good[:len(good) // 2], r"{f} is damaged \(.+\); start again without --resume"),
+        "empty": (b"", r"{f} is damaged \(.+\); " + AGAIN),
+        "truncated": (good[:len(good) // 2], r"{f} is damaged \(.+\); " + AGAIN),
         "code": ({"model": Evil(marker), "optimizer": {}, "step": 2},
                  r"{f} holds objects other than tensors and numbers, so it was not loaded \(only plain "
-                 r"weights are read from \.pt/\.bin files\); start again without --resume"),
-        "no optimizer": ({"model": state["model"], "step": 2},
-                         r"{f} is not a train state written by train.py \(it needs model, optimizer and "
-                         r"step\): start again without --resume"),
-        "a list": ([1, 2], r"{f} is not a train state written by train.py \(it needs model, optimizer and "
-                           r"step\): start again without --resume"),
-        "other weights": ({**state, "model": wide},
+                 r"weights are read from \.pt/\.bin files\); " + AGAIN),
+        "no optimizer": ({"model": state["model"], "step": 2}, NOT_STATE),
+        "a list": ([1, 2], NOT_STATE),
+        "other weights": ({**state, "model": torch.nn.Linear(3, 5).state_dict()},
                           r"cannot resume from {d}: its train state does not fit \(weights do not fit the "
-                          r"model: missing .+\); start again without --resume"),
+                          r"model: missing .+\); " + AGAIN),
         "missing": (None, r"{d} holds no train_state.pt, so training cannot resume from it"),
     }
     for name, (content, pattern) in cases.items():
@@ -535,14 +484,12 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
             torch.save(content, f)
         before = snapshot(d)
         got = error_of(train.main, [*SD, "--max-iters", "4", "--out-dir", str(d), "--resume"])
-        assert re.fullmatch("error: " + pattern.format(f=re.escape(str(f)), d=re.escape(str(d))),
-                            got), (name, got)
+        assert re.fullmatch("error: " + pattern.format(f=re.escape(str(f)), d=re.escape(str(d))), got), name
         assert snapshot(d) == before, name
     assert not marker.exists()                                       # the pickle's code did not run
-    theirs = f"--resume: {tmp_path}/other holds another run ({{}}): pass the flags that wrote it (see its " \
-             f"config.json), or choose another --out-dir"
-    shutil.copytree(base, tmp_path / "other")
-    before = snapshot(tmp_path / "other")
+    other = tmp_path / "other"
+    shutil.copytree(base, other)
+    before = snapshot(other)
     for flags, diff in [
         (["--model", "ar", *TINY], "method: 'setdiffusion' in the checkpoint, 'ar' from the flags; "
                                    "method_config.infill: 0.0 in the checkpoint, None from the flags; "
@@ -555,14 +502,13 @@ def test_resume_from_a_damaged_or_foreign_train_state_is_one_line(base, tmp_path
                                   "model.intermediate_size: 128 in the checkpoint, 256 from the flags; "
                                   "model.n_embd: 32 in the checkpoint, 64 from the flags"),
     ]:
-        got = error_of(train.main, [*flags, "--max-iters", "4", "--out-dir",
-                                    str(tmp_path / "other"), "--resume"])
-        assert got == "error: " + theirs.format(diff)
-        assert snapshot(tmp_path / "other") == before
-    argv = [*SD, "--max-iters", "2", "--out-dir", str(tmp_path / "other"), "--resume"]
-    assert error_of(train.main, argv) == (
-        f"error: --resume: {tmp_path}/other is at step 2, so --max-iters 2 leaves nothing to train: raise "
-        f"--max-iters above 2, or evaluate it with eval.py --ckpt {tmp_path}/other")
+        assert error_of(train.main, [*flags, "--max-iters", "4", "--out-dir", str(other), "--resume"]) == (
+            f"error: --resume: {other} holds another run ({diff}): pass the flags that wrote it (see its "
+            f"config.json), or choose another --out-dir")
+        assert snapshot(other) == before
+    assert error_of(train.main, [*SD, "--max-iters", "2", "--out-dir", str(other), "--resume"]) == (
+        f"error: --resume: {other} is at step 2, so --max-iters 2 leaves nothing to train: raise --max-iters "
+        f"above 2, or evaluate it with eval.py --ckpt {other}")
     assert "resuming" not in capsys.readouterr().out
 
 
@@ -579,38 +525,38 @@ def edit(config, path, value):
         config[last] = value
 
 
-WHERE = "{d}/config.json"
-
-
 class TooSlow(BaseException):
     """Not an OSError/ValueError, so checkpoint.load cannot turn it into its one line."""
 
 
+W = "{d}/config.json"
+EDITED = W + " has no '{}': it was not written by train.py, or was edited"
+
+
 @pytest.mark.parametrize("change, message", [
-    ([1, 2], WHERE + " holds list, not an object: it was not written by train.py"),
-    (None, WHERE + " holds NoneType, not an object: it was not written by train.py"),
-    ({"data": KeyError}, WHERE + " has no 'data': it was not written by train.py, or was edited"),
-    ({"tokenizer": KeyError}, WHERE + " has no 'tokenizer': it was not written by train.py, or was edited"),
-    ({"method_config.mask_id": 100000}, WHERE + ": method_config.mask_id must be a token id in [0, 258), "
-                                                "got 100000"),
-    ({"method_config.mask_id": -1}, WHERE + ": method_config.mask_id must be a token id in [0, 258), got -1"),
-    ({"method_config.smax": "8"}, WHERE + ": method_config.smax must be int, got '8'"),
-    ({"method_config.smax": 0}, "--smax must be at least 2, got 0"),     # the method config's own rule
-    ({"seq_len": "128"}, WHERE + ": seq_len must be int, got '128'"),
-    ({"sampler.max_new_tokens": "16"}, WHERE + ": sampler must be an object with a threshold number and "
-                                               "window / max_new_tokens integers >= 0, got {{'threshold': "
-                                               "inf, 'window': 0, 'max_new_tokens': '16'}}"),
-    ({"model.rope_theta": math.nan}, WHERE + ": model.rope_theta must be a finite number, got nan"),
-    ({"model.n_layer": "1"}, WHERE + ": model.n_layer must be int, got '1'"),
-    ({"run": [1, 2]}, WHERE + ": run must be an object, got [1, 2]"),
+    ([1, 2], W + " holds list, not an object: it was not written by train.py"),
+    (None, W + " holds NoneType, not an object: it was not written by train.py"),
+    ({"data": KeyError}, EDITED.replace("{}", "data")),
+    ({"tokenizer": KeyError}, EDITED.replace("{}", "tokenizer")),
+    ({"method_config.mask_id": 100000}, W + ": method_config.mask_id must be a token id in [0, 258), got "
+                                            "100000"),
+    ({"method_config.mask_id": -1}, W + ": method_config.mask_id must be a token id in [0, 258), got -1"),
+    ({"method_config.smax": "8"}, W + ": method_config.smax must be int, got '8'"),
+    ({"method_config.smax": 0}, "--smax must be at least 2, got 0"),         # the method config's own rule
+    ({"seq_len": "128"}, W + ": seq_len must be int, got '128'"),
+    ({"sampler.max_new_tokens": "16"}, W + ": sampler must be an object with a threshold number and "
+     "window / max_new_tokens integers >= 0, got {{'threshold': inf, 'window': 0, 'max_new_tokens': '16'}}"),
+    ({"model.rope_theta": math.nan}, W + ": model.rope_theta must be a finite number, got nan"),
+    ({"model.n_layer": "1"}, W + ": model.n_layer must be int, got '1'"),
+    ({"run": [1, 2]}, W + ": run must be an object, got [1, 2]"),
     ({"model.n_layer": 1000000000}, "weights do not fit the model: the weights hold 1 layers, the config "
                                     "n_layer=1000000000"),
-    ("int64",
-     "weights do not fit the model: embed_tokens.weight is stored as torch.int64, not floating point"),
+    ("int64", "weights do not fit the model: embed_tokens.weight is stored as torch.int64, not floating "
+              "point"),
 ])
 def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, message):
-    """checkpoint.load refuses a config.json of the wrong type, shape or range, or integer weights,
-    with one ValueError line, quickly (n_layer 1e9 builds nothing), and changes no file."""
+    """checkpoint.load refuses a config.json of the wrong type, shape or range, or integer weights, with one
+    ValueError line, within 10 s (n_layer 1e9 builds nothing), and changes no file."""
     d = tmp_path / "bad"
     shutil.copytree(base, d)
     config = json.loads((d / "config.json").read_text())
@@ -618,19 +564,17 @@ def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, me
         w = load_file(d / "model.safetensors")
         w["embed_tokens.weight"] = (w["embed_tokens.weight"] * 100).long()
         save_file(w, d / "model.safetensors")
-    elif isinstance(change, dict):
-        for path, value in change.items():
-            edit(config, path, value)
     else:
-        config = change
-    if change != "int64":
-        (d / "config.json").write_text(json.dumps(config, allow_nan=True))
+        for path, value in change.items() if isinstance(change, dict) else ():
+            edit(config, path, value)
+        (d / "config.json").write_text(json.dumps(config if isinstance(change, dict) else change,
+                                                  allow_nan=True))
     before = snapshot(d)
 
     def too_slow(*a):
         raise TooSlow("checkpoint.load took more than 10 s")
     previous = signal.signal(signal.SIGALRM, too_slow)
-    signal.alarm(10)                                       # n_layer 1e9 must build nothing: fail, not hang
+    signal.alarm(10)
     try:
         with pytest.raises(ValueError) as e:
             checkpoint.load(str(d))
@@ -643,37 +587,37 @@ def test_a_config_json_of_the_wrong_shape_is_one_line(base, tmp_path, change, me
 
 # ----------------------------------------------------------------------------- 9. distributed environment
 
-def free_port() -> int:
+def free_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return str(s.getsockname()[1])
+
+
+NEED = "need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE (torchrun --nproc_per_node=N train.py ... sets them)"
 
 
 @pytest.mark.parametrize("env, message", [
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers (torchrun sets them)"),
-    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0, RANK=0: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE (torchrun "
-                          "--nproc_per_node=N train.py ... sets them)"),
-    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2, RANK=2: need WORLD_SIZE >= 1 and 0 <= RANK < "
-                                       "WORLD_SIZE (torchrun --nproc_per_node=N train.py ... sets them)"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE=0, RANK=0: " + NEED),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "WORLD_SIZE=2, RANK=2: " + NEED),
     ({"WORLD_SIZE": "2", "RANK": "0"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT: start the processes "
                                        "with torchrun --nproc_per_node=2 train.py ..., which sets them"),
     ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "free"}, None),
 ])
 def test_a_distributed_environment_without_peers_is_one_line(tmp_path, monkeypatch, env, message):
-    """A bad WORLD_SIZE/RANK, a missing MASTER_ADDR, or peers that never come (within --dist-timeout)
-    are one line, within seconds, before the --out-dir is touched."""
+    """A bad WORLD_SIZE/RANK, a missing MASTER_ADDR, or peers that never come (within --dist-timeout): one
+    line, within seconds, before the --out-dir is touched."""
     for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
-        monkeypatch.setenv(k, str(free_port()) if v == "free" else v)
+        monkeypatch.setenv(k, free_port() if v == "free" else v)
     no_training(monkeypatch)
-    out = tmp_path / "ck"
     t0 = time.time()
-    got = error_of(train.main, [*SD, "--max-iters", "2", "--device", "cpu", "--dist-timeout", "2",
-                                "--out-dir", str(out)])
+    got = error_of(train.main, [*SD, "--max-iters", "2", "--device", "cpu", "--dist-timeout", "1",
+                                "--out-dir", str(tmp_path / "ck")])
     assert time.time() - t0 < 15
     if message is None:
-        assert re.fullmatch(r"error: WORLD_SIZE=2: the other processes did not join within 2 s \(.+\): start "
+        assert re.fullmatch(r"error: WORLD_SIZE=2: the other processes did not join within 1 s \(.+\): start "
                             r"all of them, e.g. with torchrun --nproc_per_node=2, or unset WORLD_SIZE",
                             got), got
     else:

@@ -1,5 +1,4 @@
-"""The shared sampler options (sampling.py) on literal logits, and the sampler identities with them on:
-python -m pytest -q tests/test_sampling.py"""
+"""The sampler options (sampling.py) on literal logits, and every sampler with them == naive."""
 import math
 
 import pytest

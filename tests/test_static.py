@@ -1,9 +1,8 @@
-"""Static-shape decoding (model.static_decoding): the padded steps give the same tokens as the dynamic ones,
-and the compiled steps the same as eager, with one graph for every step. python -m pytest -q
-tests/test_static.py
-"""
+"""Static-shape decoding (model.static_decoding): padded steps give the dynamic steps' tokens, compiled the
+eager ones, with one graph for every step."""
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from sampling import Settings
 from model import static_decoding
@@ -12,21 +11,21 @@ from helpers import MASK, METHODS, Jitter, left_padded, tiny_model
 
 def run(name, model, batch, prompt_mask, N=9):
     mod, cfg, kw = METHODS[name]
-    extra = {} if name == "ar" else {"threshold": 0.5}
-    return mod.generate(model, batch, cfg, Settings(N, **extra, **kw), prompt_mask)
+    tau = {} if name == "ar" else {"threshold": 0.5}
+    return mod.generate(model, batch, cfg, Settings(N, **tau, **kw), prompt_mask)
 
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_static_steps_equal_dynamic_steps(name):
-    """Batched, left-padded, several tokens per step: the same tokens at the same steps, and the storage of
-    one call reused by the next (its stale rows are masked out)."""
+    """Batched, left-padded, several tokens a step: the same tokens at the same steps; a second call reuses
+    the storage of the first (its stale rows masked out)."""
     inner = tiny_model(5)
     model = Jitter(inner, 1)
     _, batch, prompt_mask = left_padded([2, 7, 5])
     tokens, stats = run(name, model, batch, prompt_mask)
     static_decoding(inner)
     try:
-        for _ in range(2):                                            # the second call reuses the storage
+        for _ in range(2):
             st_tokens, st_stats = run(name, model, batch, prompt_mask)
             assert torch.equal(st_tokens, tokens) and torch.equal(st_stats["step"], stats["step"])
             assert st_stats["nfe"] == stats["nfe"]
@@ -36,10 +35,9 @@ def test_static_steps_equal_dynamic_steps(name):
 
 
 def test_static_step_logits_equal_dynamic_logits():
-    """One Set Diffusion-shaped step (3 new clean tokens + 2 queries after a cached prefix) padded to 8 slots:
-    the same logits as the unpadded step, and the same committed cache."""
-    model = tiny_model(2)
-    x = torch.randint(0, MASK, (2, 9))
+    """A Set Diffusion-shaped step (3 clean tokens + 2 queries after a cached prefix) padded to 8 slots: the
+    unpadded step's logits, and the same committed cache."""
+    model, x = tiny_model(2), torch.randint(0, MASK, (2, 9))
     mask = torch.ones(2, 1, 5, 9, dtype=torch.bool)
     mask[:, :, :3, 4:] = torch.ones(3, 5, dtype=torch.bool).tril()
     out = []
@@ -58,10 +56,8 @@ def test_static_step_logits_equal_dynamic_logits():
 
 
 def test_compiled_equals_eager_one_graph():
-    """torch.compile of the static steps: token for token the eager result, and one graph serves every step
-    of a Set Diffusion call (and of a second call), one every AR, BD3-LM and MDLM step. Small on purpose:
-    compiling costs time."""
-    from torch._dynamo.utils import counters
+    """torch.compile of the static steps: the eager tokens, one graph for every step of a Set Diffusion call
+    (and of a second one), one for each other method (small on purpose: compiling costs time)."""
     inner = tiny_model(5)
     model = Jitter(inner, 1)
     _, batch, prompt_mask = left_padded([2, 5])

@@ -1,5 +1,5 @@
-"""bench/step_cost.py: a step's CPU time splits into forward (head inside it) and sampler, per method, and the
-numbers it prints are those it returns. python -m pytest -q tests/test_step_cost.py"""
+"""bench/step_cost.py: a step's CPU time = forward (head inside) + sampler, per method; it prints what it
+returns."""
 import json
 
 from bench import step_cost

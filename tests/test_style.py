@@ -1,15 +1,14 @@
-"""The house rules a machine can check: every tracked Python file keeps its lines within 110 columns
-(characters), so that a method file and its diff read side by side. python -m pytest -q tests/test_style.py"""
+"""The house rule a machine can check: every tracked Python line within 110 columns (characters)."""
 import os
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
+
 COLUMNS = 110
 
 
 def python_files() -> list[str]:
-    """The tracked .py files (git ls-files); outside a git checkout, every .py file under the root but those
-    in hidden folders and out/."""
+    """The tracked .py files; outside a git checkout, every .py file but those in hidden folders and out/."""
     try:
         return subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.split()
@@ -22,9 +21,8 @@ def python_files() -> list[str]:
 
 
 def test_python_lines_fit_110_columns():
-    files = python_files()
+    files, long = python_files(), []
     assert "model.py" in files and "tests/test_style.py" in files
-    long = []
     for path in files:
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
             long += [f"{path}:{n}" for n, line in enumerate(f, 1) if len(line.rstrip("\n")) > COLUMNS]

@@ -1,31 +1,24 @@
-"""Infilling a text corpus (eval.py --task infill --span word|line on a corpus checkpoint; paper/infill.py):
-the items rebuild each held-out row, a word span is one whole word and a line span one whole line, the
-scorers' math, the eval run of every method on tiny text-trained checkpoints, the table (python -m
-paper.results --infill, seeds merged) and one line per bad input. python -m pytest -q
-tests/test_text_infill.py
-"""
-import dataclasses
+"""Infilling a text corpus (eval.py --task infill --span word|line; paper/infill.py): items rebuild each
+held-out row around one whole word or line, the scorers' math, every method's eval run, the --infill table
+(seeds merged), bad input one line."""
 import importlib.util
 import json
 
 import pytest
 import tiktoken
 
-from common import methods, saving
 import eval as evaluate
 from data import Tokenizer, byte_tokenizer, textfile
-from helpers import error_of, text_checkpoints
-from model import ModelConfig, Transformer
+from helpers import METHODS, error_of, text_checkpoints
 from paper import infill, results
 
 WORDS = "to be or not that is the question whether tis nobler in mind suffer slings and arrows".split()
-LINES = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 5)).capitalize()
-         + ("," if i % 3 else ".")
+LINES = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 5)).capitalize() + ("," if i % 3
+                                                                                             else ".")
          for i in range(300)]                                     # 300 lines of 2 to 40 characters, ASCII
 TEXT = "\n".join(LINES) + "\n"
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "64", "--max-iters", "2",
         "--batch-size", "2", "--eval-limit", "2", "--seed", "1"]
-METHODS = ["ar", "mdlm", "bd3lm", "setdiffusion"]
 TOK = byte_tokenizer()
 HAS_ROUGE = importlib.util.find_spec("rouge_score") is not None
 
@@ -117,7 +110,7 @@ def test_without_rouge_score_rougeL_is_left_out_with_a_note(monkeypatch, capsys)
 
 # ----------------------------------------------------------------------------- eval.py --task infill
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", list(METHODS))
 def test_eval_infill_word_and_line_on_a_text_checkpoint(run, tmp_path, method, capsys):
     for span in ("word", "line"):
         out = tmp_path / f"{method}-{span}.json"
@@ -145,24 +138,16 @@ def test_eval_infill_word_and_line_on_a_text_checkpoint(run, tmp_path, method, c
     (["--window", "9"], "--window 9: the window must be in [1, smax=8]"),
     (["--span", "line", "--data", "text:{short}"], "none of the 1 held-out rows has a whole line with 4 "
      "tokens of text on each side"),
+    (["--span", "word", "arith"], "--span word: the shipped arith task masks a reasoning step, a number, an "
+     "operand or a verb of the problem"),
 ])
-def test_eval_infill_bad_input_is_one_line(run, tmp_path, extra, message):
+def test_eval_infill_bad_input_is_one_line(run, random_ckpts, tmp_path, extra, message):
     short = tmp_path / "short.txt"
     short.write_text("ab cd " * 100, encoding="utf-8")                          # no newline: no line
-    argv = ["--ckpt", str(run / "setdiffusion"), "--task", "infill", "--data-dir", str(tmp_path / "cache"),
-            "--device", "cpu", *[a.format(short=short) for a in extra]]
+    ckpt = random_ckpts / "mdlm" if "arith" in extra else run / "setdiffusion"      # the shipped task's
+    argv = ["--ckpt", str(ckpt), "--task", "infill", "--data-dir", str(tmp_path / "cache"),
+            "--device", "cpu", *[a.format(short=short) for a in extra if a != "arith"]]
     assert message in error_of(evaluate.main, argv)
-
-
-def test_eval_infill_word_span_on_the_shipped_task_is_one_line(tmp_path):
-    cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=16)
-    saving.save(str(tmp_path / "arith"), Transformer(cfg), {
-        "model": dataclasses.asdict(cfg), "method": "mdlm", "tokenizer": "bytes", "data": "arith",
-        "seq_len": 128, "method_config": methods.method_config("mdlm", TOK.mask_id)})
-    assert ("--span word: the shipped arith task masks a reasoning step, a number, an operand or a verb of "
-            "the problem") in error_of(
-        evaluate.main, ["--ckpt", str(tmp_path / "arith"), "--task", "infill", "--span", "word",
-                        "--device", "cpu"])
 
 
 # ----------------------------------------------------------------------------- the table
@@ -201,26 +186,3 @@ def test_infill_table_leaves_out_columns_no_run_has(tmp_path):
     paths = [infill_run(tmp_path / "a", "mdlm", "word", exact=0.5, char_accuracy=0.6)]
     head = results.infill(paths, str(tmp_path / "t.md")).splitlines()[0]
     assert head == "| span | checkpoint | exact | char acc. | tokens/step | tokens/s (batch 1) | n | seeds |"
-
-
-@pytest.mark.parametrize("run_json, message", [
-    ({"task": "infill", "model": "ar", "ckpt": "out/ar"}, "lacks 'tokens_per_step', 'tokens_per_s', 'n': not "
-     "the eval.py --json file of an infill run"),
-    ({"task": "likelihood", "model": "ar", "ckpt": "out/ar", "nll": 1.0}, "a likelihood run, not an infill "
-     "or rocstories run"),
-    ({"task": "infill", "model": "gpt", "ckpt": "out/ar", "tokens_per_step": 1, "tokens_per_s": 1, "n": 1},
-     "model 'gpt', ckpt 'out/ar', span 'step': not an eval.py --json file of an infill run"),
-    ({"task": "infill", "model": "ar", "ckpt": "out/ar", "span": "page", "tokens_per_step": 1,
-      "tokens_per_s": 1, "n": 1}, "span 'page': not an eval.py --json file of an infill run"),
-    ([1, 2], "holds a JSON list, not the object eval.py --json writes"),
-])
-def test_infill_table_bad_file_is_one_line(tmp_path, run_json, message):
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(run_json))
-    assert message in error_of(results.main, [str(tmp_path / "t.md"), str(path), "--infill"])
-
-
-def test_infill_table_refuses_a_second_mode(tmp_path):
-    path = infill_run(tmp_path / "a", "ar", "word", exact=0.5)
-    assert "give one of --pareto, --generation, --infill and --sweep" in error_of(
-        results.main, [str(tmp_path / "t.md"), path, "--infill", "--sweep"])

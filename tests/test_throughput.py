@@ -1,7 +1,6 @@
-"""The tokens/s protocol (metrics.interleaved_throughput, eval.py --task throughput --rounds, python -m
-paper.speed): runs compared in one measurement see the same machine load, the median round and the rounds'
-range are what they say, and paper.speed's files are eval.py's. python -m pytest -q
-tests/test_throughput.py"""
+"""The tokens/s protocol (metrics.interleaved_throughput, eval.py --task throughput --rounds, paper.speed):
+runs compared in one measurement see the same load, the median round and its range, paper.speed writes
+eval.py's files."""
 import json
 
 import pytest
@@ -9,23 +8,21 @@ import torch
 
 import eval as evaluate
 from common import metrics
-from helpers import error_of, one_step_checkpoints
+from helpers import error_of
 from paper import results, speed
 
 
-
 def fake_clock(monkeypatch, cost: dict, load):
-    """metrics.respond replaced: run r (its "method" is the name) takes cost[r] * load(k, j) seconds for
-    prompt j of round k (k counted from the calls of each prompt) and makes 10 tokens in 2 steps. Returns the
-    call log."""
+    """metrics.respond replaced: run r (its "method") takes cost[r] * load(k, j) seconds for prompt j in its
+    round k and makes 10 tokens in 2 steps. Returns the call log."""
     calls, seen = [], {}
 
     def fake(model, method, cfg, tok, task, prompts, device, settings, seed=0, stop_opts=None):
         j = prompts[0]
         k = seen[(method, j)] = seen.get((method, j), -1) + 1
         calls.append((method, j))
-        return ["x"], {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0,
-                       "nfe": 2}, cost[method] * load(k, j)
+        return ["x"], {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0, "nfe": 2}, cost[method] * load(k,
+                                                                                                           j)
     monkeypatch.setattr(metrics, "respond", fake)
     return calls
 
@@ -36,23 +33,22 @@ def runs_of(names):
 
 
 def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact(monkeypatch):
-    """The machine's load changes from prompt to prompt and round to round; interleaving decodes each prompt
-    with every run back to back, so the ratio of two runs' tokens/s is exactly the ratio of their costs, in
-    every round; each prompt's order of runs is rotated."""
-    load = lambda k, j: 1 + 0.5 * ((3 * k + j) % 4)             # a load that jumps between prompts and rounds
-    calls = fake_clock(monkeypatch, {"a": 1.0, "b": 0.25}, load)
+    """A load that jumps between prompts and rounds: each prompt is decoded by every run back to back (the
+    order rotated per prompt, after an untimed warm-up), so the tokens/s ratio is the cost ratio exactly."""
+    calls = fake_clock(monkeypatch, {"a": 1.0, "b": 0.25}, lambda k, j: 1 + 0.5 * ((3 * k + j) % 4))
     m = metrics.interleaved_throughput(runs_of(["a", "b"]), list(range(8)), "cpu", warmup=2, rounds=3)
     assert m["b"]["tokens_per_s"] == pytest.approx(4 * m["a"]["tokens_per_s"], rel=1e-12)
     assert m["b"]["tokens_per_s_min"] == pytest.approx(4 * m["a"]["tokens_per_s_min"], rel=1e-12)
-    assert calls[:4] == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]                    # warm-up: untimed
-    assert calls[4:8] == [("a", 2), ("b", 2), ("b", 3), ("a", 3)]                    # rotated per prompt
+    assert calls[:8] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
     assert len(calls) == 2 * (2 + 3 * 6) and m["a"]["n"] == 6 and m["a"]["rounds"] == 3
     assert m["a"]["tokens_per_step"] == 5.0 and m["a"]["nfe"] == 2 * 6               # one round's
+    with pytest.raises(ValueError, match="--warmup 3 leaves no example to measure"):
+        metrics.interleaved_throughput(runs_of(["a"]), [1, 2, 3], "cpu", warmup=3)
 
 
 def test_median_round_and_range(monkeypatch):
-    """Round k's figure is the mean over prompts of tokens / seconds; the median round is reported with the
-    rounds' minimum and maximum, and that round's per-sample standard deviation."""
+    """A round's figure is the mean over prompts of tokens / seconds; the median round is reported with the
+    rounds' min and max and that round's per-sample standard deviation."""
     per_round = {0: 2.0, 1: 1.0, 2: 4.0}                                # seconds per sample in each round
     fake_clock(monkeypatch, {"a": 1.0}, lambda k, j: per_round[k] * (1 if j % 2 else 0.5))
     m = metrics.interleaved_throughput(runs_of(["a"]), list(range(5)), "cpu", warmup=1, rounds=3)["a"]
@@ -62,27 +58,16 @@ def test_median_round_and_range(monkeypatch):
     assert m["tokens_per_s_std"] == pytest.approx((10 / 1.0 - 10 / 2.0) / 2)
 
 
-def test_too_few_prompts_is_one_line():
-    with pytest.raises(ValueError, match="--warmup 3 leaves no example to measure"):
-        metrics.interleaved_throughput(runs_of(["a"]), [1, 2, 3], "cpu", warmup=3)
-
-
-@pytest.fixture(scope="module")
-def ckpts(tmp_path_factory):
-    return one_step_checkpoints(tmp_path_factory)
-
-
-def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp_path, capsys):
-    """python -m paper.speed: one JSON per run in eval.py --task throughput's format (its keys and more), the
-    tokens/step each run really decoded at, and paper.results --pareto shows median [min, max]."""
-    out = tmp_path / "runs"
+def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(one_step, tmp_path, capsys):
+    """One JSON per run with eval.py --task throughput's keys (and more), the tokens/step each really decoded
+    at; paper.results --pareto shows median [min, max]."""
+    out, sd = tmp_path / "runs", one_step / "setdiffusion"
     out.mkdir()
-    m = speed.main([str(ckpts / "ar"), f"{ckpts / 'setdiffusion'}@0.5", f"{ckpts / 'setdiffusion'}@inf",
-                    "--limit", "4", "--warmup", "1", "--rounds", "3", "--max-new-tokens", "6",
-                    "--out", str(out)])
+    m = speed.main([str(one_step / "ar"), f"{sd}@0.5", f"{sd}@inf", "--limit", "4", "--warmup", "1",
+                    "--rounds", "3", "--max-new-tokens", "6", "--out", str(out)])
     assert sorted(p.name for p in out.iterdir()) == ["ar-inf-tput.json", "setdiffusion-0.5-tput.json",
                                                     "setdiffusion-inf-tput.json"]
-    evaluate.main(["--ckpt", str(ckpts / "ar"), "--task", "throughput", "--limit", "3", "--warmup", "1",
+    evaluate.main(["--ckpt", str(one_step / "ar"), "--task", "throughput", "--limit", "3", "--warmup", "1",
                    "--rounds", "1", "--max-new-tokens", "6", "--json", str(tmp_path / "one.json")])
     one = json.loads((tmp_path / "one.json").read_text())
     for name in ("ar-inf", "setdiffusion-0.5"):
@@ -90,7 +75,6 @@ def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp
         assert set(one) - {"tokens_per_s_batched", "batch_size"} <= set(mine)
         assert mine["tokens_per_s_min"] <= mine["tokens_per_s"] <= mine["tokens_per_s_max"]
     assert m["setdiffusion-inf"]["tokens_per_step"] == 1.0 and m["ar-inf"]["tokens_per_step"] == 1.0
-    capsys.readouterr()
     results.main([str(tmp_path / "t.md"), *map(str, out.iterdir()), "--pareto"])
     line = next(x for x in (tmp_path / "t.md").read_text().splitlines()
                 if x.startswith("| setdiffusion | 0.5"))
@@ -99,17 +83,11 @@ def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(ckpts, tmp
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["{ar}@0"], "the part after @ must be a threshold in (0, 1] or inf"),
-    (["{ar}@fast"], "the part after @ must be a threshold"),
-    (["{ar}", "{ar}@inf"], "is given twice"),
-    (["{ar}", "--rounds", "0"], "--rounds must be at least 1, got 0"),
-    (["{ar}", "--out", "{ar}/nowhere"], "is not a folder: create it first"),
+    ("{ar}@0", "the part after @ must be a threshold in (0, 1] or inf"),
+    ("{ar}@fast", "the part after @ must be a threshold"),
+    ("{ar} {ar}@inf", "is given twice"),
+    ("{ar} --rounds 0", "--rounds must be at least 1, got 0"),
+    ("{ar} --out {ar}/nowhere", "is not a folder: create it first"),
 ])
-def test_paper_speed_bad_input_is_one_line(ckpts, argv, message):
-    assert message in error_of(speed.main, [a.format(ar=ckpts / "ar") for a in argv])
-
-
-def test_eval_rounds_must_be_positive(ckpts):
-    assert "--rounds must be at least 1, got 0" in error_of(evaluate.main, ["--ckpt", str(ckpts / "ar"),
-                                                                            "--task", "throughput",
-                                                                            "--rounds", "0"])
+def test_paper_speed_bad_input_is_one_line(one_step, argv, message):
+    assert message in error_of(speed.main, argv.format(ar=one_step / "ar").split())
