@@ -105,6 +105,7 @@ def plot(runs: dict, out_png: str):
     (line) and min-max (band), at the steps every seed logged."""
     plt = pyplot()
     methods = methods_of(runs)
+    seeds = {st: sorted({s for (_, start), of in runs.items() if start == st for s in of}) for st in STARTS}
     fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 3.6), layout="constrained",
                              squeeze=False)
     for ax, method in zip(axes[0], methods):
@@ -114,17 +115,18 @@ def plot(runs: dict, out_png: str):
                 continue
             steps = sorted(set.intersection(*(set(c) for c in curves)))
             ys = [[c[s] for c in curves] for s in steps]
-            ax.plot(steps, [sum(y) / len(y) for y in ys], color=f"C{i}", lw=1.2, label=start)
+            ax.plot(steps, [sum(y) / len(y) for y in ys], color=f"C{i}", lw=1.2,
+                    label=f"{start} (seed{'s' if len(seeds[start]) > 1 else ''} "
+                          f"{', '.join(map(str, seeds[start]))})")
             ax.fill_between(steps, [min(y) for y in ys], [max(y) for y in ys], color=f"C{i}", alpha=0.25,
                             lw=0)
         ax.set_yscale("log")
         ax.set_title(method, fontsize=9)
         finish_axes(ax, "fine-tuning step", "training loss (nats, 10-step mean)" if ax is axes[0][0] else "")
-    seeds = sorted({s for runs_of in runs.values() for s in runs_of})
     title(fig, "the shipped task: each method's training loss from the AR model pretrained on Shakespeare "
                "(pretrained: the paper's fine-tuning recipe in miniature;",
           "pretrained-samelr: the scratch runs' recipe) or from random weights (scratch)",
-          f"lines: the mean of seeds {', '.join(map(str, seeds))}; bands: min to max (make finetune-mini)")
+          "lines: the mean over a start's seeds; bands: min to max (make finetune-mini)")
     save_figure(fig, out_png)
 
 
