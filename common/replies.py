@@ -15,14 +15,13 @@ import time
 
 import torch
 
-from data import encode_prompts
 from sampling import EntropyStop, Settings
 
 
 # ----------------------------------------------------------------------------- batched generation
 
 def pad_prompts(tok, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt batch of token id lists, as data.encode_prompts makes of strings."""
+    """Left-padded prompt batch for the samplers: (prompt (B, P), prompt_mask (B, P) True = real token)."""
     P = max(len(i) for i in ids)
     prompt = torch.full((len(ids), P), tok.pad_id, dtype=torch.long)
     prompt_mask = torch.zeros(len(ids), P, dtype=torch.bool)
@@ -81,9 +80,8 @@ def respond(model, method, cfg, tok, task, prompts, device, settings: Settings, 
     """Replies to a list of prompts: strings (special-token text encoded as the token), or token id lists
     (sample.py's, encoded as it chose), decoded with method.generate under settings. task: the stop rule's
     (stop_rule; None: stop at EOS). Returns completions, stats and seconds."""
-    batch = pad_prompts(tok, prompts) if prompts and not isinstance(prompts[0], str) else \
-        encode_prompts(tok, prompts)
-    prompt, prompt_mask = (t.to(device) for t in batch)
+    ids = prompts if prompts and not isinstance(prompts[0], str) else tok.encode_batch(prompts)
+    prompt, prompt_mask = (t.to(device) for t in pad_prompts(tok, ids))
     stop = stop_rule(tok, task, prompt_mask, eos=method.HF_GENERATE, **(stop_opts or {})) \
         if settings.max_new_tokens else None    # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's needs
                                                 # N > 0)

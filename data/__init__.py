@@ -43,9 +43,7 @@ class Tokenizer:
                              special token ("<|endoftext|>", "<|im_end|>", ...) becomes that token; a
                              PlainText is encoded as encode_text does
         encode_text(text)    data text: ordinary text only, no special token ever
-        encode_prompt(text)  text holding [MASK]s: the [MASK] text (mask_text) becomes mask_id, everything
-                             else is ordinary text (sample.py's typed prompts go through data/prompts.py
-                             instead, which also reads <|mask|> and {mask:N})
+    (sample.py's typed prompts, where only [MASK] text is special, go through data/prompts.py.)
     """
     enc: tiktoken.Encoding
     name: str          # how to rebuild it: "bytes" or "qwen3:<repo id or local dir>"
@@ -73,12 +71,6 @@ class Tokenizer:
 
     def encode_text(self, text: str) -> list[int]:
         return self.enc.encode_ordinary(self.normalize(text))
-
-    def encode_prompt(self, text: str) -> list[int]:
-        ids = []
-        for k, piece in enumerate(text.split(self.mask_text)):
-            ids += ([self.mask_id] if k else []) + self.encode_text(piece)
-        return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """[encode(t) for t in texts]. A plain loop: tiktoken's threaded encode_batch spends more on its
@@ -149,37 +141,28 @@ def get_task(name: str, options: dict | None = None):
     return importlib.import_module(f"data.{name}")
 
 
-def encode(tok: Tokenizer, examples: list[dict], seq_len: int, with_target: bool = True) -> dict:
+def encode(tok: Tokenizer, examples: list[dict], seq_len: int) -> dict:
     """Tokenize examples into right-padded tensors of length seq_len.
 
     x0[b] = prompt + target + eos, then pad_id.  prompt_mask: True on the prompt (kept clean, no loss);
-    pad_mask: True on padding (not attended to, no loss). With with_target=False only prompts are encoded
-    (left-padded instead, the layout the samplers take) and prompt_mask marks the real tokens.
+    pad_mask: True on padding (not attended to, no loss).
     """
     B = len(examples)
     prompts = tok.encode_batch([ex["prompt"] for ex in examples])
-    targets = tok.encode_batch([ex["target"] for ex in examples]) if with_target else [[]] * B
+    targets = tok.encode_batch([ex["target"] for ex in examples])
     x0 = np.full((B, seq_len), tok.pad_id, dtype=np.int64)                 # (B, L)
     prompt_mask = np.zeros((B, seq_len), dtype=bool)                        # (B, L)
     pad_mask = np.ones((B, seq_len), dtype=bool)                            # (B, L)
     for b, (p, t) in enumerate(zip(prompts, targets)):
-        ids = p + t + [tok.eos_id] if with_target else p
+        ids = p + t + [tok.eos_id]
         if len(ids) > seq_len:
             raise ValueError(f"example {b} has {len(ids)} tokens, more than seq_len={seq_len}: "
                              f"raise --seq-len or drop long examples")
-        cols = slice(0, len(ids)) if with_target else slice(seq_len - len(ids), seq_len)   # left-pad prompts
-        x0[b, cols] = ids
-        pad_mask[b, cols] = False
-        prompt_mask[b, cols.start:cols.start + len(p)] = True
+        x0[b, :len(ids)] = ids
+        pad_mask[b, :len(ids)] = False
+        prompt_mask[b, :len(p)] = True
     return {"x0": torch.from_numpy(x0), "prompt_mask": torch.from_numpy(prompt_mask),
             "pad_mask": torch.from_numpy(pad_mask)}
-
-
-def encode_prompts(tok: Tokenizer, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded prompt batch for the samplers: (prompt (B, P), prompt_mask (B, P) True = real token)."""
-    P = max(len(tok.encode(p)) for p in prompts)
-    batch = encode(tok, [{"prompt": p} for p in prompts], P, with_target=False)
-    return batch["x0"], batch["prompt_mask"]
 
 
 PRESETS = ("cnndm", "rocstories", "owt")    # the data modules with the paper's sampler options

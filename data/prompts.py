@@ -60,12 +60,6 @@ def fit(k: int, n: int, max_new: int, seq_len: int):
                          f"--max-new-tokens {seq_len - n} or less, or shorten the prompt")
 
 
-def expand_masks(tok, prompt: str) -> str:
-    """{mask:N} and <|mask|> -> the tokenizer's own [MASK] text (N times), which encodes to tok.mask_id."""
-    mask = tok.enc.decode([tok.mask_id])
-    return re.sub(r"\{mask:(\d+)\}", lambda m: mask * int(m[1]), prompt.replace("<|mask|>", mask))
-
-
 def read_prompts(path: str) -> list[str]:
     """One prompt per line of a UTF-8 text file of at most MAX_PROMPT_FILE bytes; a literal \\n in a line
     stands for a newline. Every problem is a ValueError naming the file."""

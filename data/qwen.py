@@ -11,7 +11,7 @@ Vocabulary size. For Qwen3 the tokenizer knows 151643 BPE tokens + 26 added toke
 151936 rows (the padding rows carry no text). Size the model from the model config, not from
 vocab_size. Ids the tokenizer does not know (151669..151935) decode to nothing instead of raising.
 
-Like the Hugging Face tokenizer, every encode (encode, encode_text, encode_prompt, data.encode) first applies
+Like the Hugging Face tokenizer, every encode (encode, encode_text, data.encode) first applies
 Unicode NFC normalisation (Qwen's "normalizer").
 """
 import json

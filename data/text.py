@@ -9,7 +9,7 @@
   exactly as BERT does; it reads the repo's tokenizer.json, else its vocab.txt.
 
 `WordPieceTokenizer` is the project's Tokenizer with
-encode/encode_text/encode_prompt/encode_batch/decode/vocab_size over a `tokenizers.Tokenizer` instead of a
+encode/encode_text/encode_batch/decode/vocab_size over a `tokenizers.Tokenizer` instead of a
 tiktoken.Encoding; code that calls `tok.enc` directly (eval.py's stop rule) is tiktoken-only, and the LM1B
 paths (data/lm1b.py, zeroshot.py) use encode/decode only.
 """

@@ -172,10 +172,10 @@ def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
     model = Transformer(ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2,
                                     n_embd=32)).eval()
     cfg = sd.SetDiffusionConfig(mask_id=TOK.mask_id, smax=4)
-    text = prompts.expand_masks(TOK, "ab{mask:5}")
-    assert TOK.encode(text) == TOK.encode("ab") + [TOK.mask_id] * 5
-    assert TOK.encode(prompts.expand_masks(TOK, "<|mask|>x{mask:0}")) == [TOK.mask_id, ord("x")]
-    gap, _ = sd.generate(model, torch.tensor([TOK.encode(text)]), cfg, Settings(0, threshold=0.3))
+    ids = prompts.prompt_ids(TOK, "ab{mask:5}", 64, 1)
+    assert ids == TOK.encode("ab") + [TOK.mask_id] * 5
+    assert prompts.prompt_ids(TOK, "<|mask|>x{mask:0}", 64, 1) == [TOK.mask_id, ord("x")]
+    gap, _ = sd.generate(model, torch.tensor([ids]), cfg, Settings(0, threshold=0.3))
     new, _ = sd.generate(model, torch.tensor([TOK.encode('ab')]), cfg, Settings(5, threshold=0.3))
     assert torch.equal(gap, new) and (gap != TOK.mask_id).all()
 

@@ -10,6 +10,7 @@ import torch
 
 from data import PlainText, arith, byte_tokenizer, encode, gsm8k
 from data.qwen import qwen3_tokenizer
+from data.prompts import prompt_ids
 from fakehub import qwen_format_tokenizer
 from helpers import write_jsonl
 
@@ -177,17 +178,17 @@ def test_gsm8k_stop_rules_on_token_ids():
 
 def test_code_text_data_text_and_typed_prompts_encode_differently(tmp_path):
     """encode: the code's templates (special-token text -> the token); encode_text and PlainText: ordinary
-    text; encode_prompt: only the [MASK] text is a special token."""
+    text; a typed prompt (data/prompts.py): only the [MASK] text is a special token."""
     qwen = qwen3_tokenizer(qwen_format_tokenizer(tmp_path))
     for tok in (TOK, qwen):
         eos, mask, m = tok.eos_id, tok.mask_id, tok.mask_text
         special = f"a<|endoftext|>b{m}"
         assert tok.encode(special) == [ord("a"), eos, ord("b"), mask]
         assert tok.encode_text(special) == list(special.encode()) == tok.encode(PlainText(special))
-        assert tok.encode_prompt(special + m) == list(b"a<|endoftext|>b") + [mask, mask]
+        assert prompt_ids(tok, special + m, 64, 1) == list(b"a<|endoftext|>b") + [mask, mask]
         assert tok.encode_batch([special, PlainText(special)]) == [tok.encode(special),
                                                                    tok.encode_text(special)]
-        for f in (tok.encode, tok.encode_text, tok.encode_prompt):                    # normal text: unchanged
+        for f in (tok.encode, tok.encode_text, lambda t: prompt_ids(tok, t, 64, 1)):  # normal text: unchanged
             assert f("Hello, world 12") == list(b"Hello, world 12")
         batch = encode(tok, [{"prompt": PlainText(m), "target": PlainText("<|endoftext|>")},
                              {"prompt": m, "target": "<|endoftext|>"}], 32)
