@@ -57,18 +57,6 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_resume_of_a_checkpoint_older_than_a_method_setting(tmp_path):
-    """A checkpoint whose config.json lacks infill_len and infill_added (older) resumes: missing = default."""
-    run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "2")
-    path = tmp_path / "ckpt" / "config.json"
-    config = json.loads(path.read_text())
-    for name in ("infill_len", "infill_added"):
-        del config["method_config"][name]
-    path.write_text(json.dumps(config))
-    assert len(run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "3", "--resume")) == 1
-    assert saving.step_of(str(path.parent)) == 3
-
-
 def test_eval_and_sample_from_a_checkpoint(tmp_path, capsys):
     run_train(tmp_path, "--model", "bd3lm", "--max-iters", "2")
     ckpt = str(tmp_path / "ckpt")
