@@ -15,7 +15,7 @@ from common import checkpoint
 import setdiffusion as sd
 import train
 from data import byte_tokenizer, corpus, get_corpus, is_corpus, shakespeare, textfile
-from helpers import TINY, error_of, usage_error
+from helpers import TINY, error_of
 
 LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
          "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
@@ -125,12 +125,6 @@ def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatc
             str(tmp_path / "ckpt"), *(flags or [*TINY, "--seq-len", "32"]), "--max-iters", "1"]
     assert message in error_of(train.main, argv)
     assert not (tmp_path / "ckpt").exists()
-
-
-def test_an_empty_text_path_is_argparses_usage_line(capsys):
-    assert "a corpus: owt, lm1b, shakespeare or " \
-           "text:PATH" in usage_error(train.main, ["--model", "ar", "--data",
-                                                                                      "text:"], capsys)
 
 
 # ----------------------------------------------------------------------------- Shakespeare

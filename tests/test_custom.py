@@ -16,7 +16,7 @@ import train
 from data import byte_tokenizer, encode, get_task
 from data.custom import AUTO_SEQ_LEN_MAX, held_out
 from fakehub import qwen_format_tokenizer
-from helpers import TINY, error_of, usage_error, write_jsonl
+from helpers import TINY, error_of, write_jsonl
 from model import ModelConfig, Transformer
 
 TOK = byte_tokenizer()
@@ -140,6 +140,7 @@ def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
                 "--out-dir", ckpt, *TINY, "--eval-limit", "4", "--max-new-tokens", "6"])
     config = json.loads(open(os.path.join(ckpt, "config.json")).read())
     assert config["data"] == f"jsonl:{data}" and config["data_options"]["seq_len"] == config["seq_len"] == 16
+    assert config["data_options"]["prompt_field"] == "prompt"
     for task in ("likelihood", None):
         out = tmp_path / f"{task}.json"
         evaluate.main(["--ckpt", ckpt, "--json", str(out), *(["--task", task] if task
@@ -218,24 +219,6 @@ def test_bad_data_is_one_line_and_writes_nothing(tmp_path, monkeypatch, content,
     assert not os.path.exists(ckpt) and not os.path.exists(str(ckpt) + ".tmp")
 
 
-def test_an_unknown_data_spec_is_argparses_usage_line(capsys):
-    assert "invalid choice: 'csv:x' (choose arith, gsm8k, cnndm, jsonl:PATH or hf:ORG/NAME)" in \
-        usage_error(train.main, ["--model", "ar", "--data", "csv:x"], capsys)
-
-
-def test_infill_refused_by_methods_that_cannot(tmp_path):
-    ckpt = str(tmp_path / "ckpt")
-    train.main(["--model", "ar", "--data", f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', pairs(6))}",
-                "--max-iters", "1", "--out-dir", ckpt, *TINY])
-    assert error_of(sample.main, ["--ckpt", ckpt, "--prompt", "1 + {mask:1} = 2"]) == (
-        "error: prompt 1 has [MASK]s to fill, and AR cannot fill masks inside the prompt (it continues the "
-        "left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint")
-    (tmp_path / "empty.txt").write_text("\n")
-    assert "holds no prompt" in error_of(sample.main, ["--ckpt", ckpt, "--prompt-file",
-                                                       str(tmp_path / "empty.txt")])
-    assert checkpoint.load(ckpt)[3]["data_options"]["prompt_field"] == "prompt"
-
-
 def test_a_qwen3_format_tokenizer_end_to_end(tmp_path, capsys):
     """--tokenizer qwen3:DIR: lengths, EOS and the [MASK] text (<|fim_middle|>) come from that tokenizer."""
     data, ckpt, tok = write_jsonl(tmp_path / "d.jsonl", pairs(10)), str(tmp_path / "ckpt"), tmp_path / "tok"
@@ -248,11 +231,3 @@ def test_a_qwen3_format_tokenizer_end_to_end(tmp_path, capsys):
     sample.main(["--ckpt", ckpt, "--prompt", "3 + 1 = {mask:1}", "--max-new-tokens", "0"])
     out = capsys.readouterr().out
     assert out.startswith("3 + 1 = ") and "<|fim_middle|>" not in out and "{mask" not in out
-
-
-def test_resume_on_your_own_data_repeats_the_uninterrupted_run(tmp_path):
-    data = write_jsonl(tmp_path / "d.jsonl", pairs(12))
-    args = ["--model", "ar", "--data", f"jsonl:{data}", "--max-iters", "4", *TINY]
-    full = train.main([*args, "--out-dir", str(tmp_path / "a")])
-    train.main([*args, "--out-dir", str(tmp_path / "b"), "--max-iters", "2"])
-    assert train.main([*args, "--out-dir", str(tmp_path / "b"), "--resume"]) == full[2:]

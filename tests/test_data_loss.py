@@ -41,7 +41,7 @@ def base(one_step):
     return one_step / "ar"                       # conftest's AR checkpoint (step 1): copied, never changed
 
 
-# ----------------------------------------------------------------------------- symlinks, leftovers, full disks
+# ---------------------------------------------------------------------- symlinks, leftovers, a full disk
 
 def test_a_symlinked_out_dir_stays_a_link_and_is_locked_at_its_target(tmp_path):
     """Two runs of several saves through a link: still a link to the same folder, holding the newest

@@ -311,8 +311,6 @@ def test_mcqa_prompts_as_the_official_script(tmp_path):
 
 
 @pytest.mark.parametrize("ckpt, flags, message", [
-    ("owt-ar", "--task likelihood --data wiki", "unknown --data 'wiki': choose owt, lm1b, shakespeare or "
-                                                "text:PATH"),
     ("gsm8k-qwen", "--task likelihood --data lm1b", "needs a model with the bert-base-uncased tokenizer, but "
                                                     "this checkpoint uses qwen3:"),
     ("lm1b-ar", "--task hellaswag", "needs a model with the gpt2 tokenizer, but this checkpoint uses "

@@ -13,8 +13,7 @@ import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from helpers import (MASK, METHODS, V, Jitter, causal, eval_json, left_padded, random_rows, sample_order,
-                     tiny_model, write_cloze)
+from helpers import MASK, METHODS, V, Jitter, causal, left_padded, random_rows, sample_order, tiny_model
 
 
 class PositionOnly(torch.nn.Module):
@@ -343,19 +342,6 @@ def test_official_count_new_tokens_from_the_prompt_end_block(name):
     a, sa = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw, **official))
     b, sb = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw))
     assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
-
-
-@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
-@pytest.mark.parametrize("task", ["rocstories", "infill"])
-def test_eval_official_infills_with_mdlm_and_bd3lm(random_ckpts, tmp_path, name, task):
-    """eval.py --official on an infilling task (every [MASK] inside the prompt) fills the whole span."""
-    if task == "rocstories":
-        pytest.importorskip("rouge_score")
-        write_cloze(tmp_path)
-    data = ["--data-dir", str(tmp_path)] if task == "rocstories" else []
-    m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", task, "--official", "--limit", "2",
-                             "--warmup", "1", *data])
-    assert m["official"] and m["n"] == 1 and m["tokens_per_s"] > 0
 
 
 def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():

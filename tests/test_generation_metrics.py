@@ -434,8 +434,8 @@ def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypa
     for flags, said in [(["--ppl-model", none], f"^--ppl-model {none}: cannot load it ("),
                         (["--ppl-model", hf["bert"]], f"^--ppl-model {hf['bert']}: not a trained causal LM"),
                         (["--ppl-model", hf["bert-mlm"]], f"^--ppl-model {hf['bert-mlm']}: not a causal LM"),
-                        (["--mauve-ref", str(refs), "--mauve-encoder", hub], f"^--mauve-encoder {hub}: cannot "
-                                                                             "load it ("),
+                        (["--mauve-ref", str(refs), "--mauve-encoder", hub],
+                         f"^--mauve-encoder {hub}: cannot load it ("),
                         (["--mauve-ref", "/dev/zero", "--mauve-encoder", hf["bert"]], "larger than 1 MiB"),
                         (["--mauve-ref", str(tmp_path / "long.txt"), "--mauve-encoder", hf["bert"]],
                          "text 2 holds 5,000 characters, more than 1,000")]:

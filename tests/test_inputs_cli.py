@@ -43,7 +43,6 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("sample", "sd", "--max-new-tokens -5", "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got "
                                             "-5"),
     ("sample", "sd", "--batch-size 0", "--batch-size must be at least 1, got 0"),
-    ("sample", "sd", "--batch-size -1", "--batch-size must be at least 1, got -1"),
     ("eval", "sd", "--limit -1", "--limit must be 0 or more (0 = all), got -1"),
     ("eval", "sd", "--batch-size 0", "--batch-size must be at least 1, got 0"),
     ("eval", "sd", "--mdlm-block 0", "--mdlm-block must be at least 1, got 0"),
@@ -74,6 +73,10 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("sample", "sd", "--prompt-file {t}", "cannot read --prompt-file {t}: Is a directory"),
     ("sample", "sd", "--prompt-file {t}/nope.txt", "cannot read --prompt-file {t}/nope.txt: No such file or "
                                                    "directory"),
+    ("sample", "ar", "--prompt-file {t}/empty.txt", "{t}/empty.txt holds no prompt: write one prompt per "
+                                                    "line"),
+    ("sample", "ar", "--prompt 1+{mask:1}=2", "prompt 1 has [MASK]s to fill, and AR cannot fill masks inside "
+     "the prompt (it continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint"),
     ("sample", "sd", "--prompt-file /dev/zero", "--prompt-file /dev/zero is larger than 4 MiB: give a text "
                                                 "file of prompts, one per line"),
     ("sample", "sd", "--prompt abc --max-new-tokens "
@@ -140,6 +143,7 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
 def test_bad_input_to_sample_and_eval_is_one_line_before_any_work(one_step, tmp_path, monkeypatch, capsys,
                                                                  script, ckpt, flags, message):
     (tmp_path / "binary.bin").write_bytes(b"ok\n\xa1\xff\x00")
+    (tmp_path / "empty.txt").write_text("\n")
     (tmp_path / "p.png").symlink_to(tmp_path / "gone" / "p.png")             # a link that leads nowhere
     for marker, module in (("no-matplotlib", "matplotlib"), ("no-mauve", "mauve"),
                            ("no-transformers", "transformers"), ("offline-datasets", "datasets")):

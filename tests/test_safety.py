@@ -391,7 +391,6 @@ FLAGS = [   # (train.py flags, the line; None: a run larger than memory); each b
     ("--batch-size 0", "--batch-size must be at least 1, got 0"),
     ("--save-every 0", "--save-every must be at least 1, got 0"),
     ("--max-iters 0", "--max-iters must be at least 1, got 0"),
-    ("--max-iters -1", "--max-iters must be at least 1, got -1"),
     ("--grad-accum 0", "--grad-accum must be at least 1, got 0"),
     ("--eval-limit 0", "--eval-limit must be at least 1, got 0"),
     ("--max-new-tokens -5", "--max-new-tokens must be at least 1, got -5"),
@@ -411,7 +410,6 @@ FLAGS = [   # (train.py flags, the line; None: a run larger than memory); each b
      "--infill-len does nothing without --infill: add --infill, or drop --infill-len"),
     ("--window 9", "--window 9: the window must be in [1, smax=8]"),
     ("--model bd3lm --block-size 0", "--block-size must be at least 1, got 0"),
-    ("--model bd3lm --block-size -2", "--block-size must be at least 1, got -2"),
     ("--lr nan", "--lr must be a finite number > 0, got nan"),
     ("--lr 0", "--lr must be a finite number > 0, got 0.0"),
     ("--final-lr nan", "--final-lr must be a finite number >= 0, got nan"),
@@ -421,6 +419,8 @@ FLAGS = [   # (train.py flags, the line; None: a run larger than memory); each b
     ("--threshold nan", "--threshold nan: " + THRESHOLD),
     ("--threshold 0", "--threshold 0.0: " + THRESHOLD),
     ("--device foo", "--device foo: not a device name; use auto, cpu, cuda, cuda:N or mps"),
+    ("--attention flex", "--attention flex needs a CUDA device, not cpu (FlexAttention has no backward on "
+                         "CPU): use --attention sdpa or auto"),
     ("--device cuda:99", f"--device cuda:99: this torch sees {torch.cuda.device_count()} CUDA GPU(s) (a "
                          f"CPU-only build or no driver?): use --device cpu or auto"),
     # checked once the task is known (after the --out-dir claim, still before any training)
