@@ -56,7 +56,7 @@ def random_ckpts(tmp_path_factory):
 @pytest.fixture(scope="session")
 def corpus_ckpts(tmp_path_factory):
     """A tiny text (richard.txt, ~2.4 kB), its token cache and one checkpoint per method trained on it (3
-    steps, context 32): what test_shakespeare_eval.py and test_sample_corpus.py read."""
+    steps, context 32): what test_shakespeare_eval.py, test_sample_corpus.py and test_harness.py read."""
     text = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
                    for i in range(30))
     return text_checkpoints(tmp_path_factory, "richard.txt", text, [
