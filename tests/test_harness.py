@@ -1,8 +1,7 @@
-"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval) offline: local task YAMLs
-over JSONL and conftest's text checkpoints of every method. loglikelihood == our zero-shot MCQA scoring (AR: the
-naive log-probs); AR's rolling loglikelihood == its exact NLL; generate_until stops at its strings; the table
-and --json; the official GSM8K prompt and rewrite; our GSM8K scores == lm-eval's filters; bad input one
-line."""
+"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval) offline, on local task YAMLs
+over JSONL and conftest's text checkpoints: loglikelihood == our zero-shot MCQA scoring (AR: the naive
+log-probs); AR's rolling loglikelihood == its exact NLL; generate_until stops at its strings; the table and
+--json; the official GSM8K prompt and rewrite; our GSM8K scores == lm-eval's filters; bad input one line."""
 import json
 import math
 import os
