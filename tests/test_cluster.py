@@ -61,13 +61,6 @@ def test_dry_run_renders_the_exact_torchrun_command(monkeypatch, capsys, env, ex
     assert capsys.readouterr().out.strip() == " ".join(cmd)
 
 
-def test_global_batch_sets_grad_accum():
-    args = ["--model", "ar", "--batch-size", "16", "--out-dir", "/nonexistent"]
-    assert slurm.command(args, JOB, global_batch=512)[-2:] == ["--grad-accum", "2"]        # 2 x 8 x 16 x 2
-    with pytest.raises(ValueError, match="not a multiple of 16 processes x --batch-size 16"):
-        slurm.command(args, JOB, global_batch=100)
-
-
 def test_a_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     """No checkpoint yet: no --resume; after a (1-step) run saved one: --resume, once. A relative --out-dir is
     looked up where torchrun runs train.py (the repository root), not in the launcher's working folder."""
@@ -112,7 +105,8 @@ def test_a_requeued_job_resumes_whatever_form_its_arguments_take(tmp_path, monke
 
 
 @pytest.mark.parametrize("args, accum", [
-    (["--model", "ar", "--batch-size=8"], "4"),          # 512 = 2 nodes x 8 GPUs x 8 x 4
+    (["--model", "ar", "--batch-size", "16"], "2"),      # 512 = 2 nodes x 8 GPUs x 16 x 2
+    (["--model", "ar", "--batch-size=8"], "4"),
     (["--model=ar", "--batch-size", "32"], "1"),
     (["--model=ar"], "2"),                               # train.py's default --batch-size 16
 ])
@@ -187,6 +181,8 @@ def test_the_recipes_global_batches_are_the_makefiles():
     (JOB, ["--global-batch", "-512", "--", "--model", "ar"], "--global-batch must be a positive number of "
                                                               "sequences (0 = off: --grad-accum as given), "
                                                               "got -512"),
+    (JOB, ["--global-batch", "100", "--", "--model", "ar", "--batch-size", "16"],
+     "--global-batch 100 is not a multiple of 16 processes x --batch-size 16"),
     (JOB, ["--global-batch", "512", "--", "--model=ar", "--grad-accum=3"], "--global-batch sets "
                                                                             "--grad-accum: leave "
                                                                             "--grad-accum out"),

@@ -436,13 +436,6 @@ def test_a_cache_that_cannot_be_built_is_one_line_and_leaves_no_file(tmp_path, m
                                  "the cache once where you can and copy it there")
 
 
-@pytest.mark.parametrize("data", [[], ["--data", "shakespeare"]])
-def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
-    assert error_of(train.main, text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"), *data)) == (
-        f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a folder (the corpus' local copy and its "
-        f"token cache)")
-
-
 # ---------------------------------------------------------------------------- Ctrl-C in the scripts
 
 # where Ctrl-C lands: train.py at start-up or in its first step, eval.py half-way through writing --json,
