@@ -113,7 +113,6 @@ def test_special_token_text_in_the_data_is_ordinary_text(tmp_path):
 
 def test_hf_dataset_fields_splits_and_bad_names(tmp_path, monkeypatch):
     """A folder datasets.load_dataset reads with its json builder (offline, a private cache)."""
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     d = tmp_path / "hub_data"
     d.mkdir()
@@ -205,9 +204,7 @@ BAD = [   # (the jsonl file's bytes, or a folder of 4 train pairs; train.py flag
 
 
 @pytest.mark.parametrize("content, flags, message", BAD)
-def test_bad_data_is_one_line_and_writes_nothing(tmp_path, monkeypatch, content, flags, message):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+def test_bad_data_is_one_line_and_writes_nothing(tmp_path, content, flags, message):
     if content is None:
         f = write_jsonl(tmp_path / "train.jsonl", pairs(4)).parent
     else:

@@ -471,7 +471,7 @@ def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path):
             f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
         procs[script] = d, subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True,
-                                            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+                                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     for script, (d, proc) in procs.items():
         err = proc.communicate(timeout=120)[1]
         saved = script == "train.py in a step"                      # the step is saved, then it exits (1)

@@ -421,8 +421,6 @@ def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypa
     """A scorer that cannot load (a missing folder, a Hub id offline) or is not one (BERT: no trained LM head,
     BERT's MLM head: no causal LM), a --mauve-ref endless (/dev/zero) or too long to tokenise: one line
     before the first sample (said: the line's start, or a part of it)."""
-    import huggingface_hub.constants
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(generation, "unconditional", lambda *a, **k: pytest.fail("sampled"))
     monkeypatch.setattr(hf_metrics, "MAX_REF_BYTES", 1 << 20)
     monkeypatch.setattr(hf_metrics, "MAX_TEXT_CHARS", 1000)

@@ -50,12 +50,6 @@ def run(corpus_ckpts):
     return corpus_ckpts
 
 
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-
-
 def setup_of(run, m: str, batch_size=3, **kw) -> harness.Setup:
     model, method, cfg, config = checkpoint.load(str(run / m))
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "test")
