@@ -70,6 +70,12 @@ def snapshot(root) -> dict:
     return out
 
 
+def leftovers(out) -> list[str]:
+    """What saves left beside the folder out (its lock aside): names out.*"""
+    parent, name = os.path.split(str(out))
+    return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
+
+
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

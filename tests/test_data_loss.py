@@ -22,18 +22,12 @@ import torch
 import train
 from common import saving
 from data import byte_tokenizer, corpus, textfile
-from helpers import ROOT, TINY, error_of, snapshot
+from helpers import ROOT, TINY, error_of, leftovers, snapshot
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
 AR = ["--model", "ar", *TINY]
 DATES = ["--data", f"jsonl:{ROOT}/data/examples/dates.jsonl"]     # 500 lines: quick to encode in a subprocess
-
-
-def leftovers(out) -> list[str]:
-    """What a save left beside out besides out and its lock."""
-    parent, name = os.path.split(str(out))
-    return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
 
 
 @pytest.fixture

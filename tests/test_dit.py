@@ -16,7 +16,7 @@ from model import PRESETS, ModelConfig
 from common.pretrained import from_dit, timestep_embedding
 from common.weights import from_state
 from fakehub import dit_weights, save_dit
-from helpers import causal, error_of, eval_json, random_checkpoint
+from helpers import causal, error_of, eval_json, random_checkpoint, write_jsonl
 
 
 def reference_dit(w, idx, pos, n_head, mask=None):
@@ -180,7 +180,7 @@ def test_owt_split_rows_and_cache(tmp_path, gpt2, monkeypatch):
     cache (the source gone)."""
     from data import owt
     docs = [f"Document number {i} says hello to the world again and again." for i in range(7)]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    write_jsonl(tmp_path / "train.jsonl", [{"text": t} for t in docs])
     monkeypatch.setattr(owt, "VALID_DOCS", 3)
     monkeypatch.setattr("data.corpus.MAP_BATCH", 2)
     rows = owt.load("validation", str(tmp_path), gpt2, L=8)
@@ -197,8 +197,7 @@ def test_lm1b_rows(tmp_path):
     from data import get_tokenizer, lm1b
     tok = get_tokenizer("bert:" + bert_dir(tmp_path))
     (tmp_path / "lm1b").mkdir()
-    line = json.dumps({"text": "the big cat sat on a mat ."}) + "\n"
-    (tmp_path / "lm1b" / "test.jsonl").write_text(line * 40)
+    write_jsonl(tmp_path / "lm1b" / "test.jsonl", [{"text": "the big cat sat on a mat ."}] * 40)
     rows = lm1b.load("test", str(tmp_path / "lm1b"), tok, L=128)
     assert rows.shape == (2, 128) and (rows[:, 0] == 101).all() and (rows[:, -1] == 102).all()
     assert rows[0, 1:10].tolist() == [104, 115, 105, 107, 108, 110, 109, 112, 102]   # detokenized "mat."
@@ -228,9 +227,8 @@ def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
     leaves EOS out (the official exclusions)."""
     d = tmp_path / "owt"
     d.mkdir()
-    (d / "train.jsonl").write_text("".join(json.dumps({"text": f"Story {i}: the quick brown fox jumps over "
-                                                               f"the lazy dog, then naps in the sun."}) + "\n"
-                                           for i in range(12)))
+    write_jsonl(d / "train.jsonl", [{"text": f"Story {i}: the quick brown fox jumps over the lazy dog, then "
+                                             "naps in the sun."} for i in range(12)])
     ar_dir = owt_dit(tmp_path, "owt-ar")
     m = eval_json(tmp_path, ["--ckpt", ar_dir, "--task", "likelihood", "--data", "owt", "--data-dir", str(d),
                              "--batch-size", "3"])
@@ -255,10 +253,8 @@ def test_mcqa_picks_the_likelier_option(tmp_path, gpt2, name):
     (gold "no") does not."""
     d = tmp_path / "piqa"
     d.mkdir()
-    (d / "valid.jsonl").write_text("".join(json.dumps({"goal": f"Goal {i}:  answer  "
-                                                               f"it", "sol1": "yes" if lab == 0
-                                                       else "no", "sol2": "no" if lab == 0 else "yes"}) + "\n"
-                                           for i, lab in enumerate([0, 1, 1, 0, 0])))
+    write_jsonl(d / "valid.jsonl", [{"goal": f"Goal {i}:  answer  it", "sol1": ["yes", "no"][lab],
+                                     "sol2": ["no", "yes"][lab]} for i, lab in enumerate([0, 1, 1, 0, 0])])
     (d / "valid-labels.lst").write_text("0\n1\n1\n0\n1\n")
     m = eval_json(tmp_path, ["--ckpt", owt_dit(tmp_path, name, yes_bias=6.0), "--task", "piqa", "--data-dir",
                              str(d), "--batch-size", "4", "--samples", "2"])
@@ -340,9 +336,7 @@ def test_eval_lm1b_likelihood_with_the_release_vocab(tmp_path):
     (tmp_path / "lm1b-mdlm" / "config.json").write_text(json.dumps({**config, "tokenization_config":
                                                                     {"mask_token_id": 103}}))
     (tmp_path / "lm1b").mkdir()
-    (tmp_path / "lm1b" / "test.jsonl").write_text("".join(json.dumps({"text": "the big dog ran on a red mat "
-                                                                              "."})
-                                                          + "\n" for _ in range(30)))
+    write_jsonl(tmp_path / "lm1b" / "test.jsonl", [{"text": "the big dog ran on a red mat ."}] * 30)
     m = eval_json(tmp_path, ["--ckpt", d, "--task", "likelihood", "--data", "lm1b", "--data-dir",
                              str(tmp_path / "lm1b")])
     assert (m["model"], m["data"], m["n"]) == ("mdlm", "lm1b", 10) and m["tokens"] == 10 * 31

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from common import checkpoint, saving
 import setdiffusion as sd
 import train
-from helpers import TINY, error_of, snapshot
+from helpers import TINY, error_of, leftovers, snapshot
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
@@ -54,9 +54,7 @@ def no_training(monkeypatch):
 
 def clean(path) -> bool:
     """path holds one checkpoint of train.py's files only, and no sibling .tmp / .old / .deleting."""
-    parent, name = os.path.split(str(path))
-    leftovers = [n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock"]
-    return not leftovers and sorted(os.listdir(path)) == sorted(saving.FILES)
+    return not leftovers(path) and sorted(os.listdir(path)) == sorted(saving.FILES)
 
 
 def all_finite(d) -> bool:
@@ -145,8 +143,7 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     assert saving.step_of(str(tmp_path / "ck")) == 3 == saving.step_of(str(tmp_path / "ck-step3"))
     assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)} == mine
     assert sorted(os.listdir(tmp_path / "ck")) == sorted(saving.FILES)
-    assert sorted(n + "/" for n in os.listdir(tmp_path) if n.startswith("ck.") and n != "ck.lock") == \
-        sorted(users[:-1])
+    assert leftovers(tmp_path / "ck") == sorted(u[:-1] for u in users[:-1])
     (tmp_path / "empty").mkdir()
     train.main([*SD, "--max-iters", "1", "--keep-every", "1", "--out-dir", f"{tmp_path}/empty/"])
     assert checkpoint.load_train_state(str(tmp_path / "empty"))["step"] == 1 and clean(tmp_path / "empty")
