@@ -16,17 +16,12 @@ from model import KVCache
 from helpers import MASK, METHODS, V, Jitter, causal, left_padded, random_rows, sample_order, tiny_model
 
 
-class PositionOnly(torch.nn.Module):
-    """logits = table[pos], whatever the context: its NELBO is exactly sum_i -log p_i (P(masked_i) = t)."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.table = table
-
-    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
-        pos = torch.arange(idx.shape[1]).expand(idx.shape) if pos is None else pos
-        out = self.table[pos]                                                # (B, T, V)
+def position_only(table):
+    """logits = table[pos] whatever the context: its NELBO is exactly sum_i -log p_i (P(masked_i) = t)."""
+    def forward(idx, pos=None, mask=None, cache=None, last=None):
+        out = table[torch.arange(idx.shape[1]).expand(idx.shape) if pos is None else pos]     # (B, T, V)
         return out if last is None else out[:, -last:]
+    return forward
 
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
@@ -43,7 +38,7 @@ def test_nelbo_estimator_is_unbiased(name):
     logp[:, MASK] = -math.inf
     exact = -(logp.log_softmax(-1).gather(1, x0[0, :, None]).squeeze(1) * target).sum()
     cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
-    nll, n = {"mdlm": mdlm, "bd3lm": bd3lm}[name].nll(PositionOnly(table), x0, cfg, prompt_mask, pad_mask,
+    nll, n = {"mdlm": mdlm, "bd3lm": bd3lm}[name].nll(position_only(table), x0, cfg, prompt_mask, pad_mask,
                                                       generator=torch.Generator().manual_seed(1))
     assert (n == target.sum()).all()
     se = nll.std() / math.sqrt(B)
@@ -83,37 +78,38 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
     assert (excluded == n - ((x0 == int(x0[0, 5])) & ~prompt_mask & ~pad_mask).sum(1)).all()
 
 
+def naive_infill(model, x0, prompt_mask, pad_mask, span, g):
+    """(the loss as naive NLLs along sd.order with span revealed last, its prompt tokens targets; ranks;
+    targets)."""
+    sigma = sd.order(x0, 4, prompt_mask & ~span, pad_mask, g, span)
+    target = ~(prompt_mask & ~span) & ~pad_mask
+    return (naive_order_nll(model, x0, sigma, target) / target.sum(1)).mean(), sigma.argsort(1), target
+
+
 def test_setdiffusion_infill_orders():
     """--infill (not the paper): at 0 the paper's loss draw for draw; at 1 every row reveals all but one
     span first, the span's prompt tokens become targets, the loss the naive NLL along that order."""
-    model, smax = tiny_model(11), 4
+    model = tiny_model(11)
     x0, prompt_mask, pad_mask = random_rows(12, [2, 5, 3], [12, 10, 9])
-    paper, zero, one = (sd.SetDiffusionConfig(MASK, smax, infill=f) for f in (0.0, 0.0, 1.0))
     loss = lambda cfg: sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))[0]
-    assert (torch.equal(loss(sd.SetDiffusionConfig(MASK, smax)), loss(zero))
-            and torch.equal(loss(paper), loss(zero)))
+    assert torch.equal(loss(sd.SetDiffusionConfig(MASK, 4)), loss(sd.SetDiffusionConfig(MASK, 4, infill=0.0)))
     g = torch.Generator().manual_seed(5)
     span = sd.infill_span(pad_mask, 1.0, g)                                  # (B, L): the draws loss() makes
-    sigma = sd.order(x0, smax, prompt_mask & ~span, pad_mask, g, span)
-    target = ~(prompt_mask & ~span) & ~pad_mask
-    naive = naive_order_nll(model, x0, sigma, target)
-    torch.testing.assert_close(loss(one), (naive / target.sum(1)).mean(), rtol=1e-4, atol=1e-4)
-    rank = sigma.argsort(1)
+    want, rank, target = naive_infill(model, x0, prompt_mask, pad_mask, span, g)
+    torch.testing.assert_close(loss(sd.SetDiffusionConfig(MASK, 4, infill=1.0)), want, rtol=1e-4, atol=1e-4)
     for b in range(3):
-        cols = span[b].nonzero().flatten()
-        real = int((~pad_mask[b]).sum())
+        cols, real = span[b].nonzero().flatten(), int((~pad_mask[b]).sum())
         assert len(cols) >= 1 and cols.max() - cols.min() + 1 == len(cols) and cols.max() < real - 1
         assert len(cols) <= max(1, real // 4)
-        others = target[b] & ~span[b]
-        assert rank[b, cols].min() > rank[b, others].max()                  # the span comes after the rest
+        assert rank[b, cols].min() > rank[b, target[b] & ~span[b]].max()    # the span comes after the rest
     spans = sd.infill_span(torch.zeros(4000, 40, dtype=torch.bool), 0.25, torch.Generator().manual_seed(1))
     assert abs(spans.any(1).float().mean() - 0.25) < 0.03 and not sd.infill_span(pad_mask, 0.0, g).any()
 
 
 def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilling_copies():
-    model, smax = tiny_model(12), 4
+    model = tiny_model(12)
     x0, prompt_mask, pad_mask = random_rows(12, [2, 5, 3, 4], [12, 10, 9, 12])
-    cfg = sd.SetDiffusionConfig(MASK, smax, infill=0.5, infill_added=True)
+    cfg = sd.SetDiffusionConfig(MASK, 4, infill=0.5, infill_added=True)
     got = sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(7))[0]
     g = torch.Generator().manual_seed(7)
     span = sd.infill_span(pad_mask, 0.5, g)
@@ -121,11 +117,8 @@ def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilli
     assert 0 < int(rows.sum()) < 4                                     # some rows drawn, some not (this seed)
     X, P, D = (torch.cat([a, a[rows]]) for a in (x0, prompt_mask, pad_mask))
     S = torch.cat([torch.zeros_like(span), span[rows]])
-    sigma = sd.order(X, smax, P & ~S, D, g, S)
-    target = ~(P & ~S) & ~D
-    naive = naive_order_nll(model, X, sigma, target)
-    torch.testing.assert_close(got, (naive / target.sum(1)).mean(), rtol=1e-4, atol=1e-4)
-    rank = sigma.argsort(1)
+    want, rank, target = naive_infill(model, X, P, D, S, g)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for b in range(4, len(X)):                                          # each copy: its span after the rest
         assert rank[b, S[b]].min() > rank[b, target[b] & ~S[b]].max()
 
