@@ -49,16 +49,6 @@ def test_one_file_holds_out_a_fixed_tenth_and_a_folder_its_split_files(tmp_path)
     assert [e["target"] for e in get_task(f"jsonl:{d}").load("test")] == ["91"]
 
 
-def test_text_lines_model_the_language_from_a_document_start(tmp_path):
-    task = get_task(f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', [{'text': f'line {i}'} for i in range(10)])}")
-    ex = task.load("train")[0]
-    assert ex["prompt"] == "<|endoftext|>" and ex["target"].startswith("line ")
-    batch = encode(TOK, [ex], task.SEQ_LEN)
-    assert batch["x0"][0, 0] == TOK.eos_id and batch["prompt_mask"][0].sum() == 1      # one start token
-    assert (~batch["pad_mask"][0]).sum() == 1 + len(ex["target"]) + 1                  # start + text + EOS
-    assert get_task(task.NAME, {"text_field": "text"}).load("train") == task.load("train")
-
-
 def test_exact_match_answer_regex_and_stop_at_eos(tmp_path):
     path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "q", "target": f"so #### {i}"} for i in range(10)])
     exact = get_task(f"jsonl:{path}")
@@ -96,8 +86,16 @@ def test_long_examples_are_an_error_or_dropped_and_the_automatic_seq_len_is_capp
     assert len(task.load("train")) + len(task.load("test")) == 9
 
 
-def test_special_token_text_in_the_data_is_ordinary_text(tmp_path):
-    """Literal <|endoftext|> / <|mask|> in the data are those bytes: EOS and [MASK] come from the code."""
+def test_text_lines_start_at_a_document_start_and_special_token_text_is_ordinary_text(tmp_path):
+    """{"text": ...} lines model the language from one start token (EOS); literal <|endoftext|> / <|mask|> in
+    the data are those bytes: EOS and [MASK] come from the code."""
+    task = get_task(f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', [{'text': f'line {i}'} for i in range(10)])}")
+    ex = task.load("train")[0]
+    assert ex["prompt"] == "<|endoftext|>" and ex["target"].startswith("line ")
+    batch = encode(TOK, [ex], task.SEQ_LEN)
+    assert batch["x0"][0, 0] == TOK.eos_id and batch["prompt_mask"][0].sum() == 1      # one start token
+    assert (~batch["pad_mask"][0]).sum() == 1 + len(ex["target"]) + 1                  # start + text + EOS
+    assert get_task(task.NAME, {"text_field": "text"}).load("train") == task.load("train")
     rows = [{"prompt": "a<|mask|>", "target": f"{i}<|endoftext|><|mask|>"} for i in range(10)]
     task = get_task(f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', rows)}")
     ex = task.load("train")[0]
@@ -142,14 +140,13 @@ def test_train_eval_sample_and_infill_end_to_end(tmp_path, capsys):
     assert config["data_options"]["prompt_field"] == "prompt"
     for task in ("likelihood", None):
         out = tmp_path / f"{task}.json"
-        evaluate.main(["--ckpt", ckpt, "--json", str(out), *(["--task", task] if task
-                                                             else ["--max-new-tokens",
-                                                                                            "6"])])
+        evaluate.main(["--ckpt", ckpt, "--json", str(out), *(["--task", task] if task else
+                                                             ["--max-new-tokens", "6"])])
         m = json.loads(out.read_text())
         assert m["n"] == 1 and ("perplexity" in m if task else 0 <= m["accuracy"] <= 1)
     (tmp_path / "other").mkdir()
-    write_jsonl(tmp_path / "other" / "test.jsonl", [{"prompt": "ab>", "target": "ba"}, {"prompt": "c>",
-                                                                                        "target": "c"}])
+    write_jsonl(tmp_path / "other" / "test.jsonl", [{"prompt": "ab>", "target": "ba"},
+                                                   {"prompt": "c>", "target": "c"}])
     write_jsonl(tmp_path / "other" / "train.jsonl", [{"prompt": "x>", "target": "x"}])
     evaluate.main(["--ckpt", ckpt, "--data-dir", str(tmp_path / "other"), "--json", str(tmp_path / "o.json")])
     assert json.loads((tmp_path / "o.json").read_text())["n"] == 2
@@ -180,15 +177,14 @@ def test_a_gap_at_the_end_of_the_prompt_is_plain_generation():
     assert torch.equal(gap, new) and (gap != TOK.mask_id).all()
 
 
-BAD = [   # (the jsonl file's bytes, or a folder of 4 train pairs; train.py flags; a part of the line, or
-          # =the line)
+BAD = [   # (the jsonl file's bytes, or None: a folder of 4 train pairs; train.py flags; a part of the line,
+          # or =the line)
     (b'{"prompt": "a", "target": "b"}\n{"prompt": "a", "target": \n', "", "{f} line 2 is not valid JSON"),
     (b'{"prompt": "a", "target": "b"}\n["a", "b"]\n', "", "{f} line 2 is not a JSON object"),
-    (b'{"prompt": "a", "target": "b"}\n{"prompt": '
-     b'"c"}\n', "", "{f} line 2 has no field 'target' (its fields: prompt): name the right one with "
-                                                               "--target-field"),
-    (b'{"prompt": "a", "target": ["b"]}\n{"prompt": "c", "target": "d"}\n', "", "field 'target' is list, not "
-                                                                                "text"),
+    (b'{"prompt": "a", "target": "b"}\n{"prompt": "c"}\n', "",
+     "{f} line 2 has no field 'target' (its fields: prompt): name the right one with --target-field"),
+    (b'{"prompt": "a", "target": ["b"]}\n{"prompt": "c", "target": "d"}\n', "", "field 'target' is list, "
+                                                                                "not text"),
     (b"\n\n", "", "is empty: expected one JSON object per line"),
     (b'{"prompt": "a", "target": "b"}\r\n{"prompt": "caf\xe9", "target": "x"}\n', "",
      "={f} line 2 is not valid UTF-8 (byte 0xe9 at column 16): save the file as UTF-8"),
