@@ -244,6 +244,7 @@ def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, monk
     monkeypatch.setattr(train, "Transformer", lambda *a, **k: pytest.fail("built the model"))
     argv = ["--model", "ar", *flags.split(), "--max-iters", "1", "--out-dir", str(tmp_path / "o")]
     assert error_of(train.main, argv) == "error: " + message
+    assert not (tmp_path / "o").exists()
 
 
 def test_sample_help_shows_the_prompts_backslash_n_as_written(capsys):
