@@ -112,8 +112,7 @@ def test_released_dit_local_dir_and_refusal(tmp_path):
 
 # ----------------------------------------------------------------------------- tokenizers and corpora
 
-WHISPER = importlib.util.find_spec("whisper")
-needs_gpt2 = pytest.mark.skipif(WHISPER is None, reason="openai-whisper (test-only) ships the GPT-2 ranks")
+WHISPER = importlib.util.find_spec("whisper")                  # the gpt2 fixture skips without it
 needs_bert = pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None, reason="needs tokenizers")
 
 
@@ -132,8 +131,6 @@ def gpt2_encoding():
 
 @pytest.fixture
 def gpt2(monkeypatch, gpt2_encoding):
-    if WHISPER is None:
-        pytest.skip("openai-whisper (test-only) ships the GPT-2 ranks")
     import data.text
     from data import get_tokenizer
     monkeypatch.setattr(data.text, "gpt2_encoding", lambda: gpt2_encoding)
@@ -152,7 +149,6 @@ def bert_dir(tmp_path):
     return str(d)
 
 
-@needs_gpt2
 @needs_bert
 def test_gpt2_and_bert_tokenizers(tmp_path, gpt2):
     assert (gpt2.vocab_size, gpt2.mask_id, gpt2.eos_id, gpt2.pad_id) == (50258, 50257, 50256, 50256)
@@ -174,7 +170,6 @@ def test_wrap_as_the_official_builder():
     assert wrap([[1, 2, 3], [4, 5]], 4, eos=0, bos=9) == [[9, 1, 2, 0], [9, 3, 0, 0], [9, 4, 5, 0]]
 
 
-@needs_gpt2
 def test_owt_split_rows_and_cache(tmp_path, gpt2, monkeypatch):
     """The validation split is the last VALID_DOCS documents, wrapped per map batch; a second load reads the
     cache (the source gone)."""
@@ -221,7 +216,6 @@ def owt_dit(tmp_path, name, yes_bias=None, V=50258, adaln=False):
                                           "tokenization_config": {"mask_token_id": V - 1}})
 
 
-@needs_gpt2
 def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
     """AR's NLL is the cross-entropy by hand (position 0, the clean BOS, not counted); Set Diffusion's bound
     leaves EOS out (the official exclusions)."""
@@ -246,7 +240,6 @@ def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
     assert m["exclusions"] == "official" and m["tokens"] == int((rows[:, 1:] != 50256).sum())
 
 
-@needs_gpt2
 @pytest.mark.parametrize("name", ["owt-ar", "owt-setdlm-d4"])
 def test_mcqa_picks_the_likelier_option(tmp_path, gpt2, name):
     """The model prefers " yes" everywhere: the four questions whose gold option is "yes" score, the last
@@ -262,7 +255,6 @@ def test_mcqa_picks_the_likelier_option(tmp_path, gpt2, name):
     assert math.isclose(m["accuracy"], 0.8) and math.isclose(m["stderr"], math.sqrt(0.8 * 0.2 / 5))
 
 
-@needs_gpt2
 def test_mcqa_score_is_the_length_normalised_nll(gpt2):
     """Constant logits: an option's score is the mean -log p of its tokens, AR and Set Diffusion alike."""
     import ar
@@ -307,7 +299,6 @@ def test_mcqa_prompts_as_the_official_script(tmp_path):
     ("owt-ar", "--task likelihood --data owt --data-dir "
                "{t}/nope", "error: --data-dir {t}/nope: no such folder"),
     ("owt-mdlm", "--task siqa --data-dir {t}/nope", "no such folder"),
-    ("owt-ar", "--task piqa --samples 0", "--mc-samples must be at least 1, got 0"),
     ("owt-ar-1000", "--task likelihood --data owt", "the model's vocabulary has 1000 tokens but the gpt2 "
                                                     "tokenizer 50258"),
 ])
