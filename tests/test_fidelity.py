@@ -206,19 +206,6 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
 
 
-class Spy(torch.nn.Module):
-    """Records the positions of the clean tokens each step commits (the inputs before the W queries)."""
-
-    def __init__(self, model, W):
-        super().__init__()
-        self.model, self.W, self.new_cache, self.commits = model, W, model.new_cache, []
-
-    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
-        if last == self.W:
-            self.commits.append(pos[0, :idx.shape[1] - self.W].tolist())
-        return self.model(idx, pos, mask, cache, last)
-
-
 def official_fht(N, L, W, d, seed):
     """The official FHT commit times: the last N entries of the L-long staggered schedule with max 2W and
     the model's d (b = 2W / (L + 2W - 1), A = d / 2L, k = A / (b - A)), E ~ Exp(1)."""
@@ -250,14 +237,20 @@ def test_commit_order(commit_order):
     """fht: a step's tokens enter the cache by decreasing first-hitting time (official_fht, drawn once);
     l2r: by position."""
     cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24, 40
-    spy = Spy(tiny_model(12), W)
+    model, commits = tiny_model(12), []
+
+    def spy(idx, pos=None, mask=None, cache=None, last=None):    # the clean inputs before the W queries
+        if last == W:
+            commits.append(pos[0, :idx.shape[1] - W].tolist())
+        return model(idx, pos, mask, cache, last)
+    spy.new_cache = model.new_cache
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
     sd.generate(spy, prompt, cfg, Settings(N, threshold=0.05, commit_order=commit_order, seq_len=L),
                 generator=torch.Generator().manual_seed(7))
     T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0]                                     # (N,)
     key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
-    multi = [c for c in spy.commits if len(c) > 1]
-    assert multi and all(c == sorted(c, key=key) for c in spy.commits)
+    multi = [c for c in commits if len(c) > 1]
+    assert multi and all(c == sorted(c, key=key) for c in commits)
     assert any(sorted(c, key=lambda p: -T[p - P]) != sorted(c) for c in multi)   # the two orders differ here
 
 
