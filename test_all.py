@@ -307,25 +307,21 @@ def test_commits_are_prefixes_of_drawable_orders(window):
     assert out_of_order > 0                                           # the rule was really exercised
 
 
-def test_setdiffusion_infills_between_visible_tokens():
-    """[MASK] inside the prompt: both sides are cached first; the reference sampler agrees; the sides are
-    kept."""
-    model, cfg = tiny_model(6), METHODS["setdiffusion"][1]
-    prompt = torch.tensor([[1, 2, 3, MASK, MASK, MASK, MASK, 7, 8]])   # reference commits 0, 1, 2, 7, 8 first
-    tokens, stats = sd.generate(model, prompt, cfg, Settings(2, 0.5))
-    x, ref = sd.generate_reference(model, prompt, cfg, Settings(2, 0.5))
-    assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
-    assert tokens[0, [0, 1, 2, 7, 8]].tolist() == [1, 2, 3, 7, 8] and not (tokens == MASK).any()
-
-
-@pytest.mark.parametrize("window", [1, 2, 6])
-def test_setdiffusion_reference_equals_generate_at_other_windows(window):
-    """The window W is the reference's argument too: any W in [1, smax] gives the same run as generate."""
-    model, cfg = Jitter(tiny_model(4)), METHODS["setdiffusion"][1]
-    prompt = torch.randint(0, MASK, (1, 5), generator=torch.Generator().manual_seed(5))
-    tokens, stats = sd.generate(model, prompt, cfg, Settings(11, 0.5, window=window))
-    x, ref = sd.generate_reference(model, prompt, cfg, Settings(11, 0.5, window=window))
-    assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"]) and stats["nfe"] == ref["nfe"]
+@pytest.mark.parametrize("name", ["mdlm", "bd3lm", "setdiffusion"])
+def test_masks_inside_the_prompt_are_filled_as_the_reference_fills_them(name):
+    """[MASK]s between visible tokens, with and without new tokens after them: generate == generate_reference
+    (Set Diffusion caches both sides first; MDLM and BD3-LM decode block-aligned from the block of the first
+    [MASK]), the visible tokens kept, every [MASK] filled."""
+    mod, cfg, kw = METHODS[name]
+    model = tiny_model(6)
+    prompt = torch.tensor([[1, 2, 3, 4, 5, MASK, MASK, MASK, MASK, MASK, 7, 8, 9]])
+    for N in (0, 2):
+        tokens, stats = mod.generate(model, prompt, cfg, Settings(N, 0.5, **kw))
+        x, ref = mod.generate_reference(model, prompt, cfg, Settings(N, 0.5, **kw))
+        assert torch.equal(tokens, x) and torch.equal(stats["step"], ref["step"])
+        visible = prompt != MASK                                                  # (1, 13)
+        assert torch.equal(tokens[:, :13][visible], prompt[visible]) and not (tokens == MASK).any()
+        assert stats["nfe"] == ref["nfe"] and int(stats["n_gen"][0]) == 5 + N
 
 
 class QueryLogits(torch.nn.Module):
@@ -343,12 +339,13 @@ class QueryLogits(torch.nn.Module):
         return out if last is None else out[:, -last:]
 
 
-def test_setdiffusion_reference_logits_equal_generate():
+@pytest.mark.parametrize("window", [0, 1, 2, 6])
+def test_setdiffusion_reference_logits_equal_generate(window):
     """Stronger than equal tokens: at every step each query of the reference has the logits of the same query
     in generate (to 1e-5; float noise is ~2e-7), so the cache + fused commits hold exactly the reference's
-    clean stream in commit order (committing a step's tokens right to left instead moves them by ~3e-3). An
-    unscaled model, whose logits depend on the context more than tiny_model's, at tau = 0.2: 1 to 3 tokens a
-    step."""
+    clean stream in commit order (committing a step's tokens right to left instead moves them by ~3e-3); at
+    the default window (smax / 2) and at any other W in [1, smax], the reference's argument too. An unscaled
+    model, whose logits depend on the context more than tiny_model's, at tau = 0.2: 1 to 3 tokens a step."""
     cfg = METHODS["setdiffusion"][1]
     prompt = torch.randint(0, MASK, (1, 4), generator=torch.Generator().manual_seed(4))
     runs = []
@@ -356,10 +353,10 @@ def test_setdiffusion_reference_logits_equal_generate():
         torch.manual_seed(4)
         model = QueryLogits(Jitter(Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2,
                                                            n_embd=32)).eval()))
-        runs.append((*sampler(model, prompt, cfg, Settings(12, 0.2)), model.steps))
+        runs.append((*sampler(model, prompt, cfg, Settings(12, 0.2, window=window)), model.steps))
     (tokens, stats, fast), (x, ref_stats, ref) = runs
     assert torch.equal(tokens, x) and torch.equal(stats["step"], ref_stats["step"])
-    assert len(fast) == len(ref) == stats["nfe"] and 1 < stats["tokens_per_step"] < 3
+    assert len(fast) == len(ref) == stats["nfe"] and (window or 1 < stats["tokens_per_step"] < 3)
     for f, r in zip(fast, ref):
         for p, logits in r.items():
             torch.testing.assert_close(f[p], logits, rtol=0, atol=1e-5)

@@ -1,7 +1,8 @@
-"""Shared test set-up: the scripts' threads (common/threads.py, imported before torch), train.py's encoding of
-the shipped task done once per session for a module that asks (`train_encodes_once`), and tiny checkpoints
-that several files read (never change them: copy them)."""
+"""Shared test set-up: the scripts' threads (common/threads.py, imported before torch), the Hugging Face
+libraries offline, train.py's encoding of the shipped task done once per session for a module that asks
+(`train_encodes_once`), and tiny checkpoints that several files read (never change them: copy them)."""
 import hashlib
+import os
 
 from common import threads  # before torch: the scripts' short OpenMP spin (common/threads.py)
 
@@ -10,6 +11,8 @@ import pytest
 from helpers import METHODS, TINY, random_checkpoint, text_checkpoints
 
 threads.set_threads(0)           # as the scripts: the cores other jobs leave free
+# read when huggingface_hub and datasets are imported (after this): nothing is downloaded, nothing waits
+os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
 ENCODED = {}                     # train.encode's results, by everything they depend on; kept for the session
 
@@ -56,7 +59,7 @@ def random_ckpts(tmp_path_factory):
 @pytest.fixture(scope="session")
 def corpus_ckpts(tmp_path_factory):
     """A tiny text (richard.txt, ~2.4 kB), its token cache and one checkpoint per method trained on it (3
-    steps, context 32): what test_shakespeare_eval.py and test_sample_corpus.py read."""
+    steps, context 32): what test_shakespeare_eval.py, test_sample_corpus.py and test_harness.py read."""
     text = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
                    for i in range(30))
     return text_checkpoints(tmp_path_factory, "richard.txt", text, [

@@ -18,6 +18,14 @@ TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4"
         "--max-new-tokens", "8", "--warmup", "1"]
 
 
+def random_rows(L, prompt_lens, ends, seed=0):
+    """(x0, prompt_mask, pad_mask) of random rows of L tokens: row b's prompt is its first prompt_lens[b]
+    tokens, its padding the columns from ends[b] on."""
+    col = torch.arange(L)[None]
+    x0 = torch.randint(0, MASK, (len(ends), L), generator=torch.Generator().manual_seed(seed))
+    return x0, col < torch.tensor(prompt_lens)[:, None], col >= torch.tensor(ends)[:, None]
+
+
 def naive_generate(name, model, prompt, N, threshold=math.inf):
     """The method's generate_reference (batch 1, no KV cache, the whole forward each step): (tokens, step)."""
     mod, cfg, kw = METHODS[name]
@@ -60,6 +68,12 @@ def snapshot(root) -> dict:
             elif os.path.isfile(p):
                 out[os.path.relpath(p, root)] = open(p, "rb").read()
     return out
+
+
+def leftovers(out) -> list[str]:
+    """What saves left beside the folder out (its lock aside): names out.*"""
+    parent, name = os.path.split(str(out))
+    return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
 
 
 def write_jsonl(path, rows):

@@ -15,7 +15,7 @@ from common import checkpoint
 import setdiffusion as sd
 import train
 from data import byte_tokenizer, corpus, get_corpus, is_corpus, shakespeare, textfile
-from helpers import TINY, error_of, usage_error
+from helpers import TINY, error_of
 
 LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
          "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
@@ -108,6 +108,8 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
     ("short.txt", "fewer than one row of 32 tokens"), ("nofiles", "holds no .txt file"),
     ("small preset", "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258"),
     ("beta2", "--beta2 must be a finite number in [0, 1)"),
+    *[(data, "--data-dir {file} is a file: give a folder (the corpus' local copy and its token cache)")
+      for data in ("data-dir", "shakespeare data-dir")],
 ])
 def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatch, name, message):
     (tmp_path / "empty.txt").write_text("")
@@ -119,18 +121,14 @@ def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatc
     (tmp_path / "nofiles" / "a.md").write_text("x" * 100)
     monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2,
                                                      n_embd=32))
-    flags = {"small preset": ["--preset", "small"], "beta2": ["--beta2", "1"]}.get(name, [])
+    flags = {"small preset": ["--preset", "small"], "beta2": ["--beta2", "1"],
+             "data-dir": ["--data-dir", str(text_file)],
+             "shakespeare data-dir": ["--data", "shakespeare", "--data-dir", str(text_file)]}.get(name, [])
     data = text_file if flags else tmp_path / name
     argv = ["--model", "ar", "--data", f"text:{data}", "--data-dir", str(tmp_path / "cache"), "--out-dir",
             str(tmp_path / "ckpt"), *(flags or [*TINY, "--seq-len", "32"]), "--max-iters", "1"]
-    assert message in error_of(train.main, argv)
+    assert message.format(file=text_file) in error_of(train.main, argv)
     assert not (tmp_path / "ckpt").exists()
-
-
-def test_an_empty_text_path_is_argparses_usage_line(capsys):
-    assert "a corpus: owt, lm1b, shakespeare or " \
-           "text:PATH" in usage_error(train.main, ["--model", "ar", "--data",
-                                                                                      "text:"], capsys)
 
 
 # ----------------------------------------------------------------------------- Shakespeare

@@ -73,19 +73,11 @@ def test_the_fallback_reads_as_python_dotenv(text, value):
         assert dotenv.dotenv_values(stream=io.StringIO(text), interpolate=False) == credentials.parse(text)[0]
 
 
-@pytest.mark.parametrize("content, loaded", [(f'HF_TOKEN="{SECRET}\n', []),
-                                             (f"\ufeffHF_TOKEN={SECRET}\n", ["HF_TOKEN"])])
-def test_a_stray_quote_sets_nothing_and_a_byte_order_mark_is_no_part_of_a_name(tmp_path, clean_env, reader,
-                                                                                content, loaded):
-    (tmp_path / ".env").write_bytes(content.encode("utf-8"))
-    assert credentials.load_dotenv(str(tmp_path / ".env")) == loaded
-    assert os.environ.get("HF_TOKEN") == (SECRET if loaded else None)
-
-
 def test_other_entries_never_stop_a_run_and_warnings_hide_the_text(tmp_path, clean_env, reader, capsys,
                                                                    caplog):
     """Another tool's multi-line value, a line that is not an entry (holding a secret) and an unclosed quote
-    are skipped with a warning naming the line, never its text; the credentials after them are read."""
+    are skipped with a warning naming the line, never its text; the credentials after them are read. A stray
+    quote sets nothing, a byte-order mark is no part of a name, an unreadable file is a warning."""
     env = tmp_path / ".env"
     env.write_text(f'KEY="-----BEGIN\n{SECRET}\n-----END"\n{SECRET} oops\nA="{SECRET}\nHF_TOKEN={SECRET}\n')
     with caplog.at_level(logging.WARNING):
@@ -93,13 +85,14 @@ def test_other_entries_never_stop_a_run_and_warnings_hide_the_text(tmp_path, cle
     assert os.environ["HF_TOKEN"] == SECRET
     said = capsys.readouterr().err + caplog.text
     assert "line 4" in said and "line 5" in said and SECRET not in said
-
-
-def test_an_unreadable_dotenv_is_a_warning(tmp_path, clean_env, capsys):
-    env = tmp_path / ".env"
+    for content, loaded in ((f'HF_TOKEN="{SECRET}\n', []), (f"\ufeffHF_TOKEN={SECRET}\n", ["HF_TOKEN"])):
+        clean_env.delenv("HF_TOKEN", raising=False)
+        env.write_bytes(content.encode("utf-8"))
+        assert credentials.load_dotenv(str(env)) == loaded
+        assert os.environ.get("HF_TOKEN") == (SECRET if loaded else None)
     env.write_bytes(b"HF_TOKEN=\xff\xfe\n")
-    assert credentials.load_dotenv(str(env)) == []
-    assert "warning: cannot read" in capsys.readouterr().err
+    capsys.readouterr()
+    assert credentials.load_dotenv(str(env)) == [] and "warning: cannot read" in capsys.readouterr().err
 
 
 def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, capsys):

@@ -1,6 +1,6 @@
-"""Nothing lost, nothing silently wrong: folders train.py did not write (whatever their names), symlinked
---out-dirs, an older version's leftovers, a full disk; results files and figures whole or not at all, never
-written over an input or empty; corpus caches checked and built once; Ctrl-C one line, exit 130."""
+"""Nothing lost, nothing silently wrong: symlinked --out-dirs, an older version's leftovers, a full disk;
+results files and figures whole or not at all, never written over an input or empty; corpus caches checked
+and built once; Ctrl-C one line, exit 130 (folders train.py did not write: test_safety.py)."""
 import contextlib
 import errno
 import hashlib
@@ -18,12 +18,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
 
 import train
 from common import saving
 from data import byte_tokenizer, corpus, textfile
-from helpers import ROOT, TINY, error_of, snapshot
+from helpers import ROOT, TINY, error_of, leftovers, snapshot
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
@@ -31,68 +30,12 @@ AR = ["--model", "ar", *TINY]
 DATES = ["--data", f"jsonl:{ROOT}/data/examples/dates.jsonl"]     # 500 lines: quick to encode in a subprocess
 
 
-def leftovers(out) -> list[str]:
-    """What a save left beside out besides out and its lock."""
-    parent, name = os.path.split(str(out))
-    return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
+@pytest.fixture
+def base(one_step):
+    return one_step / "ar"                       # conftest's AR checkpoint (step 1): copied, never changed
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """A tiny AR checkpoint (step 1) written by train.py; tests copy it, never change it."""
-    d = tmp_path_factory.mktemp("base") / "ar"
-    train.main([*AR, "--max-iters", "1", "--out-dir", str(d)])
-    return d
-
-
-# ----------------------------------------------------------------------------- folders train.py did not write
-
-def test_a_downloaded_model_folder_as_out_dir_is_refused_whatever_its_file_names(base, tmp_path):
-    """A Hugging Face folder (config.json and model.safetensors, train.py's names) and our checkpoint with an
-    edited config.json are refused, with --resume too, untouched; an older version's checkpoint (no sampler,
-    no predict_padding) is ours and resumes."""
-    hf = tmp_path / "Qwen3-0.6B"
-    hf.mkdir()
-    (hf / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-                                                "hidden_size": 1024, "vocab_size": 151936}))
-    save_file({"model.embed_tokens.weight": torch.ones(4, 2)}, str(hf / "model.safetensors"))
-    edited, older = tmp_path / "edited", tmp_path / "older"
-    config = json.loads((base / "config.json").read_text())
-    for d, c in ((edited, {**config, "method": "gpt"}),
-                 (older, {k: v for k, v in config.items() if k not in ("sampler", "predict_padding")})):
-        shutil.copytree(base, d)
-        (d / "config.json").write_text(json.dumps(c))
-    before = snapshot(tmp_path)
-    for out, why in [(hf, "its config.json has no 'model': it was not written by train.py, or was edited"),
-                     (edited, "its config.json: unknown method 'gpt' (one of ar, mdlm, bd3lm, "
-                              "setdiffusion)")]:
-        for resume in ([], ["--resume"]):
-            assert error_of(train.main, [*AR, "--max-iters", "2", "--out-dir", str(out), *resume]) == (
-                f"error: {out} is not a checkpoint directory written by train.py ({why}), and train.py "
-                f"replaces that directory at every save: choose another --out-dir")
-            assert snapshot(tmp_path) == before
-    train.main([*AR, "--max-iters", "2", "--out-dir", str(older), "--resume"])
-    assert saving.step_of(str(older)) == 2 and leftovers(older) == []
-
-
-def test_folders_named_like_a_saves_scratch_are_never_deleted(base, tmp_path):
-    """A user's <out>.old.deleting, <out>.tmp.deleting (older versions' trash names) and <out>.tmp-<8 hex>
-    (the scratch pattern, no swap mark) survive saves and resumes byte for byte; no save leaves its own."""
-    out = tmp_path / "ck"
-    shutil.copytree(base, out)
-    for name in ("ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd", "ck.old-89abcdef"):
-        shutil.copytree(base, tmp_path / name)
-        (tmp_path / name / "mine.txt").write_text("precious")
-    (tmp_path / "ck.tmp-deadbeef").mkdir()
-    (tmp_path / "ck.tmp-deadbeef" / "model.safetensors").write_text("a user's file of that name")
-    mine = {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(("ck/", "ck.lock"))}
-    train.main([*AR, "--max-iters", "3", "--save-every", "1", "--out-dir", str(out), "--resume"])
-    train.main([*AR, "--max-iters", "4", "--out-dir", str(out), "--resume"])
-    assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith(("ck/", "ck.lock"))} == mine
-    assert saving.step_of(str(out)) == 4 and sorted(os.listdir(out)) == sorted(saving.FILES)
-    assert leftovers(out) == sorted(["ck.old.deleting", "ck.tmp.deleting", "ck.tmp-0123abcd",
-                                     "ck.old-89abcdef", "ck.tmp-deadbeef"])
-
+# ---------------------------------------------------------------------- symlinks, leftovers, a full disk
 
 def test_a_symlinked_out_dir_stays_a_link_and_is_locked_at_its_target(tmp_path):
     """Two runs of several saves through a link: still a link to the same folder, holding the newest
@@ -487,13 +430,6 @@ def test_a_cache_that_cannot_be_built_is_one_line_and_leaves_no_file(tmp_path, m
                                  "the cache once where you can and copy it there")
 
 
-@pytest.mark.parametrize("data", [[], ["--data", "shakespeare"]])
-def test_data_dir_naming_a_file_is_one_line(tmp_path, data):
-    assert error_of(train.main, text_run(tmp_path, "--data-dir", str(tmp_path / "play.txt"), *data)) == (
-        f"error: --data-dir {tmp_path / 'play.txt'} is a file: give a folder (the corpus' local copy and its "
-        f"token cache)")
-
-
 # ---------------------------------------------------------------------------- Ctrl-C in the scripts
 
 # where Ctrl-C lands: train.py at start-up or in its first step, eval.py half-way through writing --json,
@@ -529,7 +465,7 @@ def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path):
             f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
         procs[script] = d, subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True,
-                                            env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+                                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     for script, (d, proc) in procs.items():
         err = proc.communicate(timeout=120)[1]
         saved = script == "train.py in a step"                      # the step is saved, then it exits (1)

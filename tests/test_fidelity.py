@@ -1,6 +1,5 @@
 """Evaluation as the paper's: unbiased estimators, orders from the schedule's formulas, the decode rule,
-commit orders and stopping on literals; paper mode (official) == plain transcriptions of the official
-code's rules."""
+commit orders and stopping; paper mode (official) == plain transcriptions of the official code's rules."""
 import dataclasses
 import math
 
@@ -8,26 +7,21 @@ import pytest
 import torch
 
 import bd3lm
-from sampling import Settings, decode
+from sampling import SamplerOptions, Settings, at, confident, decode, process, start
 from common import replies
 import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
 from model import KVCache
-from helpers import MASK, V, Jitter, causal, eval_json, left_padded, sample_order, tiny_model, write_cloze
+from helpers import MASK, METHODS, V, Jitter, causal, left_padded, random_rows, sample_order, tiny_model
 
 
-class PositionOnly(torch.nn.Module):
-    """logits = table[pos], whatever the context: its NELBO is exactly sum_i -log p_i (P(masked_i) = t)."""
-
-    def __init__(self, table):
-        super().__init__()
-        self.table = table
-
-    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
-        pos = torch.arange(idx.shape[1]).expand(idx.shape) if pos is None else pos
-        out = self.table[pos]                                                # (B, T, V)
+def position_only(table):
+    """logits = table[pos] whatever the context: its NELBO is exactly sum_i -log p_i (P(masked_i) = t)."""
+    def forward(idx, pos=None, mask=None, cache=None, last=None):
+        out = table[torch.arange(idx.shape[1]).expand(idx.shape) if pos is None else pos]     # (B, T, V)
         return out if last is None else out[:, -last:]
+    return forward
 
 
 @pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
@@ -44,7 +38,7 @@ def test_nelbo_estimator_is_unbiased(name):
     logp[:, MASK] = -math.inf
     exact = -(logp.log_softmax(-1).gather(1, x0[0, :, None]).squeeze(1) * target).sum()
     cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
-    nll, n = {"mdlm": mdlm, "bd3lm": bd3lm}[name].nll(PositionOnly(table), x0, cfg, prompt_mask, pad_mask,
+    nll, n = {"mdlm": mdlm, "bd3lm": bd3lm}[name].nll(position_only(table), x0, cfg, prompt_mask, pad_mask,
                                                       generator=torch.Generator().manual_seed(1))
     assert (n == target.sum()).all()
     se = nll.std() / math.sqrt(B)
@@ -71,9 +65,7 @@ def naive_order_nll(model, x0, sigma, target):
 
 def test_setdiffusion_loss_equals_one_forward_per_target():
     model, L, smax = tiny_model(11), 10, 4
-    x0 = torch.randint(0, MASK, (2, L), generator=torch.Generator().manual_seed(0))
-    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
-    pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2]])
+    x0, prompt_mask, pad_mask = random_rows(L, [2, 3], [L, L - 2])
     cfg = sd.SetDiffusionConfig(MASK, smax)
     sigma = sd.order(x0, smax, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
     nll, n = sd.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
@@ -86,43 +78,38 @@ def test_setdiffusion_loss_equals_one_forward_per_target():
     assert (excluded == n - ((x0 == int(x0[0, 5])) & ~prompt_mask & ~pad_mask).sum(1)).all()
 
 
+def naive_infill(model, x0, prompt_mask, pad_mask, span, g):
+    """(the loss as naive NLLs along sd.order with span revealed last, its prompt tokens targets; ranks;
+    targets)."""
+    sigma = sd.order(x0, 4, prompt_mask & ~span, pad_mask, g, span)
+    target = ~(prompt_mask & ~span) & ~pad_mask
+    return (naive_order_nll(model, x0, sigma, target) / target.sum(1)).mean(), sigma.argsort(1), target
+
+
 def test_setdiffusion_infill_orders():
     """--infill (not the paper): at 0 the paper's loss draw for draw; at 1 every row reveals all but one
     span first, the span's prompt tokens become targets, the loss the naive NLL along that order."""
-    model, L, smax = tiny_model(11), 12, 4
-    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(0))
-    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3]])
-    pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2], [9]])
-    paper, zero, one = (sd.SetDiffusionConfig(MASK, smax, infill=f) for f in (0.0, 0.0, 1.0))
+    model = tiny_model(11)
+    x0, prompt_mask, pad_mask = random_rows(12, [2, 5, 3], [12, 10, 9])
     loss = lambda cfg: sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))[0]
-    assert (torch.equal(loss(sd.SetDiffusionConfig(MASK, smax)), loss(zero))
-            and torch.equal(loss(paper), loss(zero)))
+    assert torch.equal(loss(sd.SetDiffusionConfig(MASK, 4)), loss(sd.SetDiffusionConfig(MASK, 4, infill=0.0)))
     g = torch.Generator().manual_seed(5)
     span = sd.infill_span(pad_mask, 1.0, g)                                  # (B, L): the draws loss() makes
-    sigma = sd.order(x0, smax, prompt_mask & ~span, pad_mask, g, span)
-    target = ~(prompt_mask & ~span) & ~pad_mask
-    naive = naive_order_nll(model, x0, sigma, target)
-    torch.testing.assert_close(loss(one), (naive / target.sum(1)).mean(), rtol=1e-4, atol=1e-4)
-    rank = sigma.argsort(1)
+    want, rank, target = naive_infill(model, x0, prompt_mask, pad_mask, span, g)
+    torch.testing.assert_close(loss(sd.SetDiffusionConfig(MASK, 4, infill=1.0)), want, rtol=1e-4, atol=1e-4)
     for b in range(3):
-        cols = span[b].nonzero().flatten()
-        real = int((~pad_mask[b]).sum())
+        cols, real = span[b].nonzero().flatten(), int((~pad_mask[b]).sum())
         assert len(cols) >= 1 and cols.max() - cols.min() + 1 == len(cols) and cols.max() < real - 1
         assert len(cols) <= max(1, real // 4)
-        others = target[b] & ~span[b]
-        assert rank[b, cols].min() > rank[b, others].max()                  # the span comes after the rest
+        assert rank[b, cols].min() > rank[b, target[b] & ~span[b]].max()    # the span comes after the rest
     spans = sd.infill_span(torch.zeros(4000, 40, dtype=torch.bool), 0.25, torch.Generator().manual_seed(1))
     assert abs(spans.any(1).float().mean() - 0.25) < 0.03 and not sd.infill_span(pad_mask, 0.0, g).any()
 
 
 def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilling_copies():
-    """--infill-added: the mean over the B rows in their paper orders and the k drawn rows again in
-    infilling orders."""
-    model, L, smax = tiny_model(12), 12, 4
-    x0 = torch.randint(0, MASK, (4, L), generator=torch.Generator().manual_seed(0))
-    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [5], [3], [4]])
-    pad_mask = torch.arange(L)[None] >= torch.tensor([[L], [L - 2], [9], [L]])
-    cfg = sd.SetDiffusionConfig(MASK, smax, infill=0.5, infill_added=True)
+    model = tiny_model(12)
+    x0, prompt_mask, pad_mask = random_rows(12, [2, 5, 3, 4], [12, 10, 9, 12])
+    cfg = sd.SetDiffusionConfig(MASK, 4, infill=0.5, infill_added=True)
     got = sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(7))[0]
     g = torch.Generator().manual_seed(7)
     span = sd.infill_span(pad_mask, 0.5, g)
@@ -130,11 +117,8 @@ def test_infill_added_keeps_every_row_in_its_paper_order_and_appends_the_infilli
     assert 0 < int(rows.sum()) < 4                                     # some rows drawn, some not (this seed)
     X, P, D = (torch.cat([a, a[rows]]) for a in (x0, prompt_mask, pad_mask))
     S = torch.cat([torch.zeros_like(span), span[rows]])
-    sigma = sd.order(X, smax, P & ~S, D, g, S)
-    target = ~(P & ~S) & ~D
-    naive = naive_order_nll(model, X, sigma, target)
-    torch.testing.assert_close(got, (naive / target.sum(1)).mean(), rtol=1e-4, atol=1e-4)
-    rank = sigma.argsort(1)
+    want, rank, target = naive_infill(model, X, P, D, S, g)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     for b in range(4, len(X)):                                          # each copy: its span after the rest
         assert rank[b, S[b]].min() > rank[b, target[b] & ~S[b]].max()
 
@@ -158,10 +142,8 @@ def test_infill_span_lengths_follow_their_distribution(lengths):
 
 def test_setdiffusion_lean_forward_equals_the_full_layout():
     """Leaving out the prompt's [MASK] copies and the padding's clean tokens changes no target's logits."""
-    model, L = tiny_model(14), 12
-    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(1))
-    prompt_mask = torch.arange(L)[None] < torch.tensor([[3], [5], [2]])
-    pad_mask = torch.arange(L)[None] >= torch.tensor([[9], [L], [7]])
+    model = tiny_model(14)
+    x0, prompt_mask, pad_mask = random_rows(12, [3, 5, 2], [9, 12, 7], seed=1)
     target, cfg = ~(prompt_mask | pad_mask), sd.SetDiffusionConfig(MASK, 4)
     sigma = sd.order(x0, 4, prompt_mask, pad_mask, torch.Generator().manual_seed(2))
     full = sd.denoise(model, x0, sigma, target, cfg, pad_mask)                          # (B, L, V)
@@ -188,7 +170,6 @@ def test_order_distribution_matches_the_schedule():
 
 
 def test_decode_rule_on_literal_logits():
-    """The top-1 candidate plus every candidate with p >= tau; never [MASK]."""
     probs = torch.tensor([[[0.70, 0.10, 0.10, 0.10], [0.50, 0.30, 0.10, 0.10],
                            [0.02, 0.95, 0.02, 0.01], [0.05, 0.05, 0.65, 0.25]]])    # (1, 4 slots, 4 tokens)
     logits = torch.full((1, 4, V), -1e4)
@@ -202,7 +183,6 @@ def test_decode_rule_on_literal_logits():
         assert y[0].tolist() == [0, 0, 1, 2]
     y, dec = decode(logits.clone(), torch.tensor([[False, True, False, False]]), MASK, math.inf)
     assert dec[0].int().tolist() == [0, 1, 0, 0]                         # the top candidate, not the top slot
-
 
 
 def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic():
@@ -225,18 +205,6 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     y, dec = decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, float(conf[0]))
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
 
-class Spy(torch.nn.Module):
-    """Records the positions of the clean tokens each step commits (the inputs before the W queries)."""
-
-    def __init__(self, model, W):
-        super().__init__()
-        self.model, self.W, self.new_cache, self.commits = model, W, model.new_cache, []
-
-    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
-        if last == self.W:
-            self.commits.append(pos[0, :idx.shape[1] - self.W].tolist())
-        return self.model(idx, pos, mask, cache, last)
-
 
 def official_fht(N, L, W, d, seed):
     """The official FHT commit times: the last N entries of the L-long staggered schedule with max 2W and
@@ -250,8 +218,6 @@ def official_fht(N, L, W, d, seed):
 
 
 def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
-    """commit_key("fht") with seq_len L: the last N entries of the L-long schedule, not a schedule over the
-    N slots."""
     W, d, P, N, L = 3, 3.0, 4, 24, 40
     masked = torch.arange(P + N)[None] >= P                                              # (1, P + N)
     key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=L)
@@ -271,19 +237,25 @@ def test_commit_order(commit_order):
     """fht: a step's tokens enter the cache by decreasing first-hitting time (official_fht, drawn once);
     l2r: by position."""
     cfg, W, P, N, L = sd.SetDiffusionConfig(MASK, 6), 3, 4, 24, 40
-    spy = Spy(tiny_model(12), W)
+    model, commits = tiny_model(12), []
+
+    def spy(idx, pos=None, mask=None, cache=None, last=None):    # the clean inputs before the W queries
+        if last == W:
+            commits.append(pos[0, :idx.shape[1] - W].tolist())
+        return model(idx, pos, mask, cache, last)
+    spy.new_cache = model.new_cache
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
     sd.generate(spy, prompt, cfg, Settings(N, threshold=0.05, commit_order=commit_order, seq_len=L),
                 generator=torch.Generator().manual_seed(7))
     T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0]                                     # (N,)
     key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
-    multi = [c for c in spy.commits if len(c) > 1]
-    assert multi and all(c == sorted(c, key=key) for c in spy.commits)
+    multi = [c for c in commits if len(c) > 1]
+    assert multi and all(c == sorted(c, key=key) for c in commits)
     assert any(sorted(c, key=lambda p: -T[p - P]) != sorted(c) for c in multi)   # the two orders differ here
 
 
 def test_cache_commit_fewer_than_written_then_overwrite():
-    """Write 4, keep 2, the next forward overwrites the 2 dropped entries: the full forward's logits."""
+    """Write 4, keep 2: the next forward overwrites the 2 dropped entries."""
     model, x = tiny_model(13), torch.randint(0, MASK, (2, 7))
     full = model(x)
     cache = KVCache(2, 2, 7)
@@ -318,13 +290,9 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
 @pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm"])
 def test_trailing_padding_changes_no_loss(name, monkeypatch):
     """The losses cut trailing padding before the forward (the noise draw held fixed)."""
-    import ar
-    mod = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm}[name]
-    cfg = {"ar": ar.ARConfig(MASK), "mdlm": mdlm.MDLMConfig(MASK), "bd3lm": bd3lm.BD3LMConfig(MASK, 4)}[name]
+    mod, cfg, _ = METHODS[name]
     model, L, extra = tiny_model(15), 12, 6
-    x0 = torch.randint(0, MASK, (2, L), generator=torch.Generator().manual_seed(3))
-    prompt_mask = torch.arange(L)[None] < torch.tensor([[2], [3]])
-    pad_mask = torch.arange(L)[None] >= torch.tensor([[8], [10]])
+    x0, prompt_mask, pad_mask = random_rows(L, [2, 3], [8, 10], seed=3)
     wide = [torch.cat([x, x[:, -1:].expand(-1, extra)], 1) for x in (x0, prompt_mask, pad_mask)]
     if name != "ar":
         xt, t = mod.noise(x0, cfg, ~(prompt_mask | pad_mask), torch.Generator().manual_seed(4))
@@ -341,10 +309,8 @@ def test_trailing_padding_changes_no_loss(name, monkeypatch):
 def test_official_count_new_tokens_from_the_prompt_end_block(name):
     """official: N counted from the start of the block holding the prompt's end (N - p mod S new tokens,
     the rest left [MASK]); with p a multiple of S both settings agree."""
-    mod = {"mdlm": mdlm, "bd3lm": bd3lm}[name]
-    cfg = mdlm.MDLMConfig(MASK) if name == "mdlm" else bd3lm.BD3LMConfig(MASK, 4)
+    mod, cfg, kw = METHODS[name]                                            # blocks of S = 4
     S, N, model = 4, 8, Jitter(tiny_model(16))
-    kw = {"block": S} if name == "mdlm" else {}
     official = {"official": True, **({"seq_len": 24} if name == "mdlm" else {})}
     g = torch.Generator().manual_seed(2)
     lens = [6, 8, 5]
@@ -364,56 +330,11 @@ def test_official_count_new_tokens_from_the_prompt_end_block(name):
     assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
 
 
-def test_mdlm_official_attends_to_the_mask_padding_up_to_seq_len():
-    """official MDLM = a naive loop on the canvas [prompt | [MASK] * (L - p)], every column attended to,
-    blocks of S from S floor(p/S), cut at p + N."""
-    S, N, L, P = 4, 8, 20, 6
-    model, cfg = Jitter(tiny_model(17), 3), mdlm.MDLMConfig(MASK)
-    prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
-    seen = []
-
-    def spy(idx, pos=None, mask=None, cache=None, last=None):                           # the canvas each step
-        seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
-        return model(idx, pos, mask, cache, last)
-    tokens, stats = mdlm.generate(spy, prompt, cfg,
-                                  Settings(N, threshold=0.5, block=S, official=True, seq_len=L))
-    assert seen and all(s == (L, True, list(range(L))) for s in seen)                    # padded and attended
-    x = torch.cat([prompt, torch.full((1, L - P), MASK)], 1)                               # (1, L)
-    F = P // S * S
-    end = min(F + math.ceil(N / S) * S, P + N)
-    nfe = 0
-    for s in range(F, end, S):
-        e = min(s + S, end)
-        while (x[:, s:e] == MASK).any():
-            logits = model(x, torch.arange(L)[None], torch.ones(L, L, dtype=torch.bool))[:, s:e]
-            y, dec = decode(logits, x[:, s:e] == MASK, MASK, 0.5)
-            x[:, s:e] = torch.where(dec, y, x[:, s:e])
-            nfe += 1
-    assert end - P == N - P % S == 6 and stats["n_gen"].item() == 6 and stats["nfe"] == nfe
-    assert torch.equal(tokens, x[:, :P + N])
-    with pytest.raises(ValueError, match="seq_len"):
-        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
-
-
-@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
-@pytest.mark.parametrize("task", ["rocstories", "infill"])
-def test_eval_official_infills_with_mdlm_and_bd3lm(random_ckpts, tmp_path, name, task):
-    """eval.py --official on an infilling task (every [MASK] inside the prompt) fills the whole span."""
-    if task == "rocstories":
-        pytest.importorskip("rouge_score")
-        write_cloze(tmp_path)
-    data = ["--data-dir", str(tmp_path)] if task == "rocstories" else []
-    m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", task, "--official", "--limit", "2",
-                             "--warmup", "1", *data])
-    assert m["official"] and m["n"] == 1 and m["tokens_per_s"] > 0
-
-
 def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():
     """The official _length_penalty_prefix_lengths: n of a slot = the decoded new tokens left of it that
     are not the pad id. Canvas [7 8 | 5 M E 6 M M], slots 3, 6, 7: n = 1, 2, 2.
     ExponentialDecayLengthPenalty (1, 2) adds |eos| (2^(n - 1) - 1) when n > 1; MinNewTokens (2) forbids
     EOS where n < 2."""
-    from sampling import SamplerOptions, at, process, start
     E = 0
     tokens = torch.tensor([[7, 8, 5, MASK, E, 6, MASK, MASK]])
     real = torch.ones_like(tokens, dtype=torch.bool)
@@ -434,7 +355,6 @@ def test_length_penalties_count_the_visible_new_tokens_left_of_a_slot():
 def test_infilling_repetition_penalty_leaves_the_pad_id_out_of_the_context():
     """The official _visible_infill_context: every visible token but the pad id; pad_id -1 (HF generate)
     counts it."""
-    from sampling import SamplerOptions, at, process, start
     E = 0
     tokens = torch.tensor([[E, 3, 4, MASK, MASK, 5, E]])
     real = torch.ones_like(tokens, dtype=torch.bool)
@@ -448,7 +368,6 @@ def test_infilling_repetition_penalty_leaves_the_pad_id_out_of_the_context():
 def test_sampled_setdiffusion_draws_for_the_window_masks_only():
     """One multinomial draw per [MASK] query of the window, in position order (the official
     _sample_categorical): the tokens of a naive loop drawing so."""
-    from sampling import confident
     model, cfg, W, N, T = tiny_model(21), sd.SetDiffusionConfig(MASK, 8), 4, 10, 1.5
     prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(1))
     tokens, _ = sd.generate(model, prompt, cfg, Settings(N, threshold=0.6, temperature=T, window=W),
@@ -505,7 +424,6 @@ class OfficialCache:
 def decode_block(x, c0, end, logits, threshold, generator=None):
     """One official step on columns [c0, end): the confidence rule on their [MASK]s, greedy, or sampled at
     temperature 1 with one draw per column (the official's stream)."""
-    from sampling import confident
     cand = torch.tensor([[t == MASK for t in x[c0:end]]])
     if generator is None:
         y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
@@ -563,7 +481,7 @@ def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
 @pytest.mark.parametrize("L", [16, 64])
 def test_bd3lm_official_infilling_equals_the_official_rule(L):
     """Batched and alone, with the crop (L 16: past 12 + 4 + 4 entries) and without; the default is another
-    algorithm."""
+    algorithm; new tokens, or a row without a [MASK], refused."""
     S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(22), 5)
     g = torch.Generator().manual_seed(3)
     rows = [torch.cat([torch.randint(0, MASK, (a,), generator=g), torch.full((n,), MASK),
@@ -582,6 +500,10 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
             assert not (want == MASK).any()
     ours, _ = bd3lm.generate(model, rows[0][None], cfg, Settings(0))
     assert not torch.equal(ours, official_bd3lm_infill(model, rows[0][None], S, L, math.inf))
+    for N, bad in ((2, [[1, MASK, 2]]), (0, [[1, MASK, 2], [1, 3, 2]])):      # new tokens; a row without one
+        with pytest.raises(ValueError, match="every row must hold one, with max_new_tokens 0") as e:
+            bd3lm.generate(model, torch.tensor(bad), cfg, Settings(N, official=True, seq_len=L))
+        assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64)])
@@ -690,43 +612,43 @@ def official_mdlm_window(model, prompt, N, S, L, threshold):
     """The official MDLM generation: the canvas [prompt | N [MASK]] (padded with [MASK] to L); ceil(N/S)
     blocks of S from S floor(P/S), cut at the canvas' end; each step one forward over [0, L) while the
     block starts before L, else [block end - L, block end), at positions 0..; returns P + S ceil(N/S)
-    columns."""
+    columns and the number of forwards."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     x += [MASK] * max(L - len(x), 0)
-    F = S * (P // S)
+    F, nfe = S * (P // S), 0
     for b in range(math.ceil(N / S)):
         s, end = F + b * S, min(F + (b + 1) * S, len(x))
         w0 = 0 if s < L else s + S - L
-        window = x[w0:w0 + L]
         while MASK in x[s:end]:
             window = torch.tensor([x[w0:w0 + L]])
             logits = model(window, torch.arange(window.shape[1])[None],
                            torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
             decode_block(x, s, end, logits[:, s - w0:], threshold)
+            nfe += 1
     out = P + S * math.ceil(N / S)
-    return torch.tensor([(x + [MASK] * out)[:out]])
+    return torch.tensor([(x + [MASK] * out)[:out]]), nfe
 
 
 @pytest.mark.parametrize("P, N", [(6, 18), (9, 14), (5, 7), (4, 5)])
 def test_mdlm_official_window_equals_the_official_rule(P, N):
-    """An L-wide window sliding a block at a time past L; P + N <= L (5 + 7, 4 + 5): the L-wide canvas,
-    whose last block decodes into the padding when S does not divide N (4 + 5: 8 new tokens); batched ==
-    alone."""
+    """An L-wide window at positions 0..L-1 sliding a block at a time past L; P + N <= L (5 + 7, 4 + 5): the
+    canvas padded with [MASK] to L, every column attended to, whose last block decodes into the padding when
+    S does not divide N (4 + 5: 8 new tokens); the rule's forwards; batched == alone; seq_len needed."""
     S, L, cfg, model = 4, 12, mdlm.MDLMConfig(MASK), sharp_model(25)
     _, batch, prompt_mask = left_padded([P, P - 2], seed=P)
-    prompt = batch[:1]
+    prompt, seen = batch[:1], []
+
+    def spy(idx, pos=None, mask=None, cache=None, last=None):                           # the canvas each step
+        seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
+        return model(idx, pos, mask, cache, last)
     for tau in (math.inf, 0.5):
         settings = Settings(N, threshold=tau, block=S, official=True, seq_len=L)
-        tokens, _ = mdlm.generate(model, prompt, cfg, settings)
-        assert torch.equal(tokens, official_mdlm_window(model, prompt, N, S, L, tau)), tau
+        tokens, stats = mdlm.generate(spy, prompt, cfg, settings)
+        want, nfe = official_mdlm_window(model, prompt, N, S, L, tau)
+        assert torch.equal(tokens, want) and stats["nfe"] == nfe, tau
         both, _ = mdlm.generate(model, batch, cfg, settings, prompt_mask)
         alone, _ = mdlm.generate(model, batch[1:, 2:], cfg, settings)
         assert torch.equal(both[:1], tokens) and torch.equal(both[1:, 2:], alone)
-
-
-@pytest.mark.parametrize("N, rows", [(2, [[1, MASK, 2]]), (0, [[1, MASK, 2], [1, 3, 2]])])
-def test_bd3lm_official_infilling_refuses_new_tokens_and_rows_without_a_mask(N, rows):
-    with pytest.raises(ValueError, match="every row must hold one, with max_new_tokens 0") as e:
-        bd3lm.generate(tiny_model(26), torch.tensor(rows), bd3lm.BD3LMConfig(MASK, 4),
-                       Settings(N, official=True, seq_len=16))
-    assert "\n" not in str(e.value)
+    assert seen and all(w == L and p == list(range(L)) and (every or P + N > L) for w, every, p in seen)
+    with pytest.raises(ValueError, match="seq_len"):
+        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))

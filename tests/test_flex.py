@@ -1,6 +1,6 @@
 """FlexAttention (model.layout_mask, Transformer.flex): each method's mask_mod is its dense training mask,
 padding included, and with flex on the losses equal the dense SDPA ones (on CPU FlexAttention runs eagerly,
-without a backward: no-grad forwards; the gradients on CUDA)."""
+without a backward: no-grad forwards; the gradients: test_gpu.py)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ import model as transformer
 import setdiffusion as sd
 import train
 from model import layout_mask, padded, with_padding
-from helpers import MASK, tiny_model
+from helpers import MASK, random_rows, tiny_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -129,10 +129,8 @@ def test_flex_loss_equals_dense_loss(name, flex_calls):
     """No-grad loss and nll with flex on == with flex off (SDPA, dense mask), for the same draw; prompts of
     different lengths and right padding of different lengths, so the masks differ from row to row."""
     mod, cfg = CASES[name]
-    model, L = tiny_model(2), 23
-    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3))
-    prompt_mask = torch.arange(L) < torch.tensor([[4], [7], [2]])
-    pad_mask = torch.arange(L) >= torch.tensor([[L], [15], [19]])
+    model = tiny_model(2)
+    x0, prompt_mask, pad_mask = random_rows(23, [4, 7, 2], [23, 15, 19], seed=3)
     out = {}
     for flex in (False, True):
         model.flex = flex
@@ -147,30 +145,3 @@ def test_attention_switch():
     assert [train.flex_on(a, "cuda") for a in ("auto", "sdpa", "flex")] == [True, False, True]
     assert [train.flex_on(a, "cpu") for a in ("auto", "sdpa")] == [False, False]
     assert not tiny_model(1).flex                                # off unless a script turns it on
-
-
-def test_attention_flex_on_cpu_is_one_clear_line(tmp_path):
-    with pytest.raises(SystemExit) as e:
-        train.main(["--model", "bd3lm", "--device", "cpu", "--attention", "flex", "--out-dir", str(tmp_path)])
-    assert str(e.value.code).startswith("error: --attention flex needs a CUDA device")
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the FlexAttention backward needs CUDA")
-@pytest.mark.parametrize("name", list(CASES))
-def test_flex_gradients_equal_dense_gradients_on_cuda(name, flex_calls):
-    """On a GPU: loss and every gradient with flex on (compiled FlexAttention) == dense SDPA, float32, over
-    layouts of several 128-blocks with padding. Not run here (no GPU); run it where one is lent."""
-    mod, cfg = CASES[name]
-    model, L, dev = tiny_model(2, head_dim=16).cuda().train(), 300, "cuda"     # compiled flex: head_dim >= 16
-    x0 = torch.randint(0, MASK, (3, L), generator=torch.Generator().manual_seed(3)).to(dev)
-    prompt_mask = (torch.arange(L) < torch.tensor([[40], [70], [20]])).to(dev)
-    pad_mask = (torch.arange(L) >= torch.tensor([[L], [200], [260]])).to(dev)
-    out = {}
-    for flex in (False, True):
-        model.flex = flex
-        model.zero_grad()
-        loss = mod.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator(dev).manual_seed(4))[0]
-        loss.backward()
-        out[flex] = [loss.detach()] + [p.grad.clone() for p in model.parameters()]
-    assert len(flex_calls) == model.cfg.n_layer
-    torch.testing.assert_close(out[True], out[False], rtol=1e-4, atol=1e-5)

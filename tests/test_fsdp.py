@@ -21,8 +21,7 @@ TINY = ["--model", "setdiffusion", "--n-layer", "2", "--n-embd", "32", "--n-head
 def torchrun(d, name, *flags):
     """train.py under torchrun, 2 CPU processes (their own free port), its own token cache; the Popen."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
-           *TINY,
-           "--data", f"text:{d / 'york.txt'}", "--data-dir", str(d / f"cache-{name}"), "--out-dir",
+           *TINY, "--data", f"text:{d / 'york.txt'}", "--data-dir", str(d / f"cache-{name}"), "--out-dir",
            str(d / name), *flags]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})

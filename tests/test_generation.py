@@ -6,10 +6,8 @@ import os
 import sys
 
 import pytest
-import torch
 
 import eval as evaluate
-from common import replies
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories, sampler_preset
 from helpers import METHODS, STORY, TINY, error_of, eval_json, write_cloze
@@ -142,12 +140,14 @@ def test_rocstories_load_and_spans(tmp_path):
 
 
 @needs_rouge
-@pytest.mark.parametrize("name, sentences", [("ar", 3), ("mdlm", 1), ("bd3lm", 1), ("setdiffusion", 3)])
+@pytest.mark.parametrize("name, sentences", [("ar", 3), ("mdlm", 1), ("bd3lm", 3), ("setdiffusion", 1)])
 def test_rocstories_eval_every_method(tmp_path, random_ckpts, capsys, name, sentences):
+    """MDLM and BD3-LM in paper mode (--official: their official infilling fills the whole span)."""
     write_cloze(tmp_path)
+    official = ["--official"] if name in ("mdlm", "bd3lm") else []
     m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", "rocstories", "--sentences",
-                             str(sentences), "--data-dir", str(tmp_path), "--warmup", "1"])
-    assert m["n"] == 1 and 0 <= m["rougeL"] <= 1 and m["tokens_per_s"] > 0
+                             str(sentences), "--data-dir", str(tmp_path), "--warmup", "1", *official])
+    assert m["n"] == 1 and 0 <= m["rougeL"] <= 1 and m["tokens_per_s"] > 0 and m["official"] == bool(official)
     assert ("AR cannot infill: it continues from the left context only" in capsys.readouterr().out) == (
         name == "ar")
 
@@ -226,20 +226,15 @@ def test_arith_operand_and_verb_items_mask_what_only_the_reply_reveals():
 
 @pytest.mark.parametrize("name", ["ar", "mdlm", "bd3lm", "setdiffusion"])
 def test_make_infill_rows_on_tiny_checkpoints(tmp_path, random_ckpts, name):
-    """The default span (step, with answer_right) and --span number, each scored on 2 problems."""
+    """The default span (step, with answer_right) and --span number (MDLM and BD3-LM in paper mode: their
+    official infilling), each scored on 2 problems."""
     for span in ("step", "number"):
+        flags = [] if span == "step" else ["--span", span] + ["--official"] * (name in ("mdlm", "bd3lm"))
         m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", "infill", "--limit", "3",
-                                 "--warmup", "1", "--threshold", "0.9", *(["--span", span] if span != "step"
-                                                                          else [])])
+                                 "--warmup", "1", "--threshold", "0.9", *flags])
         assert m["task"] == "infill" and m["n"] == 2 and m["span"] == span and 0 <= m["exact"] <= 1
         assert m["tokens_per_s"] > 0 and ("answer_right" in m) == (span == "step")
+        assert m["official"] == ("--official" in flags)
     with pytest.raises(ValueError, match="shipped arith task or of a text corpus; this checkpoint was "
                                          "trained on gsm8k"):
         infill.evaluate("infill", arith, [], None, None, None, TOK, {"data": "gsm8k"}, "cpu", Settings())
-
-
-def test_unconditional_eos_stop_ignores_the_first_tokens():
-    stop = replies.eos_stop(9, start=3)
-    tokens = torch.tensor([[9, 1, 9, 2, 9, 5], [9, 1, 9, 2, 3, 5]])         # column 0 is the BOS (= EOS)
-    assert stop(tokens, torch.tensor([4, 4])).tolist() == [False, False]
-    assert stop(tokens, torch.tensor([6, 6])).tolist() == [True, False]

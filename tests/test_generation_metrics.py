@@ -84,9 +84,14 @@ def save_encoder(path, modern=False):
 @pytest.fixture(scope="module")
 def hf(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
+    mlm = transformers.BertForMaskedLM(transformers.BertConfig(   # an MLM head: no causal LM either
+        vocab_size=30, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64))
+    mlm.save_pretrained(str(root / "bert-mlm"))
     return {"gpt2": save_gpt2(root / "gpt2"),
             "gpt2-merges": save_gpt2(root / "gpt2m", [("Ġ", "t"), ("h", "e")]),
-            "bert": save_encoder(root / "bert"), "modernbert": save_encoder(root / "modernbert", modern=True)}
+            "bert": save_encoder(root / "bert"), "modernbert": save_encoder(root / "modernbert", modern=True),
+            "bert-mlm": str(root / "bert-mlm")}
 
 
 def sentences(words: str, n: int, seed: int) -> list[str]:
@@ -114,39 +119,22 @@ def nll_by_hand(path: str, seqs: list[list[int]], ctx: int) -> float:
 
 
 @needs_transformers
-def test_gen_ppl_scores_the_samples_own_ids_when_the_tokenizers_agree(hf):
+def test_gen_ppl_scores_own_ids_when_the_tokenizers_agree_else_retokenised_texts(hf):
+    """The first sample is 3 pieces of 31; the second is not UTF-8 (its text does not round-trip)."""
     ids = [list(b"the cat sat on the mat, and then the dog sat there too, all day"), [0xC3, 0x28, 104, 105],
            [7]]
-    texts = [TOK.decode(i) for i in ids]               # the second is not UTF-8: its text does not round-trip
-    m = hf_metrics.hf_gen_ppl(texts, hf["gpt2"], batch_size=2, ids=ids, tok=TOK)
-    # the first: 3 pieces of 31
+    m = hf_metrics.hf_gen_ppl([TOK.decode(i) for i in ids], hf["gpt2"], batch_size=2, ids=ids, tok=TOK)
     assert m["ppl_retokenised"] is False and m["ppl_tokens"] == sum(map(len, ids))
     assert m["gen_ppl_hf"] == pytest.approx(nll_by_hand(hf["gpt2"], ids, 32), rel=1e-5)
     assert m["gen_nll_hf"] == pytest.approx(math.log(m["gen_ppl_hf"]))
-
-
-@needs_transformers
-def test_gen_ppl_retokenises_the_texts_when_the_tokenizers_differ(hf):
     texts = ["the theme of the thesis", "then the heat", "a"]
     ids = [TOK.encode_text(t) for t in texts]
     m = hf_metrics.hf_gen_ppl(texts, hf["gpt2-merges"], batch_size=8, ids=ids, tok=TOK)
     hf_tok = transformers.AutoTokenizer.from_pretrained(hf["gpt2-merges"])
     seqs = [hf_tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    # merged
     assert m["ppl_retokenised"] is True and m["ppl_tokens"] == sum(map(len, seqs)) < sum(map(len, ids))
     assert m["gen_ppl_hf"] == pytest.approx(nll_by_hand(hf["gpt2-merges"], seqs, 32), rel=1e-5)
     assert hf_metrics.hf_gen_ppl(texts, hf["gpt2"])["ppl_retokenised"] is True        # no ids: texts
-
-
-@needs_transformers
-def test_a_model_that_cannot_load_is_one_line(tmp_path, monkeypatch):
-    import huggingface_hub.constants
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)     # a Hub id, offline
-    for name, flag in ((str(tmp_path / "nothing-here"), "--ppl-model"),
-                       ("no-such-org/no-such-model", "--mauve-encoder")):
-        with pytest.raises(ValueError) as e:
-            hf_metrics.load("causal" if flag == "--ppl-model" else "encoder", name, "cpu", flag)
-        assert str(e.value).startswith(f"{flag} {name}: cannot load it (") and "\n" not in str(e.value)
 
 
 # ----------------------------------------------------------------------------- MAUVE
@@ -428,40 +416,26 @@ def test_a_filter_that_refuses_every_draw_stops_with_one_line(monkeypatch):
 
 # ------------------------------------------------------------------------- scorers and flags, before any work
 
-@needs_transformers
-def test_an_encoder_as_ppl_model_is_refused(hf, tmp_path):
-    """A BERT encoder (no LM head) and a BERT with its MLM head are no causal LMs; GPT-2 passes."""
-    mlm = tmp_path / "bert-mlm"
-    cfg = transformers.BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=64)
-    transformers.BertForMaskedLM(cfg).save_pretrained(str(mlm))
-    transformers.AutoTokenizer.from_pretrained(hf["bert"]).save_pretrained(str(mlm))
-    for path, why in ((hf["bert"], "not a trained causal LM"), (str(mlm), "not a causal LM")):
-        with pytest.raises(ValueError) as e:
-            hf_metrics.load("causal", path, "cpu", "--ppl-model")
-        assert str(e.value).startswith(f"--ppl-model {path}: {why}") and "\n" not in str(e.value)
-    hf_metrics.load("causal", hf["gpt2"], "cpu", "--ppl-model")
-
-
 @needs_mauve
 def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypatch):
-    """A scorer that cannot load or is not one, a --mauve-ref endless (/dev/zero) or too long to tokenise:
-    one line before the first sample."""
-    def no_sampling(*a, **k):
-        raise AssertionError("sampled before the scorers were checked")
-    monkeypatch.setattr(generation, "unconditional", no_sampling)
+    """A scorer that cannot load (a missing folder, a Hub id offline) or is not one (BERT: no trained LM head,
+    BERT's MLM head: no causal LM), a --mauve-ref endless (/dev/zero) or too long to tokenise: one line
+    before the first sample (said: the line's start, or a part of it)."""
+    monkeypatch.setattr(generation, "unconditional", lambda *a, **k: pytest.fail("sampled"))
     monkeypatch.setattr(hf_metrics, "MAX_REF_BYTES", 1 << 20)
     monkeypatch.setattr(hf_metrics, "MAX_TEXT_CHARS", 1000)
-    refs = tmp_path / "refs.txt"
+    refs, none, hub = tmp_path / "refs.txt", str(tmp_path / "nothing"), "no-such-org/no-such-model"
     refs.write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
     (tmp_path / "long.txt").write_text("a short one\n" + "x" * 5000 + "\n")
     args = ["--ckpt", random_checkpoint(tmp_path / "ar", seq_len=64), "--task", "unconditional", "-n", "2",
-            "--no-redraw"]
-    cases = [(["--ppl-model", str(tmp_path / "nothing")], "--ppl-model"),
-             (["--ppl-model", hf["bert"]], "not a"),
-             (["--mauve-ref", str(refs), "--mauve-encoder", str(tmp_path / "nothing")], "--mauve-encoder"),
-             (["--mauve-ref", "/dev/zero", "--mauve-encoder", hf["bert"]], "larger than 1 MiB"),
-             (["--mauve-ref", str(tmp_path / "long.txt"), "--mauve-encoder", hf["bert"]],
-              "text 2 holds 5,000 characters, more than 1,000")]
-    for flags, said in cases:
-        assert said in error_of(evaluate.main, [*args, *flags, "--device", "cpu"]), flags
+            "--no-redraw", "--device", "cpu"]
+    for flags, said in [(["--ppl-model", none], f"^--ppl-model {none}: cannot load it ("),
+                        (["--ppl-model", hf["bert"]], f"^--ppl-model {hf['bert']}: not a trained causal LM"),
+                        (["--ppl-model", hf["bert-mlm"]], f"^--ppl-model {hf['bert-mlm']}: not a causal LM"),
+                        (["--mauve-ref", str(refs), "--mauve-encoder", hub],
+                         f"^--mauve-encoder {hub}: cannot load it ("),
+                        (["--mauve-ref", "/dev/zero", "--mauve-encoder", hf["bert"]], "larger than 1 MiB"),
+                        (["--mauve-ref", str(tmp_path / "long.txt"), "--mauve-encoder", hf["bert"]],
+                         "text 2 holds 5,000 characters, more than 1,000")]:
+        got = error_of(evaluate.main, [*args, *flags])
+        assert got.startswith("error: " + said[1:]) if said[0] == "^" else said in got, (flags, got)

@@ -1,11 +1,7 @@
-"""What only a CUDA GPU shows (`make gpu-check` runs these, then the GPU benchmarks; without CUDA every test
-skips): compiled FlexAttention == SDPA losses and gradients, compiled bf16 training lowers each method's
-loss, DDP over NCCL, the flash kernel, cached == naive decoding eager, static and compiled, bf16 == fp32
-greedy tokens.
-
-    python -m pytest -q tests/test_gpu.py                        # a CUDA GPU, ~3 min (compiles included)
-    GPU_CHECK_DEVICE=cpu python -m pytest -q tests/test_gpu.py   # what a CPU can run of it
-"""
+"""What only a CUDA GPU shows (`make gpu-check`, ~3 min; without CUDA every test skips, and
+GPU_CHECK_DEVICE=cpu runs what a CPU can): compiled FlexAttention == SDPA losses and gradients, compiled bf16
+training lowers each method's loss, DDP over NCCL, the flash kernel, cached == naive decoding eager, static
+and compiled, bf16 == fp32 greedy tokens."""
 import copy
 import json
 import math
@@ -56,16 +52,16 @@ DDP = ("import json, sys, torch.distributed as dist, train\n"
 
 def start(tmp, name: str, code: str, argv: list, *extra) -> dict:
     out = open(tmp / f"{name}.log", "w")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHINDUCTOR_COMPILE_THREADS": "4"}       # 5 at once
     proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(argv), *extra], cwd=ROOT, stdout=out,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1",
-                                                           "TORCHINDUCTOR_COMPILE_THREADS": "4"})  # 5 at once
+                            stderr=subprocess.STDOUT, env=env)
     return {"proc": proc, "log": tmp / f"{name}.log", "file": out}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def trainings(request, tmp_path_factory):
-    """The train.py runs of the training tests, started before the first test of this file so that they run
-    beside the others (same GPU): one per method (50 steps) and one DDP run (10 steps). {name: run}."""
+    """{name: run} of the training tests' train.py runs, started first to run beside the others (same GPU):
+    one per method (50 steps) and one DDP run (10 steps)."""
     if not any(item.name.startswith("test_training") for item in request.session.items):
         yield {}
         return
@@ -123,11 +119,10 @@ def loss_and_grads(model, mod, batch, flex: bool, dtype) -> list:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", list(FLEX))
 def test_flex_loss_and_gradients_equal_sdpa(name, dtype, flex_calls):
-    """Loss and every gradient with flex on (compiled FlexAttention under each layout's BlockMask) == dense
-    SDPA, same noise draw, over layouts of several 128-blocks, prompts and right padding of different lengths:
-    float32 to 1e-4; bfloat16 (train.py's autocast) to 0.5 % in the loss and, per parameter, 5 % in the norm
-    of the gradient's difference (on a CPU, bfloat16 SDPA against float32 moves these losses by <= 0.06 % and
-    the gradients by <= 1.3 %). AR's causal attention takes no mask: no flex call, the same numbers."""
+    """Loss and every gradient with compiled FlexAttention (each layout's BlockMask) == dense SDPA, same
+    noise, layouts of several 128-blocks, prompts and right padding of different lengths: float32 to 1e-4;
+    bfloat16 (train.py's autocast) to 0.5 % in the loss and 5 % in each gradient's norm of difference (bf16
+    SDPA moves them <= 0.06 % and 1.3 % on a CPU). AR's causal attention takes no mask: no flex call."""
     mod, cfg = FLEX[name]
     torch._dynamo.reset()                # fresh compiles: no recompile limit sends flex to its eager fallback
     model, L = small(2).train(), 300
@@ -167,9 +162,9 @@ class FlashPrefill(torch.nn.Module):
 
 @cuda_only
 def test_ar_causal_prefill_takes_flash_attention():
-    """Under sdpa_kernel(FLASH_ATTENTION) alone (any other kernel raises 'No available kernel'): AR's training
-    forward (mask=None: is_causal) gives the math kernel's logits (bfloat16, loosely), and ar.generate's
-    prefill of unpadded prompts runs there, with the same greedy tokens as without the restriction."""
+    """Under the flash kernel alone (any other raises): AR's training forward (mask=None, is_causal) gives
+    the math kernel's logits (bf16, loosely); ar.generate's prefill of unpadded prompts runs there (the same
+    tokens)."""
     model = small(3).to(torch.bfloat16)
     x = torch.randint(0, MASK, (2, 64), generator=torch.Generator().manual_seed(3)).to(DEV)
     with torch.no_grad():
@@ -197,12 +192,9 @@ def threshold(name):
 @pytest.mark.parametrize("mode", ["eager", "static", "compiled"])
 @pytest.mark.parametrize("name", list(METHODS))
 def test_cached_decoding_equals_naive_recompute(name, mode):
-    """Left-padded rows with prompts of 2, 7 and 5 tokens decoded in one batch with the KV cache (MDLM: its
-    cache-less block steps) == each row alone through the naive recompute (helpers.naive_generate: batch 1,
-    the whole forward every step), token for token and step for step, at tau 0.5 (several tokens a step; AR
-    greedy): eager (dynamic shapes), static (static_decoding: padded fixed-shape steps) and compiled (eval.py
-    --compile: those steps under torch.compile, with CUDA graphs on CUDA), twice (the second call replays the
-    graphs)."""
+    """Left-padded prompts of 2, 7, 5 tokens in one cached batch == each alone through the naive recompute,
+    token for token and step for step, tau 0.5 (AR greedy): eager, static (static_decoding's fixed-shape
+    steps) and compiled (eval.py --compile, CUDA graphs on CUDA), twice (the second replays the graphs)."""
     mod, cfg, kw = METHODS[name]
     inner = tiny_model(5).to(DEV)
     model, N = Jitter(inner, 1).to(DEV), 9
@@ -241,10 +233,8 @@ class Margin(torch.nn.Module):
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_bf16_greedy_tokens_equal_fp32(name):
-    """A well-separated tiny model (in float32 every logit row a forward returns has its top two logits at
-    least 1 apart, asserted; on a CPU the smallest gap is 3.5, the bfloat16 logit error about 0.05) decodes
-    the same greedy tokens (tau inf) with bfloat16 weights as with float32 ones (eval.py --dtype bfloat16):
-    batched left-padded rows with different prompt lengths."""
+    """A well-separated tiny model (top two float32 logits >= 1 apart in every row, asserted; 3.5 on a CPU,
+    the bf16 logit error ~0.05) decodes left-padded batched rows to the same greedy tokens in bf16 as fp32."""
     mod, cfg, kw = METHODS[name]
     fp32 = tiny_model(6).to(DEV)
     _, batch, prompt_mask = left_padded([2, 7, 5], seed=6)
@@ -262,16 +252,15 @@ def test_bf16_greedy_tokens_equal_fp32(name):
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_training_steps_lower_the_loss(name, trainings):
-    """50 steps of train.py --compile in bfloat16 (a 2-layer model, the shipped task, FlexAttention:
-    train.py's CUDA defaults): every loss finite, the mean of the last 10 below 0.75 x the mean of the first
-    10 (on a CPU in float32 the four methods reach 0.47-0.53)."""
+    """50 steps of train.py --compile, bf16, FlexAttention (a 2-layer model, the shipped task): every loss
+    finite, the last 10's mean < 0.75 x the first 10's (0.47-0.53 on a CPU in float32)."""
     losses = losses_of(trainings[name])
     assert len(losses) == 50 and all(math.isfinite(v) for v in losses)
     assert sum(losses[-10:]) < 0.75 * sum(losses[:10]), (losses[:3], losses[-3:])
 
 
 def test_training_ddp_one_rank(trainings):
-    """train.py's DistributedDataParallel path (the model wrapped in DDP, losses all-reduced, the process
-    group destroyed at the end) with one rank over NCCL, --compile, bfloat16: 10 finite steps."""
+    """train.py's DDP path (the model wrapped, losses all-reduced, the group destroyed) with one rank over
+    NCCL, --compile, bf16: 10 finite steps."""
     losses = losses_of(trainings["ddp"])
     assert len(losses) == 10 and all(math.isfinite(v) for v in losses)

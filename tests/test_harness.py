@@ -1,8 +1,7 @@
-"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval) offline: local task YAMLs
-over JSONL and tiny text checkpoints of every method. loglikelihood == our zero-shot MCQA scoring (AR: the
-naive log-probs); AR's rolling loglikelihood == its exact NLL; generate_until stops at its strings; the table
-and --json; the official GSM8K prompt and rewrite; our GSM8K scores == lm-eval's filters; bad input one
-line."""
+"""lm-eval-harness on our checkpoints (paper/harness.py, eval.py --task lm-eval) offline, on local task YAMLs
+over JSONL and conftest's text checkpoints: loglikelihood == our zero-shot MCQA scoring (AR: the naive
+log-probs); AR's rolling loglikelihood == its exact NLL; generate_until stops at its strings; the table and
+--json; the official GSM8K prompt and rewrite; our GSM8K scores == lm-eval's filters; bad input one line."""
 import json
 import math
 import os
@@ -16,20 +15,16 @@ from common import checkpoint
 import eval as evaluate
 from data import gsm8k
 from sampling import Settings
-from helpers import METHODS, error_of, text_checkpoints
+from helpers import METHODS, error_of
 from paper import harness, zeroshot
 
 Instance = pytest.importorskip("lm_eval.api.instance").Instance        # lm-eval: requirements-test.txt
 
-TEXT = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
-               for i in range(30))
-L = 48
-TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
-        "--warmup", "2", "--seq-len", str(L), "--max-iters", "3", "--seed", "1"]
+L = 32                                                      # conftest's corpus_ckpts: their context
 MC = [{"question": f"{i}. Now is the winter of our", "choices": ["discontent", "summer", "York;"],
        "label": i % 3}
       for i in range(4)]
-TEXTS = ["Now is the winter", "made glorious summer by this sun of York; " * 3]    # one window, three windows
+TEXTS = ["Now is the winter", "made glorious summer by this sun of York; " * 2]    # one window, three windows
 YAML = """task: {name}
 dataset_path: json
 dataset_kwargs:
@@ -50,16 +45,9 @@ TASKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """One tiny checkpoint per method (3 steps on a tiny text, L = 48)."""
-    return text_checkpoints(tmp_path_factory, "york.txt", TEXT, TINY)
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+@pytest.fixture
+def run(corpus_ckpts):
+    return corpus_ckpts
 
 
 def setup_of(run, m: str, batch_size=3, **kw) -> harness.Setup:
@@ -107,14 +95,14 @@ def test_loglikelihood_is_our_zero_shot_scoring(run, m):
     BOS; AR's is also the naive sum of log-probs, and is_greedy the naive argmax check."""
     s = setup_of(run, m)
     long = "x" * 60
-    args = [("0. Now is the", " winter"), ("Now", " is the winter of our discontent"), ("", "Now"),
+    args = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"),
             (long, " York"),
-            ("1. Now is the winter of our ", "discontent")]        # trailing space: moves to the continuation
+            ("1. Now is the ", "winter")]        # trailing space: moves to the continuation
     got = harness.loglikelihood(s, [request("loglikelihood", *a) for a in args])
     enc = s.tok.encode_text
-    pairs = [(enc("0. Now is the"), enc(" winter")), (enc("Now"), enc(" is the winter of our discontent")),
+    pairs = [(enc("0. Now is the"), enc(" winter")), (enc("Now"), enc(" is the winter of our")),
              ([s.tok.eos_id], enc("Now")), (enc(long)[-(L - 5):], enc(" York")),
-             (enc("1. Now is the winter of our"), enc(" discontent"))]
+             (enc("1. Now is the"), enc(" winter"))]
     want = []
     for b in range(0, len(pairs), 3):
         batch = pairs[b:b + 3]
@@ -133,7 +121,7 @@ def test_loglikelihood_is_our_zero_shot_scoring(run, m):
         assert not any(greedy for _, greedy in got)
 
 
-REQUESTS = [("0. Now is the", " winter"), ("Now", " is the winter of our discontent"), ("", "Now"),
+REQUESTS = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"),
             ("3. Now is the winter of", " our discontent"), ("made glorious", " summer by this sun of York;")]
 
 
@@ -199,14 +187,14 @@ def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
         return texts, stats, sec
     monkeypatch.setattr(harness, "respond", spy)
     prompts = ["0. Now is the", "1. Now is the winter"]
-    free = harness.generate_until(s, [request("generate_until", p, {"until": [], "max_gen_toks": 24})
+    free = harness.generate_until(s, [request("generate_until", p, {"until": [], "max_gen_toks": 16})
                                       for p in prompts])
     u = free[0][2:4]                                                # two characters the unstopped reply holds
     cut = harness.generate_until(s, [request("generate_until", p, {"until": ["never said", u],
-                                                                   "max_gen_toks": 24})
+                                                                   "max_gen_toks": 16})
                                      for p in prompts])
     assert cut == [r.split(u)[0] for r in free] and len(cut[0]) <= 2
-    assert n_gen[0] == [24, 24] and n_gen[1][0] < 24
+    assert n_gen[0] == [16, 16] and n_gen[1][0] < 16
 
 
 def test_generation_fits_the_context(run, monkeypatch):

@@ -43,7 +43,6 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("sample", "sd", "--max-new-tokens -5", "--max-new-tokens must be 0 or more (0 = only fill [MASK]s), got "
                                             "-5"),
     ("sample", "sd", "--batch-size 0", "--batch-size must be at least 1, got 0"),
-    ("sample", "sd", "--batch-size -1", "--batch-size must be at least 1, got -1"),
     ("eval", "sd", "--limit -1", "--limit must be 0 or more (0 = all), got -1"),
     ("eval", "sd", "--batch-size 0", "--batch-size must be at least 1, got 0"),
     ("eval", "sd", "--mdlm-block 0", "--mdlm-block must be at least 1, got 0"),
@@ -74,10 +73,13 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("sample", "sd", "--prompt-file {t}", "cannot read --prompt-file {t}: Is a directory"),
     ("sample", "sd", "--prompt-file {t}/nope.txt", "cannot read --prompt-file {t}/nope.txt: No such file or "
                                                    "directory"),
+    ("sample", "ar", "--prompt-file {t}/empty.txt", "{t}/empty.txt holds no prompt: write one prompt per "
+                                                    "line"),
+    ("sample", "ar", "--prompt 1+{mask:1}=2", "prompt 1 has [MASK]s to fill, and AR cannot fill masks inside "
+     "the prompt (it continues the left context only): use a Set Diffusion, BD3-LM or MDLM checkpoint"),
     ("sample", "sd", "--prompt-file /dev/zero", "--prompt-file /dev/zero is larger than 4 MiB: give a text "
                                                 "file of prompts, one per line"),
-    ("sample", "sd", "--prompt abc --max-new-tokens "
-                     "1000000000", FIT.format(3, 10 ** 9, 10 ** 9 + 3, 125, 125)),
+    ("sample", "sd", "--prompt abc --max-new-tokens 1000000000", FIT.format(3, 10**9, 10**9 + 3, 125, 125)),
     ("sample", "sd", "--prompt abc --max-new-tokens 500", FIT.format(3, 500, 503, 125, 125)),
     ("sample", "sd", f"--prompt {'x' * 124} --max-new-tokens 5", FIT.format(124, 5, 129, 4, 4)),
     ("sample", "sd", "--prompt x{mask:99999999999999}y", MASKS.format("99999999999999")),
@@ -86,9 +88,8 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("eval", "sd", "--limit 2 --json {t}/no/such/x.json", "--json {t}/no/such/x.json: the folder {t}/no/such "
                                                           "does not exist; create it first"),
     ("eval", "sd", "--limit 2 --json {t}", "--json {t} is a folder: give a file name in it"),
-    ("eval", "sd", "--limit 2 --json "
-                   "{ck}/ar/config.json", "--json {ck}/ar/config.json would replace a file of "
-                                                           "the checkpoint in {ck}/ar: give another name"),
+    ("eval", "sd", "--limit 2 --json {ck}/ar/config.json",
+     "--json {ck}/ar/config.json would replace a file of the checkpoint in {ck}/ar: give another name"),
     ("eval", "sd", "--limit 2 --task throughput --warmup 5", WARMUP.format(5, "measure")),
     ("eval", "sd", "--limit 2 --task infill --warmup 2", WARMUP.format(2, "score")),
     ("sample", "sd", "--show-order --plot {t}/p.png", "--plot {t}/p.png: the folder {t}/gone does not exist; "
@@ -117,21 +118,18 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
                                                 "--task throughput"),
     ("eval", "none", "--rounds 5", "--rounds does not apply to the checkpoint's own task (no --task): it "
                                    "goes with --task throughput"),
-    ("eval", "none", "--task likelihood --threshold "
-                     "0.9", "--threshold does not apply to --task likelihood: it "
-                                                          f"goes with --task {TASKS}, unconditional"),
+    ("eval", "none", "--task likelihood --threshold 0.9",
+     f"--threshold does not apply to --task likelihood: it goes with --task {TASKS}, unconditional"),
     ("eval", "none", "--task piqa --data owt", "--data does not apply to --task piqa: it goes with --task "
                                                "infill, likelihood"),
     ("eval", "none", "--task unconditional --ppl-model g --temperature 0.5",
      f"--temperature does not apply to --task unconditional: it goes with --task {TASKS}"),
     ("eval", "none", "--task arith --mc-samples 4", "--mc-samples does not apply to --task arith: it goes "
                                                     "with --task hellaswag, lm-eval, piqa, siqa"),
-    ("eval", "none", "--task likelihood "
-                     "--no-redraw", "--no-redraw does not apply to --task likelihood: it goes "
-                                                      "with --task unconditional"),
-    ("eval", "none", "--task throughput --rounds "
-                     "1000000000", "--rounds must be at most 100 (the paper's 3), got "
-                                                              "1000000000"),
+    ("eval", "none", "--task likelihood --no-redraw",
+     "--no-redraw does not apply to --task likelihood: it goes with --task unconditional"),
+    ("eval", "none", "--task throughput --rounds 1000000000",
+     "--rounds must be at most 100 (the paper's 3), got 1000000000"),
     ("eval", "none", "--task piqa --mc-samples 0", "--mc-samples must be at least 1, got 0"),
 ]
 
@@ -140,6 +138,7 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
 def test_bad_input_to_sample_and_eval_is_one_line_before_any_work(one_step, tmp_path, monkeypatch, capsys,
                                                                  script, ckpt, flags, message):
     (tmp_path / "binary.bin").write_bytes(b"ok\n\xa1\xff\x00")
+    (tmp_path / "empty.txt").write_text("\n")
     (tmp_path / "p.png").symlink_to(tmp_path / "gone" / "p.png")             # a link that leads nowhere
     for marker, module in (("no-matplotlib", "matplotlib"), ("no-mauve", "mauve"),
                            ("no-transformers", "transformers"), ("offline-datasets", "datasets")):
@@ -240,6 +239,7 @@ def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, monk
     monkeypatch.setattr(train, "Transformer", lambda *a, **k: pytest.fail("built the model"))
     argv = ["--model", "ar", *flags.split(), "--max-iters", "1", "--out-dir", str(tmp_path / "o")]
     assert error_of(train.main, argv) == "error: " + message
+    assert not (tmp_path / "o").exists()
 
 
 def test_sample_help_shows_the_prompts_backslash_n_as_written(capsys):

@@ -1,12 +1,9 @@
 """The rehearsal of the paper's make targets (paper/rehearse.py, paper/standins.py), a cheap subset of each:
-every target of paper/reproduce.mk, with one or two checkpoints of its lists, its exact command lines recorded
-from make (loops expanded by the shell) and replayed in one offline Python process against the stand-ins, a
-fake Hugging Face cache of tiny models in the released formats and tiny data in each loader's layout; then the
-rehearsal's own pieces (the folder, the report naming a failing target) and what it found (each a test of
-its fix). `make rehearse` runs every target whole, one process per command line.
-
-    python -m pytest -q tests/test_rehearsal.py
-"""
+every target of paper/reproduce.mk with one or two checkpoints of its lists, its exact command lines recorded
+from make and replayed in one offline Python process against the stand-ins (tiny models in the released
+formats in a fake Hugging Face cache, tiny data in each loader's layout); the rehearsal's own pieces (the
+folder, the report naming a failing target) and what it found (each a test of its fix). `make rehearse`
+runs every target whole, one process per command line."""
 import importlib.util
 import json
 import os
@@ -18,8 +15,8 @@ import pytest
 from paper import rehearse, standins
 
 # target -> its variables here beside the rehearsal's (rehearse.TARGETS): one or two checkpoints of each list,
-# 4 new tokens at the lines' own batch sizes; each training target with another method, in float32 (bf16
-# autocast is slow on a CPU)
+# 4 new tokens at the lines' own batch sizes, ROCStories' one story timed (MDLM's 1024-wide steps over GPT-2's
+# vocabulary are slow); each training target with another method, in float32 (bf16 autocast is slow on a CPU)
 FEW = {"EVAL_EXTRA": "--device cpu --threads 1 --max-new-tokens 4"}
 FP32 = {"TRAIN_EXTRA": rehearse.TRAIN + " --dtype float32"}
 SMALL = {
@@ -27,7 +24,7 @@ SMALL = {
     "finetune-gsm8k": {"TRAIN_EXTRA": rehearse.FINETUNE + " --dtype float32"},
     "train-cnndm": {"M": "bd3lm", **FP32},
     "reproduce-cnndm": {"CNNDM_CKPTS": "cnndm:bd3lm-s4", **FEW},
-    "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm"},
+    "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm", "TIMED_EXTRA": "--warmup 0 --limit 1"},
     "reproduce-likelihood": {"OWT_CKPTS": "owt:ar", "LM1B_CKPTS": "lm1b:mdlm lm1b:setdlm-smax8"},
     "reproduce-mcqa": {"OWT_CKPTS": "owt:bd3lm-s4"},
     "train-owt": {"NGPU": "1", "M": "ar", **FP32},
@@ -107,10 +104,11 @@ def test_every_target_runs_its_exact_lines_on_the_stand_ins(rehearsal, target):
     assert results[target]["lines"] == len(lines[target]) >= 1
 
 
-def test_the_lines_are_the_makefiles_with_the_extras_last(rehearsal):
+def test_the_lines_are_the_makefiles_with_the_extras_last_writing_in_the_folder(rehearsal):
     """EVAL_EXTRA / TRAIN_EXTRA come last on every eval.py / train.py line, after the recipe's own flags, and
     TIMED_EXTRA after them on the lines that read --warmup; the train-owt/train-lm1b lines carry their own
-    smax and block size (not make smax's list), and finetune-gsm8k starts from Qwen3-1.7B-Base."""
+    smax and block size (not make smax's list), and finetune-gsm8k starts from Qwen3-1.7B-Base. What the
+    targets write stays in the rehearsal's folder."""
     root, lines, _ = rehearsal
     for target, cmds in lines.items():
         given = rehearse.make_variables(target, root, SMALL[target])
@@ -124,14 +122,10 @@ def test_the_lines_are_the_makefiles_with_the_extras_last(rehearsal):
     tail = lambda t: next(a for a in lines[t] if "train.py" in a)                  # noqa: E731
     assert "--smax" not in tail("train-owt") and "--block-size" not in tail("train-lm1b")   # AR, MDLM
     assert tail("finetune-gsm8k")[tail("finetune-gsm8k").index("--init-from") + 1] == "Qwen/Qwen3-1.7B-Base"
-
-
-def test_what_a_target_writes_stays_in_the_rehearsal_folder(rehearsal):
-    root, _, results = rehearsal
-    assert os.path.isfile(os.path.join(root, "work", "results", "gsm8k.md"))
-    assert os.path.isfile(os.path.join(root, "work", "out", "gsm8k-setdiffusion", "config.json"))
-    assert os.path.islink(os.path.join(root, "work", "eval.py"))
-    assert not os.path.islink(os.path.join(root, "work", "results"))
+    work = os.path.join(root, "work")
+    assert os.path.isfile(os.path.join(work, "results", "gsm8k.md"))
+    assert os.path.isfile(os.path.join(work, "out", "gsm8k-setdiffusion", "config.json"))
+    assert os.path.islink(os.path.join(work, "eval.py")) and not os.path.islink(os.path.join(work, "results"))
 
 
 def test_the_report_names_a_failing_target(tmp_path):
@@ -176,31 +170,26 @@ def test_gpt2_files_are_tiktokens_own(tmp_path):
     assert out.stdout.strip() == "[15496, 995]", out.stderr[-500:]
 
 
-def test_qwen3_stand_in_tokenizer_has_the_real_special_ids(tmp_path):
+# ----------------------------------------------------------------------------- what the rehearsal found
+
+def test_the_qwen3_stand_in_has_the_real_ids_and_lm_eval_takes_its_padded_vocabulary(tmp_path):
+    """The stand-in tokenizer's special ids are Qwen3's and every id decodes; a model of Qwen3's 151936
+    embedding rows for the 151669 ids (make reproduce-gsm8k's lm-eval lines) is taken, one with fewer rows
+    than ids still refused."""
     from data.qwen import qwen3_tokenizer
+    from paper.zeroshot import checked_tokenizer
     standins.write_json(str(tmp_path / "tokenizer.json"), standins.qwen3_tokenizer_json())
     tok = qwen3_tokenizer(str(tmp_path))
     assert (tok.mask_id, tok.eos_id, tok.vocab_size) == (151660, 151643, 151669)
     assert tok.encode("<|im_start|>hi<|im_end|>") == [151644, 104, 105, 151645]
     assert tok.decode(list(range(250, 260))) and tok.decode([151900]) == ""     # every id decodes
-
-
-# ----------------------------------------------------------------------------- what the rehearsal found
-
-def test_lm_eval_takes_a_qwen3_model_with_its_padded_vocabulary(tmp_path):
-    """Qwen3's 151936 embedding rows for the tokenizer's 151669 ids (make reproduce-gsm8k's lm-eval lines);
-    a model with fewer rows than ids is still refused."""
-    from paper.zeroshot import checked_tokenizer
-    standins.write_json(str(tmp_path / "tokenizer.json"), standins.qwen3_tokenizer_json())
     config = {"tokenizer": f"qwen3:{tmp_path}"}
-    for rows, ok in ((151936, True), (151669, True), (151000, False)):
-        model = type("M", (), {"cfg": type("C", (), {"vocab_size": rows})})
-        if ok:
-            tok = checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
-            assert tok.vocab_size == 151669
-        else:
-            with pytest.raises(ValueError, match="vocabulary has 151000 tokens but"):
-                checked_tokenizer(config, model, config["tokenizer"], "--task lm-eval")
+    model = lambda rows: type("M", (), {"cfg": type("C", (), {"vocab_size": rows})})  # noqa: E731
+    for rows in (151936, 151669):
+        assert checked_tokenizer(config, model(rows), config["tokenizer"], "--task lm-eval").vocab_size == \
+            151669
+    with pytest.raises(ValueError, match="vocabulary has 151000 tokens but"):
+        checked_tokenizer(config, model(151000), config["tokenizer"], "--task lm-eval")
 
 
 def test_lm1b_releases_each_cache_their_own_rows(tmp_path):

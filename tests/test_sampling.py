@@ -170,18 +170,3 @@ def test_ar_low_confidence_stop_stops_where_the_confidences_say():
             break
     assert stop_at < N and int(stats["n_gen"][0]) == stop_at
     assert torch.equal(tokens[0, :P + stop_at], full[0, :P + stop_at])
-
-
-@pytest.mark.parametrize("name", ["mdlm", "bd3lm"])
-def test_block_samplers_infill_masks_inside_the_prompt_as_naive_recompute(name):
-    """[MASK]s inside the prompt: block-aligned from the block of the first one; equal to a naive
-    recompute."""
-    mod, cfg, kw = METHODS[name]
-    model = tiny_model(6)
-    prompt = torch.tensor([[1, 2, 3, 4, 5, MASK, MASK, MASK, MASK, MASK, 7, 8, 9]])
-    for N in (0, 2):
-        tokens, stats = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw))
-        x, step = naive_generate(name, model, prompt, N, 0.5)
-        assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
-        assert tokens[0, [0, 1, 2, 3, 4, 10, 11, 12]].tolist() == [1, 2, 3, 4, 5, 7, 8, 9]
-        assert not (tokens == MASK).any() and int(stats["n_gen"][0]) == 5 + N

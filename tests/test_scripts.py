@@ -1,13 +1,10 @@
-"""The scripts on tiny models: --keep-every snapshots, older checkpoints resume, eval.py and sample.py read a
-checkpoint, training progress off and on a terminal, DDP's --grad-accum, what eval.py hands the samplers, and
-the import graph."""
+"""The scripts on tiny models: --keep-every snapshots, argparse's usage lines, training progress off and on a
+terminal, DDP's --grad-accum, what eval.py hands the samplers, and the import graph."""
 import ast
 import contextlib
 import copy
 import functools
 import io
-import json
-import math
 import os
 import re
 import subprocess
@@ -20,8 +17,6 @@ import torch
 import ar
 from common import methods, saving
 import eval as evaluate
-import paper.results
-import sample
 import setdiffusion as sd
 import train
 from helpers import ROOT, TINY, usage_error
@@ -57,42 +52,13 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_resume_of_a_checkpoint_older_than_a_method_setting(tmp_path):
-    """A checkpoint whose config.json lacks infill_len and infill_added (older) resumes: missing = default."""
-    run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "2")
-    path = tmp_path / "ckpt" / "config.json"
-    config = json.loads(path.read_text())
-    for name in ("infill_len", "infill_added"):
-        del config["method_config"][name]
-    path.write_text(json.dumps(config))
-    assert len(run_train(tmp_path, "--model", "setdiffusion", "--max-iters", "3", "--resume")) == 1
-    assert saving.step_of(str(path.parent)) == 3
-
-
-def test_eval_and_sample_from_a_checkpoint(tmp_path, capsys):
-    run_train(tmp_path, "--model", "bd3lm", "--max-iters", "2")
-    ckpt = str(tmp_path / "ckpt")
-    for task, flags in (("arith", ["--max-new-tokens", "8"]), ("likelihood", []),     # each task's own flags
-                        ("throughput", ["--warmup", "1", "--max-new-tokens", "8"])):
-        evaluate.main(["--ckpt", ckpt, "--task", task, "--limit", "6", "--batch-size", "3", *flags,
-                       "--json", str(tmp_path / f"{task}.json")])
-        m = json.loads((tmp_path / f"{task}.json").read_text())
-        assert {"task", "model", "n", "threshold"} <= set(m) and m["model"] == "bd3lm"
-        assert task == "likelihood" or {"tokens_per_step", "tokens_per_s", "nfe"} <= set(m)
-    assert "accuracy" in json.loads((tmp_path / "arith.json").read_text())
-    assert math.isfinite(json.loads((tmp_path / "likelihood.json").read_text())["perplexity"])
-    runs = [str(tmp_path / f"{t}.json") for t in ("arith", "throughput")]
-    paper.results.main([str(tmp_path / "p.md"), *runs, "--pareto"])
-    assert "| ckpt | inf |" in (tmp_path / "p.md").read_text()
-    sample.main(["--ckpt", ckpt, "--max-new-tokens", "8", "--show-order", "--threshold", "0.5"])
-    out = capsys.readouterr().out
-    assert "[0]" in out and "forward passes" in out
-
-
-@pytest.mark.parametrize("main, argv", [(train.main, "--model gpt"), (train.main, "--model ar --data mnist"),
-                                        (evaluate.main, "--ckpt x --task poetry")])
-def test_an_unknown_choice_is_argparses_usage_line(capsys, main, argv):
-    assert "invalid choice" in usage_error(main, argv.split(), capsys)
+@pytest.mark.parametrize("main, argv, said", [
+    (train.main, "--model gpt", "invalid choice"), (evaluate.main, "--ckpt x --task poem", "invalid choice"),
+    (train.main, "--model ar --data csv:x", "invalid choice: 'csv:x' (choose arith, gsm8k, cnndm, jsonl:PATH "
+                                           "or hf:ORG/NAME)"),
+    (train.main, "--model ar --data text:", "a corpus: owt, lm1b, shakespeare or text:PATH")])
+def test_an_unknown_choice_is_argparses_usage_line(capsys, main, argv, said):
+    assert said in usage_error(main, argv.split(), capsys)
 
 
 def test_progress_off_a_terminal_is_one_plain_line_per_log_interval(tmp_path, monkeypatch, capsys):
@@ -156,19 +122,17 @@ def test_grad_accum_under_ddp_reduces_the_gradients_once_a_step():
         dist.destroy_process_group()
 
 
-def test_eval_passes_the_context_and_official_to_the_samplers(tmp_path, monkeypatch, capsys):
+def test_eval_passes_the_context_and_official_to_the_samplers(random_ckpts, monkeypatch, capsys):
     """Set Diffusion gets the model's seq_len (its FHT commit order is the tail of the L-long schedule); with
     --official, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official block count."""
     seen = {}
     for m in ("setdiffusion", "mdlm", "bd3lm"):
-        run_train(tmp_path / m, "--model", m, "--max-iters", "1")
-
         def spy(*a, _real=methods.method(m).generate, _m=m, **k):
             seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
         monkeypatch.setattr(methods.method(m), "generate", spy)
-        evaluate.main(["--ckpt", str(tmp_path / m / "ckpt"), "--limit", "1", "--official",
-                       "--commit-order", "fht"])
+        evaluate.main(["--ckpt", str(random_ckpts / m), "--limit", "1", "--official", "--commit-order", "fht",
+                       "--max-new-tokens", "8"])
     assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
     assert seen["mdlm"].official and seen["mdlm"].seq_len == 128 and seen["bd3lm"].official
     assert "official" in capsys.readouterr().out                    # the row names the setting
