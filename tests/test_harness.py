@@ -213,7 +213,8 @@ def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monke
                                                for i, (p, r) in enumerate(zip(prompts, replies))])
     tasks = ["--tasks", "tiny_mc,tiny_gen,tiny_txt", "--include-path", include]
     evaluate.main(["--ckpt", str(corpus_ckpts / m), "--task", "lm-eval", *tasks, "--batch-size", "2",
-                   "--mdlm-block", "4", "--device", "cpu", "--limit", "3", "--num-fewshot", "0", "--json", str(tmp_path / "m.json")])
+                   "--mdlm-block", "4", "--device", "cpu", "--limit", "3", "--num-fewshot", "0", "--json",
+                   str(tmp_path / "m.json")])
     assert seen["limit"] == 3 and seen["num_fewshot"] == 0
     table = capsys.readouterr().out
     assert f"| {m} | tiny_mc | none | acc |" in table and f"| {m} | tiny_txt | none | bits_per_byte |" in \
