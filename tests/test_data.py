@@ -65,8 +65,9 @@ def test_arith_answers_and_stopping():
                               ("3+4=8. #### 8", "7", False), ("3+4=7. #### 77", "7", False),
                               ("3+4=7. #### 7.5", "7", False), ("3+4=7. 7", "7", False)]:
         assert arith.is_correct(text, gold) == right, text
-    for end, finished in [("", False), (".", False), (". ####", False), (". #### ", False),
-                          (". #### 14", False), (". #### 14<|endoftext|>", True), (". #### 14\n", True), (". #### 14 ", True)]:
+    ends = [("", False), (".", False), (". ####", False), (". #### ", False), (". #### 14", False),
+            (". #### 14<|endoftext|>", True), (". #### 14\n", True), (". #### 14 ", True)]
+    for end, finished in ends:
         assert arith.is_finished("12+7=19. 19-5=14" + end if end else "") == finished, end
     assert arith.is_finished("12+7=19.<|endoftext|>")                  # EOS always stops
 
