@@ -110,8 +110,8 @@ def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
     write_json(os.path.join(folder, name + ".json"), {"task": "arith", "model": name.split("-")[0], "n": 200,
                "threshold": 0.8, "accuracy": accuracy, "tokens_per_step": tokens_per_step})
     if nll is not None:
-        write_json(os.path.join(folder, name + "-nll.json"), {"task": "likelihood",
-                                                               "model": name.split("-")[0], "nll": nll, "n": 500})
+        write_json(os.path.join(folder, name + "-nll.json"),
+                   {"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500})
     with open(os.path.join(folder, name + ".log"), "w") as f:
         f.write("note: a line that is not progress\n")
         f.writelines(f"step {10 * (i + 1)}/{10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "
