@@ -197,12 +197,13 @@ def test_generation_fits_the_context(corpus_ckpts, monkeypatch):
 # ----------------------------------------------------------------------------- eval.py --task lm-eval
 
 @pytest.mark.parametrize("m", list(METHODS))
-def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monkeypatch):
+def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monkeypatch, no_builtin_tasks):
     """eval.py --task lm-eval --limit 3 --num-fewshot 0 (both handed to lm-eval) on a multiple-choice, a
     generate_until and a perplexity task: a table row per task and metric; acc == the argmax of our
     loglikelihoods on the first 3 documents, exact_match == 2/3 when two of the three targets are our replies,
-    bits_per_byte == -(sum of our rolling log p) / bytes / ln 2."""
+    bits_per_byte == -(sum of our rolling log p) / bytes / ln 2; --tasks takes globs as lm-eval's CLI."""
     import lm_eval.evaluator
+    import lm_eval.tasks
     seen, real = {}, lm_eval.evaluator.simple_evaluate
     monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", lambda **k: (seen.update(k), real(**k))[1])
     s = setup_of(corpus_ckpts, m, batch_size=2)
@@ -229,6 +230,8 @@ def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monke
     rolling = harness.loglikelihood_rolling(s, [request("loglikelihood_rolling", t) for t in TEXTS])
     want = -sum(rolling) / sum(len(t.encode()) for t in TEXTS) / math.log(2)
     assert res["tiny_txt"]["bits_per_byte,none"] == pytest.approx(want, rel=1e-12)
+    tm = lm_eval.tasks.TaskManager(include_path=include)
+    assert harness.expand(["tiny_m*", "tiny_txt", "tiny_*"], tm) == ["tiny_mc", "tiny_txt", "tiny_gen"]
 
 
 # ----------------------------------------------------------------------------- GSM8K
@@ -330,10 +333,3 @@ def test_bad_lm_eval_input_is_one_line(corpus_ckpts, tmp_path, monkeypatch, no_b
         assert got.startswith("error: " + message[1:]) and "questoin" in got
     else:
         assert message in got and "tiny_mc" not in got
-
-
-def test_tasks_take_glob_patterns_as_lm_evals_own_cli(tmp_path, no_builtin_tasks):
-    import lm_eval.tasks
-    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
-    tm = lm_eval.tasks.TaskManager(include_path=include)
-    assert harness.expand(["tiny_m*", "tiny_txt", "tiny_*"], tm) == ["tiny_mc", "tiny_txt", "tiny_gen"]
