@@ -289,13 +289,9 @@ def official_eos_stop(input_ids, eos: int, mask: int, min_tokens: int, prompt_le
 def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
     """On random canvases: the official rule's stops, at its EOS (its truncate_idx - 1)."""
     eos = TOK.eos_id
-    stop = replies.eos_stop(eos, 1, MASK)
-    # a [MASK] before
-    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]
-    # one after only
-    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]
-    g = torch.Generator().manual_seed(0)
-    stops = 0
+    stop, g, stops = replies.eos_stop(eos, 1, MASK), torch.Generator().manual_seed(0), 0
+    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]  # MASK before
+    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]   # after only
     for _ in range(400):
         C, m = int(torch.randint(3, 14, (1,), generator=g)), int(torch.randint(0, 5, (1,), generator=g))
         pool = torch.tensor([eos, MASK, 5, 6, 7])
@@ -325,8 +321,7 @@ def official_rejects(raw: list, outputs: list, mask: int, pad: int) -> bool:
 def test_the_redraw_filter_and_the_scored_text_are_the_officials():
     """Samples around both edges: entropy 4 nats (~55 distinct tokens) over all tokens drawn; 50 tokens
     with BOS and EOS after the cut."""
-    eos, g = TOK.eos_id, np.random.default_rng(0)
-    kept = 0
+    eos, g, kept = TOK.eos_id, np.random.default_rng(0), 0
     for _ in range(300):
         n = int(g.integers(44, 56) if g.integers(0, 2) else g.integers(56, 250))
         distinct, ended = int(g.integers(40, 256)), bool(g.integers(0, 2))
