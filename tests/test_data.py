@@ -1,6 +1,5 @@
 """The tasks (data/arith.py, data/gsm8k.py): what each example holds, loading, answer scoring and stopping;
 the tokenizers' three encodes. GSM8K's Hub loader runs on a fake `datasets` module."""
-import json
 import re
 import sys
 import types
@@ -21,8 +20,8 @@ STEP = re.compile(r"(\d+)([+*-])(\d+)=(\d+)\.")
 def test_arith_splits_are_deterministic_sized_disjoint_and_fresh():
     train, test = arith.load("train"), arith.load("test")
     assert train == arith.load("train") and test == arith.load("test")
-    assert len(train) == 20_000 and len(test) == 500 and all(set(ex) == {"prompt", "target", "answer"}
-                                                              for ex in train + test)
+    assert len(train) == 20_000 and len(test) == 500
+    assert all(set(ex) == {"prompt", "target", "answer"} for ex in train + test)
     prompts = {ex["prompt"] for ex in train}, {ex["prompt"] for ex in test}
     assert len(prompts[0]) == len(train) and len(prompts[1]) == len(test) and not prompts[0] & prompts[1]
     test[0]["prompt"] = "changed"                           # a caller's edits never reach the next load
@@ -44,8 +43,7 @@ def test_arith_targets_are_correct_chains_that_fit_and_encode():
         prev = None
         for a, op, b, c in steps:
             a, b, c = int(a), int(b), int(c)
-            assert (prev is None or a == prev) and c == {"+": a + b, "-": a - b,
-                                                         "*": a * b}[op] and 0 <= c < 1000
+            assert prev in (None, a) and c == {"+": a + b, "-": a - b, "*": a * b}[op] and 0 <= c < 1000
             prev = c
         assert ex["answer"] == str(prev) and arith.is_correct(ex["target"], ex["answer"])
         assert arith.is_finished(ex["target"] + "<|endoftext|>")
@@ -60,19 +58,17 @@ def test_arith_targets_are_correct_chains_that_fit_and_encode():
 
 def test_arith_answers_and_stopping():
     """The first #### counts; 14 might still become 140 until a space, newline or EOS ends it."""
-    for text, answer in [("12+7=19. 19-5=14. #### 14", "14"), ("#### 14<|endoftext|>", "14"),
-                         ("####14 and more text #### "
-                          "99", "14"), ("####   7. done", "7"), ("12+7=19. 19-5=14.", None),
-                         ("#### ", None), ("#### abc", None)]:
+    for text, answer in [("12+7=19. 19-5=14. #### 14", "14"), ("#### 14<|endoftext|>", "14"), ("#### ", None),
+                         ("####14 and more text #### 99", "14"), ("####   7. done", "7"), ("#### abc", None),
+                         ("12+7=19. 19-5=14.", None)]:
         assert arith.extract_answer(text) == answer, text
     for text, gold, right in [("3+4=7. #### 7", "7", True), ("3+4=7. ####  7 \n", " 7", True),
                               ("3+4=8. #### 8", "7", False), ("3+4=7. #### 77", "7", False),
                               ("3+4=7. #### 7.5", "7", False), ("3+4=7. 7", "7", False)]:
         assert arith.is_correct(text, gold) == right, text
-    for end, finished in [("", False), (".", False), (". "
-                                                      "####", False), (". "
-                                                                       "#### ", False), (". #### 14", False),
-                          (". #### 14<|endoftext|>", True), (". #### 14\n", True), (". #### 14 ", True)]:
+    ends = [("", False), (".", False), (". ####", False), (". #### ", False), (". #### 14", False),
+            (". #### 14<|endoftext|>", True), (". #### 14\n", True), (". #### 14 ", True)]
+    for end, finished in ends:
         assert arith.is_finished("12+7=19. 19-5=14" + end if end else "") == finished, end
     assert arith.is_finished("12+7=19.<|endoftext|>")                  # EOS always stops
 
@@ -94,9 +90,8 @@ def test_gsm8k_prompt_target_and_loading(tmp_path, monkeypatch):
     target = gsm8k.make_target(SOLUTION)
     assert target == ("Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in "
                       "April and May.\nThe final answer is $\\boxed{72}$.<|im_end|>")
-    assert gsm8k.gold_answer(SOLUTION) == "72" and gsm8k.is_correct(target,
-                                                                    "72") and gsm8k.strict_match(target,
-                                                                                                        "72")
+    assert gsm8k.gold_answer(SOLUTION) == "72" and gsm8k.is_correct(target, "72")
+    assert gsm8k.strict_match(target, "72")
     assert gsm8k.stop(TOK.encode(gsm8k.make_prompt("q") + target), TOK)
     assert gsm8k.harness_rewrite("The total is $\\boxed{1,234}$. Done") == "The total is #### 1,234"
     write_jsonl(tmp_path / "test.jsonl", [{"question": QUESTION, "answer": SOLUTION},
@@ -109,8 +104,7 @@ def test_gsm8k_prompt_target_and_loading(tmp_path, monkeypatch):
         gsm8k.load("train", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         gsm8k.load("test", str(tmp_path / "missing"))
-    (tmp_path / "test.jsonl").write_text(json.dumps({"question": QUESTION, "answer": SOLUTION}) +
-                                         '\n{"question": 1}\n')
+    write_jsonl(tmp_path / "test.jsonl", [{"question": QUESTION, "answer": SOLUTION}, {"question": 1}])
     with pytest.raises(ValueError) as e:
         gsm8k.load("test", str(tmp_path))
     assert str(e.value) == (f'{tmp_path / "test.jsonl"} line 2: expected {{"question": "...", "answer": '

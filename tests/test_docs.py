@@ -42,12 +42,6 @@ def anchors(markdown: str) -> set:
     return out
 
 
-def test_anchor_slugs_follow_github():
-    text = "## Quick start: `make demo`\n## How far right can Set Diffusion see: `make smax`\n# A\n# A"
-    assert anchors(text) == {"quick-start-make-demo", "how-far-right-can-set-diffusion-see-make-smax", "a",
-                             "a-1"}
-
-
 @pytest.mark.parametrize("doc", DOCS)
 def test_links_anchors_and_cited_python_files_resolve(doc):
     """A `name.py` in backticks is a path from the root, the doc's folder or tests/ (a bare name must be at
@@ -70,7 +64,10 @@ def test_links_anchors_and_cited_python_files_resolve(doc):
     assert not missing, f"{doc} cites files that are not there: {sorted(missing)}"
 
 
-def test_cited_tests_exist():
+def test_cited_tests_exist_and_anchor_slugs_follow_github():
+    text = "## Quick start: `make demo`\n## How far right can Set Diffusion see: `make smax`\n# A\n# A"
+    assert anchors(text) == {"quick-start-make-demo", "how-far-right-can-set-diffusion-see-make-smax", "a",
+                             "a-1"}
     defined = set()
     for path in ["test_all.py"] + [f"tests/{f}" for f in os.listdir(os.path.join(ROOT, "tests"))
                                    if f.startswith("test_") and f.endswith(".py")]:

@@ -80,10 +80,14 @@ def test_setdiffusion_mask_mod_is_the_dense_mask(L, first, end):
                        with_padding(dense_sd(L, first, end), pad_2))
 
 
-def test_mdlm_mask_mod_is_the_dense_mask():
+def test_mdlm_mask_mod_is_the_dense_mask_and_the_attention_switch():
+    """flex on by default on CUDA only, never unless a script turns it on."""
     pad = pad_both_sides(4, 10, 0)
     cfg = mdlm.MDLMConfig(MASK)
     assert torch.equal(grid(mdlm.mask_mod(cfg, 10), pad, 10), with_padding(mdlm.attention_mask(cfg, 10), pad))
+    assert [train.flex_on(a, "cuda") for a in ("auto", "sdpa", "flex")] == [True, False, True]
+    assert [train.flex_on(a, "cpu") for a in ("auto", "sdpa")] == [False, False]
+    assert not tiny_model(1).flex                                # off unless a script turns it on
 
 
 @pytest.mark.parametrize("layout", ["bd3lm", "setdiffusion"])
@@ -140,8 +144,3 @@ def test_flex_loss_equals_dense_loss(name, flex_calls):
         assert len(flex_calls) == (2 * model.cfg.n_layer if flex else 0)   # every layer of both forwards
     torch.testing.assert_close(out[True], out[False])
 
-
-def test_attention_switch():
-    assert [train.flex_on(a, "cuda") for a in ("auto", "sdpa", "flex")] == [True, False, True]
-    assert [train.flex_on(a, "cpu") for a in ("auto", "sdpa")] == [False, False]
-    assert not tiny_model(1).flex                                # off unless a script turns it on

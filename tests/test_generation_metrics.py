@@ -2,6 +2,7 @@
 Face models saved offline: generative perplexity == exp of the NLL by hand (own ids, or re-tokenised texts),
 MAUVE 1 on identical sets and the disjoint value on disjoint ones, the 5-subset bootstrap; the official
 entropy stop, EOS stop and redraw filter."""
+import importlib.util
 import json
 import math
 
@@ -19,17 +20,11 @@ from model import ModelConfig, Transformer
 from paper import generation, hf_metrics
 from sampling import Settings, SamplerOptions
 
-try:
-    import transformers
-except ImportError:                    # test-only (requirements-test.txt), optional at runtime
-    transformers = None
-try:
-    import mauve
-except ImportError:
-    mauve = None
-needs_transformers = pytest.mark.skipif(transformers is None,
+transformers, mauve = (importlib.util.find_spec(m) and importlib.import_module(m)   # test-only packages
+                       for m in ("transformers", "mauve"))
+needs_transformers = pytest.mark.skipif(not transformers,
                                         reason="transformers (test-only) is not installed")
-needs_mauve = pytest.mark.skipif(transformers is None or mauve is None,
+needs_mauve = pytest.mark.skipif(not (transformers and mauve),
                                  reason="mauve-text and transformers (test-only) are not installed")
 
 TOK = byte_tokenizer()
@@ -38,8 +33,7 @@ WORDS_B = "zebra quartz vortex jungle wizard oxygen sphinx yacht"
 
 
 def save_gpt2(path, merges=(), n_positions=32, seed=0):
-    """A tiny random GPT-2 with a byte-level BPE: ids 0-255 the bytes (ours), one per merge, then
-    <|endoftext|>."""
+    """A tiny random GPT-2 with a byte-level BPE: ids 0-255 the bytes (ours), one per merge, <|endoftext|>."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     chars = {b: c for c, b in gpt2_byte_alphabet().items()}
     vocab = {chars[b]: b for b in range(256)}
@@ -140,7 +134,7 @@ def test_gen_ppl_scores_own_ids_when_the_tokenizers_agree_else_retokenised_texts
 # ----------------------------------------------------------------------------- MAUVE
 
 @needs_mauve
-def test_mauve_is_one_on_identical_sets_and_near_zero_on_disjoint_ones(hf):
+def test_mauve_one_on_identical_sets_the_disjoint_value_and_the_five_subset_bootstrap(hf):
     refs = sentences(WORDS_A, 30, seed=1)
     same = hf_metrics.mauve_score(refs, refs, hf["bert"], subset=30)
     assert same["mauve"] == pytest.approx(1.0) and same["mauve_std"] == pytest.approx(0.0)
@@ -154,10 +148,7 @@ def test_mauve_is_one_on_identical_sets_and_near_zero_on_disjoint_ones(hf):
     i, j = np.argsort(x), np.argsort(y)
     assert (apart["mauve"] == pytest.approx(0.5 * (auc(x[i], y[i]) + auc(y[j], x[j])))
             and apart["mauve"] < 0.01)
-
-
-@needs_mauve
-def test_mauve_bootstrap_is_the_mean_and_std_over_five_official_subsets(hf):
+    # the bootstrap: the mean and std over five subsets drawn as the official code draws them
     refs = sentences(WORDS_A, 40, seed=3) + sentences(WORDS_B, 20, seed=4)
     texts = sentences(WORDS_A, 25, seed=5)
     m = hf_metrics.mauve_score(texts, refs, hf["bert"], subset=30)
@@ -200,33 +191,13 @@ def test_reference_files(tmp_path):
         hf_metrics.read_texts(str(tmp_path / "missing.txt"))
 
 
-# ----------------------------------------------------------------------------- eval.py
-
-@needs_mauve
-def test_eval_unconditional_with_hf_scorers_end_to_end(hf, tmp_path, capsys):
-    (tmp_path / "refs.txt").write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
-    ckpt = random_checkpoint(tmp_path / "ar", seq_len=64)
-    m = eval_json(tmp_path, ["--ckpt", ckpt, "--task", "unconditional", "-n", "4", "--warmup", "0",
-                             "--max-new-tokens", "40", "--ppl-model", hf["gpt2"],
-                             "--mauve-ref", str(tmp_path / "refs.txt"), "--mauve-encoder", hf["bert"],
-                             "--no-redraw"])
-    assert "gen_ppl" not in m and m["ppl_model"] == hf["gpt2"] and m["ppl_retokenised"] is False
-    assert math.isfinite(m["gen_ppl_hf"]) and 0 <= m["mauve"] <= 1 and len(m["mauve_scores"]) == 5
-    assert m["mauve_n"] == 4 and m["mauve_encoder"] == hf["bert"] and len(m["samples"]) == 4
-    table = capsys.readouterr().out
-    assert "gen_ppl_hf" in table and "mauve_std" in table and "mauve_scores" not in table
-
-
 # ----------------------------------------------------------------------------- the entropy stop
 
-def test_window_entropy_on_literals():
+def test_window_entropy_and_the_entropy_stop_rule_on_literal_canvases():
     assert sampling.window_entropy(torch.tensor([1, 1, 2, 2]), MASK) == pytest.approx(math.log(2))
     assert sampling.window_entropy(torch.tensor([1, MASK, 2, MASK, 3]), MASK) == pytest.approx(math.log(3))
     assert sampling.window_entropy(torch.tensor([5, 5, 5]), MASK) == 0
     assert sampling.window_entropy(torch.tensor([MASK]), MASK) == math.inf
-
-
-def test_entropy_stop_rule_on_literal_canvases():
     opt = SamplerOptions(stop_entropy=1.0, stop_entropy_window=4, stop_min_tokens=5)
     prompt = torch.tensor([[9, 9], [0, 9]])                  # row 1 is left-padded: its prompt is one token
     pmask = torch.tensor([[True, True], [False, True]])
@@ -245,8 +216,7 @@ def test_entropy_stop_rule_on_literal_canvases():
 
 
 def check_points(method: str, step, P: int, C: int, W: int, block: int):
-    """(last step, end) of every stop-hook call of a batch-1 greedy run whose columns were decoded at
-    `step`."""
+    """(last step, end) of every stop-hook call of a batch-1 greedy run that decoded its columns at `step`."""
     if method == "ar":
         return [(int(step[e - 1]), e) for e in range(P + 1, C + 1)]
     if method in ("mdlm", "bd3lm"):                                     # block ends (the BOS sits in block 0)
@@ -317,16 +287,11 @@ def official_eos_stop(input_ids, eos: int, mask: int, min_tokens: int, prompt_le
 
 
 def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
-    """On random canvases: the official rule's stops, at its EOS (truncate_idx - 1); an EOS after a [MASK]
-    stops nothing."""
+    """On random canvases: the official rule's stops, at its EOS (its truncate_idx - 1)."""
     eos = TOK.eos_id
-    stop = replies.eos_stop(eos, 1, MASK)
-    # a [MASK] before
-    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]
-    # one after only
-    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]
-    g = torch.Generator().manual_seed(0)
-    stops = 0
+    stop, g, stops = replies.eos_stop(eos, 1, MASK), torch.Generator().manual_seed(0), 0
+    assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]  # MASK before
+    assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]   # after only
     for _ in range(400):
         C, m = int(torch.randint(3, 14, (1,), generator=g)), int(torch.randint(0, 5, (1,), generator=g))
         pool = torch.tensor([eos, MASK, 5, 6, 7])
@@ -353,11 +318,10 @@ def official_rejects(raw: list, outputs: list, mask: int, pad: int) -> bool:
     return entropy < 4 or len(outputs) <= 50
 
 
-def test_the_redraw_filter_is_the_officials():
+def test_the_redraw_filter_and_the_scored_text_are_the_officials():
     """Samples around both edges: entropy 4 nats (~55 distinct tokens) over all tokens drawn; 50 tokens
     with BOS and EOS after the cut."""
-    eos, g = TOK.eos_id, np.random.default_rng(0)
-    kept = 0
+    eos, g, kept = TOK.eos_id, np.random.default_rng(0), 0
     for _ in range(300):
         n = int(g.integers(44, 56) if g.integers(0, 2) else g.integers(56, 250))
         distinct, ended = int(g.integers(40, 256)), bool(g.integers(0, 2))
@@ -370,26 +334,20 @@ def test_the_redraw_filter_is_the_officials():
                                              TOK.mask_id, eos)), sample
         kept += keep
     assert 30 < kept < 270
-
-
-def test_the_scored_text_keeps_the_officials_endoftext_at_both_ends():
-    eot = "<|endoftext|>"
+    eot = "<|endoftext|>"                                  # the scored text: the official <|endoftext|>s
     assert generation.scored_text(TOK, list(b"hi"), True) == f"{eot}hi{eot}"
     assert generation.scored_text(TOK, list(b"hi"), False) == f"{eot}hi"
     assert generation.scored_text(TOK, [*b"a", TOK.eos_id, *b"b"], False) == f"{eot}a{eot}b"
 
 
-def tiny_bytes_ar(seed=0):
-    import ar
-    cfg = ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32)
-    torch.manual_seed(seed)
-    return Transformer(cfg).eval(), ar, ar.ARConfig(mask_id=TOK.mask_id)
-
-
-def test_samples_the_filter_refuses_are_redrawn_and_counted():
+def test_samples_the_filter_refuses_are_redrawn_and_counted(monkeypatch):
     """The first n draws the official filter keeps (the others redrawn from the same generator), counted;
-    --no-redraw scores the first n; each scored as the official text (BOS first)."""
-    model, ar, cfg = tiny_bytes_ar()
+    --no-redraw scores the first n; each scored as the official text (BOS first); a filter that refuses
+    every draw, or a length it must refuse, one line."""
+    import ar
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32))
+    model, cfg = model.eval(), ar.ARConfig(mask_id=TOK.mask_id)
     settings = Settings(63, options=sampler_preset("owt", TOK, ar), seq_len=64)
     stream = replies.unconditional(model, ar, cfg, TOK, 16, settings, "cpu", 0)
     keep = [generation.official_keep(s, TOK.eos_id) for s in stream]
@@ -401,12 +359,7 @@ def test_samples_the_filter_refuses_are_redrawn_and_counted():
     assert all(t.startswith("<|endoftext|>") for t in m["samples"])
     off = generation.evaluate_unconditional(model, ar, cfg, TOK, None, 3, settings, "cpu", redraw=False)
     assert off["redrawn"] == 0 and off["sample_ids"] == [s["ids"] for s in stream[:3]]
-
-
-def test_a_filter_that_refuses_every_draw_stops_with_one_line(monkeypatch):
-    model, ar, cfg = tiny_bytes_ar()
     monkeypatch.setattr(replies, "MAX_REDRAWS", 2)
-    settings = Settings(63, options=sampler_preset("owt", TOK, ar), seq_len=64)
     with pytest.raises(ValueError, match="sample 0: 3 draws in a row were refused by the official filter"):
         generation.evaluate_unconditional(model, ar, cfg, TOK, None, 1, settings, "cpu")
     with pytest.raises(ValueError, match="--max-new-tokens 54: every sample would be redrawn"):
@@ -414,21 +367,29 @@ def test_a_filter_that_refuses_every_draw_stops_with_one_line(monkeypatch):
     generation.check_redraw(55)
 
 
-# ------------------------------------------------------------------------- scorers and flags, before any work
+# ----------------------------------------------------------------------------- eval.py
 
 @needs_mauve
-def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypatch):
-    """A scorer that cannot load (a missing folder, a Hub id offline) or is not one (BERT: no trained LM head,
-    BERT's MLM head: no causal LM), a --mauve-ref endless (/dev/zero) or too long to tokenise: one line
-    before the first sample (said: the line's start, or a part of it)."""
+def test_eval_unconditional_with_hf_scorers_and_their_refusals_before_any_sample(hf, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Both scorers end to end; then a scorer that cannot load (a missing folder, a Hub id offline) or is not
+    one (BERT: no trained LM head, BERT's MLM head: no causal LM), a --mauve-ref endless (/dev/zero) or too
+    long to tokenise: one line before the first sample (said: the line's start, or a part of it)."""
+    refs, none, hub = tmp_path / "refs.txt", str(tmp_path / "nothing"), "no-such-org/no-such-model"
+    refs.write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
+    args = ["--ckpt", random_checkpoint(tmp_path / "ar", seq_len=64), "--task", "unconditional",
+            "--no-redraw"]
+    m = eval_json(tmp_path, [*args, "-n", "4", "--warmup", "0", "--max-new-tokens", "40", "--ppl-model",
+                             hf["gpt2"], "--mauve-ref", str(refs), "--mauve-encoder", hf["bert"]])
+    assert "gen_ppl" not in m and m["ppl_model"] == hf["gpt2"] and m["ppl_retokenised"] is False
+    assert math.isfinite(m["gen_ppl_hf"]) and 0 <= m["mauve"] <= 1 and len(m["mauve_scores"]) == 5
+    assert m["mauve_n"] == 4 and m["mauve_encoder"] == hf["bert"] and len(m["samples"]) == 4
+    table = capsys.readouterr().out
+    assert "gen_ppl_hf" in table and "mauve_std" in table and "mauve_scores" not in table
     monkeypatch.setattr(generation, "unconditional", lambda *a, **k: pytest.fail("sampled"))
     monkeypatch.setattr(hf_metrics, "MAX_REF_BYTES", 1 << 20)
     monkeypatch.setattr(hf_metrics, "MAX_TEXT_CHARS", 1000)
-    refs, none, hub = tmp_path / "refs.txt", str(tmp_path / "nothing"), "no-such-org/no-such-model"
-    refs.write_text("\n".join(sentences(WORDS_A, 12, seed=6)))
     (tmp_path / "long.txt").write_text("a short one\n" + "x" * 5000 + "\n")
-    args = ["--ckpt", random_checkpoint(tmp_path / "ar", seq_len=64), "--task", "unconditional", "-n", "2",
-            "--no-redraw", "--device", "cpu"]
     for flags, said in [(["--ppl-model", none], f"^--ppl-model {none}: cannot load it ("),
                         (["--ppl-model", hf["bert"]], f"^--ppl-model {hf['bert']}: not a trained causal LM"),
                         (["--ppl-model", hf["bert-mlm"]], f"^--ppl-model {hf['bert-mlm']}: not a causal LM"),
@@ -437,5 +398,5 @@ def test_scorers_are_loaded_and_checked_before_any_sample(hf, tmp_path, monkeypa
                         (["--mauve-ref", "/dev/zero", "--mauve-encoder", hf["bert"]], "larger than 1 MiB"),
                         (["--mauve-ref", str(tmp_path / "long.txt"), "--mauve-encoder", hf["bert"]],
                          "text 2 holds 5,000 characters, more than 1,000")]:
-        got = error_of(evaluate.main, [*args, *flags])
+        got = error_of(evaluate.main, [*args, "-n", "2", "--device", "cpu", *flags])
         assert got.startswith("error: " + said[1:]) if said[0] == "^" else said in got, (flags, got)

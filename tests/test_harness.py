@@ -45,13 +45,8 @@ TASKS = {
 }
 
 
-@pytest.fixture
-def run(corpus_ckpts):
-    return corpus_ckpts
-
-
-def setup_of(run, m: str, batch_size=3, **kw) -> harness.Setup:
-    model, method, cfg, config = checkpoint.load(str(run / m))
+def setup_of(corpus_ckpts, m: str, batch_size=3, **kw) -> harness.Setup:
+    model, method, cfg, config = checkpoint.load(str(corpus_ckpts / m))
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "test")
     return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size,
                          **{"settings": Settings(block=4, seq_len=L), **kw})
@@ -61,8 +56,8 @@ def request(kind: str, *args, doc=None, task=None) -> Instance:
     return Instance(kind, doc or {}, args, 0, (task, 0, 1))
 
 
-def lls(run, m, reqs, **kw) -> list[float]:
-    return [ll for ll, _ in harness.loglikelihood(setup_of(run, m, **kw), reqs)]
+def lls(corpus_ckpts, m, reqs, **kw) -> list[float]:
+    return [ll for ll, _ in harness.loglikelihood(setup_of(corpus_ckpts, m, **kw), reqs)]
 
 
 @pytest.fixture
@@ -88,15 +83,21 @@ def write_tasks(d, gen_docs: list[dict]) -> str:
 
 # ----------------------------------------------------------------------------- loglikelihood
 
+REQUESTS = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"),
+            ("3. Now is the winter of", " our discontent"), ("made glorious", " summer by this sun of York;")]
+
+
 @pytest.mark.parametrize("m", list(METHODS))
-def test_loglikelihood_is_our_zero_shot_scoring(run, m):
+def test_loglikelihood_is_our_zero_shot_scoring_whatever_the_batch_or_the_order(corpus_ckpts, m):
     """Each (context, continuation) is scored as zeroshot.option_scores scores an MCQA option (same batches,
     same seed): log p = -(NLL per token x tokens); a too-long context is cut from the left, an empty one is
-    BOS; AR's is also the naive sum of log-probs, and is_greedy the naive argmax check."""
-    s = setup_of(run, m)
+    BOS; AR's is also the naive sum of log-probs, and is_greedy the naive argmax check. The same requests at
+    batch 1, at batch 4 and shuffled get the same log p each: the diffusion bounds' noise is seeded per
+    request, so equal to the bit (AR to float rounding of its padded batches), and a request twice in one
+    batch gets the same number twice; --mc-samples K averages K different NELBO draws, batch 1 == batch 4."""
+    s = setup_of(corpus_ckpts, m)
     long = "x" * 60
-    args = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"),
-            (long, " York"),
+    args = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"), (long, " York"),
             ("1. Now is the ", "winter")]        # trailing space: moves to the continuation
     got = harness.loglikelihood(s, [request("loglikelihood", *a) for a in args])
     enc = s.tok.encode_text
@@ -119,44 +120,25 @@ def test_loglikelihood_is_our_zero_shot_scoring(run, m):
                 assert greedy == (logp.argmax(-1).tolist() == a)
     else:
         assert not any(greedy for _, greedy in got)
-
-
-REQUESTS = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"),
-            ("3. Now is the winter of", " our discontent"), ("made glorious", " summer by this sun of York;")]
-
-
-@pytest.mark.parametrize("m", list(METHODS))
-def test_loglikelihood_does_not_depend_on_the_batch_or_the_order(run, m):
-    """The same requests scored at batch 1, at batch 4 and shuffled at batch 4 get the same log p each: the
-    diffusion bounds' noise is seeded per request, so they are equal to the bit (AR, exact, to float rounding
-    of its padded batches); a request scored twice in one batch gets the same number twice."""
-    reqs = [request("loglikelihood", *a) for a in REQUESTS]
-    alone, batched = lls(run, m, reqs, batch_size=1), lls(run, m, reqs, batch_size=4)
-    order = [3, 0, 4, 2, 1]
-    shuffled = lls(run, m, [reqs[i] for i in order], batch_size=4)
-    twice = lls(run, m, [reqs[1], reqs[1]], batch_size=4)
+    reqs, order = [request("loglikelihood", *a) for a in REQUESTS], [3, 0, 4, 2, 1]
+    alone, batched = lls(corpus_ckpts, m, reqs, batch_size=1), lls(corpus_ckpts, m, reqs, batch_size=4)
+    shuffled = lls(corpus_ckpts, m, [reqs[i] for i in order], batch_size=4)
+    twice = lls(corpus_ckpts, m, [reqs[1], reqs[1]], batch_size=4)
     unshuffled = [shuffled[order.index(i)] for i in range(len(reqs))]
+    assert len(set(alone)) == len(alone)
     if m == "ar":
         assert batched == pytest.approx(alone, abs=1e-4) and unshuffled == pytest.approx(alone, abs=1e-4)
-    else:
-        assert batched == alone and unshuffled == alone and twice == [alone[1], alone[1]]
-    assert len(set(alone)) == len(alone)
+        return
+    assert batched == alone and unshuffled == alone and twice == [alone[1], alone[1]]
+    four = lls(corpus_ckpts, m, reqs, batch_size=4, samples=4)
+    assert four == lls(corpus_ckpts, m, reqs, batch_size=1, samples=4) and four != batched
+    assert lls(corpus_ckpts, m, reqs, batch_size=4, seed=1) != batched       # another seed moves K = 1
 
 
-@pytest.mark.parametrize("m", ["mdlm", "setdiffusion"])
-def test_mc_samples_average_draws_of_the_nelbo(run, m):
-    """--mc-samples K: the mean of K NELBO draws of each request (different draws: K = 4 is not K = 1, and
-    another seed moves K = 1), still the same at batch 1 and batch 4."""
-    reqs = [request("loglikelihood", *a) for a in REQUESTS]
-    one, four = lls(run, m, reqs, batch_size=4), lls(run, m, reqs, batch_size=4, samples=4)
-    assert four == lls(run, m, reqs, batch_size=1, samples=4) and four != one
-    assert lls(run, m, reqs, batch_size=4, seed=1) != one
-
-
-def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
+def test_rolling_loglikelihood_of_ar_is_its_exact_nll(corpus_ckpts):
     """AR: log p of a text = sum over chunks of L - 1 targets (after a BOS) of the exact log-probs, each
     target seen from the window of up to L tokens that ends with its chunk (lm-eval's rolling windows)."""
-    s = setup_of(run, "ar")
+    s = setup_of(corpus_ckpts, "ar")
     got = harness.loglikelihood_rolling(s, [request("loglikelihood_rolling", t) for t in TEXTS])
     with torch.no_grad():
         for text, ll in zip(TEXTS, got):
@@ -175,10 +157,10 @@ def test_rolling_loglikelihood_of_ar_is_its_exact_nll(run):
 # ----------------------------------------------------------------------------- generate_until
 
 @pytest.mark.parametrize("m", list(METHODS))
-def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
+def test_generate_until_stops_at_the_until_strings(corpus_ckpts, m, monkeypatch):
     """A reply with `until` is the unstopped reply cut before the first until string, and its row stopped
     there (fewer new tokens than max_gen_toks)."""
-    s = setup_of(run, m)
+    s = setup_of(corpus_ckpts, m)
     n_gen, real = [], harness.respond
 
     def spy(*a, **k):
@@ -197,10 +179,10 @@ def test_generate_until_stops_at_the_until_strings(run, m, monkeypatch):
     assert n_gen[0] == [16, 16] and n_gen[1][0] < 16
 
 
-def test_generation_fits_the_context(run, monkeypatch):
+def test_generation_fits_the_context(corpus_ckpts, monkeypatch):
     """The prompt keeps its last L - min(N, L/2) tokens, N is cut to L - prompt, a task's max_gen_toks wins
     over setup.max_new, an empty context is a BOS."""
-    s = setup_of(run, "ar", settings=Settings(5, block=4, seq_len=L))
+    s = setup_of(corpus_ckpts, "ar", settings=Settings(5, block=4, seq_len=L))
     seen = []
     monkeypatch.setattr(harness, "respond",
                         lambda *a, **k: (seen.append((a[5], a[7].max_new_tokens)),
@@ -215,54 +197,50 @@ def test_generation_fits_the_context(run, monkeypatch):
 # ----------------------------------------------------------------------------- eval.py --task lm-eval
 
 @pytest.mark.parametrize("m", list(METHODS))
-def test_eval_lm_eval_equals_our_scores(run, m, tmp_path, capsys):
-    """eval.py --task lm-eval on a multiple-choice, a generate_until and a perplexity task: the table has a
-    row per task and metric; acc == the argmax of our loglikelihoods, exact_match == 0.5 when two of the four
-    targets are our replies, bits_per_byte == -(sum of our rolling log p) / bytes / ln 2."""
-    s = setup_of(run, m, batch_size=2)
+def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monkeypatch, no_builtin_tasks):
+    """eval.py --task lm-eval --limit 3 --num-fewshot 0 (both handed to lm-eval) on a multiple-choice, a
+    generate_until and a perplexity task: a table row per task and metric; acc == the argmax of our
+    loglikelihoods on the first 3 documents, exact_match == 2/3 when two of the three targets are our replies,
+    bits_per_byte == -(sum of our rolling log p) / bytes / ln 2; --tasks takes globs as lm-eval's CLI."""
+    import lm_eval.evaluator
+    import lm_eval.tasks
+    seen, real = {}, lm_eval.evaluator.simple_evaluate
+    monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", lambda **k: (seen.update(k), real(**k))[1])
+    s = setup_of(corpus_ckpts, m, batch_size=2)
     prompts = [f"{i}. Now is the" for i in range(4)]
     replies = harness.generate_until(s, [request("generate_until", p, {"until": ["ee"], "max_gen_toks": 12})
                                          for p in prompts])
-    docs = [{"prompt": p, "target": r if i < 2 else r + "#"}
-            for i, (p, r) in enumerate(zip(prompts, replies))]
-    include = write_tasks(tmp_path / "tasks", docs)
-    out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", str(run / m), "--task", "lm-eval", "--tasks", "tiny_mc,tiny_gen,tiny_txt",
-                   "--include-path", include, "--batch-size", "2", "--mdlm-block", "4", "--device", "cpu",
-                   "--json", str(out)])
+    include = write_tasks(tmp_path / "tasks", [{"prompt": p, "target": r if i < 2 else r + "#"}
+                                               for i, (p, r) in enumerate(zip(prompts, replies))])
+    tasks = ["--tasks", "tiny_mc,tiny_gen,tiny_txt", "--include-path", include]
+    evaluate.main(["--ckpt", str(corpus_ckpts / m), "--task", "lm-eval", *tasks, "--batch-size", "2",
+                   "--mdlm-block", "4", "--device", "cpu", "--limit", "3", "--num-fewshot", "0", "--json",
+                   str(tmp_path / "m.json")])
+    assert seen["limit"] == 3 and seen["num_fewshot"] == 0
     table = capsys.readouterr().out
-    assert (f"| {m} | tiny_mc | none | acc |" in table
-            and f"| {m} | tiny_txt | none | bits_per_byte |" in table)
-    res = json.loads(out.read_text())["results"]
+    assert f"| {m} | tiny_mc | none | acc |" in table and f"| {m} | tiny_txt | none | bits_per_byte |" in \
+        table
+    out = json.loads((tmp_path / "m.json").read_text())
+    res = out["results"]
+    assert out["n_samples"]["tiny_mc"]["effective"] == 3
     ll = harness.loglikelihood(s, [request("loglikelihood", d["question"], " " + c)
-                                   for d in MC for c in d["choices"]])
-    hits = [max(range(3), key=lambda c: ll[3 * i + c][0]) == d["label"] for i, d in enumerate(MC)]
-    assert res["tiny_mc"]["acc,none"] == sum(hits) / len(MC)
-    assert res["tiny_gen"]["exact_match,none"] == 0.5
+                                   for d in MC[:3] for c in d["choices"]])
+    hits = [max(range(3), key=lambda c: ll[3 * i + c][0]) == d["label"] for i, d in enumerate(MC[:3])]
+    assert res["tiny_mc"]["acc,none"] == sum(hits) / 3 and res["tiny_gen"]["exact_match,none"] == 2 / 3
     rolling = harness.loglikelihood_rolling(s, [request("loglikelihood_rolling", t) for t in TEXTS])
     want = -sum(rolling) / sum(len(t.encode()) for t in TEXTS) / math.log(2)
     assert res["tiny_txt"]["bits_per_byte,none"] == pytest.approx(want, rel=1e-12)
-
-
-def test_limit_and_num_fewshot_reach_lm_eval(run, tmp_path, monkeypatch):
-    import lm_eval.evaluator
-    seen, real = {}, lm_eval.evaluator.simple_evaluate
-    monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", lambda **k: (seen.update(k), real(**k))[1])
-    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
-    out = tmp_path / "m.json"
-    evaluate.main(["--ckpt", str(run / "ar"), "--task", "lm-eval", "--tasks", "tiny_mc", "--include-path",
-                   include, "--limit", "2", "--num-fewshot", "0", "--device", "cpu", "--json", str(out)])
-    assert seen["limit"] == 2 and seen["num_fewshot"] == 0
-    assert json.loads(out.read_text())["n_samples"]["tiny_mc"]["effective"] == 2
+    tm = lm_eval.tasks.TaskManager(include_path=include)
+    assert harness.expand(["tiny_m*", "tiny_txt", "tiny_*"], tm) == ["tiny_mc", "tiny_txt", "tiny_gen"]
 
 
 # ----------------------------------------------------------------------------- GSM8K
 
-def test_official_gsm8k_prompt_stop_and_rewrite(run, monkeypatch):
+def test_official_gsm8k_prompt_stop_and_rewrite(corpus_ckpts, monkeypatch):
     """A GSM8K checkpoint on lm-eval's gsm8k: the paper's chat prompt from the document's question, GSM8K's
     own stop rule, the reply rewritten as the official script does; other tasks and checkpoints keep the
     context."""
-    s = setup_of(run, "ar")
+    s = setup_of(corpus_ckpts, "ar")
     s.config = {**s.config, "data": "gsm8k", "seq_len": 1024}         # the prompt whole (generation is faked)
     seen = []
 
@@ -333,7 +311,8 @@ def test_gsm8k_scores_equal_lm_eval_filters():
                                                                              "template fails"),
     ("--task lm-eval --tasks tiny_mc", "no lm_eval", "pip install"),
 ])
-def test_bad_lm_eval_input_is_one_line(run, tmp_path, monkeypatch, no_builtin_tasks, flags, case, message):
+def test_bad_lm_eval_input_is_one_line(corpus_ckpts, tmp_path, monkeypatch, no_builtin_tasks, flags, case,
+                                       message):
     """(= the whole line; ^ its start, naming the task; else a part of it)"""
     (tmp_path / "f.yaml").write_text("")
     include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
@@ -345,7 +324,8 @@ def test_bad_lm_eval_input_is_one_line(run, tmp_path, monkeypatch, no_builtin_ta
         yaml.write_text(yaml.read_text().replace("{{question}}", "{{questoin}}"))
     elif case == "no lm_eval":
         monkeypatch.setitem(sys.modules, "lm_eval", None)
-    argv = ["--ckpt", str(run / "ar"), "--device", "cpu", *flags.format(t=tmp_path, inc=include).split()]
+    argv = ["--ckpt", str(corpus_ckpts / "ar"), "--device", "cpu",
+            *flags.format(t=tmp_path, inc=include).split()]
     got = error_of(evaluate.main, argv)
     if message[0] == "=":
         assert got == "error: " + message[1:]
@@ -353,10 +333,3 @@ def test_bad_lm_eval_input_is_one_line(run, tmp_path, monkeypatch, no_builtin_ta
         assert got.startswith("error: " + message[1:]) and "questoin" in got
     else:
         assert message in got and "tiny_mc" not in got
-
-
-def test_tasks_take_glob_patterns_as_lm_evals_own_cli(tmp_path, no_builtin_tasks):
-    import lm_eval.tasks
-    include = write_tasks(tmp_path / "tasks", [{"prompt": "a", "target": "b"}])
-    tm = lm_eval.tasks.TaskManager(include_path=include)
-    assert harness.expand(["tiny_m*", "tiny_txt", "tiny_*"], tm) == ["tiny_mc", "tiny_txt", "tiny_gen"]

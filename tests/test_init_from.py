@@ -16,7 +16,6 @@ from helpers import TINY, error_of, snapshot
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
 
-
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     """Two steps of AR (a snapshot each step) and one of Set Diffusion on the shipped task, tiny."""
@@ -48,8 +47,7 @@ def test_init_from_a_snapshot_records_where_the_run_started(sources, tmp_path):
     out = tmp_path / "sd"
     train.main(["--model", "setdiffusion", "--init-from", str(sources / "ar-step1"), "--batch-size", "4",
                 "--eval-limit", "1", "--max-new-tokens", "8", "--max-iters", "1", "--out-dir", str(out)])
-    with open(out / "config.json") as f:
-        config = json.load(f)
+    config = json.loads((out / "config.json").read_text())
     assert config["init_from"] == {"path": str(sources / "ar-step1"), "format": "ours", "method": "ar",
                                    "step": 1, "data": "arith"}
     assert config["method"] == "setdiffusion" and config["model"]["n_layer"] == 1
@@ -109,12 +107,11 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
 def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
     """An eval.py --json file <name>.json (and <name>-nll.json), and a train.py log <name>.log (progress
     every 10 steps)."""
-    with open(os.path.join(folder, name + ".json"), "w") as f:
-        json.dump({"task": "arith", "model": name.split("-")[0], "threshold": 0.8, "accuracy": accuracy,
-                   "tokens_per_step": tokens_per_step, "n": 200}, f)
+    write_json(os.path.join(folder, name + ".json"), {"task": "arith", "model": name.split("-")[0], "n": 200,
+               "threshold": 0.8, "accuracy": accuracy, "tokens_per_step": tokens_per_step})
     if nll is not None:
-        with open(os.path.join(folder, name + "-nll.json"), "w") as f:
-            json.dump({"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500}, f)
+        write_json(os.path.join(folder, name + "-nll.json"),
+                   {"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500})
     with open(os.path.join(folder, name + ".log"), "w") as f:
         f.write("note: a line that is not progress\n")
         f.writelines(f"step {10 * (i + 1)}/{10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "

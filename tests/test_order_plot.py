@@ -17,8 +17,8 @@ def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(one_step, tmp_pa
     real_respond, real_draw = sample.respond, order_plot.draw
     monkeypatch.setattr(sample, "respond", lambda *a, **k: reported.append(real_respond(*a, **k))
                         or reported[-1])
-    monkeypatch.setattr(order_plot, "draw", lambda panels, path: drawn.extend(panels) or real_draw(panels,
-                                                                                                   path))
+    monkeypatch.setattr(order_plot, "draw", lambda panels, path: drawn.extend(panels)
+                        or real_draw(panels, path))
     png = tmp_path / "order.png"
     sample.main([arg for m in METHODS for arg in ("--ckpt", str(one_step / m))]
                 + ["--threshold", "0.8", "--max-new-tokens", "8", "--show-order", "--plot", str(png)])
@@ -36,7 +36,9 @@ def test_plot_draws_the_samplers_steps_one_panel_per_checkpoint(one_step, tmp_pa
         assert panel.pieces[:n] == [order_plot.glyph(tok, i) for i in tokens[:n]]
 
 
-def test_titles_name_the_method_and_the_settings_it_decodes_with():
+def test_titles_name_the_method_and_its_settings_and_a_panel_draws_a_row_to_its_eos():
+    """Row 1: its own prompt (after the left padding), its reply to EOS; tokens decoded after EOS (MDLM's
+    padding) are not drawn but count as tokens and steps."""
     def title(name, **settings):
         return order_plot.title(name, methods.config_class(name)(mask_id=1), Settings(**settings),
                                 methods.method(name).KNOBS)
@@ -44,13 +46,8 @@ def test_titles_name_the_method_and_the_settings_it_decodes_with():
     assert title("mdlm", threshold=0.8) == "MDLM, τ 0.8, block 32"
     assert title("bd3lm") == "BD3-LM, block size 4, τ ∞"
     assert title("setdiffusion", threshold=0.9) == "Set Diffusion, smax 8, τ 0.9"
-    assert title("setdiffusion", window=2,
-                 commit_order="fht") == "Set Diffusion, smax 8, τ ∞, W 2, commit fht"
-
-
-def test_panel_draws_a_left_padded_row_to_its_eos_and_counts_the_padding_after_it():
-    """Row 1: its own prompt (after the left padding), its reply to EOS; tokens decoded after EOS (MDLM's
-    padding) are not drawn but count as tokens and steps."""
+    assert title("setdiffusion", window=2, commit_order="fht") == ("Set Diffusion, smax 8, τ ∞, W 2, "
+                                                                  "commit fht")
     tok = get_tokenizer("bytes")
     E, M = tok.eos_id, tok.mask_id
     tokens = torch.tensor([[97, 98, 99, 10, 49, 50, E, M],             # row 0: prompt "abc\n", reply "12"

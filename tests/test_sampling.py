@@ -21,36 +21,26 @@ def track_for(opt, tokens, counted, n, shown=None):
     return t
 
 
-def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
+def test_each_option_on_literal_logits():
+    """Repetition penalty: positive logits divided, negative multiplied, for counted tokens; the exponential
+    length penalty boosts EOS after its start whatever its sign (HF: eos += |eos| * (factor^(n - start) - 1)
+    when n > start); min_new_tokens forbids EOS; the nucleus keeps the smallest set reaching top_p."""
     logits = torch.tensor([[[2.0, -1.0, 3.0, 0.5]]])                  # (1, 1, 4)
     tokens = torch.tensor([[0, 1, 3, 3]])
     counted = torch.tensor([[True, True, False, True]])             # token 3 counted once, token 2 never seen
     out = sampling.process(logits, track_for(SamplerOptions(repetition_penalty=2.0), tokens, counted,
                                              torch.zeros(1, 1, dtype=torch.long)))
     assert out.tolist() == [[[1.0, -2.0, 3.0, 0.25]]]
-
-
-def test_exponential_length_penalty_boosts_eos_after_start_whatever_its_sign():
+    nothing = torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1, dtype=torch.bool)
     logits = torch.tensor([[[-2.0, 1.0], [-2.0, 1.0], [-2.0, 1.0], [4.0, 1.0]]])    # EOS = 0, 4 slots
-    n = torch.tensor([[3, 4, 6, 6]])                                             # new tokens before each slot
-    opt = SamplerOptions(length_penalty=(4, 1.5), eos_id=EOS)
-    out = sampling.process(logits, track_for(opt, torch.zeros(1, 1, dtype=torch.long),
-                                             torch.zeros(1, 1, dtype=torch.bool), n))
-    # HF: eos += |eos| * (factor^(n - start) - 1) when n > start
+    opt = SamplerOptions(length_penalty=(4, 1.5), eos_id=EOS)        # n: new tokens before each slot
+    out = sampling.process(logits, track_for(opt, *nothing, torch.tensor([[3, 4, 6, 6]])))
     torch.testing.assert_close(out[0, :, 0], torch.tensor([-2.0, -2.0, -2.0 + 2 * (1.5 ** 2 - 1),
                                                            4.0 * 1.5 ** 2]))
     assert out[0, :, 1].tolist() == [1.0] * 4
-
-
-def test_min_new_tokens_forbids_eos():
-    logits = torch.zeros(1, 3, 4)
     opt = SamplerOptions(min_new_tokens=2, eos_id=EOS)
-    out = sampling.process(logits, track_for(opt, torch.zeros(1, 1, dtype=torch.long),
-                                             torch.zeros(1, 1, dtype=torch.bool), torch.tensor([[0, 1, 2]])))
+    out = sampling.process(torch.zeros(1, 3, 4), track_for(opt, *nothing, torch.tensor([[0, 1, 2]])))
     assert out[0, :, EOS].tolist() == [-math.inf, -math.inf, 0.0] and (out[..., 1:] == 0).all()
-
-
-def test_nucleus_keeps_the_smallest_set_reaching_top_p():
     probs = torch.tensor([[0.1, 0.5, 0.3, 0.1]])
     torch.testing.assert_close(sampling.nucleus(probs, 0.75), torch.tensor([[0.0, 0.625, 0.375, 0.0]]))
     torch.testing.assert_close(sampling.nucleus(probs, 0.4), torch.tensor([[0.0, 1.0, 0.0, 0.0]]))

@@ -61,29 +61,26 @@ def test_an_unknown_choice_is_argparses_usage_line(capsys, main, argv, said):
     assert said in usage_error(main, argv.split(), capsys)
 
 
-def test_progress_off_a_terminal_is_one_plain_line_per_log_interval(tmp_path, monkeypatch, capsys):
-    """10 steps logged every 4, captured: 3 plain lines (steps 4, 8, 10), each with its steps' mean loss, and
-    no carriage return (no tqdm bar)."""
+def test_progress_is_a_plain_line_per_log_interval_off_a_terminal_and_tqdms_bar_on_one(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """10 steps logged every 4, captured: 3 plain lines (steps 4, 8, 10), each with its steps' mean loss, no
+    carriage return; on a terminal tqdm's bar (steps done of all, rate, time left, the last interval's mean
+    loss) and no plain line."""
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
     monkeypatch.setattr(train, "LOG_EVERY", 4)
-    losses = run_train(tmp_path, "--model", "ar", "--max-iters", "10")
+    losses = run_train(tmp_path / "a", "--model", "ar", "--max-iters", "10")
     out, err = capsys.readouterr()
     assert "\r" not in out + err
     assert [line.split(" | ")[:2] for line in err.splitlines() if line.startswith("step ")] == [
         [f"step {done}/10", f"loss {sum(losses[a:done]) / (done - a):.4f}"]
         for a, done in [(0, 4), (4, 8), (8, 10)]]
-
-
-def test_progress_on_a_terminal_is_tqdms_bar(tmp_path, monkeypatch):
-    """tqdm's bar: steps done of all, the rate, the time left, the last interval's mean loss; no plain one."""
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-    monkeypatch.setattr(train, "LOG_EVERY", 4)
     monkeypatch.setattr(sys, "stderr", Terminal())
-    losses = run_train(tmp_path, "--model", "ar", "--max-iters", "10")
+    losses = run_train(tmp_path / "b", "--model", "ar", "--max-iters", "10")
     last = sys.stderr.getvalue().split("\r")[-1]
-    assert re.search(r"10/10 \[\d\d:\d\d<00:00, +[\d.]+step/s, "
-                     r"loss=" + f"{sum(losses[8:]) / 2:.4f}", last), last
+    bar = r"10/10 \[\d\d:\d\d<00:00, +[\d.]+step/s, loss="
+    assert re.search(bar + f"{sum(losses[8:]) / 2:.4f}", last), last
     assert "step 4/10" not in sys.stderr.getvalue()
 
 
@@ -139,6 +136,10 @@ def test_eval_passes_the_context_and_official_to_the_samplers(random_ckpts, monk
 
 
 # ----------------------------------------------------------------------------- the import graph
+# the layers, bottom up: a module imports only from its own layer or the ones below it
+LAYERS = [("model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling"), ("data",), ("common",),
+          ("paper", "bench", "cluster"), ("train", "sample", "eval")]
+
 
 @functools.cache
 def local_imports(path: str, top: bool = False) -> frozenset:
@@ -167,9 +168,10 @@ def closure(name: str, top: bool = False) -> set:
     return seen
 
 
-def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
+def test_import_graph_no_script_imports_a_script_no_circle_and_no_import_up_the_layers():
     """No module imports a script; sample.py and eval.py import nothing of paper/ when they load; test_all.py
-    needs only the method files; the library modules form no import circle."""
+    needs only the method files; the library modules form no import circle; every import, at the top of a file
+    or inside a function, goes down the layers (LAYERS)."""
     scripts = {"train", "sample", "eval"}
     library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.replies", "common.metrics",
                "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data",
@@ -184,15 +186,6 @@ def test_import_graph_no_script_imports_a_script_and_sample_needs_no_paper():
     for name in library:
         assert all(name not in local_imports(module_path(d))
                    for d in closure(name) - {name} if not d.startswith(name + ".")), name
-
-
-# the layers, bottom up: a module imports only from its own layer or the ones below it
-LAYERS = [("model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling"), ("data",), ("common",),
-          ("paper", "bench", "cluster"), ("train", "sample", "eval")]
-
-
-def test_no_import_runs_back_up_the_layers():
-    """Every import, at the top of a file or inside a function, goes down the layers."""
     layer = lambda module: next(i for i, names in enumerate(LAYERS) if module.split(".")[0] in names)  # noqa
     files = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout
     upward = []

@@ -20,7 +20,10 @@ TOK = byte_tokenizer()
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-def test_likelihood_of_a_text_checkpoint_reports_bits_per_char(corpus_ckpts, tmp_path, method, capsys):
+def test_likelihood_of_a_text_checkpoint_reports_bits_per_char_and_is_its_default_task(corpus_ckpts, tmp_path,
+                                                                                        method, capsys):
+    """AR's NLL is the exact one by hand; with no --task a corpus checkpoint reports its likelihood; --data
+    takes another text."""
     run = corpus_ckpts
     m = eval_json(tmp_path, ["--ckpt", str(run / method), "--task", "likelihood", "--data-dir",
                              str(run / "cache")])
@@ -35,17 +38,11 @@ def test_likelihood_of_a_text_checkpoint_reports_bits_per_char(corpus_ckpts, tmp
             logp = F.log_softmax(checkpoint.load(str(run / "ar"))[0](x[:, :-1]).float(), -1)   # (N, 31, V)
         assert m["nll"] == pytest.approx(float(-logp.gather(-1, x[:, 1:, None]).sum() / x[:, 1:].numel()),
                                          rel=1e-5)
-
-
-@pytest.mark.parametrize("method", ["ar", "setdiffusion"])
-def test_likelihood_is_the_default_task_of_a_corpus_checkpoint_and_takes_another_text(corpus_ckpts, tmp_path,
-                                                                                      capsys, method):
-    run = corpus_ckpts
     default = eval_json(tmp_path, ["--ckpt", str(run / method), "--data-dir", str(run / "cache")])
     head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| task |"))
     assert head.startswith("| task | model | nll | perplexity |") and default["model"] == method
+    assert default["nll"] == m["nll"]
     assert default["task"] == f"text:{run / 'richard.txt'}" and "bits_per_char" in default
-    assert default["nll"] > 0
     other = tmp_path / "other.txt"
     other.write_text((run / "richard.txt").read_text()[::-1], encoding="utf-8")
     m = eval_json(tmp_path, ["--ckpt", str(run / method), "--task", "likelihood", "--data", f"text:{other}",
@@ -56,8 +53,8 @@ def test_likelihood_is_the_default_task_of_a_corpus_checkpoint_and_takes_another
 def test_unigram_entropy_on_literals():
     assert generation.unigram_entropy([1, 1, 2, 2]) == pytest.approx(math.log(2))
     assert generation.unigram_entropy([1, 2, 3]) == pytest.approx(math.log(3))
-    assert generation.unigram_entropy([1, 1, 1,
-                                       2]) == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert generation.unigram_entropy([1, 1, 1, 2]) == pytest.approx(-(0.75 * math.log(0.75)
+                                                                        + 0.25 * math.log(0.25)))
     assert generation.unigram_entropy([7] * 9) == 0 and generation.unigram_entropy([]) == 0
 
 
@@ -74,9 +71,8 @@ def test_unconditional_genppl_is_exp_of_the_reference_models_mean_nll(corpus_ckp
         return out
     monkeypatch.setattr(generation, "unconditional", spy)
     m = eval_json(tmp_path, ["--ckpt", str(run / method), "--task", "unconditional", "--ref-ckpt",
-                             str(run / "ar"),
-                             "-n", "3", "--warmup", "1", "--max-new-tokens", "20", "--threshold", threshold,
-                             "--no-redraw"])
+                             str(run / "ar"), "-n", "3", "--warmup", "1", "--max-new-tokens", "20",
+                             "--threshold", threshold, "--no-redraw"])
     samples = drawn[1:]
     assert len(drawn) == 4 and m["n"] == 3
     assert m["samples"] == [generation.scored_text(TOK, s["ids"], s["eos"]) for s in samples]
@@ -101,9 +97,8 @@ U = "--task unconditional -n 1 --no-redraw --ref-ckpt "
     ("setdiffusion", U + "{run}/setdiffusion", "is a setdiffusion checkpoint: generative perplexity needs an "
                                                "AR model"),
     ("setdiffusion", U + "{t}/gpt2-ar", "uses the gpt2 tokenizer, the samples are bytes tokens"),
-    ("setdiffusion", U + "{t}/short-ar --max-new-tokens "
-                         "20", "has a context of 16 tokens, fewer than the BOS and 20 "
-                                                             "new tokens: pass --max-new-tokens 15 or less"),
+    ("setdiffusion", U + "{t}/short-ar --max-new-tokens 20",
+     "has a context of 16 tokens, fewer than the BOS and 20 new tokens: pass --max-new-tokens 15 or less"),
     ("setdiffusion", U + "{t}/owt-ar", "owt-ar was trained on owt, the samples' checkpoint on "
                                        "text:{run}/richard.txt"),
     ("setdiffusion", U + "{t}/missing", "error: --ref-ckpt: no checkpoint at {t}/missing"),
@@ -126,8 +121,9 @@ def test_bad_input_to_eval_of_a_corpus_checkpoint_is_one_line(corpus_ckpts, tmp_
 
 # ----------------------------------------------------------------------------- the table
 
-def write_runs(tmp_path, runs) -> list[str]:
-    paths = [str(tmp_path / f"{i}.json") for i in range(len(runs))]
+def write_runs(folder, runs) -> list[str]:
+    folder.mkdir(exist_ok=True)
+    paths = [str(folder / f"{i}.json") for i in range(len(runs))]
     for path, r in zip(paths, runs):
         with open(path, "w") as f:
             json.dump(r, f)
@@ -171,13 +167,13 @@ def test_generation_table_orders_methods_and_thresholds(tmp_path, capsys):
     assert "gen. perplexity" in capsys.readouterr().out and os.path.getsize(tmp_path / "t.png") > 0
 
 
-def test_generation_table_of_runs_scored_by_a_hugging_face_lm_and_mauve_only(tmp_path):
+def test_generation_table_of_hugging_face_scorers_alone_and_of_seeds_with_their_range(tmp_path):
     """--ppl-model / --mauve-ref without --ref-ckpt: those columns (a single run's MAUVE with its std over the
-    5 subsets), a caption naming the scorers, the plot of the HF perplexity."""
+    5 subsets), a caption naming the scorers, the plot of the HF perplexity; runs of one checkpoint name in
+    several folders (seeds) make one row: mean [min, max] where they differ."""
     paths = write_runs(tmp_path, [
         {"task": "unconditional", "model": "setdiffusion", "ckpt": f"out/s{seed}/setdiffusion",
-         "threshold": 0.9,
-         "gen_ppl_hf": ppl, "ppl_model": "gpt2-large", "mauve": mauve, "mauve_std": 0.01,
+         "threshold": 0.9, "gen_ppl_hf": ppl, "ppl_model": "gpt2-large", "mauve": mauve, "mauve_std": 0.01,
          "mauve_encoder": "bert", "entropy": 5.0, "tokens_per_step": 2.0, "tokens_per_s": 9.0, "n": 8}
         for seed, (ppl, mauve) in enumerate(((40.0, 0.8), (44.0, 0.6)))])
     lines = results.generation(paths, str(tmp_path / "t.md"), str(tmp_path / "t.png")).splitlines()
@@ -189,18 +185,13 @@ def test_generation_table_of_runs_scored_by_a_hugging_face_lm_and_mauve_only(tmp
     assert importlib.util.find_spec("matplotlib") is None or os.path.getsize(tmp_path / "t.png") > 0
     alone = results.generation(paths[:1], str(tmp_path / "one.md")).splitlines()
     assert alone[-1].startswith("| setdiffusion | 0.9 | 40.000 | 0.800 ± 0.010 | 5.000 |")
-
-
-def test_generation_table_averages_seeds_with_their_range(tmp_path):
-    """Runs of one checkpoint name in several folders (seeds) make one row: mean [min, max] where they
-    differ."""
     runs = []
     for seed, (nll, ppl) in enumerate(((1.2, 5.0), (1.4, 7.0), (1.3, 6.0))):
         ckpt = f"out/s{seed}/ar"
         runs += [likelihood("ar", ckpt, nll), {**sampled("ar", ckpt, math.inf, ppl, 1.0, 10.0 * (seed + 1),
                                                          1.0, 3.0), "ref_ckpt": ckpt}]
-    lines = results.generation(write_runs(tmp_path, runs), str(tmp_path / "t.md"), str(tmp_path / "t.png"))
-    lines = lines.splitlines()
+    lines = results.generation(write_runs(tmp_path / "seeds", runs), str(tmp_path / "s.md"),
+                               str(tmp_path / "s.png")).splitlines()
     assert lines[4] == ("| ar | 1.3000 [1.2000, 1.4000] | 1.8755 [1.7312, 2.0198] | 3.682 [3.320, 4.055] | "
                         "exact | 100 | 3 |")
     assert lines[-1] == "| ar | inf | 6.000 [5.000, 7.000] | 3.000 | 1.00 | 20.0 [10.0, 30.0] | 20 | 3 |"

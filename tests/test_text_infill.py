@@ -13,8 +13,7 @@ from helpers import METHODS, error_of, text_checkpoints
 from paper import infill, results
 
 WORDS = "to be or not that is the question whether tis nobler in mind suffer slings and arrows".split()
-LINES = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 5)).capitalize() + ("," if i % 3
-                                                                                             else ".")
+LINES = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + i % 5)).capitalize() + ",."[i % 3 == 0]
          for i in range(300)]                                     # 300 lines of 2 to 40 characters, ASCII
 TEXT = "\n".join(LINES) + "\n"
 TINY = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--seq-len", "64", "--max-iters", "2",
@@ -48,14 +47,15 @@ def test_items_rebuild_each_row_and_mask_one_whole_word_or_line(run, span):
         assert it["answer"] == mid and TOK.decode(it["span"]) == mid
         assert len(TOK.encode(left)) >= infill.MIN_CONTEXT <= len(it["right"])
         if span == "word":
-            assert infill.WORD.fullmatch(mid) and not infill.WORD.match(left[-1]) and \
-                not infill.WORD.match(right[0])
+            assert infill.WORD.fullmatch(mid) and not any(infill.WORD.match(c) for c in (left[-1], right[0]))
         else:
             assert mid in LINES and left.endswith("\n") and right.startswith("\n")
     assert infill.text_items(TOK, rows, span, limit=2)[0] == items[:2]
 
 
-def test_the_span_is_the_one_nearest_the_rows_middle():
+def test_the_span_is_the_one_nearest_the_rows_middle_and_the_row_stays_as_it_is():
+    """Blank lines and edge words left out; a row cut inside a character and a second document stay as they
+    are; a subword tokenizer keeps the leading space on the span's side."""
     text = "aa bb cc dd ee ff gg hh\nii jj\nkk ll mm\n"
     row = [TOK.eos_id] + list(text.encode())                 # 40 tokens: gg sits at 19-20
     words = infill.row_item(TOK, row, "word")
@@ -64,9 +64,6 @@ def test_the_span_is_the_one_nearest_the_rows_middle():
     assert infill.text_spans("a-b\nc\n\n d\ne", "line") == [(4, 5), (7, 9)]        # blank lines and edges out
     assert infill.text_spans("x it's 42, y", "word") == [(2, 6), (7, 9)]              # edge words out
     assert infill.row_item(TOK, [TOK.eos_id] + list(b"one two"), "word") is None   # no context of 4 each side
-
-
-def test_a_row_cut_inside_a_character_and_a_second_document_stay_as_they_are():
     text = "é, voilà: the\ncafé is open\nnow and "
     row = [TOK.eos_id] + list(text.encode())[1:] + [TOK.eos_id] + list(b"next doc")     # starts inside 'é'
     assert infill.segments(TOK, row) == [(2, 38), (39, 47)]          # the cut byte and the EOS are left out
@@ -74,9 +71,6 @@ def test_a_row_cut_inside_a_character_and_a_second_document_stay_as_they_are():
                         ("line", (", voilà: the\n", "café is open", "\nnow and "))):
         it = infill.row_item(TOK, row, span)
         assert it["text"] == parts and it["left"] + it["span"] + it["right"] == row
-
-
-def test_a_subword_tokenizer_keeps_the_leading_space_on_the_span_side():
     base = byte_tokenizer().enc
     ranks = {**base._mergeable_ranks, b" t": 256, b" th": 257, b" the": 258}
     enc = tiktoken.Encoding("toy", pat_str=r" ?\w+|\s+|[^\w\s]+", mergeable_ranks=ranks,
@@ -88,7 +82,7 @@ def test_a_subword_tokenizer_keeps_the_leading_space_on_the_span_side():
     assert tok.decode(it["left"] + it["span"] + it["right"]) == tok.decode(row)
 
 
-def test_scorers_math():
+def test_scorers_math_and_without_rouge_score_rougeL_left_out_with_a_note(monkeypatch, capsys):
     scores = infill.text_scores()
     ex = {"answer": "abcd"}
     assert scores["exact"]("abcd", ex) and not scores["exact"]("abce", ex)
@@ -98,9 +92,6 @@ def test_scorers_math():
         line = {"answer": "the slings and arrows"}
         assert scores["rougeL"]("the slings and arrows", line) == 1
         assert scores["rougeL"]("the slings", line) == pytest.approx(2 / 3)
-
-
-def test_without_rouge_score_rougeL_is_left_out_with_a_note(monkeypatch, capsys):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "rouge_score" else real(name, *a))
@@ -119,8 +110,8 @@ def test_eval_infill_word_and_line_on_a_text_checkpoint(run, tmp_path, method, c
                        "--device", "cpu", "--json", str(out)])
         m = json.loads(out.read_text())
         assert m["task"] == "infill" and m["span"] == span and m["n"] == 2 and m["model"] == method
-        assert 0 <= m["exact"] <= m["char_accuracy"] <= 1 and m["tokens_per_step"] >= 1 and \
-            m["tokens_per_s"] > 0
+        assert 0 <= m["exact"] <= m["char_accuracy"] <= 1 and m["tokens_per_step"] >= 1
+        assert m["tokens_per_s"] > 0
         assert ("rougeL" in m) == HAS_ROUGE and m["ckpt"] == str(run / method)
         assert m["threshold"] == 0.9 and m["data"] == f"text:{run / 'verse.txt'}"
     default = tmp_path / "default.json"
@@ -161,7 +152,7 @@ def infill_run(folder, model, span, **metrics) -> str:
     return str(path)
 
 
-def test_infill_table_merges_seed_folders_and_orders_spans_and_methods(tmp_path, capsys):
+def test_infill_table_merges_seed_folders_orders_spans_and_methods_drops_empty_columns(tmp_path, capsys):
     paths = []
     for seed, exact in (("s1", 0.2), ("s2", 0.4)):
         d = tmp_path / seed
@@ -180,9 +171,6 @@ def test_infill_table_merges_seed_folders_and_orders_spans_and_methods(tmp_path,
     assert lines[4] == "| line | ar | 0.100 |  | 0.300 | 0.400 | 1.00 | 10.0 | 20 | 2 |"
     assert lines[5] == ("| line | setdiffusion | 0.300 [0.200, 0.400] |  | 0.500 | 0.600 | 1.00 | 10.0 | "
                         "20 | 2 |")
-
-
-def test_infill_table_leaves_out_columns_no_run_has(tmp_path):
     paths = [infill_run(tmp_path / "a", "mdlm", "word", exact=0.5, char_accuracy=0.6)]
     head = results.infill(paths, str(tmp_path / "t.md")).splitlines()[0]
     assert head == "| span | checkpoint | exact | char acc. | tokens/step | tokens/s (batch 1) | n | seeds |"

@@ -21,8 +21,8 @@ def fake_clock(monkeypatch, cost: dict, load):
         j = prompts[0]
         k = seen[(method, j)] = seen.get((method, j), -1) + 1
         calls.append((method, j))
-        return ["x"], {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0, "nfe": 2}, cost[method] * load(k,
-                                                                                                           j)
+        stats = {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0, "nfe": 2}
+        return ["x"], stats, cost[method] * load(k, j)
     monkeypatch.setattr(metrics, "respond", fake)
     return calls
 
@@ -32,9 +32,11 @@ def runs_of(names):
             for n in names}
 
 
-def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact(monkeypatch):
+def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact_and_the_median_round(monkeypatch):
     """A load that jumps between prompts and rounds: each prompt is decoded by every run back to back (the
-    order rotated per prompt, after an untimed warm-up), so the tokens/s ratio is the cost ratio exactly."""
+    order rotated per prompt, after an untimed warm-up), so the tokens/s ratio is the cost ratio exactly. A
+    round's figure is the mean over prompts of tokens / seconds; the median round is reported with the
+    rounds' min and max and that round's per-sample standard deviation."""
     calls = fake_clock(monkeypatch, {"a": 1.0, "b": 0.25}, lambda k, j: 1 + 0.5 * ((3 * k + j) % 4))
     m = metrics.interleaved_throughput(runs_of(["a", "b"]), list(range(8)), "cpu", warmup=2, rounds=3)
     assert m["b"]["tokens_per_s"] == pytest.approx(4 * m["a"]["tokens_per_s"], rel=1e-12)
@@ -44,11 +46,6 @@ def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact(monkeypatch)
     assert m["a"]["tokens_per_step"] == 5.0 and m["a"]["nfe"] == 2 * 6               # one round's
     with pytest.raises(ValueError, match="--warmup 3 leaves no example to measure"):
         metrics.interleaved_throughput(runs_of(["a"]), [1, 2, 3], "cpu", warmup=3)
-
-
-def test_median_round_and_range(monkeypatch):
-    """A round's figure is the mean over prompts of tokens / seconds; the median round is reported with the
-    rounds' min and max and that round's per-sample standard deviation."""
     per_round = {0: 2.0, 1: 1.0, 2: 4.0}                                # seconds per sample in each round
     fake_clock(monkeypatch, {"a": 1.0}, lambda k, j: per_round[k] * (1 if j % 2 else 0.5))
     m = metrics.interleaved_throughput(runs_of(["a"]), list(range(5)), "cpu", warmup=1, rounds=3)["a"]
