@@ -94,7 +94,8 @@ def test_loglikelihood_is_our_zero_shot_scoring_whatever_the_batch_or_the_order(
     BOS; AR's is also the naive sum of log-probs, and is_greedy the naive argmax check. The same requests at
     batch 1, at batch 4 and shuffled get the same log p each: the diffusion bounds' noise is seeded per
     request, so equal to the bit (AR to float rounding of its padded batches), and a request twice in one
-    batch gets the same number twice; --mc-samples K averages K different NELBO draws, batch 1 == batch 4."""
+    batch gets the same number twice; --mc-samples K averages K different NELBO draws (the mean of the
+    request's own K draws), batch 1 == batch 4."""
     s = setup_of(corpus_ckpts, m)
     long = "x" * 60
     args = [("0. Now is the", " winter"), ("Now", " is the winter of our"), ("", "Now"), (long, " York"),
@@ -132,6 +133,16 @@ def test_loglikelihood_is_our_zero_shot_scoring_whatever_the_batch_or_the_order(
     assert batched == alone and unshuffled == alone and twice == [alone[1], alone[1]]
     four = lls(corpus_ckpts, m, reqs, batch_size=4, samples=4)
     assert four == lls(corpus_ckpts, m, reqs, batch_size=1, samples=4) and four != batched
+    p, a = pairs[1]                              # K = 4: the mean of the request's 4 draws, per answer token
+    x0 = torch.full((4, L), s.tok.pad_id)
+    x0[:, :len(p) + len(a)] = torch.tensor(p + a)
+    cols = torch.arange(L).expand(4, L)
+    g = torch.Generator().manual_seed(zeroshot.request_seed(0, p, a, 0))
+    with torch.no_grad():
+        draws = s.method.nll(s.model, x0, s.cfg, cols < len(p), cols >= len(p) + len(a), generator=g)[0]
+    assert len(set(draws.tolist())) == 4
+    assert zeroshot.option_scores(s.model, s.method, s.cfg, s.tok, [(p, a)], L, "cpu", 4, 0).item() == \
+        pytest.approx(draws.double().mean().item() / len(a), rel=1e-12)
     assert lls(corpus_ckpts, m, reqs, batch_size=4, seed=1) != batched       # another seed moves K = 1
 
 
