@@ -1,6 +1,7 @@
 """Shared test set-up: the scripts' threads (common/threads.py, imported before torch), the Hugging Face
 libraries offline, train.py's encoding of the shipped task done once per session for a module that asks
-(`train_encodes_once`), and tiny checkpoints that several files read (never change them: copy them)."""
+(`train_encodes_once`), a counter of FlexAttention calls (`flex_calls`), and tiny checkpoints that several
+files read (never change them: copy them)."""
 import hashlib
 import os
 
@@ -34,6 +35,19 @@ def train_encodes_once():
     with pytest.MonkeyPatch.context() as m:
         m.setattr(train, "encode", encode)
         yield
+
+
+@pytest.fixture
+def flex_calls(monkeypatch):
+    """Counts the model's FlexAttention calls (test_flex.py, test_gpu.py)."""
+    import model
+    calls, flex_attend = [], model.flex_attend
+
+    def counted(*args):
+        calls.append(1)
+        return flex_attend(*args)
+    monkeypatch.setattr(model, "flex_attend", counted)
+    return calls
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 import bd3lm
 import mdlm
-import model as transformer
 import setdiffusion as sd
 import train
 from model import layout_mask, padded, with_padding
@@ -109,19 +108,6 @@ def test_block_mask_attention_equals_dense_sdpa(layout):
     dense = F.scaled_dot_product_attention(q, k, v, attn_mask=layout_mask(mod, B, n, n, flex=False),
                                            enable_gqa=True)
     torch.testing.assert_close(flex_attention(q, k, v, block_mask=block, enable_gqa=True), dense)
-
-
-@pytest.fixture
-def flex_calls(monkeypatch):
-    """Counts the model's FlexAttention calls."""
-    calls = []
-
-    def counted(*args):
-        calls.append(1)
-        return flex_attend(*args)
-    flex_attend = transformer.flex_attend
-    monkeypatch.setattr(transformer, "flex_attend", counted)
-    return calls
 
 
 CASES = {"bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)), "mdlm": (mdlm, mdlm.MDLMConfig(MASK)),

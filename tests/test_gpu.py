@@ -17,7 +17,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import ar
 import bd3lm
 import mdlm
-import model as transformer
 import setdiffusion as sd
 from model import static_decoding
 from helpers import MASK, METHODS, Jitter, left_padded, naive_generate, tiny_model
@@ -91,18 +90,6 @@ def losses_of(run, timeout=600) -> list:
 FLEX = {"ar": (ar, ar.ARConfig(MASK)), "mdlm": (mdlm, mdlm.MDLMConfig(MASK)),
         "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)),
         "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
-
-
-@pytest.fixture
-def flex_calls(monkeypatch):
-    """Counts the model's FlexAttention calls."""
-    calls, flex_attend = [], transformer.flex_attend
-
-    def counted(*args):
-        calls.append(1)
-        return flex_attend(*args)
-    monkeypatch.setattr(transformer, "flex_attend", counted)
-    return calls
 
 
 def loss_and_grads(model, mod, batch, flex: bool, dtype) -> list:
