@@ -76,6 +76,17 @@ def leftovers(out) -> list[str]:
     return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
 
 
+def write_runs(folder, runs) -> list[str]:
+    """Each run (an eval.py --json object) as folder/<k>.json, numbered on from the files already there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    start = len(os.listdir(folder))
+    paths = [str(folder / f"{start + i}.json") for i in range(len(runs))]
+    for path, run in zip(paths, runs):
+        with open(path, "w") as f:
+            json.dump(run, f)
+    return paths
+
+
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

@@ -22,7 +22,7 @@ import torch
 import train
 from common import saving
 from data import byte_tokenizer, corpus, textfile
-from helpers import ROOT, TINY, error_of, leftovers, snapshot
+from helpers import ROOT, TINY, error_of, leftovers, snapshot, write_runs
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
@@ -214,10 +214,7 @@ def test_paper_results_never_writes_over_an_input(tmp_path):
     line before anything is written; T.MD is a table name too."""
     pytest.importorskip("matplotlib")
     from paper import results
-    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
-    for path in (a, b):
-        with open(path, "w") as f:
-            json.dump({**SAMPLED, "gen_ppl": 9.0}, f)
+    a, b = write_runs(tmp_path, [{**SAMPLED, "gen_ppl": 9.0}] * 2)
     (tmp_path / "t.md").symlink_to(a)
     (tmp_path / "p.png").symlink_to(b)
     before = snapshot(tmp_path)

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from helpers import write_runs
 from paper import results
 
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -19,15 +20,11 @@ def test_pareto_panels_put_a_far_lower_method_apart_and_plot_accuracy_against_to
     del curves["mdlm"]
     assert results.pareto_panels(curves) == [["ar", "bd3lm", "setdiffusion"]]
     pytest.importorskip("matplotlib")
-    paths = []
-    for model, acc in (("ar", 0.99), ("mdlm", 0.01), ("setdiffusion", 0.98)):
-        for tau, tps in ((math.inf, 1.0), (0.9, 3.0)):
-            if model == "ar" and tau != math.inf:
-                continue
-            p = tmp_path / f"{model}-{tau}.json"
-            p.write_text(json.dumps({"task": "arith", "model": model, "ckpt": f"out/{model}",
-                                     "threshold": tau, "accuracy": acc, "tokens_per_step": tps, "n": 500}))
-            paths.append(str(p))
+    paths = write_runs(tmp_path, [
+        {"task": "arith", "model": model, "ckpt": f"out/{model}", "threshold": tau, "accuracy": acc,
+         "tokens_per_step": tps, "n": 500}
+        for model, acc in (("ar", 0.99), ("mdlm", 0.01), ("setdiffusion", 0.98))
+        for tau, tps in ((math.inf, 1.0), (0.9, 3.0)) if model != "ar" or tau == math.inf])
     fig = drawn_figure(monkeypatch, lambda: results.summarize(paths, str(tmp_path / "t.md"),
                                                                str(tmp_path / "p.png")))
     panels = [(ax.get_xlabel(), ax.get_ylabel(), len(ax.lines)) for ax in fig.axes]
@@ -81,20 +78,14 @@ def test_generation_plot_names_corpus_scorer_and_seeds_and_puts_tau_on_the_axis(
     pytest.importorskip("matplotlib")
     paths = []
     for seed in ("shakes", "shakes-s2"):
-        d = tmp_path / seed
-        d.mkdir()
-        for model, taus in (("ar", [math.inf]), ("setdiffusion", [math.inf, 0.5])):
-            for tau in taus:
-                p = d / f"{model}-{tau}.json"
-                p.write_text(json.dumps({
-                    "task": "unconditional", "model": model, "ckpt": f"out/{seed}/{model}", "threshold": tau,
-                    "gen_ppl": 5.0, "entropy": 3.0, "tokens_per_step": 1.1, "tokens_per_s": 100.0, "n": 20,
-                    "ref_ckpt": f"out/{seed}/ar"}))
-                paths.append(str(p))
-        p = d / "ar-nll.json"
-        p.write_text(json.dumps({"task": "likelihood", "model": "ar", "ckpt": f"out/{seed}/ar", "nll": 1.5,
-                                 "perplexity": 4.5, "tokens": 10, "data": "shakespeare"}))
-        paths.append(str(p))
+        paths += write_runs(tmp_path / seed, [
+            *({"task": "unconditional", "model": model, "ckpt": f"out/{seed}/{model}", "threshold": tau,
+               "gen_ppl": 5.0, "entropy": 3.0, "tokens_per_step": 1.1, "tokens_per_s": 100.0, "n": 20,
+               "ref_ckpt": f"out/{seed}/ar"} for model, taus in (("ar", [math.inf]), ("setdiffusion",
+                                                                                    [math.inf, 0.5]))
+              for tau in taus),
+            {"task": "likelihood", "model": "ar", "ckpt": f"out/{seed}/ar", "nll": 1.5, "perplexity": 4.5,
+             "tokens": 10, "data": "shakespeare"}])
     fig = drawn_figure(monkeypatch, lambda: results.generation(paths, str(tmp_path / "g.md"),
                                                                 str(tmp_path / "g.png")))
     heading = fig._suptitle.get_text()
@@ -106,27 +97,17 @@ def test_generation_plot_names_corpus_scorer_and_seeds_and_puts_tau_on_the_axis(
     assert ylabels == ["generative perplexity, lower is better", "tokens per step"]
 
 
-def sweep_run(folder, name, smax, infill, task, **metrics):
-    """One eval.py --json file of the smax sweep, as eval.py writes it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    kind = metrics.get("span", f"{metrics.get('threshold', 'x')}")
-    path = folder / f"{name}-{task}-{kind}.json"
-    path.write_text(json.dumps({"task": task, "model": "setdiffusion", "ckpt": f"out/{folder.name}/{name}",
-                                "method_config": {"smax": smax, "infill": infill}, **metrics}))
-    return str(path)
-
-
 def test_smax_sweep_table_merges_seeds_and_orders_by_smax(tmp_path, monkeypatch):
     paths = []
     for seed, acc in (("s1", 0.98), ("s2", 0.96)):
         for name, smax, infill in (("sd32", 32, 0.0), ("sd8", 8, 0.0), ("sd8-infill", 8, 0.5)):
-            d = tmp_path / seed
-            paths += [sweep_run(d, name, smax, infill, "arith", threshold=math.inf, accuracy=acc,
-                                tokens_per_step=1.0),
-                      sweep_run(d, name, smax, infill, "arith", threshold=0.9, accuracy=acc - 0.01,
-                                tokens_per_step=3.5),
-                      sweep_run(d, name, smax, infill, "likelihood", nll=0.03, perplexity=1.03, tokens=10),
-                      sweep_run(d, name, smax, infill, "infill", span="number", exact=0.1 + infill)]
+            run = {"model": "setdiffusion", "ckpt": f"out/{seed}/{name}",
+                   "method_config": {"smax": smax, "infill": infill}}
+            paths += write_runs(tmp_path / seed, [
+                {**run, "task": "arith", "threshold": math.inf, "accuracy": acc, "tokens_per_step": 1.0},
+                {**run, "task": "arith", "threshold": 0.9, "accuracy": acc - 0.01, "tokens_per_step": 3.5},
+                {**run, "task": "likelihood", "nll": 0.03, "perplexity": 1.03, "tokens": 10},
+                {**run, "task": "infill", "span": "number", "exact": 0.1 + infill}])
     saved = []
     monkeypatch.setattr(results, "save_figure", lambda fig, out: saved.append(fig))
     text = results.sweep(paths, str(tmp_path / "smax.md"), str(tmp_path / "smax.png") if HAS_MPL else None)

@@ -2,7 +2,6 @@
 == the NLL by hand), the default task, unconditional samples' generative perplexity (== exp of the reference
 AR's mean NLL, computed here) and entropy, the --generation table, a bad --ref-ckpt one line."""
 import importlib.util
-import json
 import math
 import os
 
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 from common import checkpoint
 import eval as evaluate
 from data import byte_tokenizer, textfile
-from helpers import METHODS, error_of, eval_json, random_checkpoint
+from helpers import METHODS, error_of, eval_json, random_checkpoint, write_runs
 from paper import generation, results
 
 TOK = byte_tokenizer()
@@ -120,15 +119,6 @@ def test_bad_input_to_eval_of_a_corpus_checkpoint_is_one_line(corpus_ckpts, tmp_
 
 
 # ----------------------------------------------------------------------------- the table
-
-def write_runs(folder, runs) -> list[str]:
-    folder.mkdir(exist_ok=True)
-    paths = [str(folder / f"{i}.json") for i in range(len(runs))]
-    for path, r in zip(paths, runs):
-        with open(path, "w") as f:
-            json.dump(r, f)
-    return paths
-
 
 def likelihood(model, ckpt, nll):
     return {"task": "likelihood", "model": model, "ckpt": ckpt, "nll": nll, "perplexity": math.exp(nll),
