@@ -9,7 +9,7 @@ from common import threads  # before torch: the scripts' short OpenMP spin (comm
 
 import pytest
 
-from helpers import METHODS, TINY, random_checkpoint, text_checkpoints
+from helpers import METHODS, TINY, YORK, random_checkpoint, text_checkpoints
 
 threads.set_threads(0)           # as the scripts: the cores other jobs leave free
 # read when huggingface_hub and datasets are imported (after this): nothing is downloaded, nothing waits
@@ -74,8 +74,6 @@ def random_ckpts(tmp_path_factory):
 def corpus_ckpts(tmp_path_factory):
     """A tiny text (richard.txt, ~2.4 kB), its token cache and one checkpoint per method trained on it (3
     steps, context 32): what test_shakespeare_eval.py, test_sample_corpus.py and test_harness.py read."""
-    text = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
-                   for i in range(30))
-    return text_checkpoints(tmp_path_factory, "richard.txt", text, [
+    return text_checkpoints(tmp_path_factory, "richard.txt", "".join(YORK[:30]), [
         "--n-layer", "1", "--n-embd", "32", "--n-head", "2", "--batch-size", "4", "--eval-limit", "2",
         "--warmup", "2", "--seq-len", "32", "--max-iters", "3", "--seed", "1"])

@@ -106,6 +106,9 @@ def random_checkpoint(path, method="ar", vocab=258, n_embd=32, seed=0, tokenizer
     return str(path)
 
 
+# the lines of a tiny text corpus (~80 bytes each): conftest's corpus_ckpts (30), test_fsdp.py's runs (40)
+YORK = [f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
+        for i in range(40)]
 STORY = ["Ann found a cat.", "It was hungry.", "She fed it fish.", "The cat purred.", "Ann kept the cat."]
 
 

@@ -10,10 +10,8 @@ import torch
 
 from common import checkpoint
 import train
-from helpers import ROOT, error_of
+from helpers import ROOT, YORK, error_of
 
-TEXT = "".join(f"{i}. Now is the winter of our discontent made glorious summer by this sun of York;\n"
-               for i in range(40))
 TINY = ["--model", "setdiffusion", "--n-layer", "2", "--n-embd", "32", "--n-head", "2", "--batch-size", "2",
         "--eval-limit", "2", "--max-new-tokens", "8", "--warmup", "1", "--seq-len", "32"]
 
@@ -36,7 +34,7 @@ def finished(run) -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("fsdp")
-    (d / "york.txt").write_text(TEXT)
+    (d / "york.txt").write_text("".join(YORK))
     ddp, fsdp = torchrun(d, "ddp", "--max-iters", "3"), torchrun(d, "fsdp2", "--max-iters", "2", "--fsdp")
     out = finished(ddp)                                                          # side by side
     assert "FSDP2" not in out and "validation NLL" in out and "sharded over 2 processes" in finished(fsdp)
