@@ -76,6 +76,19 @@ def leftovers(out) -> list[str]:
     return sorted(n for n in os.listdir(parent) if n.startswith(name + ".") and n != name + ".lock")
 
 
+def killed_in_step(monkeypatch, step: int):
+    """Set Diffusion's loss raises KeyboardInterrupt in training step `step`: a run killed there."""
+    import setdiffusion as sd
+    calls, loss = [], sd.loss
+
+    def killed(*a, **k):
+        calls.append(1)
+        if len(calls) == step:
+            raise KeyboardInterrupt
+        return loss(*a, **k)
+    monkeypatch.setattr(sd, "loss", killed)
+
+
 def write_runs(folder, runs) -> list[str]:
     """Each run (an eval.py --json object) as folder/<k>.json, numbered on from the files already there."""
     folder.mkdir(parents=True, exist_ok=True)

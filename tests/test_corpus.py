@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 from common import checkpoint
-import setdiffusion as sd
 import train
 from data import byte_tokenizer, corpus, get_corpus, is_corpus, shakespeare, textfile
-from helpers import TINY, error_of
+from helpers import TINY, error_of, killed_in_step
 
 LINES = ["To be, or not to be, that is the question:", "Whether 'tis nobler in the mind to suffer",
          "The slings and arrows of outrageous fortune,", "Or to take arms against a sea of troubles",
@@ -82,14 +81,7 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
     another run."""
     args = ["--model", "setdiffusion", "--max-iters", "6", "--save-every", "3", "--ema", "0.9"]
     full = run_train(tmp_path / "a", text_file, *args)
-    calls, loss = [], sd.loss
-
-    def interrupted(*a, **k):
-        calls.append(1)
-        if len(calls) == 5:
-            raise KeyboardInterrupt
-        return loss(*a, **k)
-    monkeypatch.setattr(sd, "loss", interrupted)
+    killed_in_step(monkeypatch, 5)
     with pytest.raises(KeyboardInterrupt):
         run_train(tmp_path / "b", text_file, *args)
     monkeypatch.undo()

@@ -17,9 +17,8 @@ import torch
 import ar
 from common import methods, saving
 import eval as evaluate
-import setdiffusion as sd
 import train
-from helpers import ROOT, TINY, usage_error
+from helpers import ROOT, TINY, killed_in_step, usage_error
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
@@ -37,14 +36,7 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
     assert run_train(tmp_path / "b", *args, "--keep-every", "2") == plain
     kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
     assert all(saving.step_of(str(d)) == k and not (d / "train_state.pt").exists() for k, d in kept.items())
-    calls, loss = [], sd.loss
-
-    def stopped(*a, **k):                               # the same run, saved at step 2, stopped in step 3
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return loss(*a, **k)
-    monkeypatch.setattr(sd, "loss", stopped)
+    killed_in_step(monkeypatch, 3)                      # the same run, saved at step 2, stopped in step 3
     with pytest.raises(KeyboardInterrupt):
         run_train(tmp_path / "c", *args, "--save-every", "2")
     for d, same in ((kept[2], tmp_path / "c" / "ckpt"), (kept[4], tmp_path / "b" / "ckpt")):
