@@ -57,6 +57,35 @@ def test_init_from_a_snapshot_records_where_the_run_started(sources, tmp_path):
     assert snapshot(sources) == before
 
 
+def test_a_fine_tuning_run_resumes_exactly_without_its_source_and_never_starts_from_its_own_folder(
+        sources, tmp_path):
+    """--resume builds the run from its own checkpoint, not from --init-from's (moved away after step 1):
+    1 step then 1 resumed equals 2 uninterrupted, every tensor; resumed without its --init-from, that is named
+    first; --init-from naming this run's --out-dir (its first save would replace it) is one line."""
+    from safetensors.torch import load_file
+    src, part, whole = (str(tmp_path / d) for d in ("src", "part", "whole"))
+    shutil.copytree(sources / "ar", src)
+    flags = ["--model", "mdlm", "--init-from", src, *TINY, "--max-iters"]
+    train.main([*flags, "2", "--out-dir", whole])
+    train.main([*flags, "1", "--out-dir", part])
+    os.rename(src, tmp_path / "moved")
+    train.main([*flags, "2", "--out-dir", part, "--resume"])
+    a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (whole, part))
+    assert [k for k in a if not torch.equal(a[k], b[k])] == [] and a.keys() == b.keys()
+    assert json.loads(open(os.path.join(part, "config.json")).read())["init_from"]["path"] == src
+    assert error_of(train.main, ["--model", "mdlm", "--max-iters", "3", "--out-dir", part, "--resume"]) \
+        .startswith(f"error: --resume: {part} holds another run (run.init_from: '{src}' in the checkpoint, "
+                    "'' from the flags; model.")
+    before = snapshot(whole)
+    assert error_of(train.main, ["--model", "mdlm", "--init-from", whole, "--out-dir", whole]) == (
+        f"error: --init-from {whole} is this run's --out-dir, whose first save replaces the weights it "
+        "starts from: to continue that run, pass --resume with the flags that wrote it; to start another "
+        "from it, choose another --out-dir")
+    assert snapshot(whole) == before
+
+
+GIVE = ("give a folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
+        "(Hub id or folder)")
 SHAPE = ": the shape comes from --init-from, so drop the shape flags (or start from a model of that shape)"
 IDS = "the same ids would be other tokens; pass --tokenizer"
 
@@ -77,12 +106,23 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
                   "folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
                   "(Hub id or folder)"),
     ("missing", [], "--init-from {src}: no such directory, and not a Hugging Face repo id (org/name)"),
+    ("file", [], "--init-from {src}: not a directory (a file): give a model's folder or a Hugging Face repo "
+                 "id (org/name)"),
+    ("gsm8k:setdlm-smax8", [], "--init-from {src} is a released checkpoint, which --init-from does not take: "
+                               f"{GIVE}, e.g. the Qwen3 it was fine-tuned from (eval.py --ckpt {{src}} "
+                               "evaluates it)"),
+    ("released", [], "--init-from {src}: not a Qwen3 config: model_type='bd3lm', architectures=['SetDLM']: "
+                     + GIVE),
+    ("damaged", [], "cannot read the checkpoint at {src}: {src}/model.safetensors is damaged or not a "
+                    "safetensors file (Error while deserializing header: incomplete metadata, file not fully "
+                    "covered): write or download it again"),
 ])
 def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources, tmp_path, monkeypatch,
                                                                          source, flags, message):
     """Before any data is encoded: no folder for the new run, the source as it was."""
     monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
-    src = str(sources / source) if source in ("ar", "setdiffusion") else str(tmp_path / source)
+    src = str(sources / source) if source in ("ar", "setdiffusion") else source if ":" in source else \
+        str(tmp_path / source)
     if source == "qwen3":                           # only a config.json: a refusal reads no weights
         os.makedirs(src)
         write_json(os.path.join(src, "config.json"), {
@@ -95,6 +135,14 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
         write_json(os.path.join(src, "config.json"), {**config, "tokenizer": "gpt2"})
     elif source == "empty":
         os.makedirs(src)
+    elif source == "file":
+        open(src, "w").close()
+    elif source == "released":                      # a released checkpoint's folder (pretrained.fetch's)
+        os.makedirs(src)
+        write_json(os.path.join(src, "config.json"), {"architectures": ["SetDLM"], "model_type": "bd3lm"})
+    elif source == "damaged":                       # cut short: found before any data is encoded
+        shutil.copytree(sources / "ar", src)
+        os.truncate(os.path.join(src, "model.safetensors"), 5000)
     before = snapshot(sources)
     out = tmp_path / "o"
     got = error_of(train.main, ["--model", "setdiffusion", "--init-from", src, *flags, "--max-iters", "1",
