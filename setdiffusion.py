@@ -148,7 +148,7 @@ def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None
 
 def order(x0, smax: int, prompt_mask, pad_mask, generator=None, span=None):
     """sigma (B, L): the prompt first in its own order, targets by decreasing T, padding last. span (B, L): an
-    infilling order (the last section), those targets after every other target.
+    infilling order (the --infill section), those targets after every other target.
 
     Descending, because T is the time a position gets *masked* going forward: generation runs time backwards,
     so the last position to be masked (largest T, the leftmost, loc is largest there) is the first revealed.
@@ -207,7 +207,7 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
 def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None, span=None):
     """-log p of every target under one sampled order: nll (B, n) (0 off counted targets) and the counted
     targets (B, n), both in sigma order over the ranks that hold a target in some row. `exclude` (B, L):
-    targets kept in the order but not counted. span (B, L): infilling rows (the last section)."""
+    targets kept in the order but not counted. span (B, L): infilling rows (the --infill section)."""
     prompt_mask, pad_mask, _ = defaults(x0, prompt_mask, pad_mask)
     prompt_mask = prompt_mask if span is None else prompt_mask & ~span           # a span's prompt is a target
     target = ~(prompt_mask | pad_mask)
@@ -236,7 +236,7 @@ def nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, gen
 def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None):
     """Any-order AR cross-entropy over one staggered order: mean over each sequence's targets, then batch.
     cfg.infill > 0 (not the paper): that fraction of rows in an infilling order instead (infill_span), or with
-    cfg.infill_added as well (added_rows). The last section."""
+    cfg.infill_added as well (added_rows): the --infill section."""
     prompt_mask, pad_mask, _ = defaults(x0, prompt_mask, pad_mask)
     span = infill_span(pad_mask, cfg.infill, generator, cfg.infill_len) if cfg.infill > 0 else None
     if span is not None and cfg.infill_added:
