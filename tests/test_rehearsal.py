@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from helpers import error_of, snapshot
 from paper import rehearse, standins
 
 # target -> its variables here beside the rehearsal's (rehearse.TARGETS): one or two checkpoints of each list,
@@ -162,6 +163,37 @@ def test_the_folder_is_never_one_it_did_not_build(tmp_path):
     (tmp_path / "r" / "stale").write_text("")
     rehearse.prepare(str(tmp_path / "r"))                        # its own: emptied and built again
     assert not (tmp_path / "r" / "stale").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nosuch"], "unknown target 'nosuch': choose from " + ", ".join(rehearse.TARGETS)),
+    (["--print", "nosuch"], "unknown target 'nosuch': choose from " + ", ".join(rehearse.TARGETS)),
+    (["--print", "reproduce-gsm8k", "GSM8K_TAU=inf"], "GSM8K_TAU=inf: the Makefile and paper/reproduce.mk "
+     "read no variable 'GSM8K_TAU' (it would do nothing): check its spelling"),
+    (["reproduce-gsm8k", "=inf"], "=inf: the Makefile and paper/reproduce.mk read no variable '' (it would "
+     "do nothing): check its spelling"),
+    (["--dir", "{d}/file"], "--dir {d}/file is a file or a link to no folder: give a new or an empty folder"),
+    (["--dir", "{d}/loop"], "--dir {d}/loop is a file or a link to no folder: give a new or an empty folder"),
+    (["--dir", "{d}/file/r"], "cannot write the rehearsal folder {d}/file/r (Not a directory): give another "
+                              "--dir"),
+    (["--dir", "{d}/mine"], "--dir {d}/mine exists and is not a rehearsal folder: give a new or an empty "
+                            "folder"),
+    (["--dir", "{d}/busy"], "another rehearsal is running in {d}/busy: wait for it, or give another --dir"),
+])
+def test_bad_input_is_one_line_and_touches_nothing(tmp_path, monkeypatch, argv, message):
+    """Before any stand-in is built: what is in the way stays as it was (a file, your folder, a link, the
+    folder of a rehearsal that is running)."""
+    monkeypatch.setattr(standins, "build", lambda *a: pytest.fail("got as far as building the stand-ins"))
+    (tmp_path / "file").write_text("keep")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    held = []
+    rehearse.prepare(str(tmp_path / "busy"), held)
+    before = snapshot(tmp_path)
+    got = error_of(rehearse.main, [a.format(d=tmp_path) for a in argv])
+    assert got == "error: " + message.format(d=tmp_path)
+    assert snapshot(tmp_path) == before
 
 
 # ----------------------------------------------------------------------------- the stand-ins' formats
