@@ -180,14 +180,15 @@ def qwen3_start(path: str) -> dict:
     try:
         with open(os.path.join(d, "config.json")) as f:
             hf = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:              # RecursionError: nested too deep
         raise ValueError(f"--init-from {path}: no checkpoint there ({type(e).__name__} reading "
                          f"config.json): {GIVE}") from None
     if isinstance(hf, dict) and "method" in hf:
         raise ValueError(f"--init-from {path}: its config.json is train.py's, but no model.safetensors is "
                          f"beside it: give a complete checkpoint (a save killed half-way leaves none)")
     if not isinstance(hf, dict):
-        raise ValueError(f"--init-from {path}: config.json holds {type(hf).__name__}, not a model config")
+        raise ValueError(f"--init-from {path}: config.json holds {type(hf).__name__}, not a model config: "
+                         f"{GIVE}")
     try:
         model = qwen3_config(hf)
     except ValueError as e:                        # a released checkpoint's, another architecture's
@@ -263,7 +264,11 @@ def start_from(args, tok, seq_len) -> dict:
             raise ValueError(f"--init-from {args.init_from} is a released checkpoint, which --init-from does "
                              f"not take: {GIVE}, e.g. the Qwen3 it was fine-tuned from (eval.py --ckpt "
                              f"{args.init_from} evaluates it)")
-    if d is not None and checkpoint.ours_on_disk(d):
+    try:
+        ours = d is not None and checkpoint.ours_on_disk(d)
+    except RecursionError:                        # a config.json nested too deep: qwen3_start's one line
+        ours = False
+    if ours:
         with open(os.path.join(d, "config.json")) as f:
             config = schema.check_config(json.load(f), os.path.join(d, "config.json"))
         start = {**our_start(args.init_from, config), "dir": d}

@@ -115,7 +115,7 @@ def step_of(d: str) -> int:
         with open(os.path.join(d, "config.json")) as f:
             step = json.load(f).get("step", 0)
         return step if isinstance(step, int) else 0
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):     # unreadable: the oldest
         return -1
 
 

@@ -113,6 +113,8 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
                                "evaluates it)"),
     ("released", [], "--init-from {src}: not a Qwen3 config: model_type='bd3lm', architectures=['SetDLM']: "
                      + GIVE),
+    ("deep", [], "--init-from {src}: no checkpoint there (RecursionError reading config.json): " + GIVE),
+    ("null", [], "--init-from {src}: config.json holds NoneType, not a model config: " + GIVE),
     ("damaged", [], "cannot read the checkpoint at {src}: {src}/model.safetensors is damaged or not a "
                     "safetensors file (Error while deserializing header: incomplete metadata, file not fully "
                     "covered): write or download it again"),
@@ -140,6 +142,10 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
     elif source == "released":                      # a released checkpoint's folder (pretrained.fetch's)
         os.makedirs(src)
         write_json(os.path.join(src, "config.json"), {"architectures": ["SetDLM"], "model_type": "bd3lm"})
+    elif source in ("deep", "null"):                # a config.json nested too deep (beside weights), or null
+        shutil.copytree(sources / "ar", src) if source == "deep" else os.makedirs(src)
+        text = "[" * 10**5 + "]" * 10**5 if source == "deep" else "null"
+        open(os.path.join(src, "config.json"), "w").write(text)
     elif source == "damaged":                       # cut short: found before any data is encoded
         shutil.copytree(sources / "ar", src)
         os.truncate(os.path.join(src, "model.safetensors"), 5000)
