@@ -129,9 +129,14 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
     """Before training with --keep-every `every` (steps start+1 .. max_iters): each <out_dir>-stepN this run
     will write must be absent or a checkpoint folder of train.py's, as --out-dir must; and no snapshot there
     may be another run's (config.json's run: another seed, lr, ...), whose steps would mix with this run's
-    in one learning curve. A ValueError of one line names the folder and what to do; nothing is touched."""
+    in one learning curve; and `every` must keep one (a multiple of it among the steps). A ValueError of one
+    line names the folder and what to do; nothing is touched."""
     if not every:
         return
+    if max_iters // every == start // every:       # no snapshot at all: the flag would do nothing
+        raise ValueError(f"--keep-every {every} keeps no snapshot: this run trains steps {start + 1} to "
+                         f"{max_iters} (--max-iters), none a multiple of {every}: lower --keep-every, or "
+                         f"drop it")
     for n, path in sorted(snapshots(out_dir).items()):
         real = saving.resolved(path)
         why = saving.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
