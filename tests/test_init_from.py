@@ -1,6 +1,7 @@
 """train.py --init-from our own checkpoints: any method's transformer (a training folder or a --keep-every
 snapshot) starts any other method's run exactly, config.json records where it started, and what cannot
 carry over is one line before any training; make finetune-mini's table."""
+import fcntl
 import json
 import os
 import shutil
@@ -115,6 +116,9 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
                      + GIVE),
     ("deep", [], "--init-from {src}: no checkpoint there (RecursionError reading config.json): " + GIVE),
     ("null", [], "--init-from {src}: config.json holds NoneType, not a model config: " + GIVE),
+    ("running", [], "--init-from {src} is being written by a running train.py (it holds {src}.lock): its "
+                    "saves replace the weights as they are read; start from one of its --keep-every snapshots "
+                    "({src}-stepN), or when it has ended"),
     ("damaged", [], "cannot read the checkpoint at {src}: {src}/model.safetensors is damaged or not a "
                     "safetensors file (Error while deserializing header: incomplete metadata, file not fully "
                     "covered): write or download it again"),
@@ -146,6 +150,10 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
         shutil.copytree(sources / "ar", src) if source == "deep" else os.makedirs(src)
         text = "[" * 10**5 + "]" * 10**5 if source == "deep" else "null"
         open(os.path.join(src, "config.json"), "w").write(text)
+    elif source == "running":                       # a copy of ar and the lock its train.py would hold
+        shutil.copytree(sources / "ar", src)
+        held = open(src + ".lock", "a")              # open until the test ends
+        fcntl.flock(held, fcntl.LOCK_EX)
     elif source == "damaged":                       # cut short: found before any data is encoded
         shutil.copytree(sources / "ar", src)
         os.truncate(os.path.join(src, "model.safetensors"), 5000)
