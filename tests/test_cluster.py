@@ -193,6 +193,10 @@ def test_the_recipes_global_batches_are_the_makefiles():
     (JOB, ["--", "--model", "ar", "--batch-szie", "8"], "train.py's arguments: unrecognized arguments: "
                                                         "--batch-szie"),
     (JOB, [], "give train.py's arguments after --"),
+    (JOB, ["--", "--model", "ar", "--data", "owt", "--batch-size", "0"], "train.py's arguments: --batch-size "
+                                                                         "must be at least 1, got 0"),
+    (JOB, ["--", "--model", "ar", "--data", "owt", "--grad-accum", "0"], "train.py's arguments: --grad-accum "
+                                                                         "must be at least 1, got 0"),
     ({**JOB, "SLURM_JOB_NODELIST": "node[1-100000000]"}, ["--", "--model", "ar"],
      "SLURM_JOB_NODELIST='node[1-100000000]' names 100000000 hosts, but SLURM_JOB_NUM_NODES=2"),
     (JOB, ["--", "--model", "ar", "--data", "gsm8k", "--batch-size", "1"],
