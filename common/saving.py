@@ -217,7 +217,8 @@ def claim(out_dir: str, resume: bool, lock: bool = True):
     write (any config.json that fails check_config, whatever the file names) or a link that leads nowhere; an
     unwritable place fails here, not at the first save. A symlinked out_dir is locked and written through the
     real path. Returns the open lock file: keep it open while training. lock=False (train.py --no-lock, for a
-    file system without locks) only opens it: the user keeps other runs off out_dir."""
+    file system without locks) trains on where locking fails (the user keeps other runs off out_dir); where
+    it works, a train.py holding it is still refused."""
     d = resolved(out_dir)
     if os.path.islink(d):
         raise ValueError(f"--out-dir {out_dir} is a symbolic link that leads to no folder (a loop?): choose "
@@ -237,15 +238,16 @@ def claim(out_dir: str, resume: bool, lock: bool = True):
         raise ValueError(f"cannot write checkpoints to --out-dir {d}: {e.strerror or e}") from None
     try:
         import fcntl
-        if lock:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except ImportError:                                  # no fcntl (Windows): no lock
         pass
-    except BlockingIOError:
+    except BlockingIOError:                              # with --no-lock too: a lock that works is held
         held.close()
         raise ValueError(f"another train.py is writing {d} (it holds {d}.lock): wait for it to finish, or "
                          f"choose another --out-dir") from None
     except OSError as e:                                 # ENOLCK, EOPNOTSUPP: NFS without lockd, Lustre
+        if not lock:
+            return held                                  # --no-lock: the user keeps other runs off out_dir
         held.close()
         raise ValueError(f"{d}.lock cannot be locked on this file system ({e.strerror}), so train.py cannot "
                          f"keep a second run off {d}: choose an --out-dir on a file system with locks, or "

@@ -273,6 +273,7 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
         saving.claim(out, resume=False)
     assert str(e.value) == busy
     assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out]) == "error: " + busy
+    assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out, "--no-lock"]) == "error: " + busy
     lock.close()
     assert error_of(train.main, [*SD, "--max-iters", "1", "--max-new-tokens", "999", "--out-dir", out]) == \
         f"error: --max-new-tokens 999 is more than the sequence length {SEQ_LEN}"     # after the claim
