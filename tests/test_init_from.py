@@ -117,8 +117,8 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
     ("deep", [], "--init-from {src}: no checkpoint there (RecursionError reading config.json): " + GIVE),
     ("null", [], "--init-from {src}: config.json holds NoneType, not a model config: " + GIVE),
     ("running", [], "--init-from {src} is being written by a running train.py (it holds {src}.lock): its "
-                    "saves replace the weights as they are read; start from one of its --keep-every snapshots "
-                    "({src}-stepN), or when it has ended"),
+                    "saves replace the weights as they are read; start from one of its --keep-every "
+                    "snapshots ({src}-stepN), or when it has ended"),
     ("damaged", [], "cannot read the checkpoint at {src}: {src}/model.safetensors is damaged or not a "
                     "safetensors file (Error while deserializing header: incomplete metadata, file not fully "
                     "covered): write or download it again"),

@@ -88,8 +88,8 @@ CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused befor
                                + NOT_OURS.format("it is a file, not a folder")),
     ("run4", "--keep-every 1", "--keep-every 1 writes step 1 to {t}/run4-step1, "
                                + NOT_OURS.format("it leads into {t}/missing, which does not exist")),
-    ("run5", "--keep-every 2", "--keep-every 2 keeps no snapshot: this run trains steps 1 to 1 (--max-iters), "
-                               "none a multiple of 2: lower --keep-every, or drop it"),
+    ("run5", "--keep-every 2", "--keep-every 2 keeps no snapshot: this run trains steps 1 to 1 "
+                               "(--max-iters), none a multiple of 2: lower --keep-every, or drop it"),
     ("run3", "--keep-every 1 --seed 2", "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the "
      "checkpoint, 2 from the flags), which --keep-every would mix with this run's: move the {t}/run3-step* "
      "folders away, or choose another --out-dir"),
