@@ -37,6 +37,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -136,18 +137,37 @@ def make_variables(target: str, root: str, given: dict) -> dict:
     return {**{k: v.format(data=data) for k, v in TARGETS[target].items()}, **given}
 
 
-def make(work: str, goal: str, variables: dict, **run) -> subprocess.CompletedProcess:
-    """make GOAL in work with these variables, past the GPU check (NEED_GPU=:); make echoes each line."""
-    return subprocess.run(["make", "--no-print-directory", "-C", work, goal, "NEED_GPU=:",
-                           *[f"{k}={v}" for k, v in variables.items()]], **run)
+def make(work: str, goal: str, variables: dict, *makefiles: str, stdin: str | None = None,
+         **popen) -> subprocess.CompletedProcess:
+    """make GOAL in work with these variables, past the GPU check (NEED_GPU=:); make echoes each line. It runs
+    in a process group of its own, ended whole when this process stops first (Ctrl-C, SIGTERM): no command of
+    a target outlives the rehearsal to write into a folder the next one empties. A make that fails with
+    stderr captured is a ValueError (one line: its last error line but make's own)."""
+    argv = ["make", "--no-print-directory", "-C", work, *makefiles, goal, "NEED_GPU=:",
+            *[f"{k}={v}" for k, v in variables.items()]]
+    proc = subprocess.Popen(argv, start_new_session=True, text=True,
+                            stdin=None if stdin is None else subprocess.PIPE, **popen)
+    try:
+        out, err = proc.communicate(stdin)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    if proc.returncode and err is not None:
+        lines = [line.strip() for line in err.splitlines() if line.strip()] or [""]   # make's "***" last
+        last = next((line for line in reversed(lines) if not line.startswith("make")), lines[-1])
+        raise ValueError(f"make {goal} failed ({last[:200]}): check the NAME=VALUE arguments")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def listed_keys(work: str, given: dict) -> list[str]:
     """The released checkpoint keys the targets' lists hold (the Makefile's values, or the given ones)."""
     printer = "print-lists:\n\t@echo " + " ".join(f"$({v})" for v in LISTS) + "\n"
-    proc = subprocess.run(["make", "-s", "--no-print-directory", "-C", work, "-f", "Makefile", "-f", "-",
-                           "print-lists", *[f"{k}={v}" for k, v in given.items()]],
-                          input=printer, capture_output=True, text=True, check=True)
+    proc = make(work, "print-lists", given, "-s", "-f", "Makefile", "-f", "-", stdin=printer,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return sorted(set(proc.stdout.split()))
 
 
@@ -183,7 +203,7 @@ def commands(target: str, work: str, variables: dict) -> list[list[str]]:
                 f.write("#!/bin/sh\n" + text)             # arguments end with \037 (no argument holds one)
             os.chmod(path, 0o755)
         open(log, "w").close()
-        make(work, target, {**variables, "PY": record}, check=True, capture_output=True,
+        make(work, target, {**variables, "PY": record}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
              env={**os.environ, "PATH": f"{tmp}:{os.environ['PATH']}"})
         with open(log) as f:
             return [line.rstrip("\n").split("\037")[:-1] for line in f]
@@ -244,7 +264,14 @@ def main(argv=None) -> int:
     return status
 
 
+def stopped(signum, frame):
+    """SIGTERM (a job scheduler, kill): the running target's process group ended (make), one line."""
+    sys.exit("paper.rehearse: stopped (SIGTERM); what it built stays in its --dir (the next rehearsal there "
+             "empties it)")
+
+
 if __name__ == "__main__":
     from common.cli import run
+    signal.signal(signal.SIGTERM, stopped)
     run(lambda: sys.exit(main()), "paper.rehearse", "what it built stays in its --dir (the next rehearsal "
         "there empties it)")

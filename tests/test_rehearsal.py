@@ -10,8 +10,10 @@ its fix). `make rehearse` runs every target whole, one process per command line.
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -172,6 +174,8 @@ def test_the_folder_is_never_one_it_did_not_build(tmp_path):
      "read no variable 'GSM8K_TAU' (it would do nothing): check its spelling"),
     (["reproduce-gsm8k", "=inf"], "=inf: the Makefile and paper/reproduce.mk read no variable '' (it would "
      "do nothing): check its spelling"),
+    (["--print", "reproduce-gsm8k", "NEED_GPU=echo no GPU here >&2; false"],
+     "make reproduce-gsm8k failed (no GPU here): check the NAME=VALUE arguments"),
     (["--dir", "{d}/file"], "--dir {d}/file is a file or a link to no folder: give a new or an empty folder"),
     (["--dir", "{d}/loop"], "--dir {d}/loop is a file or a link to no folder: give a new or an empty folder"),
     (["--dir", "{d}/file/r"], "cannot write the rehearsal folder {d}/file/r (Not a directory): give another "
@@ -194,6 +198,30 @@ def test_bad_input_is_one_line_and_touches_nothing(tmp_path, monkeypatch, argv, 
     got = error_of(rehearse.main, [a.format(d=tmp_path) for a in argv])
     assert got == "error: " + message.format(d=tmp_path)
     assert snapshot(tmp_path) == before
+
+
+def test_a_stopped_rehearsal_leaves_no_command_of_its_target_running(tmp_path):
+    """Ctrl-C or SIGTERM (rehearse.stopped) in the middle of a target ends the target's whole process group:
+    nothing keeps writing into a folder the next rehearsal empties."""
+    pids = tmp_path / "pids"
+    fake = tmp_path / "py"
+    fake.write_text(f'#!/bin/sh\necho $$ >> {pids}\nexec sleep 30\n')
+    fake.chmod(0o755)
+    rehearse.prepare(str(tmp_path / "r"))
+    old = signal.signal(signal.SIGALRM, rehearse.stopped)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(SystemExit, match="stopped"):
+            rehearse.run_target("reproduce-gsm8k", str(tmp_path / "r"), {"PY": str(fake)})
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    pid = int(pids.read_text().split()[0])
+    for _ in range(50):                             # killed: gone, or a zombie until init reaps it
+        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"the target's command {pid} still runs")
 
 
 # ----------------------------------------------------------------------------- the stand-ins' formats
