@@ -215,6 +215,8 @@ def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path)
     ("no log", "cannot read the training log {d}/ar-scratch-s1.log: No such file or directory"),
     ("no progress", "{d}/ar-scratch-s1.log has no progress line (step N/T | loss X | ...): not the log of a "
                     "train.py run written to a file"),
+    ("no table", "{d}/ar-scratch-s1.json: the first argument is the markdown table to write (OUT.md), then "
+                 "the eval.py --json files: add the table's name first"),
 ])
 def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, message):
     import paper.finetune
@@ -225,9 +227,13 @@ def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, me
         (tmp_path / "ar-scratch-s2-nll.json").write_text('{"nll": 0.5}')
     elif case == "no log":
         os.remove(tmp_path / "ar-scratch-s1.log")
-    else:
+    elif case == "no table":                            # two runs, the table forgotten
+        fake_run(tmp_path, "ar-scratch-s2", 0.5, 1.0, [1.0])
+    elif case == "no progress":
         (tmp_path / "ar-scratch-s1.log").write_text("held-out accuracy 0.500 on 20 problems\n")
     runs = sorted(map(str, tmp_path.glob("*.json")))
-    got = error_of(paper.finetune.main, [str(tmp_path / "t.md"), *runs, "--logs", str(tmp_path)])
+    before = snapshot(tmp_path)
+    table = [] if case == "no table" else [str(tmp_path / "t.md")]        # forgotten: a run is the first
+    got = error_of(paper.finetune.main, [*table, *runs, "--logs", str(tmp_path)])
     assert got == "error: " + message.format(d=tmp_path)
-    assert not os.path.exists(tmp_path / "t.md")
+    assert snapshot(tmp_path) == before
