@@ -68,7 +68,7 @@ def test_a_fine_tuning_run_resumes_exactly_without_its_source_and_never_starts_f
     shutil.copytree(sources / "ar", src)
     flags = ["--model", "mdlm", "--init-from", src, *TINY, "--max-iters"]
     train.main([*flags, "2", "--out-dir", whole])
-    train.main([*flags, "1", "--out-dir", part])
+    train.main([*flags, "1", "--out-dir", part, "--init-from", src + "/"])     # the same folder, spelt src/
     os.rename(src, tmp_path / "moved")
     train.main([*flags, "2", "--out-dir", part, "--resume"])
     a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (whole, part))
