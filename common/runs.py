@@ -274,7 +274,7 @@ def start_from(args, tok, seq_len) -> dict:
     except RecursionError:                        # a config.json nested too deep: qwen3_start's one line
         ours = False
     if ours:
-        if being_written(args.init_from):
+        if saving.locked(args.init_from):
             lock = saving.resolved(args.init_from) + ".lock"
             raise ValueError(f"--init-from {args.init_from} is being written by a running train.py (it holds "
                              f"{lock}): its saves replace the weights as they are read; start from one of "
@@ -286,20 +286,6 @@ def start_from(args, tok, seq_len) -> dict:
         start = qwen3_start(args.init_from)
     check_start(start, tok, seq_len, asked_shape(args))
     return start
-
-
-def being_written(path: str) -> bool:
-    """Whether a train.py is training into folder `path` now: it holds path's lock (saving.claim's; a
-    --keep-every snapshot has none). Opened read-only: no lock file is made."""
-    try:
-        import fcntl
-        with open(saving.resolved(path) + ".lock") as f:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except (OSError, ImportError):                 # no lock file, no locks here (Windows, some NFS)
-        return False
-    return False
 
 
 def asked_shape(args) -> dict:

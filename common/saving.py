@@ -262,6 +262,20 @@ def claim(out_dir: str, resume: bool, lock: bool = True):
     return held
 
 
+def locked(d: str) -> bool:
+    """Whether a train.py trains in folder d now: it holds d.lock (claim's; opened read-only here, so none is
+    made). This process's own --out-dir counts too."""
+    try:
+        import fcntl
+        with open(resolved(d) + ".lock") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except (OSError, ImportError):                       # no lock file, no locks here (Windows, some NFS)
+        return False
+    return False
+
+
 def older_leftovers(d: str) -> list[str]:
     """Notes naming what an older version's interrupted delete left beside d (it renamed a folder to
     <d>.old.deleting or <d>.tmp.deleting first; a symlinked --out-dir left the link itself there). Nothing
@@ -290,6 +304,10 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
         return
     d = resolved(out_dir)
     why = not_ours(d)
+    if train_state is None and locked(d):             # a snapshot's name another train.py trains in
+        raise SaveError(f"cannot save step {config.get('step', '?')} to {d}: another train.py is training "
+                        f"there (it holds {d}.lock), so it is not replaced; this run stops: move that run to "
+                        f"another --out-dir, then --resume this one from its last save in --out-dir, if any")
     if why:                                           # a folder that appeared since train.py started
         raise SaveError(f"cannot save step {config.get('step', '?')} to {d}: it was not written by train.py "
                         f"({why}), so it is not replaced; move it away, then --resume")

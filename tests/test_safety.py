@@ -169,6 +169,11 @@ def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_
     assert str(e.value).startswith(f"cannot save step 4 to {tmp_path}/ck-step4 (No space left on device; ")
     assert str(e.value).endswith("; the run's last checkpoint is in --out-dir: fix this, then --resume")
     assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    held = saving.claim(str(tmp_path / "ck-step5"), resume=False)   # another train.py's --out-dir
+    with pytest.raises(saving.SaveError, match=f"to {tmp_path}/ck-step5: another train.py is training there"):
+        saving.save(str(tmp_path / "ck-step5"), model, {**config, "step": 5})
+    held.close()
 
 
 # -------------------------------------------------------------------------- 2. kills and faults during a save
