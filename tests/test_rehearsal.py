@@ -86,7 +86,7 @@ def rehearsal(tmp_path_factory):
     work = rehearse.prepare(root)
     keys = sorted({k for v in SMALL.values() for name, value in v.items() if name.endswith("_CKPTS")
                    for k in value.split()})
-    standins.build(root, keys)
+    standins.build(root, keys + ["gsm8k:setdlm-smax9", "out/mine"])      # no release: no stand-in, no error
     lines = {t: rehearse.commands(t, work, rehearse.make_variables(t, root, v)) for t, v in SMALL.items()
              if WHISPER or t not in GPT2}
     with open(os.path.join(root, "lines.json"), "w") as f:
