@@ -70,6 +70,14 @@ def setup(args, device, flex: bool = False):
     shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
         check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
+    if start and start["format"] == "ours":  # its eval (EMA) weights, whatever method trained them: a
+        model = checkpoint.load(start["dir"])[0].train()      # damaged file is one line before any data
+    elif start:
+        from common.pretrained import from_pretrained     # a Qwen3's conversion: loaded only for one
+        model = from_pretrained(args.init_from).train()
+    else:
+        torch.manual_seed(args.seed)
+        model = Transformer(ModelConfig(**shape))
     if is_corpus(args.data):
         train = task.load("train", args.data_dir, tok, seq_len)
         task.load("test", args.data_dir, tok, seq_len)            # the validation rows: built, checked now
@@ -77,14 +85,6 @@ def setup(args, device, flex: bool = False):
         examples = task.load("train", args.data_dir)
         check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
         train = encode(tok, examples, seq_len)
-    if start and start["format"] == "ours":           # its eval (EMA) weights, whatever method trained them
-        model = checkpoint.load(start["dir"])[0].train()
-    elif start:
-        from common.pretrained import from_pretrained     # a Qwen3's conversion: loaded only for one
-        model = from_pretrained(args.init_from).train()
-    else:
-        torch.manual_seed(args.seed)
-        model = Transformer(ModelConfig(**shape))
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
     elif args.max_new_tokens > seq_len:

@@ -83,14 +83,19 @@ def gpus_per_node(flag: int, env) -> int:
 
 def parse_train(argv: list[str]):
     """train.py's arguments as train.py reads them (its parser, its defaults), except --grad-accum: None when
-    not given. A bad one is a ValueError (one line), here, before any node starts."""
+    not given. A bad one (or a --batch-size or --grad-accum below 1) is a ValueError (one line), here, before
+    any node starts."""
     p = parser()
     p.set_defaults(grad_accum=None)
 
     def error(message):
         raise ValueError(f"train.py's arguments: {message}")
     p.error = error
-    return parse(argv, p)
+    args = parse(argv, p)
+    for flag, value in (("--batch-size", args.batch_size), ("--grad-accum", args.grad_accum)):
+        if value is not None and value < 1:          # the batch arithmetic below divides by them
+            raise ValueError(f"train.py's arguments: {flag} must be at least 1, got {value}")
+    return args
 
 
 def out_dir_of(argv: list[str]) -> str:
@@ -105,8 +110,6 @@ def with_grad_accum(argv: list[str], global_batch: int, processes: int) -> list[
     if args.grad_accum is not None:
         raise ValueError("--global-batch sets --grad-accum: leave --grad-accum out of the training arguments")
     micro = args.batch_size
-    if micro < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {micro}")
     if global_batch % (processes * micro):
         raise ValueError(f"--global-batch {global_batch} is not a multiple of {processes} processes x "
                          f"--batch-size {micro}: change one of them")

@@ -77,7 +77,8 @@ def check_resume(out_dir: str, config: dict, step: int, max_iters: int):
     method, settings, model, data, seed, optimiser, batch), and --max-iters beyond its step, or it is one line
     naming what differs."""
     d = saving.resolve(out_dir)
-    diff = differences(saved_config(d), config)
+    # the start first: without the run's --init-from, the shape flags' defaults differ too
+    diff = sorted(differences(saved_config(d), config), key=lambda line: not line.startswith("run.init_from"))
     if diff:
         raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that "
                          f"wrote it (see its config.json), or choose another --out-dir")
@@ -128,9 +129,14 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
     """Before training with --keep-every `every` (steps start+1 .. max_iters): each <out_dir>-stepN this run
     will write must be absent or a checkpoint folder of train.py's, as --out-dir must; and no snapshot there
     may be another run's (config.json's run: another seed, lr, ...), whose steps would mix with this run's
-    in one learning curve. A ValueError of one line names the folder and what to do; nothing is touched."""
+    in one learning curve; and `every` must keep one (a multiple of it among the steps). A ValueError of one
+    line names the folder and what to do; nothing is touched."""
     if not every:
         return
+    if max_iters // every == start // every:       # no snapshot at all: the flag would do nothing
+        raise ValueError(f"--keep-every {every} keeps no snapshot: this run trains steps {start + 1} to "
+                         f"{max_iters} (--max-iters), none a multiple of {every}: lower --keep-every, or "
+                         f"drop it")
     for n, path in sorted(snapshots(out_dir).items()):
         real = saving.resolved(path)
         why = saving.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
@@ -154,6 +160,8 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
 # step are the new run's. What the weights cannot serve is refused before any data or weights are read here
 # (check_start); config.json records where the run started (start_record).
 
+GIVE = ("give a folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
+        "(Hub id or folder)")
 SHAPE_FLAGS = {"n_layer": "{} layers", "n_embd": "width {}", "n_head": "{} heads",   # train.py's shape flags
                "n_kv_head": "{} key/value heads"}
 
@@ -177,16 +185,20 @@ def qwen3_start(path: str) -> dict:
     try:
         with open(os.path.join(d, "config.json")) as f:
             hf = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:              # RecursionError: nested too deep
         raise ValueError(f"--init-from {path}: no checkpoint there ({type(e).__name__} reading "
-                         f"config.json): give a folder train.py wrote (--out-dir, or a --keep-every snapshot "
-                         f"OUT-stepN) or a Qwen3 model (Hub id or folder)") from None
+                         f"config.json): {GIVE}") from None
     if isinstance(hf, dict) and "method" in hf:
         raise ValueError(f"--init-from {path}: its config.json is train.py's, but no model.safetensors is "
                          f"beside it: give a complete checkpoint (a save killed half-way leaves none)")
     if not isinstance(hf, dict):
-        raise ValueError(f"--init-from {path}: config.json holds {type(hf).__name__}, not a model config")
-    return {"path": path, "format": "qwen3", "model": qwen3_config(hf), "tokenizer": "qwen3:",
+        raise ValueError(f"--init-from {path}: config.json holds {type(hf).__name__}, not a model config: "
+                         f"{GIVE}")
+    try:
+        model = qwen3_config(hf)
+    except ValueError as e:                        # a released checkpoint's, another architecture's
+        raise ValueError(f"--init-from {path}: {e}: {GIVE}") from None
+    return {"path": path, "format": "qwen3", "model": model, "tokenizer": "qwen3:",
             "seq_len": hf.get("max_position_embeddings")}
 
 
@@ -226,7 +238,10 @@ def check_start(source: dict, tok, seq_len: int, asked: dict):
 
 
 def start_record(source: dict) -> dict:
-    """config.json's "init_from": the path as given and, for our checkpoint, its method, step and data."""
+    """config.json's "init_from": the path as given and, for our checkpoint, its method, step and data (a
+    resumed run keeps its own record)."""
+    if source.get("record"):
+        return source["record"]
     keys = ("path", "format", "method", "step", "data") if source["format"] == "ours" else ("path", "format")
     return {k: source[k] for k in keys}
 
@@ -234,16 +249,47 @@ def start_record(source: dict) -> dict:
 def start_from(args, tok, seq_len) -> dict:
     """--init-from: our checkpoint (any method; a training folder or a --keep-every snapshot) or a Qwen3, read
     without its weights and checked against this run: a tokenizer, shape flags or context the weights cannot
-    serve is one line (check_start)."""
-    d = saving.newest(args.init_from)
-    if d is not None and checkpoint.ours_on_disk(d):
+    serve is one line (check_start). With --resume the run's own checkpoint stands in for it (the train state
+    holds the weights), so a source moved or deleted since never stops a resume; check_resume compares the
+    run's "init_from" with the flag. Without --resume, this run's own --out-dir (whose first save would
+    replace the weights it starts from) and a released checkpoint's key are refused."""
+    own, d = saving.newest(args.out_dir), saving.newest(args.init_from)
+    if args.resume and own is not None:
+        config = saved_config(own)
+        start = {**our_start(args.init_from, config), "dir": own, "record": config.get("init_from")}
+        check_start(start, tok, seq_len, asked_shape(args))
+        return start
+    if os.path.realpath(args.init_from) == os.path.realpath(args.out_dir):
+        raise ValueError(f"--init-from {args.init_from} is this run's --out-dir, whose first save replaces "
+                         f"the weights it starts from: to continue that run, pass --resume with the flags "
+                         f"that wrote it; to start another from it, choose another --out-dir")
+    if d is None and ":" in args.init_from:
+        from common.pretrained import RELEASED
+        if args.init_from in RELEASED:
+            raise ValueError(f"--init-from {args.init_from} is a released checkpoint, which --init-from does "
+                             f"not take: {GIVE}, e.g. the Qwen3 it was fine-tuned from (eval.py --ckpt "
+                             f"{args.init_from} evaluates it)")
+    try:
+        ours = d is not None and checkpoint.ours_on_disk(d)
+    except RecursionError:                        # a config.json nested too deep: qwen3_start's one line
+        ours = False
+    if ours:
+        if saving.locked(args.init_from):
+            lock = saving.resolved(args.init_from) + ".lock"
+            raise ValueError(f"--init-from {args.init_from} is being written by a running train.py (it holds "
+                             f"{lock}): its saves replace the weights as they are read; start from one of "
+                             f"its --keep-every snapshots ({args.init_from}-stepN), or when it has ended")
         with open(os.path.join(d, "config.json")) as f:
             config = schema.check_config(json.load(f), os.path.join(d, "config.json"))
         start = {**our_start(args.init_from, config), "dir": d}
     else:
         start = qwen3_start(args.init_from)
-    defaults = train_args.parser()                  # a shape flag left at its default asks for nothing
-    asked = {k: getattr(args, k) for k in ("preset", *SHAPE_FLAGS)
-             if getattr(args, k) != defaults.get_default(k)}
-    check_start(start, tok, seq_len, asked)
+    check_start(start, tok, seq_len, asked_shape(args))
     return start
+
+
+def asked_shape(args) -> dict:
+    """The shape flags given (a shape flag left at its default asks for nothing)."""
+    defaults = train_args.parser()
+    return {k: getattr(args, k) for k in ("preset", *SHAPE_FLAGS)
+            if getattr(args, k) != defaults.get_default(k)}

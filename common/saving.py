@@ -115,7 +115,7 @@ def step_of(d: str) -> int:
         with open(os.path.join(d, "config.json")) as f:
             step = json.load(f).get("step", 0)
         return step if isinstance(step, int) else 0
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):     # unreadable: the oldest
         return -1
 
 
@@ -217,7 +217,8 @@ def claim(out_dir: str, resume: bool, lock: bool = True):
     write (any config.json that fails check_config, whatever the file names) or a link that leads nowhere; an
     unwritable place fails here, not at the first save. A symlinked out_dir is locked and written through the
     real path. Returns the open lock file: keep it open while training. lock=False (train.py --no-lock, for a
-    file system without locks) only opens it: the user keeps other runs off out_dir."""
+    file system without locks) trains on where locking fails (the user keeps other runs off out_dir); where
+    it works, a train.py holding it is still refused."""
     d = resolved(out_dir)
     if os.path.islink(d):
         raise ValueError(f"--out-dir {out_dir} is a symbolic link that leads to no folder (a loop?): choose "
@@ -237,15 +238,16 @@ def claim(out_dir: str, resume: bool, lock: bool = True):
         raise ValueError(f"cannot write checkpoints to --out-dir {d}: {e.strerror or e}") from None
     try:
         import fcntl
-        if lock:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except ImportError:                                  # no fcntl (Windows): no lock
         pass
-    except BlockingIOError:
+    except BlockingIOError:                              # with --no-lock too: a lock that works is held
         held.close()
         raise ValueError(f"another train.py is writing {d} (it holds {d}.lock): wait for it to finish, or "
                          f"choose another --out-dir") from None
     except OSError as e:                                 # ENOLCK, EOPNOTSUPP: NFS without lockd, Lustre
+        if not lock:
+            return held                                  # --no-lock: the user keeps other runs off out_dir
         held.close()
         raise ValueError(f"{d}.lock cannot be locked on this file system ({e.strerror}), so train.py cannot "
                          f"keep a second run off {d}: choose an --out-dir on a file system with locks, or "
@@ -258,6 +260,20 @@ def claim(out_dir: str, resume: bool, lock: bool = True):
     for line in older_leftovers(d):
         print(line, file=sys.stderr)
     return held
+
+
+def locked(d: str) -> bool:
+    """Whether a train.py trains in folder d now: it holds d.lock (claim's; opened read-only here, so none is
+    made). This process's own --out-dir counts too."""
+    try:
+        import fcntl
+        with open(resolved(d) + ".lock") as f:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except (OSError, ImportError):                       # no lock file, no locks here (Windows, some NFS)
+        return False
+    return False
 
 
 def older_leftovers(d: str) -> list[str]:
@@ -288,6 +304,10 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
         return
     d = resolved(out_dir)
     why = not_ours(d)
+    if train_state is None and locked(d):             # a snapshot's name another train.py trains in
+        raise SaveError(f"cannot save step {config.get('step', '?')} to {d}: another train.py is training "
+                        f"there (it holds {d}.lock), so it is not replaced; this run stops: move that run to "
+                        f"another --out-dir, then --resume this one from its last save in --out-dir, if any")
     if why:                                           # a folder that appeared since train.py started
         raise SaveError(f"cannot save step {config.get('step', '?')} to {d}: it was not written by train.py "
                         f"({why}), so it is not replaced; move it away, then --resume")

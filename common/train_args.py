@@ -121,9 +121,12 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
 
 def parse(argv=None, p: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """train.py's arguments from argv (default sys.argv), with --out-dir's default out/<model> filled in, and
-    a trailing slash dropped (--keep-every's OUT_DIR-stepN is then beside it, not in it)."""
+    a trailing slash dropped (--keep-every's OUT_DIR-stepN is then beside it, not in it; --init-from's, so
+    that --resume names the run's start as it was recorded)."""
     args = (p or parser()).parse_args(argv)
     args.out_dir = os.path.normpath(args.out_dir or os.path.join("out", args.model))   # out/ck/ -> out/ck
+    if args.init_from:                   # one folder, one spelling in config.json's run: out/ar/ -> out/ar
+        args.init_from = os.path.normpath(args.init_from)
     return args
 
 

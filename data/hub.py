@@ -19,6 +19,10 @@ def hub_dir(name_or_path: str, allow_patterns: list) -> str:
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):
         return path
+    if os.path.lexists(path):                    # a file, or a link that leads to no folder (a loop)
+        what = "a link to none" if os.path.islink(path) else "a file"
+        raise FileNotFoundError(f"{name_or_path}: not a directory ({what}): give a model's folder or a "
+                                f"Hugging Face repo id (org/name)")
     if not is_hub_id(name_or_path):
         raise FileNotFoundError(f"{name_or_path}: no such directory, and not a Hugging Face "
                                 f"repo id (org/name)")

@@ -20,7 +20,8 @@ import os
 import re
 import sys
 
-from paper.results import ORDER, finish_axes, pyplot, read_run, save_figure, spread, title, write
+from paper.results import (ORDER, check_outputs, finish_axes, pyplot, read_run, save_figure, spread, title,
+                           write)
 
 STARTS = ("pretrained", "pretrained-samelr", "scratch")
 RUN = re.compile(r"(?P<method>[a-z0-9]+)-(?P<start>" + "|".join(sorted(STARTS, key=len, reverse=True)) +
@@ -139,8 +140,7 @@ def main(argv=None):
     p.add_argument("--plot", default=None, help="the loss-curve figure to write (needs matplotlib)")
     args = p.parse_args(argv)
     try:
-        if args.plot:
-            pyplot()                                  # matplotlib, checked before any file is written
+        check_outputs(args.out, args.plot, args.runs)   # before any file is written: no input written over
         runs = gather(args.runs, args.logs)
         print(write(table(runs), args.out))
         if args.plot:

@@ -34,8 +34,10 @@ two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints
 target's output goes to DIR/logs/TARGET.log.
 """
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,19 +71,39 @@ LISTS = ("GSM8K_CKPTS", "CNNDM_CKPTS", "INFILL_CKPTS", "OWT_CKPTS", "LM1B_CKPTS"
 
 # ----------------------------------------------------------------------------- the folder and the environment
 
-def prepare(root: str) -> str:
-    """root emptied (when this module built it, or new), with root/work linking to the repository; returns
-    root/work."""
-    if os.path.exists(root):
-        if os.listdir(root) and not os.path.exists(os.path.join(root, MARK)):
-            raise ValueError(f"{root} exists and is not a rehearsal folder: give a new or an empty folder")
-        shutil.rmtree(root)
-    work = os.path.join(root, "work")
-    os.makedirs(work)
-    open(os.path.join(root, MARK), "w").close()
-    for name in os.listdir(REPO):        # the code and data files; what the targets write stays in root
-        if not name.startswith((".", "out", "results")):
-            os.symlink(os.path.join(REPO, name), os.path.join(work, name))
+def prepare(root: str, held: list | None = None) -> str:
+    """root emptied (when this module built it, or new; the folder itself stays: a link stays a link), with
+    root/work linking to the repository; returns root/work. held: a list that gets root's mark, open and
+    locked while a rehearsal runs there (another is refused). A file, a folder it did not build and a place
+    it cannot write are a ValueError (one line), before anything is touched."""
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise ValueError(f"--dir {root} is a file or a link to no folder: give a new or an empty folder")
+    if os.path.isdir(root) and os.listdir(root) and not os.path.isfile(os.path.join(root, MARK)):
+        raise ValueError(f"--dir {root} exists and is not a rehearsal folder: give a new or an empty "
+                         f"folder")
+    try:
+        os.makedirs(root, exist_ok=True)
+        mark = open(os.path.join(root, MARK), "a")
+        if held is None:
+            mark.close()
+        else:                            # a second rehearsal here would empty this one's folder
+            import fcntl
+            held.append(mark)
+            fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)     # BlockingIOError when another holds it
+        for name in set(os.listdir(root)) - {MARK}:                # its own folder: emptied
+            path = os.path.join(root, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+        work = os.path.join(root, "work")
+        os.makedirs(work)
+        for name in os.listdir(REPO):    # the code and data files; what the targets write stays in root
+            if not name.startswith((".", "out", "results")):
+                os.symlink(os.path.join(REPO, name), os.path.join(work, name))
+    except BlockingIOError:
+        raise ValueError(f"another rehearsal is running in {root}: wait for it, or give another --dir") \
+            from None
+    except OSError as e:
+        raise ValueError(f"cannot write the rehearsal folder {root} ({e.strerror or e}): give another "
+                         f"--dir") from None
     return work
 
 
@@ -97,24 +119,55 @@ def offline_env(root: str) -> dict:
     return env
 
 
+def variables(args: list[str]) -> dict:
+    """The NAME=VALUE arguments as {NAME: VALUE}; a NAME that neither the Makefile nor paper/reproduce.mk
+    reads would do nothing, and is refused (ValueError, one line)."""
+    text = "".join(open(os.path.join(REPO, *f)).read() for f in (["Makefile"], ["paper", "reproduce.mk"]))
+    known = set(re.findall(r"\$[({]([A-Za-z_][A-Za-z0-9_]*)[)}]", text))
+    for arg in args:
+        if arg.split("=", 1)[0] not in known:
+            raise ValueError(f"{arg}: the Makefile and paper/reproduce.mk read no variable "
+                             f"{arg.split('=', 1)[0]!r} (it would do nothing): check its spelling")
+    return dict(a.split("=", 1) for a in args)
+
+
 def make_variables(target: str, root: str, given: dict) -> dict:
     """The make variables of target in this rehearsal, the NAME=VALUE arguments (given) last."""
     data = os.path.join(root, "data")
     return {**{k: v.format(data=data) for k, v in TARGETS[target].items()}, **given}
 
 
-def make(work: str, goal: str, variables: dict, **run) -> subprocess.CompletedProcess:
-    """make GOAL in work with these variables, past the GPU check (NEED_GPU=:); make echoes each line."""
-    return subprocess.run(["make", "--no-print-directory", "-C", work, goal, "NEED_GPU=:",
-                           *[f"{k}={v}" for k, v in variables.items()]], **run)
+def make(work: str, goal: str, variables: dict, *makefiles: str, stdin: str | None = None,
+         **popen) -> subprocess.CompletedProcess:
+    """make GOAL in work with these variables, past the GPU check (NEED_GPU=:); make echoes each line. It runs
+    in a process group of its own, ended whole when this process stops first (Ctrl-C, SIGTERM): no command of
+    a target outlives the rehearsal to write into a folder the next one empties. A make that fails with
+    stderr captured is a ValueError (one line: its last error line but make's own)."""
+    argv = ["make", "--no-print-directory", "-C", work, *makefiles, goal, "NEED_GPU=:",
+            *[f"{k}={v}" for k, v in variables.items()]]
+    proc = subprocess.Popen(argv, start_new_session=True, text=True,
+                            stdin=None if stdin is None else subprocess.PIPE, **popen)
+    try:
+        out, err = proc.communicate(stdin)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    if proc.returncode and err is not None:
+        lines = [line.strip() for line in err.splitlines() if line.strip()] or [""]   # make's "***" last
+        last = next((line for line in reversed(lines) if not line.startswith("make")), lines[-1])
+        raise ValueError(f"make {goal} failed ({last[:200]}): check the NAME=VALUE arguments")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def listed_keys(work: str, given: dict) -> list[str]:
     """The released checkpoint keys the targets' lists hold (the Makefile's values, or the given ones)."""
     printer = "print-lists:\n\t@echo " + " ".join(f"$({v})" for v in LISTS) + "\n"
-    proc = subprocess.run(["make", "-s", "--no-print-directory", "-C", work, "-f", "Makefile", "-f", "-",
-                           "print-lists", *[f"{k}={v}" for k, v in given.items()]],
-                          input=printer, capture_output=True, text=True, check=True)
+    proc = make(work, "print-lists", given, "-s", "-f", "Makefile", "-f", "-", stdin=printer,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return sorted(set(proc.stdout.split()))
 
 
@@ -150,7 +203,7 @@ def commands(target: str, work: str, variables: dict) -> list[list[str]]:
                 f.write("#!/bin/sh\n" + text)             # arguments end with \037 (no argument holds one)
             os.chmod(path, 0o755)
         open(log, "w").close()
-        make(work, target, {**variables, "PY": record}, check=True, capture_output=True,
+        make(work, target, {**variables, "PY": record}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
              env={**os.environ, "PATH": f"{tmp}:{os.environ['PATH']}"})
         with open(log) as f:
             return [line.rstrip("\n").split("\037")[:-1] for line in f]
@@ -180,9 +233,10 @@ def main(argv=None) -> int:
     p.add_argument("--print", action="store_true", help="print each target's exact command lines, run "
                    "nothing")
     args = p.parse_args(argv)
-    given = dict(a.split("=", 1) for a in args.targets if "=" in a)
     targets = [a for a in args.targets if "=" not in a] or list(TARGETS)
+    held = []                            # the folder's lock, held until the rehearsal ends
     try:
+        given = variables([a for a in args.targets if "=" in a])
         if unknown := [t for t in targets if t not in TARGETS]:
             raise ValueError(f"unknown target {unknown[0]!r}: choose from {', '.join(TARGETS)}")
         if shutil.which("make") is None:
@@ -195,7 +249,7 @@ def main(argv=None) -> int:
                     print(f"# make {target}", *(shlex.join(a if a[0] == "torchrun" else ["python", *a])
                                                  for a in lines), sep="\n")
             return 0
-        work = prepare(args.dir)
+        work = prepare(args.dir, held)
         from paper import standins
         print(f"building the stand-ins in {args.dir} ...", flush=True)
         standins.build(args.dir, listed_keys(work, given))
@@ -210,5 +264,14 @@ def main(argv=None) -> int:
     return status
 
 
+def stopped(signum, frame):
+    """SIGTERM (a job scheduler, kill): the running target's process group ended (make), one line."""
+    sys.exit("paper.rehearse: stopped (SIGTERM); what it built stays in its --dir (the next rehearsal there "
+             "empties it)")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    from common.cli import run
+    signal.signal(signal.SIGTERM, stopped)
+    run(lambda: sys.exit(main()), "paper.rehearse", "what it built stays in its --dir (the next rehearsal "
+        "there empties it)")

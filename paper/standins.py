@@ -44,11 +44,13 @@ WORDS = ("the cat dog bird fox sat ran saw ate on in under a big small red blue 
 
 def build(root: str, keys: list[str]) -> None:
     """Every stand-in under root: hf/ (HF_HOME), tiktoken/ (GPT-2's files, when openai-whisper is installed)
-    and data/; the released checkpoints of keys (e.g. gsm8k:ar, owt:setdlm-smax16)."""
+    and data/; the released checkpoints of keys (e.g. gsm8k:ar, owt:setdlm-smax16). A key that names no
+    release (a local checkpoint in a list, a misspelt key) gets none: its target then says what is wrong."""
+    from common.pretrained import RELEASED
     hf, data, rng = os.path.join(root, "hf"), os.path.join(root, "data"), random.Random(0)
     tokenizer = qwen3_tokenizer_json()
     base_models(hf, tokenizer)
-    for i, key in enumerate(keys):
+    for i, key in enumerate(k for k in keys if k in RELEASED):
         released(hf, key, tokenizer, torch.Generator().manual_seed(i))
     gpt2_files(os.path.join(root, "tiktoken"))
     gsm8k(hf, os.path.join(data, "gsm8k"), rng)

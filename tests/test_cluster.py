@@ -171,6 +171,8 @@ AR = "-- --model ar"
                                                             "--grad-accum out"),
     ({}, AR + " --batch-szie 8", "train.py's arguments: unrecognized arguments: --batch-szie"),
     ({}, "", "give train.py's arguments after --"),
+    ({}, AR + " --data owt --batch-size 0", "train.py's arguments: --batch-size must be at least 1, got 0"),
+    ({}, AR + " --data owt --grad-accum 0", "train.py's arguments: --grad-accum must be at least 1, got 0"),
     ({}, AR + " --data gsm8k --batch-size 1",
      "--data gsm8k's recipe (make finetune-gsm8k) trains at a global batch of 1, not 16 processes"),
 ])

@@ -1,6 +1,7 @@
 """train.py --init-from our own checkpoints: any method's transformer (a training folder or a --keep-every
 snapshot) starts any other method's run exactly, config.json records where it started, and what cannot
 carry over is one line before any training; make finetune-mini's table."""
+import fcntl
 import json
 import os
 import shutil
@@ -55,6 +56,35 @@ def test_init_from_a_snapshot_records_where_the_run_started(sources, tmp_path):
     assert snapshot(sources) == before
 
 
+def test_a_fine_tuning_run_resumes_exactly_without_its_source_and_never_starts_from_its_own_folder(
+        sources, tmp_path):
+    """--resume builds the run from its own checkpoint, not from --init-from's (moved away after step 1):
+    1 step then 1 resumed equals 2 uninterrupted, every tensor; resumed without its --init-from, that is named
+    first; --init-from naming this run's --out-dir (its first save would replace it) is one line."""
+    from safetensors.torch import load_file
+    src, part, whole = (str(tmp_path / d) for d in ("src", "part", "whole"))
+    shutil.copytree(sources / "ar", src)
+    flags = ["--model", "mdlm", "--init-from", src, *TINY, "--max-iters"]
+    train.main([*flags, "2", "--out-dir", whole])
+    train.main([*flags, "1", "--out-dir", part, "--init-from", src + "/"])     # the same folder, spelt src/
+    os.rename(src, tmp_path / "moved")
+    train.main([*flags, "2", "--out-dir", part, "--resume"])
+    a, b = (load_file(os.path.join(d, "model.safetensors")) for d in (whole, part))
+    assert [k for k in a if not torch.equal(a[k], b[k])] == [] and a.keys() == b.keys()
+    assert json.loads(open(os.path.join(part, "config.json")).read())["init_from"]["path"] == src
+    assert error_of(train.main, ["--model", "mdlm", "--max-iters", "3", "--out-dir", part, "--resume"]) \
+        .startswith(f"error: --resume: {part} holds another run (run.init_from: '{src}' in the checkpoint, "
+                    "'' from the flags; model.")
+    before = snapshot(whole)
+    assert error_of(train.main, ["--model", "mdlm", "--init-from", whole, "--out-dir", whole]) == (
+        f"error: --init-from {whole} is this run's --out-dir, whose first save replaces the weights it "
+        "starts from: to continue that run, pass --resume with the flags that wrote it; to start another "
+        "from it, choose another --out-dir")
+    assert snapshot(whole) == before
+
+
+GIVE = ("give a folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
+        "(Hub id or folder)")
 SHAPE = ": the shape comes from --init-from, so drop the shape flags (or start from a model of that shape)"
 IDS = "the same ids would be other tokens; pass --tokenizer"
 
@@ -75,12 +105,28 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
                   "folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
                   "(Hub id or folder)"),
     ("missing", [], "--init-from {src}: no such directory, and not a Hugging Face repo id (org/name)"),
+    ("file", [], "--init-from {src}: not a directory (a file): give a model's folder or a Hugging Face repo "
+                 "id (org/name)"),
+    ("gsm8k:setdlm-smax8", [], "--init-from {src} is a released checkpoint, which --init-from does not take: "
+                               f"{GIVE}, e.g. the Qwen3 it was fine-tuned from (eval.py --ckpt {{src}} "
+                               "evaluates it)"),
+    ("released", [], "--init-from {src}: not a Qwen3 config: model_type='bd3lm', architectures=['SetDLM']: "
+                     + GIVE),
+    ("deep", [], "--init-from {src}: no checkpoint there (RecursionError reading config.json): " + GIVE),
+    ("null", [], "--init-from {src}: config.json holds NoneType, not a model config: " + GIVE),
+    ("running", [], "--init-from {src} is being written by a running train.py (it holds {src}.lock): its "
+                    "saves replace the weights as they are read; start from one of its --keep-every "
+                    "snapshots ({src}-stepN), or when it has ended"),
+    ("damaged", [], "cannot read the checkpoint at {src}: {src}/model.safetensors is damaged or not a "
+                    "safetensors file (Error while deserializing header: incomplete metadata, file not fully "
+                    "covered): write or download it again"),
 ])
 def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources, tmp_path, monkeypatch,
                                                                          source, flags, message):
     """Before any data is encoded: no folder for the new run, the source as it was."""
     monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
-    src = str(sources / source) if source in ("ar", "setdiffusion") else str(tmp_path / source)
+    src = str(sources / source) if source in ("ar", "setdiffusion") else source if ":" in source else \
+        str(tmp_path / source)
     if source == "qwen3":                           # only a config.json: a refusal reads no weights
         os.makedirs(src)
         write_json(os.path.join(src, "config.json"), {
@@ -93,6 +139,22 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
         write_json(os.path.join(src, "config.json"), {**config, "tokenizer": "gpt2"})
     elif source == "empty":
         os.makedirs(src)
+    elif source == "file":
+        open(src, "w").close()
+    elif source == "released":                      # a released checkpoint's folder (pretrained.fetch's)
+        os.makedirs(src)
+        write_json(os.path.join(src, "config.json"), {"architectures": ["SetDLM"], "model_type": "bd3lm"})
+    elif source in ("deep", "null"):                # a config.json nested too deep (beside weights), or null
+        shutil.copytree(sources / "ar", src) if source == "deep" else os.makedirs(src)
+        text = "[" * 10**5 + "]" * 10**5 if source == "deep" else "null"
+        open(os.path.join(src, "config.json"), "w").write(text)
+    elif source == "running":                       # a copy of ar and the lock its train.py would hold
+        shutil.copytree(sources / "ar", src)
+        held = open(src + ".lock", "a")              # open until the test ends
+        fcntl.flock(held, fcntl.LOCK_EX)
+    elif source == "damaged":                       # cut short: found before any data is encoded
+        shutil.copytree(sources / "ar", src)
+        os.truncate(os.path.join(src, "model.safetensors"), 5000)
     before = snapshot(sources)
     out = tmp_path / "o"
     got = error_of(train.main, ["--model", "setdiffusion", "--init-from", src, *flags, "--max-iters", "1",
@@ -150,6 +212,8 @@ def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path)
     ("no log", "cannot read the training log {d}/ar-scratch-s1.log: No such file or directory"),
     ("no progress", "{d}/ar-scratch-s1.log has no progress line (step N/T | loss X | ...): not the log of a "
                     "train.py run written to a file"),
+    ("no table", "{d}/ar-scratch-s1.json: the first argument is the markdown table to write (OUT.md), then "
+                 "the eval.py --json files: add the table's name first"),
 ])
 def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, message):
     import paper.finetune
@@ -160,9 +224,13 @@ def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, me
         (tmp_path / "ar-scratch-s2-nll.json").write_text('{"nll": 0.5}')
     elif case == "no log":
         os.remove(tmp_path / "ar-scratch-s1.log")
-    else:
+    elif case == "no table":                            # two runs, the table forgotten
+        fake_run(tmp_path, "ar-scratch-s2", 0.5, 1.0, [1.0])
+    elif case == "no progress":
         (tmp_path / "ar-scratch-s1.log").write_text("held-out accuracy 0.500 on 20 problems\n")
     runs = sorted(map(str, tmp_path.glob("*.json")))
-    got = error_of(paper.finetune.main, [str(tmp_path / "t.md"), *runs, "--logs", str(tmp_path)])
+    before = snapshot(tmp_path)
+    table = [] if case == "no table" else [str(tmp_path / "t.md")]        # forgotten: a run is the first
+    got = error_of(paper.finetune.main, [*table, *runs, "--logs", str(tmp_path)])
     assert got == "error: " + message.format(d=tmp_path)
-    assert not os.path.exists(tmp_path / "t.md")
+    assert snapshot(tmp_path) == before

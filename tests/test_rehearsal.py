@@ -7,11 +7,14 @@ runs every target whole, one process per command line."""
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
+from helpers import error_of, snapshot
 from paper import rehearse, standins
 
 # target -> its variables here beside the rehearsal's (rehearse.TARGETS): one or two checkpoints of each list,
@@ -80,7 +83,7 @@ def rehearsal(tmp_path_factory):
     work = rehearse.prepare(root)
     keys = sorted({k for v in SMALL.values() for name, value in v.items() if name.endswith("_CKPTS")
                    for k in value.split()})
-    standins.build(root, keys)
+    standins.build(root, keys + ["gsm8k:setdlm-smax9", "out/mine"])      # no release: no stand-in, no error
     lines = {t: rehearse.commands(t, work, rehearse.make_variables(t, root, v)) for t, v in SMALL.items()
              if WHISPER or t not in GPT2}
     with open(os.path.join(root, "lines.json"), "w") as f:
@@ -156,6 +159,63 @@ def test_the_folder_is_never_one_it_did_not_build(tmp_path):
     (tmp_path / "r" / "stale").write_text("")
     rehearse.prepare(str(tmp_path / "r"))                        # its own: emptied and built again
     assert not (tmp_path / "r" / "stale").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nosuch"], "unknown target 'nosuch': choose from " + ", ".join(rehearse.TARGETS)),
+    (["--print", "nosuch"], "unknown target 'nosuch': choose from " + ", ".join(rehearse.TARGETS)),
+    (["--print", "reproduce-gsm8k", "GSM8K_TAU=inf"], "GSM8K_TAU=inf: the Makefile and paper/reproduce.mk "
+     "read no variable 'GSM8K_TAU' (it would do nothing): check its spelling"),
+    (["reproduce-gsm8k", "=inf"], "=inf: the Makefile and paper/reproduce.mk read no variable '' (it would "
+     "do nothing): check its spelling"),
+    (["--print", "reproduce-gsm8k", "NEED_GPU=echo no GPU here >&2; false"],
+     "make reproduce-gsm8k failed (no GPU here): check the NAME=VALUE arguments"),
+    (["--dir", "{d}/file"], "--dir {d}/file is a file or a link to no folder: give a new or an empty folder"),
+    (["--dir", "{d}/loop"], "--dir {d}/loop is a file or a link to no folder: give a new or an empty folder"),
+    (["--dir", "{d}/file/r"], "cannot write the rehearsal folder {d}/file/r (Not a directory): give another "
+                              "--dir"),
+    (["--dir", "{d}/mine"], "--dir {d}/mine exists and is not a rehearsal folder: give a new or an empty "
+                            "folder"),
+    (["--dir", "{d}/busy"], "another rehearsal is running in {d}/busy: wait for it, or give another --dir"),
+])
+def test_bad_input_is_one_line_and_touches_nothing(tmp_path, monkeypatch, argv, message):
+    """Before any stand-in is built: what is in the way stays as it was (a file, your folder, a link, the
+    folder of a rehearsal that is running)."""
+    monkeypatch.setattr(standins, "build", lambda *a: pytest.fail("got as far as building the stand-ins"))
+    (tmp_path / "file").write_text("keep")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    held = []
+    rehearse.prepare(str(tmp_path / "busy"), held)
+    before = snapshot(tmp_path)
+    got = error_of(rehearse.main, [a.format(d=tmp_path) for a in argv])
+    assert got == "error: " + message.format(d=tmp_path)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_stopped_rehearsal_leaves_no_command_of_its_target_running(tmp_path):
+    """Ctrl-C or SIGTERM (rehearse.stopped) in the middle of a target ends the target's whole process group:
+    nothing keeps writing into a folder the next rehearsal empties."""
+    pids = tmp_path / "pids"
+    fake = tmp_path / "py"
+    fake.write_text(f'#!/bin/sh\necho $$ >> {pids}\nexec sleep 30\n')
+    fake.chmod(0o755)
+    rehearse.prepare(str(tmp_path / "r"))
+    old = signal.signal(signal.SIGALRM, rehearse.stopped)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(SystemExit, match="stopped"):
+            rehearse.run_target("reproduce-gsm8k", str(tmp_path / "r"), {"PY": str(fake)})
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    pid = int(pids.read_text().split()[0])
+    for _ in range(50):                             # killed: gone, or a zombie until init reaps it
+        if not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]:
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail(f"the target's command {pid} still runs")
 
 
 # ----------------------------------------------------------------------------- the stand-ins' formats

@@ -90,6 +90,8 @@ CLAIMED = [   # (--out-dir, flags, the line: {t} the folder); each refused befor
                                + NOT_OURS.format("it is a file, not a folder")),
     ("run4", "--keep-every 1", "--keep-every 1 writes step 1 to {t}/run4-step1, "
                                + NOT_OURS.format("it leads into {t}/missing, which does not exist")),
+    ("run5", "--keep-every 2", "--keep-every 2 keeps no snapshot: this run trains steps 1 to 1 "
+                               "(--max-iters), none a multiple of 2: lower --keep-every, or drop it"),
     ("run3", "--keep-every 1 --seed 2", "{t}/run3-step2 holds a snapshot of another run (run.seed: 1 in the "
      "checkpoint, 2 from the flags), which --keep-every would mix with this run's: move the {t}/run3-step* "
      "folders away, or choose another --out-dir"),
@@ -181,6 +183,11 @@ def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_
     assert str(e.value).startswith(f"cannot save step 4 to {tmp_path}/ck-step4 (No space left on device; ")
     assert str(e.value).endswith("; the run's last checkpoint is in --out-dir: fix this, then --resume")
     assert os.listdir(tmp_path) == []
+    monkeypatch.undo()
+    held = saving.claim(str(tmp_path / "ck-step5"), resume=False)   # another train.py's --out-dir
+    with pytest.raises(saving.SaveError, match=f"to {tmp_path}/ck-step5: another train.py is training there"):
+        saving.save(str(tmp_path / "ck-step5"), model, {**config, "step": 5})
+    held.close()
 
 
 # -------------------------------------------------------------------------- 2. kills and faults during a save
@@ -279,6 +286,7 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
         saving.claim(out, resume=False)
     assert str(e.value) == busy
     assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out]) == "error: " + busy
+    assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out, "--no-lock"]) == "error: " + busy
     lock.close()
     assert error_of(train.main, [*SD, "--max-iters", "1", "--max-new-tokens", "999", "--out-dir", out]) == \
         f"error: --max-new-tokens 999 is more than the sequence length {SEQ_LEN}"     # after the claim
