@@ -21,9 +21,10 @@ common/runs.py's.
 """
 import json
 import os
+import time
 
 from common.methods import method_config, method_of
-from common.saving import complete, newest, resolve, resolved
+from common.saving import complete, locked, newest, resolve, resolved
 from common.schema import check_config
 from common.weights import from_state, load_pt, load_safetensors
 from model import ModelConfig
@@ -40,8 +41,24 @@ def ours_on_disk(path: str) -> bool:
     return not isinstance(config, dict) or "method" in config
 
 
-def load(path: str, device="cpu"):
+def load(path: str, device="cpu", tries: int = 5):
     """A checkpoint -> (model in eval mode, method module, method config, config dict).
+
+    A folder a running train.py saves into (it holds the folder's lock) is read again when a save swapped it
+    mid-read (a file gone between the swap's two renames, or config.json changed under the weights), so an
+    evaluation during training reads one checkpoint whole, never one step's config with another's weights.
+    """
+    for attempt in range(tries):
+        try:
+            return load_once(path, device)
+        except ValueError:
+            if attempt + 1 == tries or not locked(path):
+                raise
+            time.sleep(0.2)
+
+
+def load_once(path: str, device="cpu"):
+    """load, one try.
 
     path: a checkpoint directory written by train.py, read here (pretrained.py is not even imported); a short
     key of the paper's released checkpoints (pretrained.RELEASED, e.g. "gsm8k:setdlm-smax8"); a Hugging Face
@@ -70,10 +87,15 @@ def load_ours(d: str, device="cpu"):
     """Load a directory in our format (see the module docstring)."""
     try:
         with open(os.path.join(d, "config.json")) as f:
-            config = check_config(json.load(f), os.path.join(d, "config.json"))
+            text = f.read()
+        config = check_config(json.loads(text), os.path.join(d, "config.json"))
         model = from_state(ModelConfig(**config["model"]),
                            load_safetensors(os.path.join(d, "model.safetensors")))
         method, cfg = method_of(config)
+        with open(os.path.join(d, "config.json")) as f:
+            if f.read() != text:                                  # a save swapped the folder meanwhile
+                raise ValueError("config.json changed while the weights were read (a train.py saving "
+                                 "into it?): read it again")
     except (OSError, ValueError, KeyError, TypeError) as e:       # json.JSONDecodeError is a ValueError
         raise ValueError(f"cannot read the checkpoint at {d}: {e}") from e
     return model.to(device).eval(), method, cfg, config

@@ -319,6 +319,29 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
     assert saving.step_of(nfs) == 1 and clean(nfs)
 
 
+
+def test_a_checkpoint_saved_over_while_it_is_read_is_read_again(one_step, tmp_path, monkeypatch):
+    """eval.py --ckpt on the folder of a running train.py: a save that lands between reading config.json and
+    the weights makes load read the folder again, so one step's config never goes with another's weights;
+    the same change with no train.py holding the folder is one line."""
+    out = tmp_path / "run"
+    shutil.copytree(one_step / "ar", out)
+    first = (out / "config.json").read_text()
+    real, reads = checkpoint.load_safetensors, []
+
+    def saved_meanwhile(f):                                       # a save's swap, during the first read
+        reads.append(f)
+        if len(reads) == 1:
+            (out / "config.json").write_text(json.dumps({**json.loads(first), "step": 2}))
+        return real(f)
+    monkeypatch.setattr(checkpoint, "load_safetensors", saved_meanwhile)
+    with pytest.raises(ValueError, match="config.json changed while the weights were read"):
+        checkpoint.load(str(out))
+    (out / "config.json").write_text(first)
+    reads.clear()
+    with saving.claim(str(out), resume=True):
+        assert checkpoint.load(str(out))[3]["step"] == 2 and len(reads) == 2
+
 # ----------------------------------------------------------------------------- 4. non-finite weights
 
 @pytest.mark.parametrize("save_every, stops_at", [
