@@ -67,6 +67,10 @@ def read_run(path: str, needs=()) -> dict:
     return check_keys(path, m, needs)
 
 
+METRICS = {"accuracy", "tokens_per_step", "tokens_per_s", "tokens_per_s_std", "nll", "perplexity", "tokens",
+           "entropy", "n"}                            # what check_keys' callers compute with: numbers
+
+
 def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
     """m must hold keys; else a ValueError naming the file and the kind of run it should be (default: a
     throughput or an accuracy run, by its task)."""
@@ -75,6 +79,10 @@ def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
         kind = kind or ("a throughput" if m.get("task") == "throughput" else "an accuracy")
         raise ValueError(f"{path} lacks {', '.join(map(repr, missing))}: not the eval.py --json file of "
                          f"{kind} run")
+    for k in set(keys) & METRICS:                     # a hand-edited value would sort or plot as nonsense
+        if isinstance(m[k], bool) or not isinstance(m[k], (int, float)):
+            raise ValueError(f"{path}: {k} is {json.dumps(m[k])}, not a number: pass the files eval.py --json "
+                             f"wrote")
     return m
 
 

@@ -260,6 +260,8 @@ NOT_INFILL = "{0}: model '%s', ckpt 'out/ar', span '%s': not an eval.py --json f
     ([{"task": "arith"}], "--pareto", "{0} lacks 'model', 'ckpt': not the eval.py --json file of an accuracy "
                                       "run"),
     ([[1, 2]], "--pareto", "{0} holds a JSON list, not the object eval.py --json writes"),
+    ([{**RUN, "task": "arith", "accuracy": "abc", "tokens_per_step": 2.0}], "--pareto",
+     '{0}: accuracy is "abc", not a number: pass the files eval.py --json wrote'),
     ([None], "--pareto", "cannot read {0}: No such file or directory"),
     ([{"task": "infill", "model": "ar", "ckpt": "out/ar"}], "--infill",
      "{0} lacks 'tokens_per_step', 'tokens_per_s', 'n': not the eval.py --json file of an infill run"),
