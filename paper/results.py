@@ -81,8 +81,8 @@ def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
                          f"{kind} run")
     for k in set(keys) & METRICS:                     # a hand-edited value would sort or plot as nonsense
         if isinstance(m[k], bool) or not isinstance(m[k], (int, float)):
-            raise ValueError(f"{path}: {k} is {json.dumps(m[k])}, not a number: pass the files eval.py --json "
-                             f"wrote")
+            raise ValueError(f"{path}: {k} is {json.dumps(m[k])}, not a number: pass the files eval.py "
+                             f"--json wrote")
     return m
 
 
