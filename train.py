@@ -70,6 +70,9 @@ def setup(args, device, flex: bool = False):
     shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
         check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
+    if not is_corpus(args.data):                       # the examples, sized before they or a model are made
+        examples = task.load("train", args.data_dir)
+        check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
     if start and start["format"] == "ours":  # its eval (EMA) weights, whatever method trained them: a
         model = checkpoint.load(start["dir"])[0].train()      # damaged file is one line before any data
     elif start:
@@ -82,8 +85,6 @@ def setup(args, device, flex: bool = False):
         train = task.load("train", args.data_dir, tok, seq_len)
         task.load("test", args.data_dir, tok, seq_len)            # the validation rows: built, checked now
     else:
-        examples = task.load("train", args.data_dir)
-        check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
         train = encode(tok, examples, seq_len)
     if args.max_new_tokens is None:
         args.max_new_tokens = min(64, seq_len)
