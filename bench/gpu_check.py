@@ -34,8 +34,8 @@ import torch
 from bench.bench_gpu import decode_table, train_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = ["-m", "pytest", "-v", "-p", "no:cacheprovider", "-rfE", "--durations=0", "--durations-min=0",
-         "tests/test_gpu.py"]
+TESTS = ["-m", "pytest", "-n", "0", "-v", "-p", "no:cacheprovider", "-rfE", "--durations=0",
+         "--durations-min=0", "tests/test_gpu.py"]                  # -n 0: one process (pytest.ini's is 2)
 BENCH = ["-m", "bench.bench_gpu", "--parts", "decode,train", "--modes", "eager,cudagraphs", "--batch", "1,8",
          "--repeats", "2", "--train-batch", "8", "--train-steps", "3"]
 DRY = ["-m", "bench.bench_gpu", "--parts", "decode,train", "--device", "cpu", "--tiny", "--new-tokens", "3",

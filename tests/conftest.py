@@ -11,7 +11,9 @@ import pytest
 
 from helpers import METHODS, TINY, YORK, random_checkpoint, text_checkpoints
 
-threads.set_threads(0)           # as the scripts: the cores other jobs leave free
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))     # pytest.ini's -n: processes side by side
+# as the scripts (the cores other jobs leave free), or each worker its share of the cores
+threads.set_threads(max(1, threads.usable_cores() // WORKERS) if WORKERS > 1 else 0)
 # read when huggingface_hub and datasets are imported (after this): nothing is downloaded, nothing waits
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 
