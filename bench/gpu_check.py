@@ -1,7 +1,8 @@
 """The prepared GPU check, `make gpu-check`: <= 8 minutes on one H100-class GPU, nothing downloaded.
 
     python -m bench.gpu_check                              # make gpu-check: writes results/gpu.md
-    python -m bench.gpu_check --dry-run --out /tmp/gpu.md  # the same driver on the CPU, tiny shapes (seconds)
+    python -m bench.gpu_check --dry-run                    # the same driver on the CPU, tiny shapes (seconds):
+                                                           # out/gpu-dry-run.md, never results/gpu.md
 
 Two subprocesses, whose exact commands results/gpu.md prints above their numbers, within one time budget
 (--budget seconds, default 480):
@@ -183,13 +184,15 @@ def render(state: dict) -> str:
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="results/gpu.md", help="the markdown results file (the JSON beside it)")
+    p.add_argument("--out", help="the markdown results file, the JSON beside it (default results/gpu.md; "
+                   "with --dry-run out/gpu-dry-run.md, so a dry run never replaces a GPU run's report)")
     p.add_argument("--budget", type=float, default=480, help="seconds for the whole check")
     p.add_argument("--test-time", type=float, default=270, help="seconds the tests may take at most")
     p.add_argument("--train-reserve", type=float, default=150, help="seconds decoding leaves to training")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU (CUDA hidden), tiny shapes: checks this driver")
     args = p.parse_args(argv)
+    args.out = args.out or ("out/gpu-dry-run.md" if args.dry_run else "results/gpu.md")
     start, out_dir = time.perf_counter(), os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"} | ({"CUDA_VISIBLE_DEVICES": ""} if args.dry_run else {})

@@ -146,13 +146,15 @@ def test_bad_input_is_one_error_line(argv, message, monkeypatch):
     assert message in error_of(bench_gpu.main, ["--device", "cpu", *argv.split()])
 
 
-def test_gpu_check_dry_run_end_to_end(tmp_path):
+def test_gpu_check_dry_run_end_to_end(tmp_path, monkeypatch):
     """make gpu-check's driver on the CPU (CUDA hidden): pytest runs tests/test_gpu.py (every test skips), the
     benchmark runs at tiny shapes, and gpu.md holds the machine, each test's outcome, both tables with the
     command that made their numbers, and the JSON beside it; pytest's output parsed on a literal (outcomes,
-    setup + call seconds, failures)."""
-    out = tmp_path / "results" / "gpu.md"
-    state = gpu_check.main(["--dry-run", "--out", str(out)])
+    setup + call seconds, failures); with no --out, out/gpu-dry-run.md (results/ holds a GPU run's)."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out" / "gpu-dry-run.md"
+    state = gpu_check.main(["--dry-run"])
+    assert not (tmp_path / "results").exists()
     text = out.read_text()
     tests = gpu_check.pytest_results(state["tests"]["output"])
     assert state["tests"]["rc"] == 0 and state["bench"]["rc"] == 0
@@ -161,7 +163,7 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     assert f"## Tests: {tests['counts']['skipped']} skipped" in text and "dry run on the CPU" in text
     assert f"`{gpu_check.command(gpu_check.TESTS)}`" in text
     assert text.count(f"`{state['bench']['command']}`") == 2                    # above both tables
-    result = json.loads((tmp_path / "results" / "gpu-bench.json").read_text())
+    result = json.loads((tmp_path / "out" / "gpu-bench.json").read_text())
     assert len(result["decode"]) == 8 and len(result["train"]) == 4 and result["failures"] == []
     assert sum(line.startswith(("| AR |", "| Set Diffusion", "| BD3-LM", "| MDLM |"))
                for line in text.splitlines()) == 12
