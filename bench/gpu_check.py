@@ -1,8 +1,8 @@
 """The prepared GPU check, `make gpu-check`: <= 8 minutes on one H100-class GPU, nothing downloaded.
 
     python -m bench.gpu_check                              # make gpu-check: writes results/gpu.md
-    python -m bench.gpu_check --dry-run                    # the same driver on the CPU, tiny shapes (seconds):
-                                                           # out/gpu-dry-run.md, never results/gpu.md
+    python -m bench.gpu_check --dry-run   # the same driver on the CPU, tiny shapes (seconds): its report in
+                                          # out/gpu-dry-run.md, never results/gpu.md
 
 Two subprocesses, whose exact commands results/gpu.md prints above their numbers, within one time budget
 (--budget seconds, default 480):
