@@ -277,7 +277,8 @@ infill-seeds:  ## make infill's four span kinds, zero-shot, for make pareto's fo
 # held-out problems; paper/finetune.py tables the accuracy, tokens/step and held-out NLL (mean [min, max] over
 # seeds; the NLL: eval.py --task likelihood, AR's exact, the others' a bound, the measure where accuracy sits
 # near 0) and plots each run's training loss (its log) against the fine-tuning steps. A run already there is not
-# trained again. ~4 h of one CPU core (one torch thread: the numbers in docs/results.md).
+# trained again, nor evaluated again unless its checkpoint is newer than its results (the tracked ones included).
+# ~4 h of one CPU core (one torch thread: the numbers in docs/results.md).
 FT_SEEDS ?= 1 2 3
 FT_CONTROL_SEEDS ?= 1 2 3
 FT_PRE_ITERS ?= 2500
@@ -302,8 +303,8 @@ FT_EVAL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --threshold 0.8 --limit $(FT_LIMIT)
 FT_NLL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --task likelihood --threads $(FT_THREADS) --json $(FT_RESULTS)/$$r-nll.json
 FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1"; \
 	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; \
-	[ -f $(FT_RESULTS)/$$r.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; }; \
-	[ -f $(FT_RESULTS)/$$r-nll.json ] || { echo "$(FT_NLL)"; $(FT_NLL) || exit 1; };
+	[ $(FT_RESULTS)/$$r.json -nt $(FT_OUT)/$$r/config.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; }; \
+	[ $(FT_RESULTS)/$$r-nll.json -nt $(FT_OUT)/$$r/config.json ] || { echo "$(FT_NLL)"; $(FT_NLL) || exit 1; };
 finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~4 h, one CPU core)
 	@$(NEED_EXTRAS)
 	mkdir -p $(FT_OUT) $(FT_RESULTS)
