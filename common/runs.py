@@ -279,9 +279,7 @@ def start_from(args, tok, seq_len) -> dict:
             raise ValueError(f"--init-from {args.init_from} is being written by a running train.py (it holds "
                              f"{lock}): its saves replace the weights as they are read; start from one of "
                              f"its --keep-every snapshots ({args.init_from}-stepN), or when it has ended")
-        with open(os.path.join(d, "config.json")) as f:
-            config = schema.check_config(json.load(f), os.path.join(d, "config.json"))
-        start = {**our_start(args.init_from, config), "dir": d}
+        start = {**our_start(args.init_from, saved_config(d)), "dir": d}
     else:
         start = qwen3_start(args.init_from)
     check_start(start, tok, seq_len, asked_shape(args))
