@@ -96,7 +96,8 @@ def mask_mod(cfg: BD3LMConfig, seq_len: int):
         # each token's block as its first position i % L - i % L % S: it compares as the block index does,
         # with no integer division, which torch 2.11's compiled BlockMask fails to generate on CUDA
         blk_q, blk_k = q_idx % L - q_idx % L % S, kv_idx % L - kv_idx % L % S    # block of each token
-        block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
+        same_half = xt_q & xt_k | ~xt_q & ~xt_k        # not xt_q == xt_k: inductor cannot bound bool == bool
+        block_diagonal = (blk_q == blk_k) & same_half                   # M_BD: own block, same half
         offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
         block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean
         return block_diagonal | offset_block_causal | block_causal

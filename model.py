@@ -189,12 +189,11 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         H, Hkv = self.cfg.n_head, self.cfg.n_kv_head
         qkv = self.qkv_proj(x).view(B, T, H + 2 * Hkv, -1)               # (B, T, H + 2 Hkv, D)
+        q, k, v = qkv.split([H, Hkv, Hkv], dim=2)                         # (B, T, H or Hkv, D)
         if self.cfg.qk_norm:
-            q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
-            qk = torch.cat([self.q_norm(q), self.k_norm(k)], 2)           # (B, T, H + Hkv, D)
-        else:
-            qk, v = qkv[:, :, :H + Hkv], qkv[:, :, H + Hkv:]
-        q, k = apply_rotary(qk.transpose(1, 2), cos, sin).split([H, Hkv], 1)   # (B, H, T, D), (B, Hkv, T, D)
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rotary(q.transpose(1, 2), cos, sin)                    # (B, H, T, D)
+        k = apply_rotary(k.transpose(1, 2), cos, sin)                    # (B, Hkv, T, D)
         v = v.transpose(1, 2)                                            # (B, Hkv, T, D)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)                        # (B, Hkv, length + T, D)

@@ -173,7 +173,8 @@ def mask_mod(cfg: SetDiffusionConfig, seq_len: int):
         xt_q, xt_k = q_idx >= L, kv_idx >= L                             # noisy half
         # BD3-LM's mask with S = 1: each rank in sigma is a block of its own, so a block is a rank
         blk_q, blk_k = q_idx % L, kv_idx % L                             # rank of each token in sigma
-        block_diagonal = (blk_q == blk_k) & (xt_q == xt_k)               # M_BD: own block, same half
+        same_half = xt_q & xt_k | ~xt_q & ~xt_k        # not xt_q == xt_k: inductor cannot bound bool == bool
+        block_diagonal = (blk_q == blk_k) & same_half                   # M_BD: own block, same half
         offset_block_causal = xt_q & ~xt_k & (blk_q > blk_k)             # M_OBC: noisy -> earlier clean
         block_causal = ~xt_q & ~xt_k & (blk_q >= blk_k)                  # M_BC: clean -> clean
         return block_diagonal | offset_block_causal | block_causal
