@@ -216,7 +216,10 @@ def flex_attend(q, k, v, block_mask: BlockMask, enable_gqa: bool):
     """FlexAttention: compiled on CUDA (its fused kernel, no score matrix in memory); eager elsewhere, which
     materialises the scores and has no backward on CPU (tests compare its forward with SDPA's)."""
     fn = compiled_flex() if q.is_cuda else flex_attention
-    return fn(q, k, v, block_mask=block_mask, enable_gqa=enable_gqa)
+    # v is a slice of the qkv projection, at an offset into it; torch 2.13's compiled CPU FlexAttention
+    # template, fused with the ops that make q and k, reads it from the projection's start (the offset
+    # lost): a wrong loss, no error (docs/speed.md). Its own buffer costs one copy of v.
+    return fn(q, k, v.contiguous(), block_mask=block_mask, enable_gqa=enable_gqa)
 
 
 class MLP(nn.Module):

@@ -247,7 +247,7 @@ def loop(model, opt, ema, start, stop, run):
              "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     autocast = (torch.autocast(device.split(":")[0], dtype=dtype) if dtype != torch.float32
                 else contextlib.nullcontext())
-    train_model = torch.compile(model) if args.compile else model
+    train_model = torch.compile(model, dynamic=True) if args.compile else model
     no_sync = contextlib.nullcontext                    # FSDP2 (and one process) reduce in every backward
     if ddp and not args.fsdp:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)

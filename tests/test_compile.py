@@ -1,0 +1,78 @@
+"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in float32
+and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager ones over the
+first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and compiled (CPU
+FlexAttention has a forward only). Each case is one train.py main() in this process, after torch._dynamo.reset()
+(a fresh compile, as a new train.py's)."""
+import pytest
+import torch
+
+import bd3lm
+import mdlm
+import setdiffusion as sd
+import train
+from helpers import MASK, random_rows, tiny_model
+
+pytestmark = [pytest.mark.compile,
+              pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]
+
+# tests/test_gpu.py's shape: the one the GPU check trains. --max-iters 4: the trimmed length changes from step
+# to step (the shipped task's rows end where their answer does), so the second step recompiles with a dynamic
+# length and the later ones run that graph.
+SHAPE = ["--batch-size", "16", "--n-layer", "2", "--n-embd", "64", "--n-head", "4"]
+SMALL = ["--n-layer", "1", "--n-embd", "32", "--n-head", "2"]
+STEPS = ["--max-iters", "4", "--warmup", "2", "--save-every", "100000", "--eval-limit", "1",
+         "--max-new-tokens", "4", "--seed", "3"]
+CASES = {   # name: (train.py flags, dtype); every awkward shape once, each method in both dtypes
+    "ar": (["--model", "ar", *SHAPE], "float32"),
+    "mdlm": (["--model", "mdlm", *SHAPE], "float32"),
+    "bd3lm": (["--model", "bd3lm", *SHAPE], "float32"),
+    "setdiffusion": (["--model", "setdiffusion", *SHAPE], "float32"),
+    "ar-odd": (["--model", "ar", *SMALL, "--batch-size", "7", "--seq-len", "127"], "bfloat16"),
+    "mdlm-odd": (["--model", "mdlm", *SMALL, "--batch-size", "5", "--seq-len", "131", "--predict-padding"],
+                 "bfloat16"),
+    "bd3lm-S16": (["--model", "bd3lm", *SMALL, "--batch-size", "7", "--block-size", "16", "--seq-len", "127"],
+                  "bfloat16"),
+    "setdiffusion-smax4-infill": (["--model", "setdiffusion", *SMALL, "--batch-size", "9", "--smax", "4",
+                                   "--infill", "0.5"], "bfloat16"),
+    "setdiffusion-smax32": (["--model", "setdiffusion", *SMALL, "--batch-size", "6", "--smax", "32",
+                             "--seq-len", "129"], "float32"),
+}
+# compiled vs eager, per step: float32 sums in another order (1e-4); bfloat16 autocast rounds where the fused
+# kernels of the compiled graph keep float32 (2 %)
+TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2}
+
+
+def losses(tmp_path, flags, dtype, compile: bool) -> list:
+    torch._dynamo.reset()
+    out = tmp_path / ("compiled" if compile else "eager")
+    argv = [*flags, *STEPS, "--dtype", dtype, "--device", "cpu", "--out-dir", str(out)]
+    return train.main(argv + ["--compile"] * compile)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_training_equals_eager(name, tmp_path):
+    flags, dtype = CASES[name]
+    eager, compiled = (losses(tmp_path, flags, dtype, c) for c in (False, True))
+    assert len(compiled) == 4
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=TOLERANCE[dtype], atol=0)
+
+
+LAYOUTS = {"mdlm": (mdlm, mdlm.MDLMConfig(MASK)), "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, block_size=3)),
+           "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, smax=4))}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_compiled_flex_loss_equals_dense(name):
+    """No-grad loss with flex on, eager and compiled == with flex off (SDPA, dense mask), same noise; rows with
+    prompts and right padding of different lengths. AR passes no mask (causal SDPA): no BlockMask."""
+    mod, cfg = LAYOUTS[name]
+    torch._dynamo.reset()
+    model = tiny_model(2)
+    x0, prompt_mask, pad_mask = random_rows(23, [4, 7, 2], [23, 15, 19], seed=3)
+    out = {}
+    for flex, fn in ((False, model), (True, model), ("compiled", torch.compile(model))):
+        model.flex = bool(flex)
+        with torch.no_grad():
+            out[flex] = mod.loss(fn, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(4))[0]
+    torch.testing.assert_close(out[True], out[False])
+    torch.testing.assert_close(out["compiled"], out[False])
