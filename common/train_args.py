@@ -121,11 +121,12 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
 
 
 # the shape flags --preset and --init-from replace, each as a refusal names its value
-SHAPE = {"n_layer": "{} layers", "n_embd": "width {}", "n_head": "{} heads", "n_kv_head": "{} key/value heads"}
+SHAPE = {"n_layer": "{} layers", "n_embd": "width {}", "n_head": "{} heads",
+         "n_kv_head": "{} key/value heads"}
 
 
 def shape_words(keys, value) -> str:
-    """Shape fields in words ('4 layers, width 128'), each its value(key) (a preset's other fields by name)."""
+    """Shape fields in words ('4 layers, width 128'), each its value(key); a preset's other fields by name."""
     return ", ".join(SHAPE.get(k, k + " {}").format(value(k)) for k in keys)
 
 
@@ -139,7 +140,7 @@ def parse(argv=None, p: argparse.ArgumentParser | None = None) -> argparse.Names
     p = p or parser()
     args = p.parse_args(argv)
     if args.init_from or args.preset:
-        unset = object()                    # parse again with the shape flags unset: the ones left out stay so
+        unset = object()                # parse again with the shape flags unset: the ones left out stay so
         given = p.parse_args(argv, argparse.Namespace(**dict.fromkeys(("preset", *SHAPE), unset)))
         for k in ("preset", *SHAPE):
             if getattr(given, k) is unset:
