@@ -20,11 +20,13 @@ Cache: the rows are built once into <dir>/text-<name>-<tokenizer>-<key>_all_L<L>
 paths, sizes and modification times, so an edited text is built again.
 
 Errors are one line (FileNotFoundError / ValueError) that says what to do: a missing path, a folder with no
-.txt file, an empty text, a file that is not UTF-8 (a binary file), a text too short for two rows.
+.txt file, a named pipe, device or socket (which might never give its data: refused before it is opened), an
+empty text, a file that is not UTF-8 (a binary file), a text too short for two rows.
 """
 import hashlib
 import os
 import re
+import stat
 from types import SimpleNamespace
 
 from data import PlainText, corpus
@@ -36,18 +38,37 @@ VALID_FRACTION = 0.05            # the held-out tail: this fraction of the rows,
 
 
 def files_of(path: str) -> list[str]:
-    """The text files of path: the file itself, or a folder's *.txt files (recursive, sorted)."""
+    """The text files of path: the file itself, or a folder's *.txt files (recursive, sorted), each a regular
+    file."""
     path = os.path.expanduser(path)
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
+    if os.path.isdir(path):
+        found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".txt"))
+        if not found:
+            raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in "
+                                    f"files ending .txt")
+    elif os.path.exists(path):
+        found = [path]
+    else:
         raise FileNotFoundError(f"text:{path}: no such file or folder; give a UTF-8 text file or a folder of "
                                 f".txt files")
-    found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".txt"))
-    if not found:
-        raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in "
-                                f"files ending .txt")
+    for f in found:                          # before any is opened: a pipe nothing writes blocks open() for ever
+        if (kind := not_regular(f)) is not None:
+            where = f"text:{path}" + ("" if f == path else f": {f}")
+            raise ValueError(f"{where} is {kind}, not a regular file, and may never give its data: give "
+                             f"regular text files (save the text to a file first)")
     return found
+
+
+def not_regular(path: str) -> str | None:
+    """What path is when it is no regular file (after links): 'a named pipe (FIFO)', ...; None for a regular
+    file, or one that cannot be looked at (read_text says why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = [(stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return None if stat.S_ISREG(mode) else next((k for test, k in kinds if test(mode)), "not a file")
 
 
 def read_text(path: str) -> str:
