@@ -42,7 +42,8 @@ def files_of(path: str) -> list[str]:
     file."""
     path = os.path.expanduser(path)
     if os.path.isdir(path):
-        found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".txt"))
+        found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names
+                       if f.endswith(".txt"))
         if not found:
             raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in "
                                     f"files ending .txt")
@@ -51,7 +52,7 @@ def files_of(path: str) -> list[str]:
     else:
         raise FileNotFoundError(f"text:{path}: no such file or folder; give a UTF-8 text file or a folder of "
                                 f".txt files")
-    for f in found:                          # before any is opened: a pipe nothing writes blocks open() for ever
+    for f in found:                     # before any is opened: a pipe nothing writes blocks open() for ever
         if (kind := not_regular(f)) is not None:
             where = f"text:{path}" + ("" if f == path else f": {f}")
             raise ValueError(f"{where} is {kind}, not a regular file, and may never give its data: give "
