@@ -157,9 +157,9 @@ def check_targets(names: list[str], tm, limit: int):
         tasks = get_task_dict(names, tm)
     except IndexError:      # lm-eval reads a task's first document as it builds it: its target, an int,
         bad = ", ".join(failing(names, tm, IndexError) or names)        # indexes the choices unchecked
-        raise ValueError(f"lm-eval task {bad}: document 0's target is an index outside its choices (lm-eval's "
-                         f"IndexError as it builds the task from that document): fix its data or its "
-                         f"doc_to_target (--include-path)") from None
+        raise ValueError(f"lm-eval task {bad}: document 0's target is an index outside its choices "
+                         f"(lm-eval's IndexError as it builds the task from that document): fix its data or "
+                         f"its doc_to_target (--include-path)") from None
     for task in leaf_tasks(tasks):
         if task.OUTPUT_TYPE != "multiple_choice" or task.multiple_input:
             continue
