@@ -53,23 +53,23 @@ def files_of(path: str) -> list[str]:
         raise FileNotFoundError(f"text:{path}: no such file or folder; give a UTF-8 text file or a folder of "
                                 f".txt files")
     for f in found:                     # before any is opened: a pipe nothing writes blocks open() for ever
-        if (kind := not_regular(f)) is not None:
-            where = f"text:{path}" + ("" if f == path else f": {f}")
-            raise ValueError(f"{where} is {kind}, not a regular file, and may never give its data: give "
-                             f"regular text files (save the text to a file first)")
+        where = f"text:{path}" + ("" if f == path else f": {f}")
+        try:
+            mode = os.stat(f).st_mode
+        except OSError as e:                                   # a link to nothing, a folder we may not enter
+            raise ValueError(f"{where}: cannot read it ({e.strerror}): remove it, or give another text") \
+                from None
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{where} is {not_regular(mode)}, not a regular file, and may never give its "
+                             f"data: give regular text files (save the text to a file first)")
     return found
 
 
-def not_regular(path: str) -> str | None:
-    """What path is when it is no regular file (after links): 'a named pipe (FIFO)', ...; None for a regular
-    file, or one that cannot be looked at (read_text says why)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
+def not_regular(mode: int) -> str:
+    """What a file of this st_mode is, when it is no regular file: 'a named pipe (FIFO)', ..."""
     kinds = [(stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
-    return None if stat.S_ISREG(mode) else next((k for test, k in kinds if test(mode)), "not a file")
+    return next((k for test, k in kinds if test(mode)), "not a file")
 
 
 def read_text(path: str) -> str:

@@ -101,6 +101,8 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
     ("short.txt", "fewer than one row of 32 tokens"), ("nofiles", "holds no .txt file"),
     ("pipes", "{tmp}/pipes/b.txt is a named pipe (FIFO), not a regular file, and may never give its data"),
     ("b.txt", "text:{tmp}/b.txt is a named pipe (FIFO), not a regular file"),
+    ("links", "text:{tmp}/links: {tmp}/links/b.txt: cannot read it (No such file or directory): remove "
+              "it, or give another text"),
     ("small preset", "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258"),
     ("beta2", "--beta2 must be a finite number in [0, 1)"),
     *[(data, "--data-dir {file} is a file: give a folder (the corpus' local copy and its token cache)")
@@ -115,6 +117,9 @@ def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatc
     (tmp_path / "nofiles").mkdir()
     (tmp_path / "nofiles" / "a.md").write_text("x" * 100)
     (tmp_path / "pipes").mkdir()
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "a.txt").write_text(TEXT)
+    os.symlink(tmp_path / "nowhere", tmp_path / "links" / "b.txt")          # a link to nothing
     (tmp_path / "pipes" / "a.txt").write_text(TEXT)
     for fifo in (tmp_path / "pipes" / "b.txt", tmp_path / "b.txt"):  # were they opened, the writer's EOF
         os.mkfifo(fifo)                                               # would end the read: no hang
