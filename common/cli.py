@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from common import checkpoint, methods, runtime
+from common import checkpoint, methods, runtime, threads
 from data import CORPORA, TASKS, custom
 from model import static_decoding
 
@@ -185,7 +185,9 @@ def run(main, script: str, why: str = "no file was written"):
     (Ctrl-C); why`) and exit code 130, the shell's for an interrupted command, instead of a traceback; once
     the script is exiting with a line, a second Ctrl-C is ignored (it would land in torch's atexit handlers
     and print their traceback). Nothing is left half-written: the scripts write their files whole, at the
-    end (data/files.replaced removes an unfinished one)."""
+    end (data/files.replaced removes an unfinished one). Before, while the script imports, common/threads.py
+    answers Ctrl-C."""
+    threads.started()
     try:
         main()
     except KeyboardInterrupt:

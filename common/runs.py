@@ -162,8 +162,6 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
 
 GIVE = ("give a folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
         "(Hub id or folder)")
-SHAPE_FLAGS = {"n_layer": "{} layers", "n_embd": "width {}", "n_head": "{} heads",   # train.py's shape flags
-               "n_kv_head": "{} key/value heads"}
 
 
 def our_start(path: str, config: dict) -> dict:
@@ -225,12 +223,16 @@ def check_start(source: dict, tok, seq_len: int, asked: dict):
                          f"tokens of the {tok.name} tokenizer: start from a model of this tokenizer")
     wanted = dict(PRESETS[asked["preset"]]) if asked.get("preset") else {}
     wanted.update({k: v for k, v in asked.items() if k != "preset"})
-    for k, v in wanted.items():
-        if v != getattr(cfg, k):
-            flag = f"--preset {asked['preset']}" if k not in asked else f"--{k.replace('_', '-')} {v}"
-            raise ValueError(f"{flag} asks for {SHAPE_FLAGS.get(k, k + ' {}').format(v)}, and {where} has "
-                             f"{getattr(cfg, k)}: the shape comes from --init-from, so drop the shape flags "
-                             f"(or start from a model of that shape)")
+    if wanted.get("n_kv_head") == 0:                   # --n-kv-head 0: as many as the heads
+        wanted["n_kv_head"] = wanted.get("n_head", cfg.n_head)
+    differ = [k for k, v in wanted.items() if v != getattr(cfg, k)]
+    if differ:                       # every flag that differs; of a preset, its first field that does
+        flags = f"--preset {asked['preset']}" if asked.get("preset") else " ".join(
+            f"--{k.replace('_', '-')} {asked[k]}" for k in differ)
+        differ = differ[:1] if asked.get("preset") else differ
+        raise ValueError(f"{flags} asks for {train_args.shape_words(differ, wanted.get)}, and {where} has "
+                         f"{train_args.shape_words(differ, lambda k: getattr(cfg, k))}: the shape comes from "
+                         f"--init-from, so drop the shape flags (or start from a model of that shape)")
     if source["seq_len"] and seq_len > source["seq_len"]:
         raise ValueError(f"this run's context of {seq_len} tokens is longer than the {source['seq_len']} "
                          f"positions {where} was trained on: pass --seq-len {source['seq_len']} or less, or "
@@ -287,7 +289,5 @@ def start_from(args, tok, seq_len) -> dict:
 
 
 def asked_shape(args) -> dict:
-    """The shape flags given (a shape flag left at its default asks for nothing)."""
-    defaults = train_args.parser()
-    return {k: getattr(args, k) for k in ("preset", *SHAPE_FLAGS)
-            if getattr(args, k) != defaults.get_default(k)}
+    """The shape flags given (train_args.parse: the others are None, the source's shape)."""
+    return {k: getattr(args, k) for k in ("preset", *train_args.SHAPE) if getattr(args, k) not in (None, "")}

@@ -10,8 +10,13 @@ torch is imported (libgomp reads it when it loads), which is why the scripts imp
 so, a second thread that has to share a core with another job slows small models down (decoding 2.6x on 2
 cores with one other job, docs/speed.md), so --threads 0 uses the cores the load average leaves free, at least
 one.
+
+Being the scripts' first import, it also answers a Ctrl-C while they import (torch takes 1-3 s), before
+common/cli.run answers it: one line and exit code 130 (`quiet_start`).
 """
 import os
+import signal
+import sys
 
 SPIN = "1000"   # GOMP_SPINCOUNT: long enough to catch the next parallel region on an idle core, short on a
                 # busy one
@@ -50,4 +55,39 @@ def set_threads(n: int):
     torch.set_num_threads(n)
 
 
+# ----------------------------------------------------------------------------- Ctrl-C while a script starts
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ("train.py", "eval.py", "sample.py")      # each runs its main through common/cli.run
+
+
+def interrupted_while_starting(signum, frame):
+    """SIGINT before the script's main runs: one line, exit code 130. Nothing has been written yet, so the
+    process ends at once (os._exit): a KeyboardInterrupt raised in the script's imports comes before
+    common/cli.run's try (a traceback), and would unwind through a half-imported torch."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    script = os.path.basename(sys.modules["__main__"].__file__)
+    sys.stdout.flush()
+    print(f"\n{script}: interrupted (Ctrl-C) while starting; nothing was written", file=sys.stderr,
+          flush=True)
+    os._exit(130)
+
+
+def quiet_start():
+    """Ctrl-C answered by interrupted_while_starting while one of SCRIPTS, run as a script, imports, unless
+    SIGINT is not Python's default (ignored, as in a background job); common/cli.run takes it back (started).
+    A module importing this one (a test, a notebook) keeps its own Ctrl-C."""
+    main = os.path.abspath(getattr(sys.modules.get("__main__"), "__file__", None) or "")
+    if main in [os.path.join(ROOT, s) for s in SCRIPTS] and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupted_while_starting)
+
+
+def started():
+    """The script's main runs (common/cli.run): Ctrl-C is a KeyboardInterrupt again, which run answers."""
+    if signal.getsignal(signal.SIGINT) is interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 quiet_spin()
+quiet_start()

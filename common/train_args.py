@@ -4,7 +4,8 @@ reads the arguments with the parser train.py reads them with, so every form argp
 it means to train.py.
 
     parser(description)      the ArgumentParser (train.py passes its docstring, shown by --help)
-    parse(argv, p)           the arguments, --out-dir defaulted to out/<model>
+    parse(argv, p)           the arguments, --out-dir defaulted to out/<model>; a shape flag not given is None
+                             where the shape comes from elsewhere (--init-from's weights, --preset)
     check(args)              every flag in its range, none that would do nothing (ValueError, one line)
 """
 import argparse
@@ -119,11 +120,31 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+# the shape flags --preset and --init-from replace, each as a refusal names its value
+SHAPE = {"n_layer": "{} layers", "n_embd": "width {}", "n_head": "{} heads",
+         "n_kv_head": "{} key/value heads"}
+
+
+def shape_words(keys, value) -> str:
+    """Shape fields in words ('4 layers, width 128'), each its value(key); a preset's other fields by name."""
+    return ", ".join(SHAPE.get(k, k + " {}").format(value(k)) for k in keys)
+
+
 def parse(argv=None, p: argparse.ArgumentParser | None = None) -> argparse.Namespace:
     """train.py's arguments from argv (default sys.argv), with --out-dir's default out/<model> filled in, and
     a trailing slash dropped (--keep-every's OUT_DIR-stepN is then beside it, not in it; --init-from's, so
-    that --resume names the run's start as it was recorded)."""
-    args = (p or parser()).parse_args(argv)
+    that --resume names the run's start as it was recorded).
+    With --init-from or --preset the shape comes from elsewhere, so a shape flag (or --preset) left out is
+    None: one given is compared with it (runs.check_start, check), even when it equals its default, which
+    argparse alone cannot tell from a flag left out."""
+    p = p or parser()
+    args = p.parse_args(argv)
+    if args.init_from or args.preset:
+        unset = object()                # parse again with the shape flags unset: the ones left out stay so
+        given = p.parse_args(argv, argparse.Namespace(**dict.fromkeys(("preset", *SHAPE), unset)))
+        for k in ("preset", *SHAPE):
+            if getattr(given, k) is unset:
+                setattr(args, k, None)
     args.out_dir = os.path.normpath(args.out_dir or os.path.join("out", args.model))   # out/ck/ -> out/ck
     if args.init_from:                   # one folder, one spelling in config.json's run: out/ar/ -> out/ar
         args.init_from = os.path.normpath(args.init_from)
@@ -134,14 +155,21 @@ def check(args):
     """Every flag in its range, and none that would do nothing with --model (or without the flag it refines),
     before any work (ValueError, one line); counts and the threshold with the checks eval.py and sample.py
     use."""
+    given = [k for k in SHAPE if getattr(args, k) is not None]      # None: the shape comes from elsewhere
+    if args.preset and given:
+        flags = " ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise ValueError(f"{flags} with --preset {args.preset}: the preset is the whole shape "
+                         f"({shape_words(SHAPE, PRESETS[args.preset].get)}); drop {flags}, or drop --preset")
     for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd",
                  "n_head"):
-        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+        if getattr(args, name) is not None:
+            check_positive("--" + name.replace("_", "-"), getattr(args, name))
     if args.max_new_tokens is not None:
         check_positive("--max-new-tokens", args.max_new_tokens)
     for name, zero in (("n_kv_head", "0 = n_head"), ("warmup", ""), ("eval_every", "0 = at the end"),
                        ("keep_every", "0 = none"), ("seq_len", "0 = the task's")):
-        check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
+        if getattr(args, name) is not None:
+            check_nonnegative("--" + name.replace("_", "-"), getattr(args, name), zero)
     if args.seq_len == 1:
         raise ValueError("--seq-len 1: the context must be at least 2 tokens (one to condition on, one to "
                          "predict); 0 = the task's default")

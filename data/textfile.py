@@ -20,11 +20,13 @@ Cache: the rows are built once into <dir>/text-<name>-<tokenizer>-<key>_all_L<L>
 paths, sizes and modification times, so an edited text is built again.
 
 Errors are one line (FileNotFoundError / ValueError) that says what to do: a missing path, a folder with no
-.txt file, an empty text, a file that is not UTF-8 (a binary file), a text too short for two rows.
+.txt file, a named pipe, device or socket (which might never give its data: refused before it is opened), an
+empty text, a file that is not UTF-8 (a binary file), a text too short for two rows.
 """
 import hashlib
 import os
 import re
+import stat
 from types import SimpleNamespace
 
 from data import PlainText, corpus
@@ -36,18 +38,38 @@ VALID_FRACTION = 0.05            # the held-out tail: this fraction of the rows,
 
 
 def files_of(path: str) -> list[str]:
-    """The text files of path: the file itself, or a folder's *.txt files (recursive, sorted)."""
+    """The text files of path: the file itself, or a folder's *.txt files (recursive, sorted), each a regular
+    file."""
     path = os.path.expanduser(path)
-    if os.path.isfile(path):
-        return [path]
-    if not os.path.isdir(path):
+    if os.path.isdir(path):
+        found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names
+                       if f.endswith(".txt"))
+        if not found:
+            raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in "
+                                    f"files ending .txt")
+    elif os.path.exists(path):
+        found = [path]
+    else:
         raise FileNotFoundError(f"text:{path}: no such file or folder; give a UTF-8 text file or a folder of "
                                 f".txt files")
-    found = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names if f.endswith(".txt"))
-    if not found:
-        raise FileNotFoundError(f"text:{path}: the folder holds no .txt file; put the text in "
-                                f"files ending .txt")
+    for f in found:                     # before any is opened: a pipe nothing writes blocks open() for ever
+        where = f"text:{path}" + ("" if f == path else f": {f}")
+        try:
+            mode = os.stat(f).st_mode
+        except OSError as e:                                   # a link to nothing, a folder we may not enter
+            raise ValueError(f"{where}: cannot read it ({e.strerror}): remove it, or give another text") \
+                from None
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{where} is {not_regular(mode)}, not a regular file, and may never give its "
+                             f"data: give regular text files (save the text to a file first)")
     return found
+
+
+def not_regular(mode: int) -> str:
+    """What a file of this st_mode is, when it is no regular file: 'a named pipe (FIFO)', ..."""
+    kinds = [(stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")]
+    return next((k for test, k in kinds if test(mode)), "not a file")
 
 
 def read_text(path: str) -> str:

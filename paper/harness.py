@@ -153,7 +153,14 @@ def check_targets(names: list[str], tm, limit: int):
     choices (an index outside them, or a text not among them), in the documents --limit evaluates: lm-eval
     would count it wrong with a warning lost in its log, or fail."""
     from lm_eval.tasks import get_task_dict
-    for task in leaf_tasks(get_task_dict(names, tm)):
+    try:
+        tasks = get_task_dict(names, tm)
+    except IndexError:      # lm-eval reads a task's first document as it builds it: its target, an int,
+        bad = ", ".join(failing(names, tm, IndexError) or names)        # indexes the choices unchecked
+        raise ValueError(f"lm-eval task {bad}: document 0's target is an index outside its choices "
+                         f"(lm-eval's IndexError as it builds the task from that document): fix its data or "
+                         f"its doc_to_target (--include-path)") from None
+    for task in leaf_tasks(tasks):
         if task.OUTPUT_TYPE != "multiple_choice" or task.multiple_input:
             continue
         for i, doc in enumerate(task.eval_docs):
@@ -342,18 +349,25 @@ def result_rows(out: dict, model_name: str) -> list[list]:
     return rows
 
 
-def template_error(names: list[str], tm, error) -> str:
-    """The line for a task YAML whose Jinja template fails on a document (jinja2's TemplateError: a field the
-    documents lack): the task, found by building each task alone (lm-eval renders a document when it builds a
-    task), and jinja2's message, which names the field."""
-    from jinja2 import TemplateError
+def failing(names: list[str], tm, error: type) -> list[str]:
+    """The tasks of names whose building alone raises error (lm-eval renders a task's first document as it
+    builds it)."""
     from lm_eval.tasks import get_task_dict
     bad = []
     for name in names:
         try:
             get_task_dict([name], tm)
-        except TemplateError:
+        except error:
             bad.append(name)
+    return bad
+
+
+def template_error(names: list[str], tm, error) -> str:
+    """The line for a task YAML whose Jinja template fails on a document (jinja2's TemplateError: a field the
+    documents lack): the task (lm-eval renders a document when it builds a task) and jinja2's message, which
+    names the field."""
+    from jinja2 import TemplateError
+    bad = failing(names, tm, TemplateError)
     return (f"lm-eval task {', '.join(bad or names)}: its YAML template fails on a document "
             f"({error.message or error}): a field the template names is not in the task's data; fix the YAML "
             f"(--include-path) or the data")

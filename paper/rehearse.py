@@ -33,6 +33,7 @@ place of a --preset (a fine-tuning run keeps its stand-in's shape), 2 steps. NGP
 two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints are the Makefile's. Each
 target's output goes to DIR/logs/TARGET.log.
 """
+import json
 import os
 import re
 import shlex
@@ -74,8 +75,10 @@ LISTS = ("GSM8K_CKPTS", "CNNDM_CKPTS", "INFILL_CKPTS", "OWT_CKPTS", "LM1B_CKPTS"
 def prepare(root: str, held: list | None = None) -> str:
     """root emptied (when this module built it, or new; the folder itself stays: a link stays a link), with
     root/work linking to the repository; returns root/work. held: a list that gets root's mark, open and
-    locked while a rehearsal runs there (another is refused). A file, a folder it did not build and a place
-    it cannot write are a ValueError (one line), before anything is touched."""
+    locked while a rehearsal runs there (another is refused, told what runs: busy). A target's make inherits
+    the lock (make(lock=)), so a make that outlives its rehearsal (a SIGKILL) keeps the folder from being
+    emptied under it. A file, a folder it did not build and a place it cannot write are a ValueError (one
+    line), before anything is touched."""
     if os.path.lexists(root) and not os.path.isdir(root):
         raise ValueError(f"--dir {root} is a file or a link to no folder: give a new or an empty folder")
     if os.path.isdir(root) and os.listdir(root) and not os.path.isfile(os.path.join(root, MARK)):
@@ -90,6 +93,7 @@ def prepare(root: str, held: list | None = None) -> str:
             import fcntl
             held.append(mark)
             fcntl.flock(mark, fcntl.LOCK_EX | fcntl.LOCK_NB)     # BlockingIOError when another holds it
+            record(mark, pid=os.getpid())
         for name in set(os.listdir(root)) - {MARK}:                # its own folder: emptied
             path = os.path.join(root, name)
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
@@ -99,12 +103,36 @@ def prepare(root: str, held: list | None = None) -> str:
             if not name.startswith((".", "out", "results")):
                 os.symlink(os.path.join(REPO, name), os.path.join(work, name))
     except BlockingIOError:
-        raise ValueError(f"another rehearsal is running in {root}: wait for it, or give another --dir") \
-            from None
+        raise ValueError(busy(root)) from None
     except OSError as e:
         raise ValueError(f"cannot write the rehearsal folder {root} ({e.strerror or e}): give another "
                          f"--dir") from None
     return work
+
+
+def record(mark, **running):
+    """What runs under the lock, written in the mark (its pid; a target's make, its process group), for
+    busy."""
+    mark.truncate(0)
+    mark.write(json.dumps(running))
+    mark.flush()
+
+
+def busy(root: str) -> str:
+    """The line refusing a rehearsal in root while the lock is held: by another rehearsal, or by the make of
+    one that was killed (its python gone, the lock inherited by the make, which runs on)."""
+    try:
+        with open(os.path.join(root, MARK)) as f:
+            held = json.load(f)
+        os.kill(held["pid"], 0)                      # ProcessLookupError: the rehearsal itself has ended
+    except ProcessLookupError:
+        if "make" in held:
+            return (f"the make {held['target']} of a rehearsal that was killed still runs in {root} (process "
+                    f"group {held['make']}): wait for it to end, or stop it (kill -- -{held['make']}), then "
+                    f"rehearse again; or give another --dir")
+    except (OSError, ValueError, KeyError, TypeError):  # a mark of an older version, or none readable
+        pass
+    return f"another rehearsal is running in {root}: wait for it, or give another --dir"
 
 
 def offline_env(root: str) -> dict:
@@ -137,16 +165,21 @@ def make_variables(target: str, root: str, given: dict) -> dict:
     return {**{k: v.format(data=data) for k, v in TARGETS[target].items()}, **given}
 
 
-def make(work: str, goal: str, variables: dict, *makefiles: str, stdin: str | None = None,
+def make(work: str, goal: str, variables: dict, *makefiles: str, stdin: str | None = None, lock=None,
          **popen) -> subprocess.CompletedProcess:
     """make GOAL in work with these variables, past the GPU check (NEED_GPU=:); make echoes each line. It runs
     in a process group of its own, ended whole when this process stops first (Ctrl-C, SIGTERM): no command of
-    a target outlives the rehearsal to write into a folder the next one empties. A make that fails with
-    stderr captured is a ValueError (one line: its last error line but make's own)."""
+    a target outlives the rehearsal to write into a folder the next one empties. lock (the folder's locked
+    mark): make and its commands inherit its descriptor, so the lock lasts while they run, even when this
+    process is killed (SIGKILL, which ends nothing else). A make that fails with stderr captured is a
+    ValueError (one line: its last error line but make's own)."""
     argv = ["make", "--no-print-directory", "-C", work, *makefiles, goal, "NEED_GPU=:",
             *[f"{k}={v}" for k, v in variables.items()]]
     proc = subprocess.Popen(argv, start_new_session=True, text=True,
-                            stdin=None if stdin is None else subprocess.PIPE, **popen)
+                            stdin=None if stdin is None else subprocess.PIPE,
+                            pass_fds=() if lock is None else (lock.fileno(),), **popen)
+    if lock is not None:
+        record(lock, pid=os.getpid(), make=proc.pid, target=goal)
     try:
         out, err = proc.communicate(stdin)
     except BaseException:
@@ -173,15 +206,16 @@ def listed_keys(work: str, given: dict) -> list[str]:
 
 # ----------------------------------------------------------------------------- running, or recording, targets
 
-def run_target(target: str, root: str, variables: dict) -> tuple[bool, float, str]:
+def run_target(target: str, root: str, variables: dict, lock=None) -> tuple[bool, float, str]:
     """make TARGET in root/work, offline: (passed, seconds, its last error line, else its last line but make's
-    own). The output, each command line and what it printed, goes to root/logs/TARGET.log."""
+    own). The output, each command line and what it printed, goes to root/logs/TARGET.log. lock: the folder's
+    (prepare's held), which the make inherits."""
     os.makedirs(os.path.join(root, "logs"), exist_ok=True)
     log = os.path.join(root, "logs", target + ".log")
     start = time.perf_counter()
     with open(log, "w") as f:
         proc = make(os.path.join(root, "work"), target, {"PY": sys.executable, **variables},
-                    env=offline_env(root), stdout=f, stderr=subprocess.STDOUT)
+                    env=offline_env(root), stdout=f, stderr=subprocess.STDOUT, lock=lock)
     seconds = time.perf_counter() - start
     with open(log, errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
@@ -257,7 +291,7 @@ def main(argv=None) -> int:
         sys.exit(f"error: {e}")
     results = {}
     for target in targets:
-        results[target] = run_target(target, args.dir, make_variables(target, args.dir, given))
+        results[target] = run_target(target, args.dir, make_variables(target, args.dir, given), held[0])
         print(report({target: results[target]}, args.dir)[0][0], flush=True)
     lines, status = report(results, args.dir)
     print(lines[-1])

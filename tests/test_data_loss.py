@@ -432,7 +432,10 @@ def test_a_cache_that_cannot_be_built_is_one_line_and_leaves_no_file(tmp_path, m
 # ---------------------------------------------------------------------------- Ctrl-C in the scripts
 
 # where Ctrl-C lands: train.py at start-up or in its first step, eval.py half-way through writing --json,
-# sample.py while loading the checkpoint
+# sample.py while loading the checkpoint, each while it imports torch (as torch finds its C extension)
+IMPORTING = "import sys\nclass Interrupt:\n    def find_spec(self, name, path=None, target=None):\n" \
+            "        if name == 'torch._C':\n            os.kill(os.getpid(), signal.SIGINT)\n" \
+            "sys.meta_path.insert(0, Interrupt())\n"
 CTRL_C = {
     "train.py": "from common import saving\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
                 "saving.claim = claim\n",
@@ -443,23 +446,26 @@ CTRL_C = {
                "    raise KeyboardInterrupt\njson.dump = dump\n",
     "sample.py": "from common import checkpoint\ndef load(*a, **k):\n    raise KeyboardInterrupt\n"
                  "checkpoint.load = load\n",
+    **{f"{script} importing torch": IMPORTING for script in ("train.py", "eval.py", "sample.py")},
 }
 
 
 def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path):
-    """Each script run as from a shell (the four side by side), Ctrl-C landing mid-run and a second one while
-    it exits (an atexit handler, where torch's run): one line on stderr, no traceback, exit code 130 (a step
-    Ctrl-C lands in is saved first: exit 1), eval.py's earlier --json as it was, no temporary file."""
+    """Each script run as from a shell (side by side), Ctrl-C landing mid-run or while it imports torch
+    (common/threads.py answers it then) and a second one while it exits (an atexit handler, where torch's
+    run): one line on stderr, no traceback, exit code 130 (a step Ctrl-C lands in is saved first: exit 1),
+    eval.py's earlier --json as it was, no temporary file."""
     ckpt = ["--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]
     procs = {}
     for script, code in CTRL_C.items():
         d = tmp_path / script.replace(" ", "_")
         d.mkdir()
         (d / "m.json").write_text('{"accuracy": 0.5}')
-        argv = [script.split()[0], *{"train.py": ["--model", "ar", "--out-dir", str(d / "ck")],
-                                     "train.py in a step": [*AR, *DATES, "--out-dir", str(d / "ck")],
-                                     "eval.py": [*ckpt, "--limit", "1", "--json", str(d / "m.json")],
-                                     "sample.py": [*ckpt, "--prompt", "1+1="]}[script]]
+        argvs = {"train.py": ["--model", "ar", "--out-dir", str(d / "ck")],
+                 "train.py in a step": [*AR, *DATES, "--out-dir", str(d / "ck")],
+                 "eval.py": [*ckpt, "--limit", "1", "--json", str(d / "m.json")],
+                 "sample.py": [*ckpt, "--prompt", "1+1="]}
+        argv = [script.split()[0], *argvs.get(script, argvs[script.split()[0]])]
         code = "import atexit, os, signal\natexit.register(os.kill, os.getpid(), signal.SIGINT)\n" + code + \
             f"import runpy, sys\nsys.argv = {argv!r}\nrunpy.run_path({argv[0]!r}, run_name='__main__')\n"
         procs[script] = d, subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
@@ -472,7 +478,8 @@ def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path):
         why = "nothing was saved" if script == "train.py" else "no file was written"
         assert err.strip().splitlines()[-1] == (
             f"interrupted after step 1: saved it to {d / 'ck'}; --resume continues from there" if saved
-            else f"{script}: interrupted (Ctrl-C); {why}"), script
+            else f"{script.split()[0]}: interrupted (Ctrl-C) while starting; nothing was written"
+            if script.endswith("importing torch") else f"{script}: interrupted (Ctrl-C); {why}"), script
         assert "Traceback" not in err and "Exception ignored" not in err, script
         assert (d / "m.json").read_text() == '{"accuracy": 0.5}'
         assert sorted(os.listdir(d)) == (["ck", "ck.lock", "m.json"] if saved else ["m.json"]), script

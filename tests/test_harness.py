@@ -317,6 +317,9 @@ def test_gsm8k_scores_equal_lm_eval_filters():
     ("--task lm-eval --tasks tiny_* --include-path {inc}", "label 5", "=lm-eval task tiny_mc: document 1's "
      "target 5 is none of its 3 choices (an index in [0, 3) or a choice's text): fix its data or its "
      "doc_to_target (--include-path)"),
+    ("--task lm-eval --tasks tiny_txt,tiny_mc --include-path {inc}", "label + 10", "=lm-eval task tiny_mc: "
+     "document 0's target is an index outside its choices (lm-eval's IndexError as it builds the task from "
+     "that document): fix its data or its doc_to_target (--include-path)"),
     ("--task lm-eval --tasks tiny_txt,tiny_mc --include-path "
      "{inc}", "typo", "^lm-eval task tiny_mc: its YAML "
                                                                              "template fails"),
@@ -330,9 +333,10 @@ def test_bad_lm_eval_input_is_one_line(corpus_ckpts, tmp_path, monkeypatch, no_b
     if case == "label 5":                                          # document 1's label outside its choices
         (tmp_path / "tasks" / "tiny_mc.jsonl").write_text("".join(
             json.dumps({**r, "label": 5 if i == 1 else r["label"]}) + "\n" for i, r in enumerate(MC)))
-    elif case == "typo":
-        yaml = tmp_path / "tasks" / "tiny_mc.yaml"
-        yaml.write_text(yaml.read_text().replace("{{question}}", "{{questoin}}"))
+    elif case in ("typo", "label + 10"):               # a misspelt field; an index built outside the choices
+        yaml = tmp_path / "tasks" / "tiny_mc.yaml"     # (lm-eval's IndexError)
+        yaml.write_text(yaml.read_text().replace(*{"typo": ("{{question}}", "{{questoin}}"),
+                                                   "label + 10": ("{{label}}", "{{label + 10}}")}[case]))
     elif case == "no lm_eval":
         monkeypatch.setitem(sys.modules, "lm_eval", None)
     argv = ["--ckpt", str(corpus_ckpts / "ar"), "--device", "cpu",

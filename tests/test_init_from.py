@@ -90,10 +90,13 @@ IDS = "the same ids would be other tokens; pass --tokenizer"
 
 
 @pytest.mark.parametrize("source, flags, message", [
-    ("ar", ["--n-layer", "2"], "--n-layer 2 asks for 2 layers, and --init-from {src} has 1" + SHAPE),
-    ("ar", ["--n-embd", "64"], "--n-embd 64 asks for width 64, and --init-from {src} has 32" + SHAPE),
-    ("ar", ["--preset", "cnndm"], "--preset cnndm asks for vocab_size 151936, and --init-from {src} has 258"
-                                  + SHAPE),
+    ("ar", ["--n-layer", "2"], "--n-layer 2 asks for 2 layers, and --init-from {src} has 1 layers" + SHAPE),
+    ("ar", ["--n-embd", "64"], "--n-embd 64 asks for width 64, and --init-from {src} has width 32" + SHAPE),
+    ("ar", ["--n-layer", "4", "--n-embd", "128", "--n-head", "2"],      # flags given equal to their defaults
+     "--n-layer 4 --n-embd 128 asks for 4 layers, width 128, and --init-from {src} has 1 layers, width 32"
+     + SHAPE),
+    ("ar", ["--preset", "cnndm"], "--preset cnndm asks for vocab_size 151936, and --init-from {src} has "
+                                  "vocab_size 258" + SHAPE),
     ("setdiffusion", ["--seq-len", "256"],
      "this run's context of 256 tokens is longer than the 128 positions --init-from {src} was trained on: "
      "pass --seq-len 128 or less, or start from a model trained at this length"),

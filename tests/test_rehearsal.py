@@ -177,10 +177,13 @@ def test_the_folder_is_never_one_it_did_not_build(tmp_path):
     (["--dir", "{d}/mine"], "--dir {d}/mine exists and is not a rehearsal folder: give a new or an empty "
                             "folder"),
     (["--dir", "{d}/busy"], "another rehearsal is running in {d}/busy: wait for it, or give another --dir"),
+    (["--dir", "{d}/orphan"], "the make reproduce-gsm8k of a rehearsal that was killed still runs in "
+     "{d}/orphan (process group {make}): wait for it to end, or stop it (kill -- -{make}), then rehearse "
+     "again; or give another --dir"),
 ])
 def test_bad_input_is_one_line_and_touches_nothing(tmp_path, monkeypatch, argv, message):
     """Before any stand-in is built: what is in the way stays as it was (a file, your folder, a link, the
-    folder of a rehearsal that is running)."""
+    folder of a rehearsal that is running, or of one killed (SIGKILL) while its make runs on)."""
     monkeypatch.setattr(standins, "build", lambda *a: pytest.fail("got as far as building the stand-ins"))
     (tmp_path / "file").write_text("keep")
     (tmp_path / "mine").mkdir()
@@ -188,10 +191,34 @@ def test_bad_input_is_one_line_and_touches_nothing(tmp_path, monkeypatch, argv, 
     os.symlink(tmp_path / "loop", tmp_path / "loop")
     held = []
     rehearse.prepare(str(tmp_path / "busy"), held)
-    before = snapshot(tmp_path)
-    got = error_of(rehearse.main, [a.format(d=tmp_path) for a in argv])
-    assert got == "error: " + message.format(d=tmp_path)
-    assert snapshot(tmp_path) == before
+    make = orphan_make(tmp_path) if "{d}/orphan" in argv else None
+    try:
+        before = snapshot(tmp_path)
+        got = error_of(rehearse.main, [a.format(d=tmp_path) for a in argv])
+        assert got == "error: " + message.format(d=tmp_path, make=make)
+        assert snapshot(tmp_path) == before
+    finally:
+        if make is not None:
+            os.killpg(make, signal.SIGKILL)
+
+
+def orphan_make(tmp_path) -> int:
+    """A rehearsal in tmp_path/orphan killed (SIGKILL) while its target's command runs (a 30 s sleep): its
+    make runs on, in a process group of its own; returns that group."""
+    fake = tmp_path / "py"
+    fake.write_text(f'#!/bin/sh\necho $$ > {tmp_path / "started"}\nexec sleep 30\n')
+    fake.chmod(0o755)
+    code = (f"from paper import rehearse; held = []; d = {str(tmp_path / 'orphan')!r}; "
+            f"rehearse.prepare(d, held); rehearse.run_target('reproduce-gsm8k', d, {{'PY': {str(fake)!r}}}, "
+            f"held[0])")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=rehearse.REPO)
+    for _ in range(500):
+        if (tmp_path / "started").exists():
+            break
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()                                     # reaped: its pid is no process's
+    return os.getpgid(int((tmp_path / "started").read_text()))
 
 
 def test_a_stopped_rehearsal_leaves_no_command_of_its_target_running(tmp_path):
