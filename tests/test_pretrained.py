@@ -283,10 +283,12 @@ DIT = {"architectures": ["MDLM"], "n_heads": 4, "tokenization_config": {"mask_to
     ("qwen", {}, {**QWEN, "length": 768, "backbone_config": {"length": 7}}, 768),
     ("dit", {}, {**DIT, "model_length": 512, "noise_config": {"length": 7}}, 512),
     # refused, one line each
-    ("qwen", {"backbone.model.score.weight": torch.ones(2, 32)}, QWEN, "unknown tensor 'backbone.model.score"),
-    ("qwen", {f"noise.t{i}": torch.ones(1) for i in range(5)}, QWEN, "unknown tensors 'noise.t0', 'noise.t1', "
-     "'noise.t2' and 2 more"),
-    ("dit", {"backbone.blocks.0.extra.weight": torch.ones(2)}, DIT, "unknown tensor 'backbone.blocks.0.extra"),
+    ("qwen", {"backbone.model.score.weight": torch.ones(2, 32)}, QWEN,
+     "unknown tensor 'backbone.model.score"),
+    ("qwen", {f"noise.t{i}": torch.ones(1) for i in range(5)}, QWEN,
+     "unknown tensors 'noise.t0', 'noise.t1', 'noise.t2' and 2 more"),
+    ("dit", {"backbone.blocks.0.extra.weight": torch.ones(2)}, DIT,
+     "unknown tensor 'backbone.blocks.0.extra"),
     ("qwen", {}, {**QWEN, "length": "1024"}, "config.json's 'length' is '1024', not a positive whole number"),
     ("dit", {}, {**DIT, "model_length": 0}, "config.json's 'model_length' is 0, not a positive whole number"),
     ("qwen", {}, {**QWEN, "length": True}, "config.json's 'length' is True"),
