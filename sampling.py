@@ -146,7 +146,10 @@ class Picker:
             return logits.argmax(-1), candidates.clone()
         at(track, self.canvas, cols)
         y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
-        decoded = confident(conf, candidates, s.threshold)
+        if s.official and conf.shape[1] > 1:          # paper mode: the official's order among tied tokens
+            decoded = official_confident(conf, candidates, s.threshold, draw)
+        else:
+            decoded = confident(conf, candidates, s.threshold)
         early_stop(track, conf, decoded)
         return y, decoded
 
@@ -375,3 +378,40 @@ def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens:
         return stop
     hook = stop if isinstance(stop, EntropyStop) else EntropyStop(stop)
     return hook.attach(track, prompt, prompt_mask, mask_id)
+
+
+# ----------------------------------------------------------------------------- reproduction only: tied tokens
+
+# The official top-1 is the last of `conf.argsort(dim=-1)` (torch's default, stable=False) over its row of
+# slots, its decoded slots at +inf: among tied most-confident tokens, the one that sort leaves last. Which
+# that is depends on the device and the row's length, not on a rule of its own (docs/fidelity.md: on a CPU
+# index order up to 16 slots, introsort's order beyond; on CUDA a bitonic network's up to 32, index order
+# beyond). Paper mode calls the same sort on the same row, so it picks what the official picks on the device
+# it runs on; the default keeps the rightmost (`confident`).
+
+def official_confident(conf, candidates, threshold: float, row=None):
+    """`confident` with the official's top-1 (official_top): decoded (B, K) bool. row (B, K): the slots of
+    the official's row (None: all K), the same slots its sampled stream draws for (Picker's draw)."""
+    top = official_top(conf, candidates, row)                                 # (B,) -1: no candidate
+    hit = torch.arange(conf.shape[1], device=conf.device) == top[:, None]     # (B, K) none where top = -1
+    return (conf >= threshold) & candidates | hit
+
+
+def official_top(conf, candidates, row=None):
+    """The slot (B,) the official decodes as its most confident, -1 where a row has no candidate: each row's
+    slots in `row` (B, K) laid out left to right as the official's tensor (K slots, or the row's ones), its
+    candidates' confidences and +inf for the slots it already decoded, sorted by torch.argsort (not stable),
+    and the last finite entry taken. Rows are sorted at their own length, as the official sorts one prompt."""
+    B, K = conf.shape
+    row = torch.ones_like(candidates) if row is None else row
+    keys = conf.float().masked_fill(~candidates, math.inf)                   # (B, K)
+    n = row.sum(1)                                                           # (B,) the official's row length
+    top = torch.full((B,), -1, dtype=torch.long, device=conf.device)
+    slots = torch.argsort((~row).to(torch.uint8), dim=1, stable=True)        # (B, K) the row's slots first
+    for k in n[candidates.any(1)].unique().tolist():
+        rows = (n == k) & candidates.any(1)                                  # (b,) the rows of this length
+        idx = slots[rows, :k]                                                # (b, k) slot of each entry
+        order = keys[rows].gather(1, idx).argsort(dim=-1)                    # (b, k) the official's sort
+        last = k - 1 - (~candidates[rows].gather(1, idx)).sum(1, keepdim=True)   # (b, 1) before the +infs
+        top[rows] = idx.gather(1, order.gather(1, last))[:, 0]
+    return top

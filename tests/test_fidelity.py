@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import bd3lm
+import sampling
 from sampling import SamplerOptions, Settings, at, confident, decode, process, start
 from common import replies
 import mdlm
@@ -204,6 +205,40 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     assert dec[0].int().tolist() == [0, 0, 1, 0]                             # identical logits: the rightmost
     y, dec = decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, float(conf[0]))
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
+
+
+def test_official_top_is_the_last_of_the_official_argsort_on_literal_rows():
+    """Paper mode's top-1 (sampling.official_top) == the official's: over its row (the slots in `row`, in
+    order), the candidates' confidences and +inf at its decoded slots, the last finite entry of
+    conf.argsort(dim=-1). Rows of 4 to 33 slots, all tied, a tied top among lower ones, decoded slots among
+    them; batched (rows of other lengths, a row's slots apart, as Set Diffusion's window) == the official
+    on each row alone. At 17 tied slots the pick is not the rightmost (a CPU sort keeps index order only up
+    to 16 entries, CUDA's up to none: docs/fidelity.md)."""
+    g = torch.Generator().manual_seed(0)
+    K, rows = 40, []
+    for n in (4, 16, 17, 20, 32, 33):
+        for kind in ("tied", "top tied", "decoded"):
+            conf = torch.rand(n, generator=g) * 0.5 if kind != "tied" else torch.full((n,), 0.75)
+            conf[torch.randperm(n, generator=g)[:max(2, n // 3)]] = 0.9               # the tied top
+            cand = torch.rand(n, generator=g) > 0.3 if kind == "decoded" else torch.ones(n, dtype=torch.bool)
+            cand[int(conf.argmax())] = True
+            slots = torch.randperm(K, generator=g)[:n].sort().values                  # where the row lies
+            rows.append((conf, cand, slots))
+    conf = torch.zeros(len(rows), K)
+    cand = torch.zeros(len(rows), K, dtype=torch.bool)
+    row = torch.zeros(len(rows), K, dtype=torch.bool)
+    for b, (c, m, slots) in enumerate(rows):
+        conf[b, slots], cand[b, slots], row[b, slots] = c, m, True
+    top = sampling.official_top(conf, cand, row)
+    for b, (c, m, slots) in enumerate(rows):
+        keys = torch.where(m, c, math.inf)[None]                                        # (1, n) the official's
+        want = keys.argsort(dim=-1)[0, -(int((~m).sum()) + 1)]                           # last kept: the top
+        assert int(top[b]) == int(slots[want]), b
+    dec = sampling.official_confident(conf, cand, 0.85, row)
+    assert torch.equal(dec, (cand & (conf >= 0.85)) | (torch.arange(K) == top[:, None]))
+    tied = torch.zeros(1, 17)
+    assert int(sampling.official_top(tied, torch.ones(1, 17, dtype=torch.bool))) != 16
+    assert not sampling.official_top(tied, torch.zeros(1, 17, dtype=torch.bool)).ge(0).any()    # none to pick
 
 
 def official_fht(N, L, W, d, seed):
@@ -421,19 +456,32 @@ class OfficialCache:
         return logits[:, base:]
 
 
+def official_decode(logits, cand, threshold, generator=None):
+    """The official decode step (MDLM._generate_unconditional, predict_and_noise, one token forced a step),
+    plainly: logits (1, n, V) of its row, cand (1, n) the row's [MASK] slots (the others decoded). The
+    [MASK] logit at -1e12, p = exp(logits - logsumexp); xs the argmax, or one draw per slot; conf = p(xs),
+    +inf at the decoded slots; `conf.argsort(dim=-1)[..., :-num_clean]` (num_clean = decoded + 1) stay
+    [MASK], the rest and every p(xs) >= threshold decoded. Returns xs, decoded (1, n)."""
+    logits = logits.float().clone()
+    logits[..., MASK] = -1e12
+    probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()                        # (1, n, V)
+    xs = probs.argmax(-1) if generator is None else torch.multinomial(probs[0], 1, generator=generator).T
+    p = probs.gather(-1, xs[..., None])[..., 0]                                        # (1, n)
+    conf = torch.where(cand, p, math.inf)
+    noise = conf.argsort(dim=-1)[..., :-(int((~cand).sum()) + 1)]                     # stay [MASK]
+    output = xs.clone()
+    output[..., noise] = MASK
+    output = torch.where(p >= threshold, xs, output)
+    return xs, (output != MASK) & cand
+
+
 def decode_block(x, c0, end, logits, threshold, generator=None):
-    """One official step on columns [c0, end): the confidence rule on their [MASK]s, greedy, or sampled at
-    temperature 1 with one draw per column (the official's stream)."""
+    """One official step on columns [c0, end) (official_decode): greedy, or sampled at temperature 1 with
+    one draw per column (the official's stream). Returns the columns it decoded."""
     cand = torch.tensor([[t == MASK for t in x[c0:end]]])
-    if generator is None:
-        y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
-    else:
-        logits = logits[:, :end - c0].float()
-        logits[..., MASK] = -math.inf
-        probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()[0]                 # (end - c0, V)
-        y = torch.multinomial(probs, 1, generator=generator).T                        # (1, end - c0)
-        dec = confident(probs.gather(1, y.T).T, cand, threshold)
+    y, dec = official_decode(logits[:, :end - c0], cand, threshold, generator)
     x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
+    return [c0 + i for i in range(end - c0) if dec[0, i]]
 
 
 def official_bd3lm_infill(model, prompt, S, L, threshold):
@@ -459,12 +507,13 @@ def official_bd3lm_infill(model, prompt, S, L, threshold):
     return torch.tensor([x[:P]])
 
 
-def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
+def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None, steps=None):
     """The official BD3-LM generation (fused block cache): cache the prompt's first F = S floor(P/S)
     tokens; decode ceil(N/S) blocks of S from F (to P + N); a block's first forward also feeds the previous
-    block, after the oldest entries go so that cache + both blocks <= L."""
+    block, after the oldest entries go so that cache + both blocks <= L. steps (a dict): column -> the step
+    that decoded it."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
-    cache, F, pending = OfficialCache(model, S, L), S * (P // S), []
+    cache, F, pending, nfe = OfficialCache(model, S, L), S * (P // S), [], 0
     if F:
         cache.forward(x[:F][-L:], keep=F)
     for b in range(math.ceil(N / S)):
@@ -472,8 +521,9 @@ def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
         fed = pending                          # the previous block, committed by this block's first forward
         while MASK in x[c0:end]:
             logits = cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):]
-            decode_block(x, c0, end, logits, threshold, generator)
-            fed = []
+            for c in decode_block(x, c0, end, logits, threshold, generator):
+                (steps if steps is not None else {})[c] = nfe
+            fed, nfe = [], nfe + 1
         pending = x[c0:end]
     return torch.tensor([x])
 
@@ -525,20 +575,20 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
 
 
-def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
+def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None):
     """The official Set Diffusion decoding with its KV cache crop (entries as in OfficialCache). The prompt
     is cached causally at 0..P-1; each step feeds [the last step's tokens in commit order (position; with
     T, decreasing first-hitting time) | a query per masked column of the W-wide window]; before it the
     entries past L go (the oldest, or with T the smallest positions, after which the mask reads the static
     two-stream rule at positions: stream = position >= L, index = position mod L, queries see no other
     query). Otherwise an input sees every cached entry, the committed inputs causally, a query them and
-    itself."""
+    itself. The queries decode by official_decode; steps (a dict): column -> the step that decoded it."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
     key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
     rule = lambda q, k: (q % L == k % L and (q >= L) == (k >= L)) or (q >= L > k and q % L > k) or (  # noqa
         q < L and k < L and q >= k)
-    last, semantic = [], False
+    last, semantic, step = [], False, 0
     while MASK in x:
         left = x.index(MASK)
         queries = [c for c in range(left, min(left + W, len(x))) if x[c] == MASK]
@@ -564,12 +614,15 @@ def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
             mask[r, sees] = True
         logits = model(torch.tensor([[t for t, _, _ in every]]), torch.tensor([[p for _, p, _ in every]]),
                        mask)
-        y, dec = decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool), MASK, threshold)
+        y, dec = official_decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool),
+                                 threshold)
         made, live, last = made + rows[:n], live + list(range(base, base + n)), []
         for j, c in enumerate(queries):
             if dec[0, j]:
                 x[c] = int(y[0, j])
                 last.append(c)
+                (steps if steps is not None else {})[c] = step
+        step += 1
     return torch.tensor([x])
 
 
@@ -608,11 +661,11 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
     assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
 
 
-def official_mdlm_window(model, prompt, N, S, L, threshold):
+def official_mdlm_window(model, prompt, N, S, L, threshold, steps=None):
     """The official MDLM generation: the canvas [prompt | N [MASK]] (padded with [MASK] to L); ceil(N/S)
     blocks of S from S floor(P/S), cut at the canvas' end; each step one forward over [0, L) while the
     block starts before L, else [block end - L, block end), at positions 0..; returns P + S ceil(N/S)
-    columns and the number of forwards."""
+    columns and the number of forwards. steps (a dict): column -> the step that decoded it."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     x += [MASK] * max(L - len(x), 0)
     F, nfe = S * (P // S), 0
@@ -623,7 +676,8 @@ def official_mdlm_window(model, prompt, N, S, L, threshold):
             window = torch.tensor([x[w0:w0 + L]])
             logits = model(window, torch.arange(window.shape[1])[None],
                            torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
-            decode_block(x, s, end, logits[:, s - w0:], threshold)
+            for c in decode_block(x, s, end, logits[:, s - w0:], threshold):
+                (steps if steps is not None else {})[c] = nfe
             nfe += 1
     out = P + S * math.ceil(N / S)
     return torch.tensor([(x + [MASK] * out)[:out]]), nfe
@@ -652,3 +706,43 @@ def test_mdlm_official_window_equals_the_official_rule(P, N):
     assert seen and all(w == L and p == list(range(L)) and (every or P + N > L) for w, every, p in seen)
     with pytest.raises(ValueError, match="seq_len"):
         mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
+
+
+class Saturated(torch.nn.Module):
+    """A model's logits scaled up until every probability is 0 or 1 in float32: every [MASK] slot is equally
+    sure (confidence exactly 1), so which one a step decodes at tau = inf is the sort's tie order alone."""
+
+    def __init__(self, model, scale=1e3):
+        super().__init__()
+        self.model, self.new_cache, self.scale = model, model.new_cache, scale
+
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        return self.model(idx, pos, mask, cache, last) * self.scale
+
+
+@pytest.mark.parametrize("name", ["setdiffusion", "mdlm", "bd3lm"])
+def test_official_ties_follow_the_official_argsort(name):
+    """Every slot at confidence 1, rows of 20 slots (a window, a block; more than the 16 a CPU sort keeps in
+    index order): paper mode decodes, step by step, the slot the official's conf.argsort() leaves last, as
+    the transcriptions (official_decode) do: the same tokens, each decoded at the same step; the default
+    (the rightmost) decodes in another order."""
+    S, N, L = 20, 30, 64
+    model = Saturated(Jitter(tiny_model(31), 7))
+    prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(2))
+    want = {}
+    if name == "setdiffusion":
+        cfg, kw = sd.SetDiffusionConfig(MASK, 2 * S), {"window": S}
+        tokens = official_setdiffusion(model, prompt, N, S, L, math.inf, steps=want)
+    elif name == "mdlm":
+        cfg, kw = mdlm.MDLMConfig(MASK), {"block": S}
+        tokens = official_mdlm_window(model, prompt, N, S, L, math.inf, steps=want)[0]
+    else:
+        cfg, kw = bd3lm.BD3LMConfig(MASK, S), {}
+        tokens = official_bd3lm_generate(model, prompt, N, S, L, math.inf, steps=want)
+    mod = {"setdiffusion": sd, "mdlm": mdlm, "bd3lm": bd3lm}[name]
+    got, stats = mod.generate(model, prompt, cfg, Settings(N, official=True, seq_len=L, **kw))
+    step = stats["step"][0].tolist()
+    assert torch.equal(got, tokens) and {c: step[c] for c in want} == want
+    assert all(s < 0 for c, s in enumerate(step) if c not in want)
+    default = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, **kw))[1]["step"][0].tolist()
+    assert [default[c] for c in range(3, 3 + N)] != [want[c] for c in range(3, 3 + N)]
