@@ -231,7 +231,7 @@ def test_official_top_is_the_last_of_the_official_argsort_on_literal_rows():
         conf[b, slots], cand[b, slots], row[b, slots] = c, m, True
     top = sampling.official_top(conf, cand, row)
     for b, (c, m, slots) in enumerate(rows):
-        keys = torch.where(m, c, math.inf)[None]                                        # (1, n) the official's
+        keys = torch.where(m, c, math.inf)[None]                                        # (1, n) its conf
         want = keys.argsort(dim=-1)[0, -(int((~m).sum()) + 1)]                           # last kept: the top
         assert int(top[b]) == int(slots[want]), b
     dec = sampling.official_confident(conf, cand, 0.85, row)
