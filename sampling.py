@@ -131,7 +131,8 @@ class Picker:
         check_settings(settings)
         self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
         self.track = start(settings.options, canvas, real, mask_id)                # None: no options
-        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens)
+        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens,
+                                 settings.official)
         self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
 
     @property
@@ -150,7 +151,10 @@ class Picker:
             decoded = official_confident(conf, candidates, s.threshold, draw)
         else:
             decoded = confident(conf, candidates, s.threshold)
-        early_stop(track, conf, decoded)
+        if s.official:                                # paper mode: the stop hook applies the official rule
+            remember(track, conf, cols, decoded, draw)
+        else:
+            early_stop(track, conf, decoded)
         return y, decoded
 
 # ----------------------------------------------------------------------------- the paper presets' options
@@ -236,6 +240,7 @@ class Track:
     tokens: torch.Tensor = None   # (B, C) the canvas now
     n: torch.Tensor = None        # (B, K) the slots' index among the new tokens (the low-confidence stop)
     shown: torch.Tensor = None    # (B, K) visible new tokens left of each slot (the length penalties)
+    confs: torch.Tensor = None    # (B, C) paper mode: each new token's confidence as the official keeps it
 
 
 def start(opt, tokens, real, mask_id: int):
@@ -300,7 +305,9 @@ def nucleus(probs, top_p: float):
 
 def early_stop(track, conf, decoded):
     """The low-confidence stop: walk the decoded slots (B, K) left to right, count consecutive tokens with
-    confidence < stop_confidence after the first stop_min_tokens; a row stops at stop_patience of them."""
+    confidence < stop_confidence after the first stop_min_tokens; a row stops at stop_patience of them, every
+    token it decoded kept. Paper mode applies the official rule instead, where the stop hook is checked
+    (OfficialConfidenceStop)."""
     opt = track.opt if track is not None else None
     if opt is None or opt.stop_confidence <= 0:
         return
@@ -333,22 +340,30 @@ class EntropyStop:
     official legacy truncation of such a row (low_entropy_truncation=legacy: its last window dropped)."""
 
     def __init__(self, base=None):
-        self.base, self.track, self.ends = base, None, None
+        self.base, self.track, self.ends, self.confidence = base, None, None, None
 
-    def attach(self, track, prompt, prompt_mask, mask_id: int):
-        """Bind to a sampler's track (its options and low-confidence stops), prompt (B, P) and [MASK] id."""
+    def attach(self, track, prompt, prompt_mask, mask_id: int, official: bool = False):
+        """Bind to a sampler's track (its options and low-confidence stops), prompt (B, P) and [MASK] id.
+        official (paper mode, with a low-confidence stop): that rule is checked here, after the base hook's,
+        as the official checks it (OfficialConfidenceStop)."""
         B, self.P = prompt.shape
         self.mask_id = mask_id
         self.first = ((~prompt_mask).sum(1) if prompt_mask is not None else
                       torch.zeros(B, dtype=torch.long, device=prompt.device)).tolist()
         self.track, self.ends = track, [-1] * B
+        if official and track.opt.stop_confidence > 0:
+            self.confidence = OfficialConfidenceStop(track, self.P)
         return self
 
     def __call__(self, tokens, end):
         done = self.base(tokens, end) if self.base is not None else torch.zeros_like(end, dtype=torch.bool)
         if self.track is None:                     # never attached: the option is off, or nothing to generate
             return done
+        if self.confidence is not None:            # paper mode: the official's order, EOS then low confidence
+            done = done | self.confidence(end, done)
         opt, low = self.track.opt, []
+        if opt.stop_entropy <= 0:
+            return done
         for b, e in enumerate(end.tolist()):
             long_enough = (e - self.P >= max(opt.stop_min_tokens, 1)
                            and e - self.first[b] >= opt.stop_entropy_window)
@@ -360,8 +375,11 @@ class EntropyStop:
         return done | low
 
     def cut(self, b: int):
-        """The official legacy truncation of row b: keep its columns before max(end - window, P + min tokens)
-        (the official min_truncate_idx), end the column the rule stopped it at; None if it did not."""
+        """The official truncation of row b, None if neither rule stopped it: by low confidence (paper mode)
+        its columns up to the token that stopped it; by low entropy (legacy) its columns before
+        max(end - window, P + min tokens) (the official min_truncate_idx), end the column it stopped at."""
+        if self.confidence is not None and self.confidence.cuts[b] >= 0:
+            return self.confidence.cuts[b]
         e = self.ends[b]
         if e < 0:
             return None
@@ -369,15 +387,16 @@ class EntropyStop:
         return min(max(e - opt.stop_entropy_window, self.P + max(opt.stop_min_tokens, 1)), e)
 
 
-def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int):
+def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int, official=False):
     """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
-    (stop_entropy > 0 and new tokens to generate), else stop itself, so nothing changes with the option off.
-    A stop that is already an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not
-    wrapped."""
-    if track is None or track.opt.stop_entropy <= 0 or max_new_tokens == 0:
+    (stop_entropy > 0 and new tokens to generate), and in paper mode (official) the low-confidence rule
+    (stop_confidence > 0), else stop itself, so nothing changes with the options off. A stop that is already
+    an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not wrapped."""
+    wanted = track is not None and (track.opt.stop_entropy > 0 or official and track.opt.stop_confidence > 0)
+    if not wanted or max_new_tokens == 0:
         return stop
     hook = stop if isinstance(stop, EntropyStop) else EntropyStop(stop)
-    return hook.attach(track, prompt, prompt_mask, mask_id)
+    return hook.attach(track, prompt, prompt_mask, mask_id, official)
 
 
 # ----------------------------------------------------------------------------- reproduction only: tied tokens
@@ -415,3 +434,66 @@ def official_top(conf, candidates, row=None):
         last = k - 1 - (~candidates[rows].gather(1, idx)).sum(1, keepdim=True)   # (b, 1) before the +infs
         top[rows] = idx.gather(1, order.gather(1, last))[:, 0]
     return top
+
+
+# ----------------------------------------------------------------------------- reproduction only: the stops
+
+# The official checks its low-confidence stop (EntropyEosStoppingCriteria._confidence_stop) only where it
+# checks its stopping criteria (every W steps for Set Diffusion, at block ends for MDLM and BD3-LM, each token
+# for AR), after its EOS rule; it walks the decoded positions in position order, skips the first
+# max(min tokens, 1) it meets and cuts the sample after the token that stops it. The confidence it reads of
+# a position is the last one its sampler wrote there: Set Diffusion and AR write a token's own, once; MDLM and
+# BD3-LM write every slot of the block that holds a token after each step, so a token decoded early carries
+# the probability of the argmax (or draw) at its slot in its block's last step.
+
+def remember(track, conf, cols, decoded, row=None):
+    """Paper mode: write this step's confidences conf (B, K) where the official writes them: at the slots of
+    its row (row (B, K), None: all K) that hold a token after the step (decoded now or before), indexed by
+    new-token index (the slots' columns cols (B, K))."""
+    if track is None or track.opt.stop_confidence <= 0:
+        return
+    if track.confs is None:
+        track.confs = torch.full(track.tokens.shape, math.nan, device=conf.device)     # (B, C) by index
+    row = torch.ones_like(decoded) if row is None else row
+    held = (decoded | (track.tokens.gather(1, cols) != track.mask_id)) & row & (track.n >= 0)   # (B, K)
+    n = track.n.clamp(0, track.confs.shape[1] - 1)
+    track.confs.scatter_(1, n, torch.where(held, conf.float(), track.confs.gather(1, n)))
+
+
+class OfficialConfidenceStop:
+    """The official low-confidence stop, checked where the stop hook is (EntropyStop, after its base hook):
+    call(end (B,), done (B,)) -> (B,) rows it stops now. For a row not done, the new tokens before column
+    end that hold a confidence (Track.confs), in position order, those not met at an earlier check: the first
+    max(stop_min_tokens, 1) met are skipped (strikes reset), then each adds a strike below stop_confidence or
+    resets them; at stop_patience strikes the row stops, cuts[b] = the column after that token (its
+    truncate_idx: the official keeps the [MASK]-free output's columns before it). No token to read resets
+    the strikes."""
+
+    def __init__(self, track, P: int):
+        B = track.first.shape[0]
+        self.track, self.P = track, P
+        self.met, self.strikes, self.cuts = [set() for _ in range(B)], [0] * B, [-1] * B
+
+    def __call__(self, end, done):
+        opt, confs = self.track.opt, self.track.confs
+        stops = torch.zeros_like(done)
+        for b, e in enumerate(end.tolist()):
+            if done[b] or confs is None:
+                continue
+            row = confs[b, :max(e - self.P, 0)]
+            held = (~row.isnan()).nonzero().flatten().tolist()
+            if not held:
+                self.strikes[b] = 0
+                continue
+            new = [j for j in held if j not in self.met[b]]
+            skip = min(max(max(opt.stop_min_tokens, 1) - len(self.met[b]), 0), len(new))
+            if skip:
+                self.met[b].update(new[:skip])
+                new, self.strikes[b] = new[skip:], 0
+            for j in new:
+                self.met[b].add(j)
+                self.strikes[b] = self.strikes[b] + 1 if row[j] < opt.stop_confidence else 0
+                if self.strikes[b] >= opt.stop_patience:
+                    stops[b], self.cuts[b] = True, min(self.P + j + 1, e)
+                    break
+        return stops

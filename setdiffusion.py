@@ -393,7 +393,9 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)
         steps, nfe = steps + cand.any(1), nfe + 1
         done |= pick.stopped | ~masked.any(1)
-        if pick.stop is not None and nfe > 1 and (nfe - 1) % W == 0:      # every W steps, as the official
+        # every W steps, as the official (paper mode: not after the last [MASK], where its loop has ended)
+        check = nfe > 1 and (nfe - 1) % W == 0 and (masked.any() or not settings.official)
+        if pick.stop is not None and check:
             left = torch.where(masked.any(1), masked.float().argmax(1), C)
             done |= pick.stop(tokens[:, :C], (left + W).clamp(max=C))
     return finish(tokens[:, :C], step[:, :C], steps, nfe)

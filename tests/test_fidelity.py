@@ -461,8 +461,8 @@ def official_decode(logits, cand, threshold, generator=None):
     plainly: logits (1, n, V) of its row, cand (1, n) the row's [MASK] slots (the others decoded). The
     [MASK] logit at -1e12, p = exp(logits - logsumexp); xs the argmax, or one draw per slot; conf = p(xs),
     +inf at the decoded slots; `conf.argsort(dim=-1)[..., :-num_clean]` (num_clean = decoded + 1) stay
-    [MASK], the rest and every p(xs) >= threshold decoded. Returns xs, decoded (1, n)."""
-    logits = logits.float().clone()
+    [MASK], the rest and every p(xs) >= threshold decoded. Returns xs, decoded, p(xs) (1, n)."""
+    logits = logits.detach().float().clone()
     logits[..., MASK] = -1e12
     probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()                        # (1, n, V)
     xs = probs.argmax(-1) if generator is None else torch.multinomial(probs[0], 1, generator=generator).T
@@ -472,15 +472,20 @@ def official_decode(logits, cand, threshold, generator=None):
     output = xs.clone()
     output[..., noise] = MASK
     output = torch.where(p >= threshold, xs, output)
-    return xs, (output != MASK) & cand
+    return xs, (output != MASK) & cand, p
 
 
-def decode_block(x, c0, end, logits, threshold, generator=None):
+def decode_block(x, c0, end, logits, threshold, generator=None, conf=None):
     """One official step on columns [c0, end) (official_decode): greedy, or sampled at temperature 1 with
-    one draw per column (the official's stream). Returns the columns it decoded."""
+    one draw per column (the official's stream). conf (a list over the columns): the official's
+    accumulated_confidence, p(xs) written at every column of the block that holds a token after the step.
+    Returns the columns it decoded."""
     cand = torch.tensor([[t == MASK for t in x[c0:end]]])
-    y, dec = official_decode(logits[:, :end - c0], cand, threshold, generator)
+    y, dec, p = official_decode(logits[:, :end - c0], cand, threshold, generator)
     x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
+    for i in range(end - c0):
+        if conf is not None and x[c0 + i] != MASK:
+            conf[c0 + i] = float(p[0, i])
     return [c0 + i for i in range(end - c0) if dec[0, i]]
 
 
@@ -507,13 +512,15 @@ def official_bd3lm_infill(model, prompt, S, L, threshold):
     return torch.tensor([x[:P]])
 
 
-def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None, steps=None):
+def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None, steps=None, stop=None):
     """The official BD3-LM generation (fused block cache): cache the prompt's first F = S floor(P/S)
     tokens; decode ceil(N/S) blocks of S from F (to P + N); a block's first forward also feeds the previous
     block, after the oldest entries go so that cache + both blocks <= L. steps (a dict): column -> the step
-    that decoded it."""
+    that decoded it. stop (OfficialStop): checked after each block on the columns up to its end; when it
+    fires the output ends there."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     cache, F, pending, nfe = OfficialCache(model, S, L), S * (P // S), [], 0
+    conf = [1.0] * P + [math.nan] * N
     if F:
         cache.forward(x[:F][-L:], keep=F)
     for b in range(math.ceil(N / S)):
@@ -521,10 +528,12 @@ def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None, s
         fed = pending                          # the previous block, committed by this block's first forward
         while MASK in x[c0:end]:
             logits = cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):]
-            for c in decode_block(x, c0, end, logits, threshold, generator):
+            for c in decode_block(x, c0, end, logits, threshold, generator, conf):
                 (steps if steps is not None else {})[c] = nfe
             fed, nfe = [], nfe + 1
         pending = x[c0:end]
+        if stop is not None and stop(x[:end], conf[:end]):
+            return torch.tensor([x[:end]])
     return torch.tensor([x])
 
 
@@ -575,15 +584,19 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
 
 
-def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None):
+def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None, stop=None):
     """The official Set Diffusion decoding with its KV cache crop (entries as in OfficialCache). The prompt
     is cached causally at 0..P-1; each step feeds [the last step's tokens in commit order (position; with
     T, decreasing first-hitting time) | a query per masked column of the W-wide window]; before it the
     entries past L go (the oldest, or with T the smallest positions, after which the mask reads the static
     two-stream rule at positions: stream = position >= L, index = position mod L, queries see no other
     query). Otherwise an input sees every cached entry, the committed inputs causally, a query them and
-    itself. The queries decode by official_decode; steps (a dict): column -> the step that decoded it."""
+    itself. The queries decode by official_decode; steps (a dict): column -> the step that decoded it.
+    stop (OfficialStop): checked after every W-th step (not the first, nor once no [MASK] is left) on the
+    columns up to the window's end, a token's own confidence at its column; when it fires the output ends
+    at the window's end."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
+    conf = [1.0] * P + [math.nan] * N
     made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
     key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
     rule = lambda q, k: (q % L == k % L and (q >= L) == (k >= L)) or (q >= L > k and q % L > k) or (  # noqa
@@ -614,14 +627,18 @@ def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None)
             mask[r, sees] = True
         logits = model(torch.tensor([[t for t, _, _ in every]]), torch.tensor([[p for _, p, _ in every]]),
                        mask)
-        y, dec = official_decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool),
-                                 threshold)
+        y, dec, p = official_decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool),
+                                    threshold)
         made, live, last = made + rows[:n], live + list(range(base, base + n)), []
         for j, c in enumerate(queries):
             if dec[0, j]:
-                x[c] = int(y[0, j])
+                x[c], conf[c] = int(y[0, j]), float(p[0, j])
                 last.append(c)
                 (steps if steps is not None else {})[c] = step
+        if stop is not None and MASK in x and step > 0 and step % W == 0:
+            end = x.index(MASK) + W
+            if stop(x[:end], conf[:end]):
+                return torch.tensor([x[:end]])
         step += 1
     return torch.tensor([x])
 
@@ -661,13 +678,16 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
     assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
 
 
-def official_mdlm_window(model, prompt, N, S, L, threshold, steps=None):
+def official_mdlm_window(model, prompt, N, S, L, threshold, steps=None, stop=None):
     """The official MDLM generation: the canvas [prompt | N [MASK]] (padded with [MASK] to L); ceil(N/S)
     blocks of S from S floor(P/S), cut at the canvas' end; each step one forward over [0, L) while the
     block starts before L, else [block end - L, block end), at positions 0..; returns P + S ceil(N/S)
-    columns and the number of forwards. steps (a dict): column -> the step that decoded it."""
+    columns and the number of forwards. steps (a dict): column -> the step that decoded it. stop
+    (OfficialStop): checked after each block on the columns up to its end; when it fires the output ends
+    there."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     x += [MASK] * max(L - len(x), 0)
+    conf = [1.0] * P + [math.nan] * (len(x) - P)
     F, nfe = S * (P // S), 0
     for b in range(math.ceil(N / S)):
         s, end = F + b * S, min(F + (b + 1) * S, len(x))
@@ -676,9 +696,12 @@ def official_mdlm_window(model, prompt, N, S, L, threshold, steps=None):
             window = torch.tensor([x[w0:w0 + L]])
             logits = model(window, torch.arange(window.shape[1])[None],
                            torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
-            for c in decode_block(x, s, end, logits[:, s - w0:], threshold):
+            for c in decode_block(x, s, end, logits[:, s - w0:], threshold, conf=conf):
                 (steps if steps is not None else {})[c] = nfe
             nfe += 1
+        if stop is not None and stop(x[:end], conf[:end]):
+            x = x[:end]
+            break
     out = P + S * math.ceil(N / S)
     return torch.tensor([(x + [MASK] * out)[:out]]), nfe
 
@@ -746,3 +769,139 @@ def test_official_ties_follow_the_official_argsort(name):
     assert all(s < 0 for c, s in enumerate(step) if c not in want)
     default = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, **kw))[1]["step"][0].tolist()
     assert [default[c] for c in range(3, 3 + N)] != [want[c] for c in range(3, 3 + N)]
+
+
+class OfficialStop:
+    """The official EntropyEosStoppingCriteria (var_length, ignore_prompt_eos, prompt_length 1, num_matches
+    1, legacy low-entropy truncation), plainly: call(ids, conf) on the sample so far (lists: its tokens,
+    [MASK]s included, and accumulated_confidence, nan where nothing is decoded) -> whether it stops, setting
+    truncate_idx. Its EOS rule first (the first EOS at or after the min-tokens floor, no [MASK] before it),
+    then _confidence_stop (the positions with a confidence, from 1, not met before, in order: the first
+    max(min, 1) met skipped, strikes below the threshold, reset above; patience strikes stop, cutting after
+    that token; none to read resets the strikes), then the entropy rule."""
+
+    def __init__(self, eos, threshold, patience, min_tokens, entropy=0.0, window=128):
+        self.eos, self.threshold, self.patience, self.m = eos, threshold, patience, max(min_tokens, 1)
+        self.entropy, self.window = entropy, window
+        self.seen, self.strikes, self.truncate_idx = set(), 0, None
+
+    def __call__(self, ids, conf):
+        n = len(ids)
+        floor = min(1 + self.m, n)
+        eos = [i for i in range(1, n) if ids[i] == self.eos and i + 1 >= floor]
+        if eos and MASK not in ids[1:eos[0]]:
+            self.truncate_idx = min(eos[0] + 1, n)
+            return True
+        positions = [i for i in range(1, n) if not math.isnan(conf[i]) and ids[i] != MASK]
+        new = [i for i in positions if i not in self.seen]
+        if not positions:
+            self.strikes = 0
+        elif new:
+            if len(self.seen) < self.m:
+                k = min(self.m - len(self.seen), len(new))
+                self.seen.update(new[:k])
+                new, self.strikes = new[k:], 0
+            for i in new:
+                self.seen.add(i)
+                self.strikes = self.strikes + 1 if conf[i] < self.threshold else 0
+                if self.strikes >= self.patience:
+                    self.truncate_idx = min(i + 1, n)
+                    return True
+        if n < self.window or n - 1 < self.m:
+            return False
+        if sampling.window_entropy(torch.tensor(ids[-self.window:]), MASK) < self.entropy:
+            self.truncate_idx = min(max(n - self.window, floor), n)
+            return True
+        return False
+
+
+@torch.no_grad()
+def official_ar(model, prompt, N, stop):
+    """The official AR loop (its DiT path), plainly: greedy, one token a forward over the whole prefix, the
+    stop checked after each token but the first (the prompt's forward writes it) on the prefix; when it
+    fires the output ends there."""
+    x, conf = prompt[0].tolist(), [1.0] * prompt.shape[1]
+    for i in range(N):
+        logits = model(torch.tensor([x]), torch.arange(len(x))[None], causal(len(x)))[0, -1].float()
+        logits[MASK] = -math.inf
+        p = (logits - logits.logsumexp(-1)).exp()
+        x, conf = x + [int(p.argmax())], conf + [float(p.max())]
+        if i > 0 and stop(x, conf):
+            break
+    return torch.tensor([x])
+
+
+@pytest.mark.parametrize("name", ["ar", "setdiffusion", "mdlm", "bd3lm"])
+def test_official_low_confidence_stop_equals_the_official_rule(name):
+    """Paper mode's low-confidence stop == OfficialStop read where each official sampler checks its
+    criteria, with the confidences it keeps (MDLM, BD3-LM: a block's slots rewritten every step): the
+    sampler stops at the same check with the same tokens decoded, and its cut (EntropyStop.cut) keeps the
+    same [MASK]-free columns. The default (every step, every decoded token kept) keeps other tokens but for
+    AR, where both rules meet."""
+    mod, cfg, kw = METHODS[name]
+    model, N, L = Jitter(tiny_model(32), 3), 40, 64
+    prompt = torch.tensor([[3]])
+    stopped, differs = 0, 0
+    for threshold in (0.6, 0.9, 0.99):
+        for patience, m in ((1, 3), (2, 6)):
+            opt = SamplerOptions(stop_confidence=threshold, stop_patience=patience, stop_min_tokens=m)
+            official = OfficialStop(-1, threshold, patience, m)
+            if name == "ar":
+                want = official_ar(model, prompt, N, official)
+            elif name == "setdiffusion":
+                want = official_setdiffusion(model, prompt, N, cfg.smax // 2, L, math.inf, stop=official)
+            elif name == "mdlm":
+                want = official_mdlm_window(model, prompt, N, 4, L, math.inf, stop=official)[0]
+            else:
+                want = official_bd3lm_generate(model, prompt, N, 4, L, math.inf, stop=official)
+            hook = sampling.EntropyStop()
+            settings = Settings(N, official=True, seq_len=L, options=opt, **kw)
+            got, _ = mod.generate(model, prompt, cfg, settings, stop=hook)
+            ids = [t for t in got[0].tolist() if t != MASK]
+            assert ids == [t for t in want[0].tolist() if t != MASK], (threshold, patience, m)
+            assert hook.cut(0) == official.truncate_idx, (threshold, patience, m)
+            kept = ids[:official.truncate_idx]
+            default, _ = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, options=opt, **kw))
+            stopped += official.truncate_idx is not None
+            differs += [t for t in default[0].tolist() if t != MASK] != kept
+    assert stopped >= 3 and (differs > 0) == (name != "ar")
+
+
+def test_official_stop_hook_equals_the_official_criteria_on_random_checks():
+    """The paper-mode stop hook (EOS stop, then OfficialConfidenceStop, then the entropy rule) == the
+    official criteria (OfficialStop) on random decoding histories: tokens decoded out of position order
+    within a window, checked at growing window ends, EOS among them; the same check stops, with the same
+    cut (the EOS stop's at its EOS column + 1)."""
+    g, C, fired = torch.Generator().manual_seed(0), 31, {"eos": 0, "confidence": 0, "entropy": 0}
+    for trial in range(300):
+        threshold, patience, m = [0.2, 0.5][trial % 2], 1 + trial % 3, trial % 5
+        w, entropy = 6 + trial % 4, [0.0, 1.2][trial // 2 % 2]
+        opt = SamplerOptions(stop_confidence=threshold, stop_patience=patience, stop_min_tokens=m,
+                             stop_entropy=entropy, stop_entropy_window=w)
+        tokens = torch.full((1, C), MASK)
+        tokens[0, 0] = 3
+        eos = replies.eos_stop(0, max(m, 1), MASK)
+        hook = sampling.EntropyStop(eos)
+        track = start(opt, tokens.clone(), torch.ones(1, C, dtype=torch.bool), MASK)
+        hook.attach(track, tokens[:, :1], None, MASK, official=True)
+        track.confs = torch.full((1, C), math.nan)
+        official = OfficialStop(0, threshold, patience, m, entropy or -1.0, w)
+        order = (torch.arange(1, C) + torch.rand(C - 1, generator=g) * 4).argsort() + 1   # near l2r
+        pool = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7])[torch.randint(0, 8, (C,), generator=g)]
+        for k, c in enumerate(order.tolist()):
+            tokens[0, c] = pool[c]
+            track.confs[0, c - 1] = float(torch.rand(1, generator=g))
+            if k % 3:
+                continue
+            undecided = (tokens[0] == MASK).nonzero()
+            end = min((int(undecided[0]) if len(undecided) else C) + 4, C)
+            conf = [1.0] + track.confs[0, :end - 1].tolist()
+            ours = bool(hook(tokens, torch.tensor([end]))[0])
+            assert ours == official(tokens[0, :end].tolist(), conf), (trial, k)
+            if ours:
+                cut = eos.at[0] + 1 if 0 in eos.at else hook.cut(0)
+                assert cut == official.truncate_idx, (trial, k)
+                kind = "eos" if 0 in eos.at else "confidence" if hook.confidence.cuts[0] >= 0 else "entropy"
+                fired[kind] += 1
+                break
+    assert min(fired.values()) >= 10, fired
