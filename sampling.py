@@ -131,6 +131,8 @@ class Picker:
         check_settings(settings)
         self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
         self.track = start(settings.options, canvas, real, mask_id)                # None: no options
+        if settings.official:
+            infill_context(self.track, canvas, real, prompt, prompt_mask, mask_id)
         self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens,
                                  settings.official)
         self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
@@ -168,7 +170,9 @@ class SamplerOptions:
         p if positive, multiplied by p if negative. "Seen" = the tokens generated so far (the official
         diffusion samplers' running_generation), plus the prompt's visible tokens with penalize_context (HF
         generate's input_ids, the official AR and infilling); with penalize_context and a pad_id, tokens equal
-        to pad_id are not seen (the official diffusion samplers' _visible_infill_context).
+        to pad_id are not seen (the official diffusion samplers' _visible_infill_context). Infilling without
+        penalize_context in paper mode: what each official sampler's running_generation holds
+        (infill_context).
     length penalty (s, f): (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
         wrapper does) at a slot with n > s new tokens before it, the EOS logit gets |logit| * (f^(n - s) - 1)
         added: pushed up whatever its sign. n counts the VISIBLE new tokens left of the slot (decoded, not
@@ -241,6 +245,9 @@ class Track:
     n: torch.Tensor = None        # (B, K) the slots' index among the new tokens (the low-confidence stop)
     shown: torch.Tensor = None    # (B, K) visible new tokens left of each slot (the length penalties)
     confs: torch.Tensor = None    # (B, C) paper mode: each new token's confidence as the official keeps it
+    context: torch.Tensor = None  # (B, C) paper mode, infilling: the columns the official's penalty reads
+    visible: torch.Tensor = None  # (B, C) ... and the prompt's visible columns, gen: those to generate
+    gen: torch.Tensor = None
 
 
 def start(opt, tokens, real, mask_id: int):
@@ -278,6 +285,8 @@ def process(logits, track):
         counted = track.counted
         if opt.penalize_context:                     # the official infilling context: pad ids not seen
             counted = counted & (track.tokens != opt.pad_id)
+        if track.context is not None:                # paper mode, infilling: the official sampler's columns
+            counted = track.context
         seen = torch.zeros(B, V, device=logits.device).scatter_add_(
             1, track.tokens, counted.float()) > 0                           # (B, V)
         p = opt.repetition_penalty
@@ -497,3 +506,26 @@ class OfficialConfidenceStop:
                     stops[b], self.cuts[b] = True, min(self.P + j + 1, e)
                     break
         return stops
+
+
+# ----------------------------------------------------------------------------- reproduction only: penalties
+
+# Infilling with a repetition penalty but without penalize_context (the official's
+# infill_repetition_penalty_include_right_context off), each official sampler penalises what its
+# running_generation holds, which is not the span decoded so far: MDLM its whole canvas (the prompt on both
+# sides, pad ids included, and the span as decoded), BD3-LM its canvas up to the end of the block it decodes
+# (bd3lm.official_context), Set Diffusion the tokens of its KV cache when a step starts (the whole visible
+# prompt, and a span token only from the step after the one that commits it: setdiffusion.official_context).
+
+def infill_context(track, canvas, real, prompt, prompt_mask, mask_id: int):
+    """Paper mode: when the prompt holds [MASK]s and the options penalise repetitions without
+    penalize_context, set track.context to MDLM's official columns, every column of the canvas (the
+    methods whose official reads other columns update it), and keep track.visible and track.gen (B, C)."""
+    if track is None or track.opt.repetition_penalty == 1.0 or track.opt.penalize_context:
+        return
+    visible = prompt_mask if prompt_mask is not None else torch.ones_like(prompt, dtype=torch.bool)
+    if not ((prompt == mask_id) & visible).any():                     # no infilling: the generated region
+        return
+    track.gen = (canvas == mask_id) & real
+    track.visible = real & ~track.gen
+    track.context = real.clone()

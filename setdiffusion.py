@@ -391,6 +391,8 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
         step.scatter_(1, win, torch.where(dec, steps[:, None], step.gather(1, win)))   # the row's own step
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)
+        if settings.official:                       # the official's infilling penalty reads its KV cache
+            official_context(pick, win, dec)
         steps, nfe = steps + cand.any(1), nfe + 1
         done |= pick.stopped | ~masked.any(1)
         # every W steps, as the official (paper mode: not after the last [MASK], where its loop has ended)
@@ -472,6 +474,21 @@ def commit_key(masked, W: int, d: float, commit_order: str, generator=None, seq_
     T = first_hitting_times(B, L, smax, generator, masked.device, d=min(d, smax), last=N)   # (B, N)
     slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
     return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
+
+
+def official_context(pick, win, dec):
+    """Paper mode, infilling with a repetition penalty without penalize_context (sampling.infill_context):
+    the official penalises the tokens of its KV cache when a step starts (running_generation = the cached
+    columns): the visible prompt, pad ids included, and the tokens committed by earlier steps. A token
+    decoded at step i is committed by the forward of step i + 1, after that step has read its context, so
+    it counts from step i + 2. Called once a step's tokens are written: win, dec (B, W) its window and what
+    it decoded."""
+    track = pick.track
+    if track is None or track.context is None:
+        return
+    decoded = track.gen & (track.tokens != track.mask_id)                   # (B, C + W) this step's too
+    decoded.scatter_(1, win, decoded.gather(1, win) & ~dec)                 # ... but for this step's
+    track.context = track.visible | decoded
 
 
 class Crop:

@@ -489,10 +489,22 @@ def decode_block(x, c0, end, logits, threshold, generator=None, conf=None):
     return [c0 + i for i in range(end - c0) if dec[0, i]]
 
 
-def official_bd3lm_infill(model, prompt, S, L, threshold):
+def hf_penalty(logits, context, p):
+    """HF's RepetitionPenaltyLogitsProcessor on every slot of logits (1, n, V), as the official applies it:
+    the logits of the ids in context (a list) divided by p where positive, multiplied by p where not."""
+    if p == 1.0 or not context:
+        return logits
+    logits, ids = logits.detach().float().clone(), torch.tensor(sorted(set(context)))
+    score = logits[..., ids]
+    logits[..., ids] = torch.where(score < 0, score * p, score / p)
+    return logits
+
+
+def official_bd3lm_infill(model, prompt, S, L, threshold, penalty=1.0):
     """The official BD3-LM infilling (align_inputs_to_blocks, not fused): pad the prompt with [MASK] to a
     multiple of S; cache its first S floor(P/S) tokens (the last L); decode the blocks from S floor(first
-    [MASK]/S), as many as hold a [MASK], left of the pad; cache each."""
+    [MASK]/S), as many as hold a [MASK], left of the pad; cache each. A repetition penalty (without the
+    right-context flag) reads the canvas up to the end of the block it decodes."""
     x, P = prompt[0].tolist(), prompt.shape[1]
     x += [MASK] * (-P % S)
     cache, F = OfficialCache(model, S, L), S * (P // S)
@@ -507,7 +519,7 @@ def official_bd3lm_infill(model, prompt, S, L, threshold):
             continue
         end = min(c0 + S, P)                             # the pad is never decoded
         while MASK in x[c0:end]:
-            decode_block(x, c0, end, cache.forward(x[c0:c0 + S]), threshold)
+            decode_block(x, c0, end, hf_penalty(cache.forward(x[c0:c0 + S]), x[:end], penalty), threshold)
         cache.forward(x[c0:c0 + S], keep=S)
     return torch.tensor([x[:P]])
 
@@ -584,7 +596,7 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
 
 
-def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None, stop=None):
+def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None, stop=None, penalty=1.0):
     """The official Set Diffusion decoding with its KV cache crop (entries as in OfficialCache). The prompt
     is cached causally at 0..P-1; each step feeds [the last step's tokens in commit order (position; with
     T, decreasing first-hitting time) | a query per masked column of the W-wide window]; before it the
@@ -594,10 +606,13 @@ def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None,
     itself. The queries decode by official_decode; steps (a dict): column -> the step that decoded it.
     stop (OfficialStop): checked after every W-th step (not the first, nor once no [MASK] is left) on the
     columns up to the window's end, a token's own confidence at its column; when it fires the output ends
-    at the window's end."""
+    at the window's end. A prompt with [MASK]s is infilled, every visible token cached first (in position
+    order, causally); a repetition penalty (without the right-context flag) reads the cached tokens when
+    the step starts (hf_penalty)."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
-    conf = [1.0] * P + [math.nan] * N
-    made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
+    conf = [math.nan if t == MASK else 1.0 for t in x]
+    visible = [c for c, t in enumerate(x) if t != MASK]
+    made, live = [(x[c], c, list(range(k + 1))) for k, c in enumerate(visible)], list(range(len(visible)))
     key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
     rule = lambda q, k: (q % L == k % L and (q >= L) == (k >= L)) or (q >= L > k and q % L > k) or (  # noqa
         q < L and k < L and q >= k)
@@ -627,8 +642,8 @@ def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None,
             mask[r, sees] = True
         logits = model(torch.tensor([[t for t, _, _ in every]]), torch.tensor([[p for _, p, _ in every]]),
                        mask)
-        y, dec, p = official_decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool),
-                                    threshold)
+        logits = hf_penalty(logits[:, base + n:], [t for t, _, _ in made], penalty)
+        y, dec, p = official_decode(logits, torch.ones(1, len(queries), dtype=torch.bool), threshold)
         made, live, last = made + rows[:n], live + list(range(base, base + n)), []
         for j, c in enumerate(queries):
             if dec[0, j]:
@@ -905,3 +920,49 @@ def test_official_stop_hook_equals_the_official_criteria_on_random_checks():
                 fired[kind] += 1
                 break
     assert min(fired.values()) >= 10, fired
+
+
+def official_mdlm_infill(model, prompt, S, L, threshold, penalty):
+    """The official MDLM infilling (align_inputs_to_blocks, P <= L): the prompt padded with [MASK] to L,
+    the blocks of S from S floor(first [MASK]/S), as many as hold one, each decoded to its last prompt
+    column by bidirectional forwards over [0, L) at positions 0.., the repetition penalty (without the
+    right-context flag) reading the whole canvas (hf_penalty)."""
+    x, P = prompt[0].tolist(), prompt.shape[1]
+    x += [MASK] * (L - P)
+    first = x.index(MASK) // S * S
+    for b in range(len({c // S for c in range(P) if x[c] == MASK})):
+        s, end = first + b * S, min(first + (b + 1) * S, P)
+        while MASK in x[s:end]:
+            logits = model(torch.tensor([x]), torch.arange(L)[None], torch.ones(L, L, dtype=torch.bool))
+            decode_block(x, s, end, hf_penalty(logits[:, s:], x, penalty), threshold)
+    return torch.tensor([x[:P]])
+
+
+@pytest.mark.parametrize("name", ["setdiffusion", "mdlm", "bd3lm"])
+def test_official_infilling_penalty_without_the_context_flag_equals_the_official_rule(name):
+    """Infilling with a repetition penalty, penalize_context off (sample.py --repetition-penalty with a
+    [MASK] prompt): paper mode penalises what each official sampler's running_generation holds (MDLM its
+    whole canvas, BD3-LM its canvas up to the block it decodes, Set Diffusion its KV cache's tokens when a
+    step starts, pad ids included), == the transcriptions; the default (the span decoded so far) differs."""
+    mod, cfg, kw = METHODS[name]
+    model, L, S = Jitter(tiny_model(33), 4), 40, 4
+    g, differs = torch.Generator().manual_seed(3), 0
+    for k, (a, n, c) in enumerate(((5, 6, 3), (3, 9, 4), (8, 5, 2))):
+        prompt = torch.cat([torch.tensor([0]), torch.randint(1, MASK, (a,), generator=g),
+                            torch.full((n,), MASK), torch.randint(1, MASK, (c,), generator=g),
+                            torch.tensor([0])])[None]                          # BOS = EOS = the pad id
+        for tau, p in ((math.inf, 3.0), (0.6, 3.0), (math.inf, 0.4)):
+            if name == "setdiffusion":
+                want = official_setdiffusion(model, prompt, 0, cfg.smax // 2, L, tau, penalty=p)
+            elif name == "mdlm":
+                want = official_mdlm_infill(model, prompt, S, L, tau, p)
+            else:
+                want = official_bd3lm_infill(model, prompt, S, L, tau, p)
+            options = SamplerOptions(repetition_penalty=p)
+            settings = Settings(0, tau, official=True, seq_len=L, options=options,
+                                **{**kw, **({"block": S} if name == "mdlm" else {})})
+            got, _ = mod.generate(model, prompt, cfg, settings)
+            assert torch.equal(got, want), (k, tau, p)
+            default = mod.generate(model, prompt, cfg, dataclasses.replace(settings, official=False))[0]
+            differs += not torch.equal(default, want)
+    assert differs
