@@ -18,7 +18,9 @@ the official (align_inputs_to_blocks) counts max_new_tokens from the start of th
 end, p mod S fewer (ours: N new tokens); past the context L its cache drops its oldest entries and the
 inputs after it are renumbered (ours keeps every entry, each token at its own position: block_view); it
 infills by another algorithm (the last section, official_infill; ours, block by block from the left, stays
-the default: it fills the shipped task's spans far better, docs/fidelity.md).
+the default: it fills the shipped task's spans far better, docs/fidelity.md). Paper mode also takes the
+official's pick among tied confidences, its low-confidence stop and an infilling penalty's context (the
+canvas up to the block decoded: official_context) from sampling.py.
 Batched, each row's blocks aligned to its own positions by left padding (the official runs batch size 1).
 """
 import math

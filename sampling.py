@@ -13,7 +13,9 @@
                off unless the CNN/DM, ROCStories or OWT preset turns them on), then the confidence rule.
 
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), so
-the diffusion samplers' threshold rule and their top-1 pick use the same number.
+the diffusion samplers' threshold rule and their top-1 pick use the same number. The last sections are for
+reproduction only (settings.official, paper mode): the official's pick among tied confidences, its
+low-confidence stop and an infilling penalty's context, where they differ from the rules above.
 """
 import math
 from dataclasses import dataclass

@@ -47,7 +47,9 @@ mask. Differences from the official code: the sampler runs a batch (each row its
 asserts batch size 1); the KV cache keeps every entry, where the official drops entries past the context L
 (the oldest; with the FHT order those of the smallest positions, and then reads its mask at positions):
 settings.official (eval.py --official, paper mode) does that too (the last section, with the commit order
-"fht" the official accuracy runs use: commit_key). With
+"fht" the official accuracy runs use: commit_key), and it also follows the official's pick among tied
+confidences, its low-confidence stop (no stop check after the last [MASK]) and, infilling with a penalty
+that leaves the prompt out, its penalty's context: the KV cache's tokens (official_context, sampling.py). With
 commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
 schedule over the model's seq_len positions as the official (over N positions when N > L, where the
 official has no schedule, or when no seq_len is given).

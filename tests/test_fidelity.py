@@ -188,8 +188,9 @@ def test_decode_rule_on_literal_logits():
 
 def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic():
     """Confidence = exp(logits - logsumexp) in float32 (the official `_forward`), a top-1 tie to the
-    rightmost candidate (the last of its argsort). Slots 0 and 3 differ in their runner-up logit, which
-    softmax resolves but that arithmetic rounds to one 0.99999237: a tie, so slot 3 is decoded."""
+    rightmost candidate (the default; the last of the official's argsort on a CPU up to 16 slots). Slots 0
+    and 3 differ in their runner-up logit, which softmax resolves but that arithmetic rounds to one
+    0.99999237: a tie, so slot 3 is decoded."""
     logits = torch.full((1, 4, V), -1e4)
     logits[0, :, :3] = torch.tensor([[50.0, 38.17695617675781, 0.0], [3.0, 2.0, 1.0],
                                      [3.0, 2.0, 1.0], [50.0, 38.264060974121094, 0.0]])
