@@ -398,7 +398,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         steps, nfe = steps + cand.any(1), nfe + 1
         done |= pick.stopped | ~masked.any(1)
         # every W steps, as the official (paper mode: not after the last [MASK], where its loop has ended)
-        check = nfe > 1 and (nfe - 1) % W == 0 and (masked.any() or not settings.official)
+        check = nfe > 1 and (nfe - 1) % W == 0 and (not settings.official or masked.any())
         if pick.stop is not None and check:
             left = torch.where(masked.any(1), masked.float().argmax(1), C)
             done |= pick.stop(tokens[:, :C], (left + W).clamp(max=C))
