@@ -214,7 +214,7 @@ def test_official_top_is_the_last_of_the_official_argsort_on_literal_rows():
     conf.argsort(dim=-1). Rows of 4 to 33 slots, all tied, a tied top among lower ones, decoded slots among
     them; batched (rows of other lengths, a row's slots apart, as Set Diffusion's window) == the official
     on each row alone. At 17 tied slots the pick is not the rightmost (a CPU sort keeps index order only up
-    to 16 entries, CUDA's up to none: docs/fidelity.md)."""
+    to 16 entries; CUDA's bitonic sort, up to 32, does not keep it: docs/fidelity.md)."""
     g = torch.Generator().manual_seed(0)
     K, rows = 40, []
     for n in (4, 16, 17, 20, 32, 33):
