@@ -18,7 +18,9 @@ the official (align_inputs_to_blocks) counts max_new_tokens from the start of th
 end, p mod S fewer (ours: N new tokens); past the context L its cache drops its oldest entries and the
 inputs after it are renumbered (ours keeps every entry, each token at its own position: block_view); it
 infills by another algorithm (the last section, official_infill; ours, block by block from the left, stays
-the default: it fills the shipped task's spans far better, docs/fidelity.md).
+the default: it fills the shipped task's spans far better, docs/fidelity.md). Paper mode also takes the
+official's pick among tied confidences, its low-confidence stop and an infilling penalty's context (the
+canvas up to the block decoded: official_context) from sampling.py.
 Batched, each row's blocks aligned to its own positions by left padding (the official runs batch size 1).
 """
 import math
@@ -277,6 +279,19 @@ HF_GENERATE = False   # the official runs decode it with its own diffusion sampl
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
+def official_context(pick, cols, sample):
+    """Infilling with a repetition penalty without penalize_context (sampling.infill_context): the official
+    penalises its canvas up to the end of the block it decodes (running_generation = the columns up to the
+    block's last one that is not padding): the prompt left of it, pad ids included, the blocks before it and
+    this block as decoded so far. cols, sample (B, S): the block's columns, and which are not padding."""
+    track = pick.track
+    if track is None or track.context is None:
+        return
+    end = torch.where(sample, cols, -1).max(1, keepdim=True).values + 1       # (B, 1)
+    col = torch.arange(track.gen.shape[1], device=cols.device)
+    track.context = (track.visible | track.gen) & (col < end)                 # (B, C)
+
+
 def official_infilling(prompt, prompt_mask, mask_id: int, max_new_tokens: int) -> bool:
     """Whether a paper-mode call infills: its prompt holds [MASK]s. The official decodes only those (it
     ignores max_new_tokens) and runs one prompt at a time: a batch must infill in every row (ValueError)."""
@@ -325,6 +340,7 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
         sample = rel.gather(1, cols) < length[:, None]                          # (B, S) not the pad
         # a block runs if it is one of the row's n_blk and holds a [MASK] (the pad's too, as the official)
         run = (j < n_blk) & ~done & sample[:, 0] & (tokens.gather(1, cols) == m).any(1)   # (B,)
+        official_context(pick, cols, sample)
         while True:
             cand = (tokens.gather(1, cols) == m) & sample & run[:, None]       # (B, S)
             if not cand.any():

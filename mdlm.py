@@ -21,7 +21,9 @@ Differences from the official code, each gone under settings.official (with seq_
 holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the block
 holding the prompt's end (p mod block fewer, or more: its last block also decodes the [MASK]s it pads the
 canvas with up to L, which its bidirectional forward attends to), and with p + N > L it slides an L-wide
-window at positions 0..L-1 (the last section); ours attends to the whole canvas.
+window at positions 0..L-1 (the last section); ours attends to the whole canvas. Paper mode also takes the
+official's pick among tied confidences, its low-confidence stop (the confidences it keeps: a block's slots
+rewritten each step) and an infilling penalty's context (the whole canvas) from sampling.py.
 
 The block-aligned canvas (`block_canvas`, `official_count`, `standard`) defined here is shared by bd3lm.py.
 """

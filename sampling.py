@@ -13,7 +13,9 @@
                off unless the CNN/DM, ROCStories or OWT preset turns them on), then the confidence rule.
 
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), so
-the diffusion samplers' threshold rule and their top-1 pick use the same number.
+the diffusion samplers' threshold rule and their top-1 pick use the same number. The last sections are for
+reproduction only (settings.official, paper mode): the official's pick among tied confidences, its
+low-confidence stop and an infilling penalty's context, where they differ from the rules above.
 """
 import math
 from dataclasses import dataclass
@@ -131,7 +133,10 @@ class Picker:
         check_settings(settings)
         self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
         self.track = start(settings.options, canvas, real, mask_id)                # None: no options
-        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens)
+        if settings.official:
+            infill_context(self.track, canvas, real, prompt, prompt_mask, mask_id)
+        self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens,
+                                 settings.official)
         self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
 
     @property
@@ -146,8 +151,14 @@ class Picker:
             return logits.argmax(-1), candidates.clone()
         at(track, self.canvas, cols)
         y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
-        decoded = confident(conf, candidates, s.threshold)
-        early_stop(track, conf, decoded)
+        if s.official and conf.shape[1] > 1:          # paper mode: the official's order among tied tokens
+            decoded = official_confident(conf, candidates, s.threshold, draw)
+        else:
+            decoded = confident(conf, candidates, s.threshold)
+        if s.official:                                # paper mode: the stop hook applies the official rule
+            remember(track, conf, cols, decoded, draw)
+        else:
+            early_stop(track, conf, decoded)
         return y, decoded
 
 # ----------------------------------------------------------------------------- the paper presets' options
@@ -161,7 +172,9 @@ class SamplerOptions:
         p if positive, multiplied by p if negative. "Seen" = the tokens generated so far (the official
         diffusion samplers' running_generation), plus the prompt's visible tokens with penalize_context (HF
         generate's input_ids, the official AR and infilling); with penalize_context and a pad_id, tokens equal
-        to pad_id are not seen (the official diffusion samplers' _visible_infill_context).
+        to pad_id are not seen (the official diffusion samplers' _visible_infill_context). Infilling without
+        penalize_context in paper mode: what each official sampler's running_generation holds
+        (infill_context).
     length penalty (s, f): (HF ExponentialDecayLengthPenalty, start counted in new tokens as the official
         wrapper does) at a slot with n > s new tokens before it, the EOS logit gets |logit| * (f^(n - s) - 1)
         added: pushed up whatever its sign. n counts the VISIBLE new tokens left of the slot (decoded, not
@@ -233,6 +246,10 @@ class Track:
     tokens: torch.Tensor = None   # (B, C) the canvas now
     n: torch.Tensor = None        # (B, K) the slots' index among the new tokens (the low-confidence stop)
     shown: torch.Tensor = None    # (B, K) visible new tokens left of each slot (the length penalties)
+    confs: torch.Tensor = None    # (B, C) paper mode: each new token's confidence as the official keeps it
+    context: torch.Tensor = None  # (B, C) paper mode, infilling: the columns the official's penalty reads
+    visible: torch.Tensor = None  # (B, C) ... and the prompt's visible columns, gen: those to generate
+    gen: torch.Tensor = None
 
 
 def start(opt, tokens, real, mask_id: int):
@@ -270,6 +287,8 @@ def process(logits, track):
         counted = track.counted
         if opt.penalize_context:                     # the official infilling context: pad ids not seen
             counted = counted & (track.tokens != opt.pad_id)
+        if track.context is not None:                # paper mode, infilling: the official sampler's columns
+            counted = track.context
         seen = torch.zeros(B, V, device=logits.device).scatter_add_(
             1, track.tokens, counted.float()) > 0                           # (B, V)
         p = opt.repetition_penalty
@@ -297,7 +316,9 @@ def nucleus(probs, top_p: float):
 
 def early_stop(track, conf, decoded):
     """The low-confidence stop: walk the decoded slots (B, K) left to right, count consecutive tokens with
-    confidence < stop_confidence after the first stop_min_tokens; a row stops at stop_patience of them."""
+    confidence < stop_confidence after the first stop_min_tokens; a row stops at stop_patience of them, every
+    token it decoded kept. Paper mode applies the official rule instead, where the stop hook is checked
+    (OfficialConfidenceStop)."""
     opt = track.opt if track is not None else None
     if opt is None or opt.stop_confidence <= 0:
         return
@@ -330,22 +351,30 @@ class EntropyStop:
     official legacy truncation of such a row (low_entropy_truncation=legacy: its last window dropped)."""
 
     def __init__(self, base=None):
-        self.base, self.track, self.ends = base, None, None
+        self.base, self.track, self.ends, self.confidence = base, None, None, None
 
-    def attach(self, track, prompt, prompt_mask, mask_id: int):
-        """Bind to a sampler's track (its options and low-confidence stops), prompt (B, P) and [MASK] id."""
+    def attach(self, track, prompt, prompt_mask, mask_id: int, official: bool = False):
+        """Bind to a sampler's track (its options and low-confidence stops), prompt (B, P) and [MASK] id.
+        official (paper mode, with a low-confidence stop): that rule is checked here, after the base hook's,
+        as the official checks it (OfficialConfidenceStop)."""
         B, self.P = prompt.shape
         self.mask_id = mask_id
         self.first = ((~prompt_mask).sum(1) if prompt_mask is not None else
                       torch.zeros(B, dtype=torch.long, device=prompt.device)).tolist()
         self.track, self.ends = track, [-1] * B
+        if official and track.opt.stop_confidence > 0:
+            self.confidence = OfficialConfidenceStop(track, self.P)
         return self
 
     def __call__(self, tokens, end):
         done = self.base(tokens, end) if self.base is not None else torch.zeros_like(end, dtype=torch.bool)
         if self.track is None:                     # never attached: the option is off, or nothing to generate
             return done
+        if self.confidence is not None:            # paper mode: the official's order, EOS then low confidence
+            done = done | self.confidence(end, done)
         opt, low = self.track.opt, []
+        if opt.stop_entropy <= 0:
+            return done
         for b, e in enumerate(end.tolist()):
             long_enough = (e - self.P >= max(opt.stop_min_tokens, 1)
                            and e - self.first[b] >= opt.stop_entropy_window)
@@ -357,8 +386,11 @@ class EntropyStop:
         return done | low
 
     def cut(self, b: int):
-        """The official legacy truncation of row b: keep its columns before max(end - window, P + min tokens)
-        (the official min_truncate_idx), end the column the rule stopped it at; None if it did not."""
+        """The official truncation of row b, None if neither rule stopped it: by low confidence (paper mode)
+        its columns up to the token that stopped it; by low entropy (legacy) its columns before
+        max(end - window, P + min tokens) (the official min_truncate_idx), end the column it stopped at."""
+        if self.confidence is not None and self.confidence.cuts[b] >= 0:
+            return self.confidence.cuts[b]
         e = self.ends[b]
         if e < 0:
             return None
@@ -366,12 +398,136 @@ class EntropyStop:
         return min(max(e - opt.stop_entropy_window, self.P + max(opt.stop_min_tokens, 1)), e)
 
 
-def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int):
+def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens: int, official=False):
     """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
-    (stop_entropy > 0 and new tokens to generate), else stop itself, so nothing changes with the option off.
-    A stop that is already an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not
-    wrapped."""
-    if track is None or track.opt.stop_entropy <= 0 or max_new_tokens == 0:
+    (stop_entropy > 0 and new tokens to generate), and in paper mode (official) the low-confidence rule
+    (stop_confidence > 0), else stop itself, so nothing changes with the options off. A stop that is already
+    an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not wrapped."""
+    wanted = track is not None and (track.opt.stop_entropy > 0 or official and track.opt.stop_confidence > 0)
+    if not wanted or max_new_tokens == 0:
         return stop
     hook = stop if isinstance(stop, EntropyStop) else EntropyStop(stop)
-    return hook.attach(track, prompt, prompt_mask, mask_id)
+    return hook.attach(track, prompt, prompt_mask, mask_id, official)
+
+
+# ----------------------------------------------------------------------------- reproduction only: tied tokens
+
+# The official top-1 is the last of `conf.argsort(dim=-1)` (torch's default, stable=False) over its row of
+# slots, its decoded slots at +inf: among tied most-confident tokens, the one that sort leaves last. Which
+# that is depends on the device and the row's length, not on a rule of its own (docs/fidelity.md: on a CPU
+# index order up to 16 slots, introsort's order beyond; on CUDA a bitonic network's up to 32, index order
+# beyond). Paper mode calls the same sort on the same row, so it picks what the official picks on the device
+# it runs on; the default keeps the rightmost (`confident`).
+
+def official_confident(conf, candidates, threshold: float, row=None):
+    """`confident` with the official's top-1 (official_top): decoded (B, K) bool. row (B, K): the slots of
+    the official's row (None: all K), the same slots its sampled stream draws for (Picker's draw)."""
+    top = official_top(conf, candidates, row)                                 # (B,) -1: no candidate
+    hit = torch.arange(conf.shape[1], device=conf.device) == top[:, None]     # (B, K) none where top = -1
+    return (conf >= threshold) & candidates | hit
+
+
+def official_top(conf, candidates, row=None):
+    """The slot (B,) the official decodes as its most confident, -1 where a row has no candidate: each row's
+    slots in `row` (B, K) laid out left to right as the official's tensor (K slots, or the row's ones), its
+    candidates' confidences and +inf for the slots it already decoded, sorted by torch.argsort (not stable),
+    and the last finite entry taken. Rows are sorted at their own length, as the official sorts one prompt."""
+    B, K = conf.shape
+    row = torch.ones_like(candidates) if row is None else row
+    keys = conf.float().masked_fill(~candidates, math.inf)                   # (B, K)
+    n = row.sum(1)                                                           # (B,) the official's row length
+    top = torch.full((B,), -1, dtype=torch.long, device=conf.device)
+    slots = torch.argsort((~row).to(torch.uint8), dim=1, stable=True)        # (B, K) the row's slots first
+    for k in n[candidates.any(1)].unique().tolist():
+        rows = (n == k) & candidates.any(1)                                  # (b,) the rows of this length
+        idx = slots[rows, :k]                                                # (b, k) slot of each entry
+        order = keys[rows].gather(1, idx).argsort(dim=-1)                    # (b, k) the official's sort
+        last = k - 1 - (~candidates[rows].gather(1, idx)).sum(1, keepdim=True)   # (b, 1) before the +infs
+        top[rows] = idx.gather(1, order.gather(1, last))[:, 0]
+    return top
+
+
+# ----------------------------------------------------------------------------- reproduction only: the stops
+
+# The official checks its low-confidence stop (EntropyEosStoppingCriteria._confidence_stop) only where it
+# checks its stopping criteria (every W steps for Set Diffusion, at block ends for MDLM and BD3-LM, each token
+# for AR), after its EOS rule; it walks the decoded positions in position order, skips the first
+# max(min tokens, 1) it meets and cuts the sample after the token that stops it. The confidence it reads of
+# a position is the last one its sampler wrote there: Set Diffusion and AR write a token's own, once; MDLM and
+# BD3-LM write every slot of the block that holds a token after each step, so a token decoded early carries
+# the probability of the argmax (or draw) at its slot in its block's last step.
+
+def remember(track, conf, cols, decoded, row=None):
+    """Paper mode: write this step's confidences conf (B, K) where the official writes them: at the slots of
+    its row (row (B, K), None: all K) that hold a token after the step (decoded now or before), indexed by
+    new-token index (the slots' columns cols (B, K))."""
+    if track is None or track.opt.stop_confidence <= 0:
+        return
+    if track.confs is None:
+        track.confs = torch.full(track.tokens.shape, math.nan, device=conf.device)     # (B, C) by index
+    row = torch.ones_like(decoded) if row is None else row
+    held = (decoded | (track.tokens.gather(1, cols) != track.mask_id)) & row & (track.n >= 0)   # (B, K)
+    n = track.n.clamp(0, track.confs.shape[1] - 1)
+    track.confs.scatter_(1, n, torch.where(held, conf.float(), track.confs.gather(1, n)))
+
+
+class OfficialConfidenceStop:
+    """The official low-confidence stop, checked where the stop hook is (EntropyStop, after its base hook):
+    call(end (B,), done (B,)) -> (B,) rows it stops now. For a row not done, the new tokens before column
+    end that hold a confidence (Track.confs), in position order, those not met at an earlier check: the first
+    max(stop_min_tokens, 1) met are skipped (strikes reset), then each adds a strike below stop_confidence or
+    resets them; at stop_patience strikes the row stops, cuts[b] = the column after that token (its
+    truncate_idx: the official keeps the [MASK]-free output's columns before it). No token to read resets
+    the strikes."""
+
+    def __init__(self, track, P: int):
+        B = track.first.shape[0]
+        self.track, self.P = track, P
+        self.met, self.strikes, self.cuts = [set() for _ in range(B)], [0] * B, [-1] * B
+
+    def __call__(self, end, done):
+        opt, confs = self.track.opt, self.track.confs
+        stops = torch.zeros_like(done)
+        for b, e in enumerate(end.tolist()):
+            if done[b] or confs is None:
+                continue
+            row = confs[b, :max(e - self.P, 0)]
+            held = (~row.isnan()).nonzero().flatten().tolist()
+            if not held:
+                self.strikes[b] = 0
+                continue
+            new = [j for j in held if j not in self.met[b]]
+            skip = min(max(max(opt.stop_min_tokens, 1) - len(self.met[b]), 0), len(new))
+            if skip:
+                self.met[b].update(new[:skip])
+                new, self.strikes[b] = new[skip:], 0
+            for j in new:
+                self.met[b].add(j)
+                self.strikes[b] = self.strikes[b] + 1 if row[j] < opt.stop_confidence else 0
+                if self.strikes[b] >= opt.stop_patience:
+                    stops[b], self.cuts[b] = True, min(self.P + j + 1, e)
+                    break
+        return stops
+
+
+# ----------------------------------------------------------------------------- reproduction only: penalties
+
+# Infilling with a repetition penalty but without penalize_context (the official's
+# infill_repetition_penalty_include_right_context off), each official sampler penalises what its
+# running_generation holds, which is not the span decoded so far: MDLM its whole canvas (the prompt on both
+# sides, pad ids included, and the span as decoded), BD3-LM its canvas up to the end of the block it decodes
+# (bd3lm.official_context), Set Diffusion the tokens of its KV cache when a step starts (the whole visible
+# prompt, and a span token only from the step after the one that commits it: setdiffusion.official_context).
+
+def infill_context(track, canvas, real, prompt, prompt_mask, mask_id: int):
+    """Paper mode: when the prompt holds [MASK]s and the options penalise repetitions without
+    penalize_context, set track.context to MDLM's official columns, every column of the canvas (the
+    methods whose official reads other columns update it), and keep track.visible and track.gen (B, C)."""
+    if track is None or track.opt.repetition_penalty == 1.0 or track.opt.penalize_context:
+        return
+    visible = prompt_mask if prompt_mask is not None else torch.ones_like(prompt, dtype=torch.bool)
+    if not ((prompt == mask_id) & visible).any():                     # no infilling: the generated region
+        return
+    track.gen = (canvas == mask_id) & real
+    track.visible = real & ~track.gen
+    track.context = real.clone()

@@ -47,7 +47,9 @@ mask. Differences from the official code: the sampler runs a batch (each row its
 asserts batch size 1); the KV cache keeps every entry, where the official drops entries past the context L
 (the oldest; with the FHT order those of the smallest positions, and then reads its mask at positions):
 settings.official (eval.py --official, paper mode) does that too (the last section, with the commit order
-"fht" the official accuracy runs use: commit_key). With
+"fht" the official accuracy runs use: commit_key), and it also follows the official's pick among tied
+confidences, its low-confidence stop (no stop check after the last [MASK]) and, infilling with a penalty
+that leaves the prompt out, its penalty's context: the KV cache's tokens (official_context, sampling.py). With
 commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
 schedule over the model's seq_len positions as the official (over N positions when N > L, where the
 official has no schedule, or when no seq_len is given).
@@ -391,9 +393,13 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
         step.scatter_(1, win, torch.where(dec, steps[:, None], step.gather(1, win)))   # the row's own step
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)
+        if settings.official:                       # the official's infilling penalty reads its KV cache
+            official_context(pick, win, dec)
         steps, nfe = steps + cand.any(1), nfe + 1
         done |= pick.stopped | ~masked.any(1)
-        if pick.stop is not None and nfe > 1 and (nfe - 1) % W == 0:      # every W steps, as the official
+        # every W steps, as the official (paper mode: not after the last [MASK], where its loop has ended)
+        check = nfe > 1 and (nfe - 1) % W == 0 and (not settings.official or masked.any())
+        if pick.stop is not None and check:
             left = torch.where(masked.any(1), masked.float().argmax(1), C)
             done |= pick.stop(tokens[:, :C], (left + W).clamp(max=C))
     return finish(tokens[:, :C], step[:, :C], steps, nfe)
@@ -470,6 +476,21 @@ def commit_key(masked, W: int, d: float, commit_order: str, generator=None, seq_
     T = first_hitting_times(B, L, smax, generator, masked.device, d=min(d, smax), last=N)   # (B, N)
     slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
     return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
+
+
+def official_context(pick, win, dec):
+    """Paper mode, infilling with a repetition penalty without penalize_context (sampling.infill_context):
+    the official penalises the tokens of its KV cache when a step starts (running_generation = the cached
+    columns): the visible prompt, pad ids included, and the tokens committed by earlier steps. A token
+    decoded at step i is committed by the forward of step i + 1, after that step has read its context, so
+    it counts from step i + 2. Called once a step's tokens are written: win, dec (B, W) its window and what
+    it decoded."""
+    track = pick.track
+    if track is None or track.context is None:
+        return
+    decoded = track.gen & (track.tokens != track.mask_id)                   # (B, C + W) this step's too
+    decoded.scatter_(1, win, decoded.gather(1, win) & ~dec)                 # ... but for this step's
+    track.context = track.visible | decoded
 
 
 class Crop:

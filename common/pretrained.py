@@ -147,11 +147,44 @@ def fetch(path: str) -> tuple[str, str, dict]:
 
 QWEN3_MASK_ID = 151660            # <|fim_middle|>, the official [MASK] for Qwen3
 BACKBONE_NAME = re.compile(r"(.*?)(model\.(?:layers\.\d+|embed_tokens|norm)\..+|lm_head\.weight)")
+# Tensors of a release that are not weights, skipped by name: the official denoisers' buffers (Set
+# Diffusion's static_attention_mask, which its push code does not leave out as MDLM's and BD3-LM's do; the
+# BD3-LM line's sampling_eps_min/max) and a RoPE table (recomputed). Every other tensor that is not a weight
+# this converter reads is refused (refuse_unknown).
+RELEASE_BUFFERS = {"static_attention_mask", "sampling_eps_min", "sampling_eps_max"}
+
+
+def is_buffer(name: str) -> bool:
+    """Whether a released tensor is one of RELEASE_BUFFERS or a RoPE table (...rotary_emb.inv_freq)."""
+    return name in RELEASE_BUFFERS or name.endswith("rotary_emb.inv_freq")
+
+
+def refuse_unknown(names, where: str):
+    """One line naming the tensors of a release this converter does not know (ValueError), if any: loading
+    around them could leave out weights the model needs."""
+    if unknown := sorted(names):
+        shown = ", ".join(repr(n) for n in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3
+                                                          else "")
+        raise ValueError(f"unknown tensor{'s' * (len(unknown) > 1)} {shown} in {where}: refusing to load "
+                         "weights this converter does not know (common/pretrained.py names those it reads)")
 
 
 def source_name(source: str) -> str:
     """What the method and its settings are read from: the repo id, or a local directory's own name."""
     return os.path.basename(os.path.normpath(source)) if os.path.isdir(source) else source
+
+
+def release_length(config: dict, source: str, default: int) -> int:
+    """The context L of a release: the top-level "length" its config.json writes (the official code's
+    configs; "model_length" in the BD3-LM line's), else default. Nested keys of that name (a backbone's
+    config) are not read. Not a positive whole number: one line (ValueError)."""
+    for key in ("length", "model_length"):
+        if config.get(key) is not None:
+            L = config[key]
+            if isinstance(L, bool) or not isinstance(L, int) or L < 1:
+                raise ValueError(f"{source}: config.json's {key!r} is {L!r}, not a positive whole number")
+            return L
+    return default
 
 
 def find_key(obj, key):
@@ -185,11 +218,13 @@ def released_method(config: dict, source: str) -> str:
 def backbone_weights(raw: dict, where: str) -> dict:
     """The Qwen3 backbone's tensors in our names, from raw (read_weights of directory `where`).
     Names are cut before model.layers/model.embed_tokens/model.norm/lm_head; of several copies under
-    different prefixes the one whose prefix contains "ema" wins."""
+    different prefixes the one whose prefix contains "ema" wins. A tensor that is neither such a weight nor
+    a known buffer (is_buffer) is refused."""
     copies = {}
     for name, tensor in raw.items():
         if m := BACKBONE_NAME.fullmatch(name):
             copies.setdefault(m[1], {})[m[2].removeprefix("model.")] = tensor
+    refuse_unknown((n for n in raw if not BACKBONE_NAME.fullmatch(n) and not is_buffer(n)), where)
     if not copies:
         raise ValueError(f"no Qwen3 backbone weights (...model.layers.N..., ...model.embed_tokens.weight) in "
                          f"{where}: found {sorted(raw)[:4]}")
@@ -228,7 +263,6 @@ DIT_NAME = re.compile(r"backbone\.(vocab_embed\.embedding|sigma_map\.mlp\.[02]\.
                       r"(norm_final\.weight|linear\.(weight|bias)|adaLN_modulation\.(weight|bias))|"
                       r"blocks\.\d+\.(norm1\.weight|attn_qkv\.weight|attn_out\.weight|norm2\.weight|"
                       r"mlp\.[02]\.(weight|bias)|adaLN_modulation\.(weight|bias)))")
-DIT_IGNORED = {"backbone.rotary_emb.inv_freq", "sampling_eps_min", "sampling_eps_max"}   # recomputed / unused
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
@@ -241,7 +275,8 @@ def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -
 
 def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
     """The official DiT's released tensors (backbone.vocab_embed.embedding, backbone.blocks.{i}..., see
-    DIT_NAME) -> (ModelConfig, our state dict in fp32). Any other name is refused.
+    DIT_NAME) -> (ModelConfig, our state dict in fp32). Any other name but a known buffer (is_buffer) is
+    refused.
 
     The DiT is this Transformer with LayerNorm (eps 1e-5), no QK-norm, GELU(tanh) MLP with biases, RoPE base
     1e4 (the same half-split layout) and an untied output Linear with a bias. Its fused qkv, rows laid out
@@ -251,10 +286,8 @@ def from_dit(raw: dict, n_head: int) -> tuple[ModelConfig, dict]:
     norm(x) * (1 + scale) + shift is a LayerNorm with weight w * (1 + scale) and bias shift, and
     gate * (W y + b) is the output projection with its rows (and bias) scaled by gate.
     """
-    if unknown := sorted(k for k in raw if not DIT_NAME.fullmatch(k) and k not in DIT_IGNORED):
-        raise ValueError(f"unknown tensor {unknown[0]!r} (and {len(unknown) - 1} more) in a DiT checkpoint: "
-                         f"refusing to load what this converter does not know")
-    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if k not in DIT_IGNORED}
+    refuse_unknown((k for k in raw if not DIT_NAME.fullmatch(k) and not is_buffer(k)), "a DiT checkpoint")
+    w = {k.removeprefix("backbone."): v.double() for k, v in raw.items() if not is_buffer(k)}
     try:
         emb, n_layer = w["vocab_embed.embedding"], 1 + max(int(k.split(".")[1]) for k in w
                                                            if k.startswith("blocks."))
@@ -310,17 +343,19 @@ def load_released(d: str, source: str, config: dict, device="cpu") -> tuple[Tran
     Assumed, as the release itself cannot be read offline:
     - weights: *.safetensors (shards by glob) or pytorch_model*.bin; the backbone is stock HF Qwen3 under
       some prefix (e.g. backbone.model.layers.N...); EMA weights, a second copy under a prefix containing
-      "ema", win. Other tensors (noise schedule buffers, ...) are ignored. The shape comes from the weights.
+      "ema", win. The known buffers (RELEASE_BUFFERS, RoPE tables) are skipped, any other tensor refused.
+      The shape comes from the weights.
     - method: "setdlm"/"bd3lm"/"mdlm"/"ar" in architectures, model_type or the repo name.
     - smax: the name's smaxN (or dN -> 2N), as the official eval loader does; else noise_config:
       max_block_size when < the length, else 2 * desired_block_size. BD3-LM block: the name's sN, else
       block_size. A disagreement between name and config warns and keeps the name.
     - mask id: mask_token_id (e.g. in tokenization_config), else 151660 (<|fim_middle|>).
-    - data: gsm8k or cnndm from the name, else null. seq_len: a "length" key in config.json, else 768 for
-      cnndm and 1024 otherwise. Names are read from the repo id, or a local directory's own name.
+    - data: gsm8k or cnndm from the name, else null. seq_len: config.json's top-level "length" (or
+      "model_length", release_length), else 768 for cnndm and 1024 otherwise. Names are read from the repo
+      id, or a local directory's own name.
     - the OWT/LM1B DiT (backbone.vocab_embed.embedding among the names): from_dit, n_heads from config.json
-      (else 12); data owt or lm1b from the name, else the vocabulary size; tokenizer, L ("length" or
-      "model_length" else) and mask id (else) of that corpus: gpt2, 1024, 50257 / bert-base-uncased, 128, 103.
+      (else 12); data owt or lm1b from the name, else the vocabulary size; tokenizer, L (release_length, else)
+      and mask id (else) of that corpus: gpt2, 1024, 50257 / bert-base-uncased, 128, 103.
     """
     method = released_method(config, source)
     raw = read_weights(d)
@@ -340,8 +375,7 @@ def load_released(d: str, source: str, config: dict, device="cpu") -> tuple[Tran
                              f"50258 nor LM1B's 30522, and no owt/lm1b in its name")
     tokenizer, default_len, default_mask = DIT_DEFAULTS[data] if dit else \
         (None, 768 if data == "cnndm" else 1024, QWEN3_MASK_ID)
-    length = find_key(config, "length") or find_key(config, "model_length")
-    seq_len = length if isinstance(length, int) else default_len
+    seq_len = release_length(config, source, default_len)
     mask_id = find_key(config, "mask_token_id")
     mask_id = int(default_mask if mask_id is None else mask_id)
     if not 0 <= mask_id < model_cfg.vocab_size:

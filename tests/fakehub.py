@@ -62,14 +62,15 @@ def hf_names(state: dict, cfg: ModelConfig) -> dict:
 def released_weights(tie=True, ema=True, seed=0) -> tuple[dict, dict]:
     """(state dict in the official layout, the state in our names it must load as). With ema, the official
     dict also holds the raw weights under backbone.*, and the EMA copy (what must load) under
-    ema.backbone.*."""
+    ema.backbone.*. Beside the weights, Set Diffusion's static_attention_mask buffer (not left out by the
+    official push code)."""
     def official(model, prefix):                 # Hugging Face names: q, k, v projections apart
         return {(prefix + "lm_head.weight" if k == "lm_head.weight" else prefix + "model." + k): v
                 for k, v in hf_names(saving.weights(model), TINY).items()}
     torch.manual_seed(seed)
     cfg = dataclasses.replace(TINY, tie_embeddings=tie)
     raw, avg = Transformer(cfg), Transformer(cfg)
-    state = {"noise.loc": torch.linspace(0, 1, 8), **official(raw, "backbone.")}
+    state = {"static_attention_mask": torch.ones(8, 8, dtype=torch.bool).tril(), **official(raw, "backbone.")}
     if ema:
         state.update(official(avg, "ema.backbone."))
     return state, saving.weights(avg if ema else raw)

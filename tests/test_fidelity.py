@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import bd3lm
+import sampling
 from sampling import SamplerOptions, Settings, at, confident, decode, process, start
 from common import replies
 import mdlm
@@ -187,8 +188,9 @@ def test_decode_rule_on_literal_logits():
 
 def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic():
     """Confidence = exp(logits - logsumexp) in float32 (the official `_forward`), a top-1 tie to the
-    rightmost candidate (the last of its argsort). Slots 0 and 3 differ in their runner-up logit, which
-    softmax resolves but that arithmetic rounds to one 0.99999237: a tie, so slot 3 is decoded."""
+    rightmost candidate (the default; the last of the official's argsort on a CPU up to 16 slots). Slots 0
+    and 3 differ in their runner-up logit, which softmax resolves but that arithmetic rounds to one
+    0.99999237: a tie, so slot 3 is decoded."""
     logits = torch.full((1, 4, V), -1e4)
     logits[0, :, :3] = torch.tensor([[50.0, 38.17695617675781, 0.0], [3.0, 2.0, 1.0],
                                      [3.0, 2.0, 1.0], [50.0, 38.264060974121094, 0.0]])
@@ -204,6 +206,40 @@ def test_decode_ties_go_to_the_rightmost_candidate_under_the_official_arithmetic
     assert dec[0].int().tolist() == [0, 0, 1, 0]                             # identical logits: the rightmost
     y, dec = decode(logits.clone(), torch.ones(1, 4, dtype=torch.bool), MASK, float(conf[0]))
     assert dec[0].int().tolist() == [1, 0, 0, 1]                             # tau uses the same number
+
+
+def test_official_top_is_the_last_of_the_official_argsort_on_literal_rows():
+    """Paper mode's top-1 (sampling.official_top) == the official's: over its row (the slots in `row`, in
+    order), the candidates' confidences and +inf at its decoded slots, the last finite entry of
+    conf.argsort(dim=-1). Rows of 4 to 33 slots, all tied, a tied top among lower ones, decoded slots among
+    them; batched (rows of other lengths, a row's slots apart, as Set Diffusion's window) == the official
+    on each row alone. At 17 tied slots the pick is not the rightmost (a CPU sort keeps index order only up
+    to 16 entries; CUDA's bitonic sort, up to 32, does not keep it: docs/fidelity.md)."""
+    g = torch.Generator().manual_seed(0)
+    K, rows = 40, []
+    for n in (4, 16, 17, 20, 32, 33):
+        for kind in ("tied", "top tied", "decoded"):
+            conf = torch.rand(n, generator=g) * 0.5 if kind != "tied" else torch.full((n,), 0.75)
+            conf[torch.randperm(n, generator=g)[:max(2, n // 3)]] = 0.9               # the tied top
+            cand = torch.rand(n, generator=g) > 0.3 if kind == "decoded" else torch.ones(n, dtype=torch.bool)
+            cand[int(conf.argmax())] = True
+            slots = torch.randperm(K, generator=g)[:n].sort().values                  # where the row lies
+            rows.append((conf, cand, slots))
+    conf = torch.zeros(len(rows), K)
+    cand = torch.zeros(len(rows), K, dtype=torch.bool)
+    row = torch.zeros(len(rows), K, dtype=torch.bool)
+    for b, (c, m, slots) in enumerate(rows):
+        conf[b, slots], cand[b, slots], row[b, slots] = c, m, True
+    top = sampling.official_top(conf, cand, row)
+    for b, (c, m, slots) in enumerate(rows):
+        keys = torch.where(m, c, math.inf)[None]                                        # (1, n) its conf
+        want = keys.argsort(dim=-1)[0, -(int((~m).sum()) + 1)]                           # last kept: the top
+        assert int(top[b]) == int(slots[want]), b
+    dec = sampling.official_confident(conf, cand, 0.85, row)
+    assert torch.equal(dec, (cand & (conf >= 0.85)) | (torch.arange(K) == top[:, None]))
+    tied = torch.zeros(1, 17)
+    assert int(sampling.official_top(tied, torch.ones(1, 17, dtype=torch.bool))) != 16
+    assert not sampling.official_top(tied, torch.zeros(1, 17, dtype=torch.bool)).ge(0).any()    # none to pick
 
 
 def official_fht(N, L, W, d, seed):
@@ -421,25 +457,55 @@ class OfficialCache:
         return logits[:, base:]
 
 
-def decode_block(x, c0, end, logits, threshold, generator=None):
-    """One official step on columns [c0, end): the confidence rule on their [MASK]s, greedy, or sampled at
-    temperature 1 with one draw per column (the official's stream)."""
+def official_decode(logits, cand, threshold, generator=None):
+    """The official decode step (MDLM._generate_unconditional, predict_and_noise, one token forced a step),
+    plainly: logits (1, n, V) of its row, cand (1, n) the row's [MASK] slots (the others decoded). The
+    [MASK] logit at -1e12, p = exp(logits - logsumexp); xs the argmax, or one draw per slot; conf = p(xs),
+    +inf at the decoded slots; `conf.argsort(dim=-1)[..., :-num_clean]` (num_clean = decoded + 1) stay
+    [MASK], the rest and every p(xs) >= threshold decoded. Returns xs, decoded, p(xs) (1, n)."""
+    logits = logits.detach().float().clone()
+    logits[..., MASK] = -1e12
+    probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()                        # (1, n, V)
+    xs = probs.argmax(-1) if generator is None else torch.multinomial(probs[0], 1, generator=generator).T
+    p = probs.gather(-1, xs[..., None])[..., 0]                                        # (1, n)
+    conf = torch.where(cand, p, math.inf)
+    noise = conf.argsort(dim=-1)[..., :-(int((~cand).sum()) + 1)]                     # stay [MASK]
+    output = xs.clone()
+    output[..., noise] = MASK
+    output = torch.where(p >= threshold, xs, output)
+    return xs, (output != MASK) & cand, p
+
+
+def decode_block(x, c0, end, logits, threshold, generator=None, conf=None):
+    """One official step on columns [c0, end) (official_decode): greedy, or sampled at temperature 1 with
+    one draw per column (the official's stream). conf (a list over the columns): the official's
+    accumulated_confidence, p(xs) written at every column of the block that holds a token after the step.
+    Returns the columns it decoded."""
     cand = torch.tensor([[t == MASK for t in x[c0:end]]])
-    if generator is None:
-        y, dec = decode(logits[:, :end - c0], cand, MASK, threshold)
-    else:
-        logits = logits[:, :end - c0].float()
-        logits[..., MASK] = -math.inf
-        probs = (logits - logits.logsumexp(-1, keepdim=True)).exp()[0]                 # (end - c0, V)
-        y = torch.multinomial(probs, 1, generator=generator).T                        # (1, end - c0)
-        dec = confident(probs.gather(1, y.T).T, cand, threshold)
+    y, dec, p = official_decode(logits[:, :end - c0], cand, threshold, generator)
     x[c0:end] = [int(y[0, i]) if dec[0, i] else x[c0 + i] for i in range(end - c0)]
+    for i in range(end - c0):
+        if conf is not None and x[c0 + i] != MASK:
+            conf[c0 + i] = float(p[0, i])
+    return [c0 + i for i in range(end - c0) if dec[0, i]]
 
 
-def official_bd3lm_infill(model, prompt, S, L, threshold):
+def hf_penalty(logits, context, p):
+    """HF's RepetitionPenaltyLogitsProcessor on every slot of logits (1, n, V), as the official applies it:
+    the logits of the ids in context (a list) divided by p where positive, multiplied by p where not."""
+    if p == 1.0 or not context:
+        return logits
+    logits, ids = logits.detach().float().clone(), torch.tensor(sorted(set(context)))
+    score = logits[..., ids]
+    logits[..., ids] = torch.where(score < 0, score * p, score / p)
+    return logits
+
+
+def official_bd3lm_infill(model, prompt, S, L, threshold, penalty=1.0):
     """The official BD3-LM infilling (align_inputs_to_blocks, not fused): pad the prompt with [MASK] to a
     multiple of S; cache its first S floor(P/S) tokens (the last L); decode the blocks from S floor(first
-    [MASK]/S), as many as hold a [MASK], left of the pad; cache each."""
+    [MASK]/S), as many as hold a [MASK], left of the pad; cache each. A repetition penalty (without the
+    right-context flag) reads the canvas up to the end of the block it decodes."""
     x, P = prompt[0].tolist(), prompt.shape[1]
     x += [MASK] * (-P % S)
     cache, F = OfficialCache(model, S, L), S * (P // S)
@@ -454,17 +520,20 @@ def official_bd3lm_infill(model, prompt, S, L, threshold):
             continue
         end = min(c0 + S, P)                             # the pad is never decoded
         while MASK in x[c0:end]:
-            decode_block(x, c0, end, cache.forward(x[c0:c0 + S]), threshold)
+            decode_block(x, c0, end, hf_penalty(cache.forward(x[c0:c0 + S]), x[:end], penalty), threshold)
         cache.forward(x[c0:c0 + S], keep=S)
     return torch.tensor([x[:P]])
 
 
-def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
+def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None, steps=None, stop=None):
     """The official BD3-LM generation (fused block cache): cache the prompt's first F = S floor(P/S)
     tokens; decode ceil(N/S) blocks of S from F (to P + N); a block's first forward also feeds the previous
-    block, after the oldest entries go so that cache + both blocks <= L."""
+    block, after the oldest entries go so that cache + both blocks <= L. steps (a dict): column -> the step
+    that decoded it. stop (OfficialStop): checked after each block on the columns up to its end; when it
+    fires the output ends there."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
-    cache, F, pending = OfficialCache(model, S, L), S * (P // S), []
+    cache, F, pending, nfe = OfficialCache(model, S, L), S * (P // S), [], 0
+    conf = [1.0] * P + [math.nan] * N
     if F:
         cache.forward(x[:F][-L:], keep=F)
     for b in range(math.ceil(N / S)):
@@ -472,9 +541,12 @@ def official_bd3lm_generate(model, prompt, N, S, L, threshold, generator=None):
         fed = pending                          # the previous block, committed by this block's first forward
         while MASK in x[c0:end]:
             logits = cache.forward(fed + x[c0:end], keep=len(fed))[:, len(fed):]
-            decode_block(x, c0, end, logits, threshold, generator)
-            fed = []
+            for c in decode_block(x, c0, end, logits, threshold, generator, conf):
+                (steps if steps is not None else {})[c] = nfe
+            fed, nfe = [], nfe + 1
         pending = x[c0:end]
+        if stop is not None and stop(x[:end], conf[:end]):
+            return torch.tensor([x[:end]])
     return torch.tensor([x])
 
 
@@ -525,20 +597,27 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
 
 
-def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
+def official_setdiffusion(model, prompt, N, W, L, threshold, T=None, steps=None, stop=None, penalty=1.0):
     """The official Set Diffusion decoding with its KV cache crop (entries as in OfficialCache). The prompt
     is cached causally at 0..P-1; each step feeds [the last step's tokens in commit order (position; with
     T, decreasing first-hitting time) | a query per masked column of the W-wide window]; before it the
     entries past L go (the oldest, or with T the smallest positions, after which the mask reads the static
     two-stream rule at positions: stream = position >= L, index = position mod L, queries see no other
     query). Otherwise an input sees every cached entry, the committed inputs causally, a query them and
-    itself."""
+    itself. The queries decode by official_decode; steps (a dict): column -> the step that decoded it.
+    stop (OfficialStop): checked after every W-th step (not the first, nor once no [MASK] is left) on the
+    columns up to the window's end, a token's own confidence at its column; when it fires the output ends
+    at the window's end. A prompt with [MASK]s is infilled, every visible token cached first (in position
+    order, causally); a repetition penalty (without the right-context flag) reads the cached tokens when
+    the step starts (hf_penalty)."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
-    made, live = [(t, i, list(range(i + 1))) for i, t in enumerate(x[:P])], list(range(P))
+    conf = [math.nan if t == MASK else 1.0 for t in x]
+    visible = [c for c, t in enumerate(x) if t != MASK]
+    made, live = [(x[c], c, list(range(k + 1))) for k, c in enumerate(visible)], list(range(len(visible)))
     key = (lambda c: c) if T is None else (lambda c: -float(T[c - P]))
     rule = lambda q, k: (q % L == k % L and (q >= L) == (k >= L)) or (q >= L > k and q % L > k) or (  # noqa
         q < L and k < L and q >= k)
-    last, semantic = [], False
+    last, semantic, step = [], False, 0
     while MASK in x:
         left = x.index(MASK)
         queries = [c for c in range(left, min(left + W, len(x))) if x[c] == MASK]
@@ -564,12 +643,19 @@ def official_setdiffusion(model, prompt, N, W, L, threshold, T=None):
             mask[r, sees] = True
         logits = model(torch.tensor([[t for t, _, _ in every]]), torch.tensor([[p for _, p, _ in every]]),
                        mask)
-        y, dec = decode(logits[:, base + n:], torch.ones(1, len(queries), dtype=torch.bool), MASK, threshold)
+        logits = hf_penalty(logits[:, base + n:], [t for t, _, _ in made], penalty)
+        y, dec, p = official_decode(logits, torch.ones(1, len(queries), dtype=torch.bool), threshold)
         made, live, last = made + rows[:n], live + list(range(base, base + n)), []
         for j, c in enumerate(queries):
             if dec[0, j]:
-                x[c] = int(y[0, j])
+                x[c], conf[c] = int(y[0, j]), float(p[0, j])
                 last.append(c)
+                (steps if steps is not None else {})[c] = step
+        if stop is not None and MASK in x and step > 0 and step % W == 0:
+            end = x.index(MASK) + W
+            if stop(x[:end], conf[:end]):
+                return torch.tensor([x[:end]])
+        step += 1
     return torch.tensor([x])
 
 
@@ -608,13 +694,16 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
     assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
 
 
-def official_mdlm_window(model, prompt, N, S, L, threshold):
+def official_mdlm_window(model, prompt, N, S, L, threshold, steps=None, stop=None):
     """The official MDLM generation: the canvas [prompt | N [MASK]] (padded with [MASK] to L); ceil(N/S)
     blocks of S from S floor(P/S), cut at the canvas' end; each step one forward over [0, L) while the
     block starts before L, else [block end - L, block end), at positions 0..; returns P + S ceil(N/S)
-    columns and the number of forwards."""
+    columns and the number of forwards. steps (a dict): column -> the step that decoded it. stop
+    (OfficialStop): checked after each block on the columns up to its end; when it fires the output ends
+    there."""
     x, P = prompt[0].tolist() + [MASK] * N, prompt.shape[1]
     x += [MASK] * max(L - len(x), 0)
+    conf = [1.0] * P + [math.nan] * (len(x) - P)
     F, nfe = S * (P // S), 0
     for b in range(math.ceil(N / S)):
         s, end = F + b * S, min(F + (b + 1) * S, len(x))
@@ -623,8 +712,12 @@ def official_mdlm_window(model, prompt, N, S, L, threshold):
             window = torch.tensor([x[w0:w0 + L]])
             logits = model(window, torch.arange(window.shape[1])[None],
                            torch.ones(window.shape[1], window.shape[1], dtype=torch.bool))
-            decode_block(x, s, end, logits[:, s - w0:], threshold)
+            for c in decode_block(x, s, end, logits[:, s - w0:], threshold, conf=conf):
+                (steps if steps is not None else {})[c] = nfe
             nfe += 1
+        if stop is not None and stop(x[:end], conf[:end]):
+            x = x[:end]
+            break
     out = P + S * math.ceil(N / S)
     return torch.tensor([(x + [MASK] * out)[:out]]), nfe
 
@@ -652,3 +745,225 @@ def test_mdlm_official_window_equals_the_official_rule(P, N):
     assert seen and all(w == L and p == list(range(L)) and (every or P + N > L) for w, every, p in seen)
     with pytest.raises(ValueError, match="seq_len"):
         mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
+
+
+class Saturated(torch.nn.Module):
+    """A model's logits scaled up until every probability is 0 or 1 in float32: every [MASK] slot is equally
+    sure (confidence exactly 1), so which one a step decodes at tau = inf is the sort's tie order alone."""
+
+    def __init__(self, model, scale=1e3):
+        super().__init__()
+        self.model, self.new_cache, self.scale = model, model.new_cache, scale
+
+    def forward(self, idx, pos=None, mask=None, cache=None, last=None):
+        return self.model(idx, pos, mask, cache, last) * self.scale
+
+
+@pytest.mark.parametrize("name", ["setdiffusion", "mdlm", "bd3lm"])
+def test_official_ties_follow_the_official_argsort(name):
+    """Every slot at confidence 1, rows of 20 slots (a window, a block; more than the 16 a CPU sort keeps in
+    index order): paper mode decodes, step by step, the slot the official's conf.argsort() leaves last, as
+    the transcriptions (official_decode) do: the same tokens, each decoded at the same step; the default
+    (the rightmost) decodes in another order."""
+    S, N, L = 20, 30, 64
+    model = Saturated(Jitter(tiny_model(31), 7))
+    prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(2))
+    want = {}
+    if name == "setdiffusion":
+        cfg, kw = sd.SetDiffusionConfig(MASK, 2 * S), {"window": S}
+        tokens = official_setdiffusion(model, prompt, N, S, L, math.inf, steps=want)
+    elif name == "mdlm":
+        cfg, kw = mdlm.MDLMConfig(MASK), {"block": S}
+        tokens = official_mdlm_window(model, prompt, N, S, L, math.inf, steps=want)[0]
+    else:
+        cfg, kw = bd3lm.BD3LMConfig(MASK, S), {}
+        tokens = official_bd3lm_generate(model, prompt, N, S, L, math.inf, steps=want)
+    mod = {"setdiffusion": sd, "mdlm": mdlm, "bd3lm": bd3lm}[name]
+    got, stats = mod.generate(model, prompt, cfg, Settings(N, official=True, seq_len=L, **kw))
+    step = stats["step"][0].tolist()
+    assert torch.equal(got, tokens) and {c: step[c] for c in want} == want
+    assert all(s < 0 for c, s in enumerate(step) if c not in want)
+    default = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, **kw))[1]["step"][0].tolist()
+    assert [default[c] for c in range(3, 3 + N)] != [want[c] for c in range(3, 3 + N)]
+
+
+class OfficialStop:
+    """The official EntropyEosStoppingCriteria (var_length, ignore_prompt_eos, prompt_length 1, num_matches
+    1, legacy low-entropy truncation), plainly: call(ids, conf) on the sample so far (lists: its tokens,
+    [MASK]s included, and accumulated_confidence, nan where nothing is decoded) -> whether it stops, setting
+    truncate_idx. Its EOS rule first (the first EOS at or after the min-tokens floor, no [MASK] before it),
+    then _confidence_stop (the positions with a confidence, from 1, not met before, in order: the first
+    max(min, 1) met skipped, strikes below the threshold, reset above; patience strikes stop, cutting after
+    that token; none to read resets the strikes), then the entropy rule."""
+
+    def __init__(self, eos, threshold, patience, min_tokens, entropy=0.0, window=128):
+        self.eos, self.threshold, self.patience, self.m = eos, threshold, patience, max(min_tokens, 1)
+        self.entropy, self.window = entropy, window
+        self.seen, self.strikes, self.truncate_idx = set(), 0, None
+
+    def __call__(self, ids, conf):
+        n = len(ids)
+        floor = min(1 + self.m, n)
+        eos = [i for i in range(1, n) if ids[i] == self.eos and i + 1 >= floor]
+        if eos and MASK not in ids[1:eos[0]]:
+            self.truncate_idx = min(eos[0] + 1, n)
+            return True
+        positions = [i for i in range(1, n) if not math.isnan(conf[i]) and ids[i] != MASK]
+        new = [i for i in positions if i not in self.seen]
+        if not positions:
+            self.strikes = 0
+        elif new:
+            if len(self.seen) < self.m:
+                k = min(self.m - len(self.seen), len(new))
+                self.seen.update(new[:k])
+                new, self.strikes = new[k:], 0
+            for i in new:
+                self.seen.add(i)
+                self.strikes = self.strikes + 1 if conf[i] < self.threshold else 0
+                if self.strikes >= self.patience:
+                    self.truncate_idx = min(i + 1, n)
+                    return True
+        if n < self.window or n - 1 < self.m:
+            return False
+        if sampling.window_entropy(torch.tensor(ids[-self.window:]), MASK) < self.entropy:
+            self.truncate_idx = min(max(n - self.window, floor), n)
+            return True
+        return False
+
+
+@torch.no_grad()
+def official_ar(model, prompt, N, stop):
+    """The official AR loop (its DiT path), plainly: greedy, one token a forward over the whole prefix, the
+    stop checked after each token but the first (the prompt's forward writes it) on the prefix; when it
+    fires the output ends there."""
+    x, conf = prompt[0].tolist(), [1.0] * prompt.shape[1]
+    for i in range(N):
+        logits = model(torch.tensor([x]), torch.arange(len(x))[None], causal(len(x)))[0, -1].float()
+        logits[MASK] = -math.inf
+        p = (logits - logits.logsumexp(-1)).exp()
+        x, conf = x + [int(p.argmax())], conf + [float(p.max())]
+        if i > 0 and stop(x, conf):
+            break
+    return torch.tensor([x])
+
+
+@pytest.mark.parametrize("name", ["ar", "setdiffusion", "mdlm", "bd3lm"])
+def test_official_low_confidence_stop_equals_the_official_rule(name):
+    """Paper mode's low-confidence stop == OfficialStop read where each official sampler checks its
+    criteria, with the confidences it keeps (MDLM, BD3-LM: a block's slots rewritten every step): the
+    sampler stops at the same check with the same tokens decoded, and its cut (EntropyStop.cut) keeps the
+    same [MASK]-free columns. The default (every step, every decoded token kept) keeps other tokens but for
+    AR, where both rules meet."""
+    mod, cfg, kw = METHODS[name]
+    model, N, L = Jitter(tiny_model(32), 3), 40, 64
+    prompt = torch.tensor([[3]])
+    stopped, differs = 0, 0
+    for threshold in (0.6, 0.9, 0.99):
+        for patience, m in ((1, 3), (2, 6)):
+            opt = SamplerOptions(stop_confidence=threshold, stop_patience=patience, stop_min_tokens=m)
+            official = OfficialStop(-1, threshold, patience, m)
+            if name == "ar":
+                want = official_ar(model, prompt, N, official)
+            elif name == "setdiffusion":
+                want = official_setdiffusion(model, prompt, N, cfg.smax // 2, L, math.inf, stop=official)
+            elif name == "mdlm":
+                want = official_mdlm_window(model, prompt, N, 4, L, math.inf, stop=official)[0]
+            else:
+                want = official_bd3lm_generate(model, prompt, N, 4, L, math.inf, stop=official)
+            hook = sampling.EntropyStop()
+            settings = Settings(N, official=True, seq_len=L, options=opt, **kw)
+            got, _ = mod.generate(model, prompt, cfg, settings, stop=hook)
+            ids = [t for t in got[0].tolist() if t != MASK]
+            assert ids == [t for t in want[0].tolist() if t != MASK], (threshold, patience, m)
+            assert hook.cut(0) == official.truncate_idx, (threshold, patience, m)
+            kept = ids[:official.truncate_idx]
+            default, _ = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, options=opt, **kw))
+            stopped += official.truncate_idx is not None
+            differs += [t for t in default[0].tolist() if t != MASK] != kept
+    assert stopped >= 3 and (differs > 0) == (name != "ar")
+
+
+def test_official_stop_hook_equals_the_official_criteria_on_random_checks():
+    """The paper-mode stop hook (EOS stop, then OfficialConfidenceStop, then the entropy rule) == the
+    official criteria (OfficialStop) on random decoding histories: tokens decoded out of position order
+    within a window, checked at growing window ends, EOS among them; the same check stops, with the same
+    cut (the EOS stop's at its EOS column + 1)."""
+    g, C, fired = torch.Generator().manual_seed(0), 31, {"eos": 0, "confidence": 0, "entropy": 0}
+    for trial in range(300):
+        threshold, patience, m = [0.2, 0.5][trial % 2], 1 + trial % 3, trial % 5
+        w, entropy = 6 + trial % 4, [0.0, 1.2][trial // 2 % 2]
+        opt = SamplerOptions(stop_confidence=threshold, stop_patience=patience, stop_min_tokens=m,
+                             stop_entropy=entropy, stop_entropy_window=w)
+        tokens = torch.full((1, C), MASK)
+        tokens[0, 0] = 3
+        eos = replies.eos_stop(0, max(m, 1), MASK)
+        hook = sampling.EntropyStop(eos)
+        track = start(opt, tokens.clone(), torch.ones(1, C, dtype=torch.bool), MASK)
+        hook.attach(track, tokens[:, :1], None, MASK, official=True)
+        track.confs = torch.full((1, C), math.nan)
+        official = OfficialStop(0, threshold, patience, m, entropy or -1.0, w)
+        order = (torch.arange(1, C) + torch.rand(C - 1, generator=g) * 4).argsort() + 1   # near l2r
+        pool = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7])[torch.randint(0, 8, (C,), generator=g)]
+        for k, c in enumerate(order.tolist()):
+            tokens[0, c] = pool[c]
+            track.confs[0, c - 1] = float(torch.rand(1, generator=g))
+            if k % 3:
+                continue
+            undecided = (tokens[0] == MASK).nonzero()
+            end = min((int(undecided[0]) if len(undecided) else C) + 4, C)
+            conf = [1.0] + track.confs[0, :end - 1].tolist()
+            ours = bool(hook(tokens, torch.tensor([end]))[0])
+            assert ours == official(tokens[0, :end].tolist(), conf), (trial, k)
+            if ours:
+                cut = eos.at[0] + 1 if 0 in eos.at else hook.cut(0)
+                assert cut == official.truncate_idx, (trial, k)
+                kind = "eos" if 0 in eos.at else "confidence" if hook.confidence.cuts[0] >= 0 else "entropy"
+                fired[kind] += 1
+                break
+    assert min(fired.values()) >= 10, fired
+
+
+def official_mdlm_infill(model, prompt, S, L, threshold, penalty):
+    """The official MDLM infilling (align_inputs_to_blocks, P <= L): the prompt padded with [MASK] to L,
+    the blocks of S from S floor(first [MASK]/S), as many as hold one, each decoded to its last prompt
+    column by bidirectional forwards over [0, L) at positions 0.., the repetition penalty (without the
+    right-context flag) reading the whole canvas (hf_penalty)."""
+    x, P = prompt[0].tolist(), prompt.shape[1]
+    x += [MASK] * (L - P)
+    first = x.index(MASK) // S * S
+    for b in range(len({c // S for c in range(P) if x[c] == MASK})):
+        s, end = first + b * S, min(first + (b + 1) * S, P)
+        while MASK in x[s:end]:
+            logits = model(torch.tensor([x]), torch.arange(L)[None], torch.ones(L, L, dtype=torch.bool))
+            decode_block(x, s, end, hf_penalty(logits[:, s:], x, penalty), threshold)
+    return torch.tensor([x[:P]])
+
+
+@pytest.mark.parametrize("name", ["setdiffusion", "mdlm", "bd3lm"])
+def test_official_infilling_penalty_without_the_context_flag_equals_the_official_rule(name):
+    """Infilling with a repetition penalty, penalize_context off (sample.py --repetition-penalty with a
+    [MASK] prompt): paper mode penalises what each official sampler's running_generation holds (MDLM its
+    whole canvas, BD3-LM its canvas up to the block it decodes, Set Diffusion its KV cache's tokens when a
+    step starts, pad ids included), == the transcriptions; the default (the span decoded so far) differs."""
+    mod, cfg, kw = METHODS[name]
+    model, L, S = Jitter(tiny_model(33), 4), 40, 4
+    g, differs = torch.Generator().manual_seed(3), 0
+    for k, (a, n, c) in enumerate(((5, 6, 3), (3, 9, 4), (8, 5, 2))):
+        prompt = torch.cat([torch.tensor([0]), torch.randint(1, MASK, (a,), generator=g),
+                            torch.full((n,), MASK), torch.randint(1, MASK, (c,), generator=g),
+                            torch.tensor([0])])[None]                          # BOS = EOS = the pad id
+        for tau, p in ((math.inf, 3.0), (0.6, 3.0), (math.inf, 0.4)):
+            if name == "setdiffusion":
+                want = official_setdiffusion(model, prompt, 0, cfg.smax // 2, L, tau, penalty=p)
+            elif name == "mdlm":
+                want = official_mdlm_infill(model, prompt, S, L, tau, p)
+            else:
+                want = official_bd3lm_infill(model, prompt, S, L, tau, p)
+            options = SamplerOptions(repetition_penalty=p)
+            settings = Settings(0, tau, official=True, seq_len=L, options=options,
+                                **{**kw, **({"block": S} if name == "mdlm" else {})})
+            got, _ = mod.generate(model, prompt, cfg, settings)
+            assert torch.equal(got, want), (k, tau, p)
+            default = mod.generate(model, prompt, cfg, dataclasses.replace(settings, official=False))[0]
+            differs += not torch.equal(default, want)
+    assert differs

@@ -269,6 +269,45 @@ def test_released_local_directory_smax(tmp_path, dirname, noise, smax):
     torch.testing.assert_close(model(X).detach(), reference_logits(ours, tie=True))
 
 
+QWEN = {"architectures": ["SetDLM"], "noise_config": {"desired_block_size": 4}, **MASK_IDS}   # my-setdlm
+DIT = {"architectures": ["MDLM"], "n_heads": 4, "tokenization_config": {"mask_token_id": 39}}   # my-owt-mdlm
+
+
+@pytest.mark.parametrize("kind, extra, config, want", [
+    # buffers the official releases hold beside the weights: skipped
+    ("qwen", {"sampling_eps_min": torch.tensor(1e-3), "backbone.model.model.rotary_emb.inv_freq":
+              torch.ones(4)}, QWEN, 1024),
+    ("dit", {"static_attention_mask": torch.ones(4, 4, dtype=torch.bool)}, DIT, 1024),
+    # L from the top-level key the release writes, never from a nested one
+    ("qwen", {}, {**QWEN, "backbone_config": {"length": 7}}, 1024),
+    ("qwen", {}, {**QWEN, "length": 768, "backbone_config": {"length": 7}}, 768),
+    ("dit", {}, {**DIT, "model_length": 512, "noise_config": {"length": 7}}, 512),
+    # refused, one line each
+    ("qwen", {"backbone.model.score.weight": torch.ones(2, 32)}, QWEN,
+     "unknown tensor 'backbone.model.score"),
+    ("qwen", {f"noise.t{i}": torch.ones(1) for i in range(5)}, QWEN,
+     "unknown tensors 'noise.t0', 'noise.t1', 'noise.t2' and 2 more"),
+    ("dit", {"backbone.blocks.0.extra.weight": torch.ones(2)}, DIT,
+     "unknown tensor 'backbone.blocks.0.extra"),
+    ("qwen", {}, {**QWEN, "length": "1024"}, "config.json's 'length' is '1024', not a positive whole number"),
+    ("dit", {}, {**DIT, "model_length": 0}, "config.json's 'model_length' is 0, not a positive whole number"),
+    ("qwen", {}, {**QWEN, "length": True}, "config.json's 'length' is True"),
+])
+def test_released_tensors_and_length_are_read_or_refused(tmp_path, kind, extra, config, want):
+    """A release's extra tensors: its known buffers skipped, any other refused in one line; the context L
+    from config.json's top-level "length" / "model_length" (else the corpus default), a bad value refused."""
+    d = tmp_path / ("my-setdlm" if kind == "qwen" else "my-owt-mdlm")
+    state = released_weights(tie=True, ema=False)[0] if kind == "qwen" else dit_weights(adaln=False)
+    save_dit(d, {**state, **extra}, config)
+    if isinstance(want, str):
+        with pytest.raises(ValueError) as e:
+            checkpoint.load(str(d))
+        assert want in str(e.value) and "\n" not in str(e.value)
+        return
+    model, method, cfg, loaded = checkpoint.load(str(d))
+    assert loaded["seq_len"] == want and method.__name__ == ("setdiffusion" if kind == "qwen" else "mdlm")
+
+
 def test_our_format_loads_after_a_kill_between_the_two_renames(tmp_path):
     torch.manual_seed(5)
     model = Transformer(TINY)
