@@ -104,10 +104,18 @@ def setup(args, device, flex: bool = False):
 
 def model_shape(args, tok) -> dict:
     """The ModelConfig fields of --preset, or of --n-layer/--n-embd/--n-head/--n-kv-head with the tokenizer's
-    vocabulary; a preset whose vocabulary is smaller than the tokenizer's is refused (ValueError)."""
-    shape = PRESETS[args.preset] if args.preset else dict(
-        vocab_size=tok.vocab_size, n_layer=args.n_layer, n_head=args.n_head,
-        n_kv_head=args.n_kv_head or args.n_head, n_embd=args.n_embd)
+    vocabulary. Shape flags given beside --preset replace its fields (a small DiT: --preset dit-owt --n-layer
+    2 --n-embd 64 --n-head 4); a width or head count given derives the MLP (4 x width) and the head size
+    anew, and --n-kv-head defaults to the heads, as without a preset. A preset whose vocabulary is smaller than
+    the tokenizer's is refused (ValueError)."""
+    given = {k: getattr(args, k) for k in train_args.SHAPE if getattr(args, k) is not None}
+    shape = dict(PRESETS[args.preset]) if args.preset else {"vocab_size": tok.vocab_size}
+    if {"n_embd", "n_head"} & given.keys():
+        for derived in ("intermediate_size", "head_dim"):
+            shape.pop(derived, None)
+    if {"n_head", "n_kv_head"} & given.keys() or not args.preset:
+        given["n_kv_head"] = given.get("n_kv_head") or given.get("n_head", shape.get("n_head"))
+    shape.update(given)
     if shape["vocab_size"] < tok.vocab_size:
         raise ValueError(f"--preset {args.preset} has a vocabulary of {shape['vocab_size']} tokens, "
                          f"fewer than the {tok.name} tokenizer's {tok.vocab_size}: choose the preset of this "

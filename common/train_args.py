@@ -46,8 +46,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--n-head", type=int, default=4, help="attention heads")
     g.add_argument("--n-kv-head", type=int, default=0, help="key/value heads (0 = n_head)")
     g.add_argument("--preset", default="", choices=["", *PRESETS],
-                   help="a named model shape (model.PRESETS) instead of --n-layer/--n-embd/...: cnndm = the "
-                        "official from-scratch CNN/DM Qwen3 (28 layers, width 256)")
+                   help="a named model shape (model.PRESETS): cnndm = the official from-scratch CNN/DM Qwen3 "
+                        "(28 layers, width 256), dit-owt/dit-lm1b = the paper's DiTs; --n-layer/--n-embd/... "
+                        "given beside it replace its fields (a small DiT)")
     g.add_argument("--init-from", default="",
                    help="start from these weights: a checkpoint of ours, any method (a training folder or a "
                         "--keep-every snapshot OUT-stepN: its eval weights), or a Qwen3 (Hub id or "
@@ -155,11 +156,6 @@ def check(args):
     """Every flag in its range, and none that would do nothing with --model (or without the flag it refines),
     before any work (ValueError, one line); counts and the threshold with the checks eval.py and sample.py
     use."""
-    given = [k for k in SHAPE if getattr(args, k) is not None]      # None: the shape comes from elsewhere
-    if args.preset and given:
-        flags = " ".join(f"--{k.replace('_', '-')}" for k in given)
-        raise ValueError(f"{flags} with --preset {args.preset}: the preset is the whole shape "
-                         f"({shape_words(SHAPE, PRESETS[args.preset].get)}); drop {flags}, or drop --preset")
     for name in ("max_iters", "batch_size", "grad_accum", "save_every", "eval_limit", "n_layer", "n_embd",
                  "n_head"):
         if getattr(args, name) is not None:

@@ -20,6 +20,7 @@ whose batch() makes the methods' batches (data/corpus.py); `get_corpus` finds th
 corpora's tokenizers (gpt2, bert-base-uncased) are in data/text.py.
 """
 import importlib
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,8 +80,11 @@ class Tokenizer:
         return [self.encode(t) for t in texts]
 
     def decode(self, ids) -> str:
+        # an id past the tokenizer's (a --preset's larger vocabulary, e.g. a padded one) is no text: U+FFFD
         ids = [int(i) for i in ids if int(i) not in (self.mask_id, self.pad_id)]
-        return self.enc.decode(ids, errors="replace")
+        runs = itertools.groupby(ids, lambda i: i < self.vocab_size)          # a character's bytes stay whole
+        return "".join(self.enc.decode(list(run), errors="replace") if ok else "\ufffd" * len(list(run))
+                       for ok, run in runs)
 
 
 def byte_tokenizer() -> Tokenizer:

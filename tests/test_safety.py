@@ -439,9 +439,7 @@ FLAGS = [   # (train.py flags, the line), each before any work, no folder (a run
      "--infill-len does nothing without --infill: add --infill, or drop --infill-len"),
     ("--window 9", "--window 9: the window must be in [1, smax=8]"),
     ("--model bd3lm --block-size 0", "--block-size must be at least 1, got 0"),
-    ("--preset cnndm", "--n-layer --n-embd --n-head with --preset cnndm: the preset is the whole shape "
-                       "(28 layers, width 256, 16 heads, 8 key/value heads); drop --n-layer --n-embd "
-                       "--n-head, or drop --preset"),
+    ("--preset cnndm --n-kv-head 3", "n_head=2 must be a multiple of n_kv_head=3"),   # flags replace fields
     ("--lr nan", "--lr must be a finite number > 0, got nan"),
     ("--lr 0", "--lr must be a finite number > 0, got 0.0"),
     ("--final-lr nan", "--final-lr must be a finite number >= 0, got nan"),
