@@ -13,19 +13,20 @@ help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 # The lock (lock/; docs/usage.md#the-lock): every package the scripts, the extras and the tests need, transitive,
-# pinned with its hashes, made by uv from requirements*.txt (make lock); pip installs it with --require-hashes, so
-# no upstream release changes what is installed. TORCH=cpu (the default): torch's CPU wheel, which is on PyTorch's
-# CPU index (TORCH_CPU_INDEX), not on PyPI; it comes first, alone and hash-checked, unless that very build is
-# installed. TORCH=cuda: PyPI's torch, the CUDA build on Linux (PyPI's macOS and Windows wheels elsewhere).
+# pinned with its hashes, made by uv from requirements*.txt (make lock). pip installs exactly its lines
+# (--require-hashes --no-deps: uv resolved every dependency), so no upstream release changes what is installed.
+# TORCH=cpu (the default): torch's CPU wheel, which is on PyTorch's CPU index (TORCH_CPU_INDEX), not on PyPI; it
+# comes first, alone and hash-checked, unless that very build is installed. TORCH=cuda: PyPI's torch, the CUDA
+# build on Linux (PyPI's macOS and Windows wheels elsewhere).
 TORCH ?= cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
-LOCKED = $(PY) -m pip install -q --require-hashes
+LOCKED = $(PY) -m pip install -q --require-hashes --no-deps
 TORCH_PIN = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' lock/cpu.txt)
 TORCH_FIRST = $(if $(filter-out cpu cuda,$(TORCH)),echo "error: TORCH=$(TORCH): choose cpu or cuda" >&2; exit 1;) \
 	$(if $(filter cpu,$(TORCH)),$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$(TORCH_PIN)')" \
-	  2>/dev/null || sed -n '/^torch==/,/[^\\]$$/p' lock/cpu.txt | $(LOCKED) --no-deps --index-url $(TORCH_CPU_INDEX) -r /dev/stdin)
-LOCK_HINT = { echo "error: pip could not install $(1) (above): TORCH=cpu locks torch's CPU wheel for the Pythons and \
-	platforms whose hashes make lock could read (lock/cpu.txt's header says which); TORCH=cuda locks PyPI's wheels \
+	  2>/dev/null || sed -n '/^torch==/,/[^\\]$$/p' lock/cpu.txt | $(LOCKED) --index-url $(TORCH_CPU_INDEX) -r /dev/stdin)
+LOCK_HINT = { echo "error: pip could not install $(1) (above): TORCH=cpu's lock holds torch's CPU wheel for the Pythons and \
+	platforms whose hashes make lock could read; TORCH=cuda locks PyPI's wheels \
 	(CPython 3.11-3.14); docs/usage.md#the-lock" >&2; exit 1; }
 install:  ## install the runtime dependencies from the lock (TORCH=cpu, the default: torch's CPU wheel; TORCH=cuda: the CUDA build)
 	@$(TORCH_FIRST)
@@ -41,7 +42,7 @@ install-extras:  ## install the runtime dependencies and the packages the figure
 install-test:  ## install the runtime and test dependencies (what CI installs: .ci/run)
 	@$(TORCH_FIRST)
 	$(LOCKED) -r lock/$(TORCH)-test.txt || $(call LOCK_HINT,lock/$(TORCH)-test.txt)
-	$(LOCKED) --no-deps -r lock/test-nodeps.txt   # openai-whisper's gpt2.tiktoken: GPT-2's ranks offline
+	$(LOCKED) -r lock/test-nodeps.txt   # openai-whisper's gpt2.tiktoken: GPT-2's ranks offline
 
 # make lock: lock/ from requirements*.txt, by uv (UV_VERSION, installed if absent), for every CPython >= 3.11 and
 # every platform (--universal); each pin already in lock/ is kept where the requirements allow it

@@ -127,7 +127,7 @@ def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path
         (tmp_path / name).write_bytes(EARLIER)
     with disk_fills_after(4096):
         with pytest.raises(SystemExit) as e:
-            evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json")), big)
+            evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json"), device="cpu"), big)
         with pytest.raises(SystemExit) as t:
             results.main([str(tmp_path / "t.md"), str(tmp_path / "runs" / "a.json")])
     assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the "
