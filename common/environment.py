@@ -27,7 +27,7 @@ import subprocess
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))         # the tree: common/..
-TIERS = ("-test", "-extras", "")                                             # lock/<build><tier>.txt, largest first
+TIERS = ("-test", "-extras", "")                           # lock/<build><tier>.txt, the largest first
 
 
 def git(*args: str) -> str | None:
@@ -83,12 +83,18 @@ def differences(path: str, installed: dict) -> list[str]:
     return out
 
 
-def lock() -> dict:
-    """The lock this Python's packages match (see the module docstring)."""
+def installed_versions() -> dict:
+    """{canonical name: version} of the packages this Python imports (the first of a name on sys.path)."""
     from importlib import metadata
     installed = {}
-    for d in metadata.distributions():                    # the first on sys.path is the one imported
+    for d in metadata.distributions():
         installed.setdefault(canonical(d.metadata["Name"] or ""), d.version)
+    return installed
+
+
+def lock(installed: dict | None = None) -> dict:
+    """The lock this Python's packages (installed: installed_versions()) match (see the module docstring)."""
+    installed = installed_versions() if installed is None else installed
     builds = ("cpu", "cuda") if torch.version.cuda is None else ("cuda", "cpu")
     files = [os.path.join("lock", f"{b}{t}.txt") for b in builds for t in TIERS]
     files = [f for f in files if os.path.isfile(os.path.join(ROOT, f))]
@@ -148,8 +154,9 @@ def summary(env: dict | None) -> str:
               f"torch {env.get('torch')} ({f'CUDA {cuda}' if cuda else 'CPU build'})",
               str(env.get("device")), f"{env.get('threads')} threads"]
     if env.get("lock"):
+        differs = "; ".join(env.get("lock_differs") or [])
         parts.append(f"lock {env['lock']} (sha256 {str(env.get('lock_sha256'))[:8]}"
-                     + (f"; differs: {'; '.join(env['lock_differs'])}" if env.get("lock_differs") else "") + ")")
+                     + (f"; differs: {differs}" if differs else "") + ")")
     else:
         parts.append("no lock")
     return ", ".join(parts)

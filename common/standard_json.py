@@ -1,7 +1,7 @@
-"""Standard JSON (RFC 8259) for every file the project writes: config.json, eval.py --json, the paper's and the
-benchmarks' results. JSON has no infinite or NaN number, and Python's json writes `Infinity` and `NaN`, which
-jq, a browser's JSON.parse and most other readers refuse. So a number that is not finite is written as a
-string, the one float() reads back:
+"""Standard JSON (RFC 8259) for every file the project writes: config.json, eval.py --json, the paper's and
+the benchmarks' results. JSON has no infinite or NaN number, and Python's json writes `Infinity` and `NaN`,
+which jq, a browser's JSON.parse and most other readers refuse. So a number that is not finite is written as
+a string, the one float() reads back:
 
     tau = inf  ->  "threshold": "inf"        (also "-inf" and "nan")
 

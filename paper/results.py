@@ -83,7 +83,7 @@ def distinct(paths: list[str]) -> list[str]:
     for path in paths:
         try:
             with open(path, "rb") as f:
-                key = json.dumps(json.loads(f.read()), sort_keys=True)
+                key = standard_json.dumps(json.loads(f.read()), sort_keys=True)
         except (OSError, ValueError, RecursionError):
             kept.append(path)                         # read_run names what is wrong with it
             continue
@@ -147,8 +147,8 @@ def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
                          f"{kind} run")
     for k in set(keys) & METRICS:                     # a hand-edited value would sort or plot as nonsense
         if isinstance(m[k], bool) or not isinstance(m[k], (int, float)):
-            raise ValueError(f"{path}: {k} is {json.dumps(m[k])}, not a number: pass the files eval.py "
-                             f"--json wrote")
+            raise ValueError(f"{path}: {k} is {standard_json.dumps(m[k])}, not a number: pass the files "
+                             f"eval.py --json wrote")
     return m
 
 
@@ -434,8 +434,9 @@ def generation(paths, out_md, out_png=None, mixed=False) -> str:
                          f"every unconditional run has: "
                          f"{'some lack it' if samples else 'there is no unconditional run'} (score them all "
                          f"with one --ref-ckpt or --ppl-model, or drop --plot)")
-    print(write(text, out_md, [m for group in (likelihood, samples) for runs in group.values()
-                               for m in runs]))
+    text = write(text, out_md, [m for group in (likelihood, samples) for runs in group.values()
+                                for m in runs])
+    print(text)
     plt = pyplot() if out_png and samples else None
     if plt:
         corpus = ", ".join(dict.fromkeys(str(r["data"]) for runs in likelihood.values() for r in runs
