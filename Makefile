@@ -12,7 +12,7 @@ PARETO_DIR ?= out/pareto
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-# The lock (lock/; docs/usage.md#the-lock): every package the scripts, the extras and the tests need, transitive,
+# The lock (lock/; docs/usage.md#installing-the-lock): every package the scripts, the extras and the tests need, transitive,
 # pinned with its hashes, made by uv from requirements*.txt (make lock). pip installs exactly its lines
 # (--require-hashes --no-deps: uv resolved every dependency), so no upstream release changes what is installed.
 # TORCH=cpu (the default): torch's CPU wheel, which is on PyTorch's CPU index (TORCH_CPU_INDEX), not on PyPI; it
@@ -22,12 +22,13 @@ TORCH ?= cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 LOCKED = $(PY) -m pip install -q --require-hashes --no-deps
 TORCH_PIN = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' lock/cpu.txt)
-TORCH_FIRST = $(if $(filter-out cpu cuda,$(TORCH)),echo "error: TORCH=$(TORCH): choose cpu or cuda" >&2; exit 1;) \
-	$(if $(filter cpu,$(TORCH)),$(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$(TORCH_PIN)')" \
-	  2>/dev/null || sed -n '/^torch==/,/[^\\]$$/p' lock/cpu.txt | $(LOCKED) --index-url $(TORCH_CPU_INDEX) -r /dev/stdin)
-LOCK_HINT = { echo "error: pip could not install $(1) (above): TORCH=cpu's lock holds torch's CPU wheel for the Pythons and \
-	platforms whose hashes make lock could read; TORCH=cuda locks PyPI's wheels \
-	(CPython 3.11-3.14); docs/usage.md#the-lock" >&2; exit 1; }
+TORCH_FIRST_cpu = $(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$(TORCH_PIN)')" \
+	2>/dev/null || sed -n '/^torch==/,/[^\\]$$/p' lock/cpu.txt | $(LOCKED) --index-url $(TORCH_CPU_INDEX) -r /dev/stdin
+TORCH_FIRST_cuda = true
+TORCH_FIRST = $(if $(filter cpu cuda,$(TORCH)),,$(error TORCH=$(TORCH): choose cpu or cuda))$(TORCH_FIRST_$(TORCH))
+LOCK_HINT = { echo "error: pip could not install $(1) (above): TORCH=cpu's lock holds torch's CPU wheel for the \
+	Pythons and platforms whose hashes make lock could read; TORCH=cuda locks PyPI's wheels (CPython 3.11-3.14): \
+	docs/usage.md\#installing-the-lock" >&2; exit 1; }
 install:  ## install the runtime dependencies from the lock (TORCH=cpu, the default: torch's CPU wheel; TORCH=cuda: the CUDA build)
 	@$(TORCH_FIRST)
 	$(LOCKED) -r lock/$(TORCH).txt || $(call LOCK_HINT,lock/$(TORCH).txt)

@@ -1,5 +1,5 @@
-"""The lock (lock/, `make lock`) against requirements*.txt: every requirement pinned at a version it allows, no
-pin the requirements no longer ask for, every pin hashed; the tiers and the two torch builds at the same
+"""The lock (lock/, `make lock`) against requirements*.txt: every requirement pinned at a version it allows,
+no pin the requirements no longer ask for, every pin hashed; the tiers and the two torch builds at the same
 versions. CI installs from the lock (.ci/run), so a requirement changed without `make lock` fails here."""
 import os
 import re
