@@ -7,24 +7,64 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-extras install-test quick demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini rehearse
+.PHONY: help install install-extras install-test lock quick demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini rehearse
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-install:  ## install the runtime dependencies (torch 2.13.0: README says how to get its CPU wheel)
-	$(PY) -m pip install -q -r requirements.txt
+# The lock (lock/; docs/usage.md#installing-the-lock): every package the scripts, the extras and the tests need, transitive,
+# pinned with its hashes, made by uv from requirements*.txt (make lock). pip installs exactly its lines
+# (--require-hashes --no-deps: uv resolved every dependency), so no upstream release changes what is installed.
+# TORCH=cpu (the default): torch's CPU wheel, which is on PyTorch's CPU index (TORCH_CPU_INDEX), not on PyPI; it
+# comes first, alone and hash-checked, unless that very build is installed. TORCH=cuda: PyPI's torch, the CUDA
+# build on Linux (PyPI's macOS and Windows wheels elsewhere).
+TORCH ?= cpu
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+LOCKED = $(PY) -m pip install -q --require-hashes --no-deps
+TORCH_PIN = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' lock/cpu.txt)
+TORCH_FIRST_cpu = $(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$(TORCH_PIN)')" \
+	2>/dev/null || sed -n '/^torch==/,/[^\\]$$/p' lock/cpu.txt | $(LOCKED) --index-url $(TORCH_CPU_INDEX) -r /dev/stdin
+TORCH_FIRST_cuda = true
+TORCH_FIRST = $(if $(filter cpu cuda,$(TORCH)),,$(error TORCH=$(TORCH): choose cpu or cuda))$(TORCH_FIRST_$(TORCH))
+LOCK_HINT = { echo "error: pip could not install $(1) (above): TORCH=cpu's lock holds torch's CPU wheel for the \
+	Pythons and platforms whose hashes make lock could read; TORCH=cuda locks PyPI's wheels (CPython 3.11-3.14): \
+	docs/usage.md\#installing-the-lock" >&2; exit 1; }
+install:  ## install the runtime dependencies from the lock (TORCH=cpu, the default: torch's CPU wheel; TORCH=cuda: the CUDA build)
+	@$(TORCH_FIRST)
+	$(LOCKED) -r lock/$(TORCH).txt || $(call LOCK_HINT,lock/$(TORCH).txt)
 
-# The figures need matplotlib and ROUGE needs rouge-score, optional at runtime (requirements-test.txt pins them):
-# every target that draws or scores with them installs them first (NEED_EXTRAS), before any training.
-EXTRAS = $(shell grep -E '^(matplotlib|rouge-score)==' requirements-test.txt | cut -d' ' -f1)
-NEED_EXTRAS = $(PY) -c "import matplotlib, rouge_score" 2>/dev/null || $(PY) -m pip install -q $(EXTRAS)
-install-extras: install  ## install the packages the figures and ROUGE need (matplotlib, rouge-score)
-	$(PY) -m pip install -q $(EXTRAS)
+# The figures need matplotlib and ROUGE needs rouge-score, optional at runtime (requirements-extras.txt): every
+# target that draws or scores with them installs them first (NEED_EXTRAS), before any training.
+NEED_EXTRAS = $(PY) -c "import matplotlib, rouge_score" 2>/dev/null || $(MAKE) --no-print-directory install-extras
+install-extras:  ## install the runtime dependencies and the packages the figures and ROUGE need (matplotlib, rouge-score)
+	@$(TORCH_FIRST)
+	$(LOCKED) -r lock/$(TORCH)-extras.txt || $(call LOCK_HINT,lock/$(TORCH)-extras.txt)
 
-install-test: install  ## install the test dependencies too
-	$(PY) -m pip install -q -r requirements-test.txt
-	$(PY) -m pip install -q --no-deps openai-whisper==20250625   # its gpt2.tiktoken: GPT-2 ranks offline
+install-test:  ## install the runtime and test dependencies (what CI installs: .ci/run)
+	@$(TORCH_FIRST)
+	$(LOCKED) -r lock/$(TORCH)-test.txt || $(call LOCK_HINT,lock/$(TORCH)-test.txt)
+	$(LOCKED) -r lock/test-nodeps.txt   # openai-whisper's gpt2.tiktoken: GPT-2's ranks offline
+
+# make lock: lock/ from requirements*.txt, by uv (UV_VERSION, installed if absent), for every CPython >= 3.11 and
+# every platform (--universal); each pin already in lock/ is kept where the requirements allow it
+# (LOCK_FLAGS=--upgrade moves every pin to the newest release). The tiers share their versions: each is
+# compiled under the largest one's pins (-c). TORCH_CPU_LINKS is where uv reads torch's CPU wheels and their
+# hashes: PyTorch's CPU index page, or a folder holding the wheels where that page cannot be reached.
+UV_VERSION = 0.13.9
+TORCH_CPU_LINKS ?= https://download.pytorch.org/whl/cpu/torch/
+TORCH_VERSION = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements.txt)
+UV_COMPILE = UV_PYTHON_DOWNLOADS=never $(PY) -m uv pip compile -q --universal --python-version 3.11 --generate-hashes \
+	--annotation-style line --custom-compile-command "make lock" $(LOCK_FLAGS)
+CPU_TORCH = echo "torch==$(TORCH_VERSION)+cpu" | $(UV_COMPILE) --find-links $(TORCH_CPU_LINKS)
+lock:  ## regenerate lock/ from requirements*.txt with uv (pins kept where allowed; LOCK_FLAGS=--upgrade to move them)
+	$(PY) -m uv --version 2>/dev/null | grep -qx "uv $(UV_VERSION)" || $(PY) -m pip install -q uv==$(UV_VERSION)
+	$(UV_COMPILE) requirements.txt requirements-test.txt -o lock/cuda-test.txt
+	$(UV_COMPILE) requirements.txt requirements-extras.txt -c lock/cuda-test.txt -o lock/cuda-extras.txt
+	$(UV_COMPILE) requirements.txt -c lock/cuda-test.txt -o lock/cuda.txt
+	$(CPU_TORCH) requirements.txt requirements-test.txt - -c lock/cuda-test.txt -o lock/cpu-test.txt
+	$(CPU_TORCH) requirements.txt requirements-extras.txt - -c lock/cpu-test.txt -o lock/cpu-extras.txt
+	$(CPU_TORCH) requirements.txt - -c lock/cpu-test.txt -o lock/cpu.txt
+	$(UV_COMPILE) --no-deps requirements-test-nodeps.txt -o lock/test-nodeps.txt
 
 # A first result: Set Diffusion trained for 400 steps (the arithmetic is still wrong; the format and the sets
 # are there), then one reply decoded with [s] before the tokens of each step s. make demo trains 3,000 steps.

@@ -13,15 +13,15 @@ in their own groups of --help; docs/usage.md has a command for each. Tables of s
 paper.results.
 """
 import importlib
-import json
 import math
 import sys
 
 # first, before torch loads OpenMP: a short spin wait (common/threads.py)
 from common import threads  # noqa: F401
 
-from common import eval_args
+from common import environment, eval_args, standard_json
 from common.cli import check_window, load_for_inference, no_examples_left
+from common.runtime import pick_device
 from data.files import replaced
 from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
                             markdown_table, run_record, window_used)
@@ -169,19 +169,21 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     applies = {k: sampled and k in method.KNOBS
                for k in ("threshold", "window", "commit_order", "official")}
     applies["stop_on_im_end"] = sampled and im_end
-    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores")
+    keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores",
+                                      "ckpt_environment")
             and applies.get(k, True)]
     print(markdown_table(keys, [[m[k] for k in keys]]))
     write_json(args, m)
 
 
 def write_json(args, m: dict):
-    """--json: the metrics printed above, with every setting, as one JSON file (a failed write is one
-    line)."""
+    """--json: the metrics printed above, with every setting and the environment that measured them
+    (common/environment.py), as one standard JSON file (tau = inf as "inf"; a failed write is one line)."""
     if args.json:
+        m = {**m, "environment": environment.record(pick_device(args.device))}
         try:
             with replaced(args.json) as f:               # whole or not at all: the earlier file stays
-                json.dump(m, f, indent=2)
+                standard_json.dump(m, f, indent=2)
         except OSError as e:
             sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); "
                      "the table above holds the same metrics")

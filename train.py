@@ -28,7 +28,7 @@ from common import threads  # first, before torch loads OpenMP: a short spin wai
 import torch
 
 from common import checkpoint, methods, saving
-from common import credentials, runs, train_args
+from common import credentials, environment, runs, train_args
 from common.cli import check_window
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
 from common.metrics import held_out
@@ -189,6 +189,10 @@ def main(argv=None):
             elif master and saving.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces "
                       f"it (--resume would continue it)", file=sys.stderr)
+            config["environment"] = environment.record(device)    # the commit, versions, device, lock
+            if state is not None:                                 # resumed: where its earlier steps were made
+                config.update(environment.earlier(runs.saved_config(saving.resolve(args.out_dir)),
+                                                  config["environment"]))
             if wandb is not None:
                 wandb.init(project=args.wandb, config=vars(args))
             method, cfg = methods.method_of(config)

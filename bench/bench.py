@@ -172,7 +172,8 @@ def run_worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=src)
     if r.returncode != 0:
         sys.exit(f"error: the benchmark worker for {src} failed: {r.stderr.strip().splitlines()[-1:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    from common import standard_json                     # this tree's (not at the top: see main)
+    return standard_json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def checkout(commit: str, into: str) -> str:
@@ -198,9 +199,10 @@ def main(argv=None):
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto)))
+        print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto), allow_nan=False))
         return
-    from common.metrics import markdown_table  # this tree's (not at the top: a worker imports another tree's)
+    from common import environment, standard_json   # this tree's (not at the top: a worker imports another
+    from common.metrics import markdown_table       # tree's)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"new": ROOT} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
         runs = {name: [] for name in trees}
@@ -217,8 +219,8 @@ def main(argv=None):
         rows.append([k, *cells, *([f"{ratio:.2f}x"] if ratio else [])])
     print(markdown_table(["item", *names, *(["new / ref"] if args.ref else [])], rows))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(runs, f, indent=1)
+        with open(args.json, "w") as f:             # each tree's rounds, and what measured them
+            standard_json.dump({**runs, "environment": environment.record("cpu")}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ B; N = parameters, the tied output head included; attention counted dense).
 that fails prints one line and the run goes on; --json is rewritten after every result.
 """
 import argparse
-import json
 import math
 import os
 import statistics
@@ -50,6 +49,7 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
+from common import environment, standard_json
 from common.replies import timed
 from common.metrics import markdown_table
 from model import ModelConfig, Transformer, make_optimizer, static_decoding
@@ -286,7 +286,7 @@ def save(out: dict, path):
     if path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as f:
-            json.dump(out, f, indent=1)
+            standard_json.dump(out, f, indent=1)
 
 
 def run_decode(out, args, lists, dev, start):
@@ -342,6 +342,7 @@ def main(argv=None) -> dict:
     start, dev = time.perf_counter(), torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     out = {"argv": argv, "device": name, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "environment": environment.record(args.device),
            "dtype": args.dtype, "tiny": args.tiny, "prompt": args.prompt, "new_tokens": args.new_tokens,
            "threshold": args.threshold, "repeats": args.repeats, "decode": [], "train": [], "failures": [],
            "skipped": [], "graphs": {}, "sd_over_ar": {}, "paper": PAPER}

@@ -14,7 +14,6 @@ tokens a step feeds (AR 1; Set Diffusion 1 clean + W queries, the head on the W 
 inf; MDLM its whole block canvas, no cache).
 """
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ import time
 import torch
 
 from bench.bench import DECODE, METHODS
+from common import environment, standard_json
 from sampling import Settings
 
 SHAPE = dict(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, norm="layer", mlp="gelu",
@@ -96,7 +96,8 @@ def main(argv=None):
                           "forward vs AR"], rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new, **out}, f, indent=2)
+            standard_json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new, **out,
+                                "environment": environment.record("cpu")}, f, indent=2)
     return out
 
 

@@ -184,11 +184,13 @@ def window_used(window: int, method, cfg) -> int:
 def run_record(config: dict, ckpt: str, task: str, threshold=math.inf, window=0, commit_order="l2r",
                stop_on_im_end=False, official=False) -> dict:
     """The fields every result JSON starts with: what was measured, on which checkpoint, with which sampler
-    settings, and the method's own settings (smax, S, ...; the mask id left out)."""
+    settings, the method's own settings (smax, S, ...; the mask id left out), and the environment that trained
+    the checkpoint (its config.json's: None for a released one or an older one)."""
     return {"task": task, "model": config["method"], "ckpt": ckpt, "threshold": threshold, "window": window,
             "commit_order": commit_order, "stop_on_im_end": stop_on_im_end,
             "official": official,
-            "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"}}
+            "method_config": {k: v for k, v in config["method_config"].items() if k != "mask_id"},
+            "ckpt_environment": config.get("environment")}
 
 
 def markdown_table(head: list, rows: list) -> str:

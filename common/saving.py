@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from common import standard_json
 from common.schema import check_config
 
 # A save writes a fresh scratch folder <out_dir>.tmp-XXXXXXXX (made by that save, holding SWAP_MARK) whole,
@@ -49,15 +50,16 @@ def resolved(out_dir: str) -> str:
 
 
 def same_run(a: str, b: str) -> bool:
-    """Whether the checkpoints in folders a and b have the same config.json but for the step (the saves of
-    one run)."""
+    """Whether the checkpoints in folders a and b have the same config.json but for the step and the
+    environment (the saves of one run)."""
     def config(d):
         try:
             with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
-                c = json.load(f)
+                c = standard_json.load(f)
         except (OSError, ValueError):
             return None
-        return {k: v for k, v in c.items() if k != "step"} if isinstance(c, dict) else None
+        return {k: v for k, v in c.items() if k not in ("step", "environment", "earlier_environments")} \
+            if isinstance(c, dict) else None
     return config(a) is not None and config(a) == config(b)
 
 
@@ -320,7 +322,7 @@ def save(out_dir: str, model, config: dict, train_state: dict | None = None, eva
         if train_state is not None:
             torch.save(train_state, os.path.join(tmp, "train_state.pt"))
         with open(os.path.join(tmp, PART), "w") as f:
-            json.dump(config, f, indent=2)
+            standard_json.dump(config, f, indent=2)      # tau = inf as "inf": standard JSON
         os.replace(os.path.join(tmp, PART), os.path.join(tmp, "config.json"))   # last: complete
     except BaseException as e:                        # a full disk, Ctrl-C, ...: only this save's folder goes
         if tmp is not None:

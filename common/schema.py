@@ -8,6 +8,7 @@ import dataclasses
 import math
 
 from common.methods import NAMES, config_class
+from common.standard_json import restored
 from model import ModelConfig
 
 
@@ -30,10 +31,14 @@ def check_fields(cls, values, where: str):
 
 
 def check_config(config, where: str) -> dict:
-    """A config.json of ours, checked before anything is built from it (types, sizes, ranges)."""
+    """A config.json of ours, checked before anything is built from it (types, sizes, ranges); returned with
+    its sampler threshold read as a number (tau = inf is the string "inf": common/standard_json.py; an older
+    file's Infinity token is read as inf by json itself)."""
     if not isinstance(config, dict):
         raise ValueError(f"{where} holds {type(config).__name__}, not an object: it was not written by "
                          "train.py")
+    if isinstance(config.get("sampler"), dict):
+        config = {**config, "sampler": restored(config["sampler"])}
     for key, kind in (("model", dict), ("method", str), ("method_config", dict), ("tokenizer", str),
                       ("data", str), ("seq_len", int)):
         if key not in config:

@@ -118,7 +118,7 @@ def build(texts, tok, L: int, path: str, bos: int | None = None, detokenize=None
 
 
 def header(meta: dict) -> bytes:
-    text = MAGIC + json.dumps(meta).encode()
+    text = MAGIC + json.dumps(meta, allow_nan=False).encode()
     return text + b" " * (HEADER_BYTES - 1 - len(text)) + b"\n"
 
 

@@ -142,7 +142,7 @@ def main(argv=None):
     try:
         check_outputs(args.out, args.plot, args.runs)   # before any file is written: no input written over
         runs = gather(args.runs, args.logs)
-        print(write(table(runs), args.out))
+        print(write(table(runs), args.out, [r for seeds in runs.values() for r in seeds.values()]))
         if args.plot:
             plot(runs, args.plot)
     except (OSError, ValueError) as e:

@@ -17,7 +17,6 @@ into --out-dir.
 """
 import argparse
 import glob
-import json
 import math
 import os
 import shlex
@@ -26,6 +25,7 @@ import sys
 import time
 
 from common import saving, threads  # noqa: F401  first, before torch loads OpenMP (common/threads.py)
+from common import environment, standard_json
 
 SET = "--model setdiffusion --smax 8"
 DEMO, SMAX_BUDGET = "--batch-size 16 --max-iters 3000", "--batch-size 32 --max-iters 2000"
@@ -108,9 +108,10 @@ def one(run: str, seed: int, args):
         m = evaluate(folder, args.device, args.limit if last else args.curve_limit,
                      SPANS if last else ("number",))
         rows.append({"run": run, "seed": seed, "step": step, "flags": RUNS[run][0], "device": args.device,
-                     "n": args.limit if last else args.curve_limit, **m})
+                     "n": args.limit if last else args.curve_limit, **m,
+                     "environment": environment.record(args.device)})
         with replaced(path) as f:
-            json.dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
+            standard_json.dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
         print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in m.items()),
               flush=True)
 
@@ -146,7 +147,7 @@ def side_by_side(jobs: list[tuple[str, int]], args):
 
 def read_rows(path: str) -> list[dict]:
     with open(path) as f:
-        return json.load(f)
+        return standard_json.load(f)
 
 
 def gather(out_dir: str) -> list[dict]:
@@ -258,7 +259,7 @@ def main(argv=None):
     rows = gather(args.out_dir)
     if not rows:
         sys.exit("error: nothing was measured")
-    for path, text in ((args.json, json.dumps(rows, indent=1)), (args.md, table(rows))):
+    for path, text in ((args.json, standard_json.dumps(rows, indent=1)), (args.md, table(rows))):
         with replaced(path) as f:
             f.write(text)
     plot(rows, args.plot, runs)

@@ -13,6 +13,11 @@ ours (its plot: accuracy against tokens/step); `sweep` (--sweep) tabulates Set D
 `generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files
 (generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per threshold:
 the paper's OWT generation table) into two tables.
+
+Under each table, the environments the runs were measured in and their checkpoints trained in (their JSON's
+"environment" and "ckpt_environment": common/environment.py), with how many runs each. Runs from different
+commits are never merged into one row (seeds, or a Pareto point's accuracy and speed files) unless
+--mixed-commits says so; a file given twice, or a copy of another, counts once.
 """
 import argparse
 import json
@@ -20,22 +25,25 @@ import math
 import os
 import sys
 
+from common import environment, standard_json
 from common.methods import method
 from data import get_task
 from data.files import figure_format, replaced
 from common.metrics import markdown_table
 
-NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config")    # sampler/method
-                                                                                          # settings
+NOT_SHOWN = ("threshold", "window", "commit_order", "stop_on_im_end", "method_config",   # sampler/method
+             "file", "environment", "ckpt_environment")         # settings; where it came from (the note)
 ORDER = ["ar", "mdlm", "bd3lm", "setdiffusion"]                           # the methods' order in a table
 
 
-def write(text: str, out_md: str) -> str:
+def write(text: str, out_md: str, runs=()) -> str:
     """Write the tables text to out_md whole (a temporary file renamed: a full disk or Ctrl-C leaves the
-    earlier file as it was); text without a table (a header, its rule and a row) is refused, never written."""
+    earlier file as it was), with the environments of the runs behind it under it (environments); text
+    without a table (a header, its rule and a row) is refused, never written."""
     lines = text.splitlines()
     if not any(rule.startswith("|---") and row.startswith("|") for rule, row in zip(lines[1:], lines[2:])):
         raise ValueError(f"no table to write to {out_md}: the files give no row")
+    text += f"\n\n{environments(runs)}" if runs else ""
     try:
         os.makedirs(os.path.dirname(out_md) or ".", exist_ok=True)
         with replaced(out_md) as f:
@@ -51,7 +59,7 @@ def read_run(path: str, needs=()) -> dict:
     not JSON, not a JSON object, or lacks one of the keys `needs`."""
     try:
         with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+            m = standard_json.load(f)                 # tau = inf as "inf" (or an older file's Infinity)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -64,7 +72,65 @@ def read_run(path: str, needs=()) -> dict:
         raise ValueError(f"{path} is not an eval.py --json file (nested too deeply)") from None
     if not isinstance(m, dict):
         raise ValueError(f"{path} holds a JSON {type(m).__name__}, not the object eval.py --json writes")
+    m["file"] = path                                  # the note under the table, a refusal, a figure's title
     return check_keys(path, m, needs)
+
+
+def distinct(paths: list[str]) -> list[str]:
+    """paths without a file given twice (under any name: a link, ./x) or a copy of an earlier one (the same
+    JSON): each run counts once; a note on stderr names each one left out."""
+    contents, kept = {}, []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                key = standard_json.dumps(json.loads(f.read()), sort_keys=True)
+        except (OSError, ValueError, RecursionError):
+            kept.append(path)                         # read_run names what is wrong with it
+            continue
+        same = next((p for p in contents.values() if os.path.samefile(p, path)), None)
+        if same or key in contents:
+            what = f"the same file as {same}" if same else f"a copy of {contents[key]}"
+            print(f"note: {path} is {what}: counted once", file=sys.stderr)
+            continue
+        contents[key] = path
+        kept.append(path)
+    return kept
+
+
+def commit(env) -> str | None:
+    return env.get("commit") if isinstance(env, dict) else None
+
+
+def one_commit(rows, mixed: bool = False):
+    """rows: (a row's name, the runs merged into it). Runs measured at two commits, or whose checkpoints were
+    trained at two, are refused in one line unless mixed (--mixed-commits); a run without the record (an
+    older file, a released checkpoint) cannot be told apart and is only counted in the note."""
+    if mixed:
+        return
+    for name, runs in rows:
+        for key, verb in (("environment", "measured"), ("ckpt_environment", "trained")):
+            found = {}
+            for m in runs:
+                found.setdefault(commit(m.get(key)), m["file"])
+            found.pop(None, None)
+            if len(found) > 1:
+                (a, fa), (b, fb) = list(found.items())[:2]
+                what = "were measured" if verb == "measured" else "have checkpoints trained"
+                raise ValueError(f"{fa} and {fb} make one row ({name}) but {what} at different commits "
+                                 f"({a[:7]} and {b[:7]}): rerun one at the other's commit, or pass "
+                                 f"--mixed-commits to merge them")
+
+
+def environments(runs) -> str:
+    """The note under a table: each environment its runs were measured in, then each one their checkpoints
+    were trained in, with how many runs (common/environment.py summary)."""
+    lines = []
+    for key, verb in (("environment", "measured"), ("ckpt_environment", "trained")):
+        groups = {}
+        for m in runs:
+            groups[environment.summary(m.get(key))] = groups.get(environment.summary(m.get(key)), 0) + 1
+        lines += [f"- {verb}: {n} run{'s' if n > 1 else ''}, {env}" for env, n in groups.items()]
+    return "Environments (docs/usage.md#reproducing-a-result):\n" + "\n".join(lines)
 
 
 METRICS = {"accuracy", "tokens_per_step", "tokens_per_s", "tokens_per_s_std", "nll", "perplexity", "tokens",
@@ -81,8 +147,8 @@ def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
                          f"{kind} run")
     for k in set(keys) & METRICS:                     # a hand-edited value would sort or plot as nonsense
         if isinstance(m[k], bool) or not isinstance(m[k], (int, float)):
-            raise ValueError(f"{path}: {k} is {json.dumps(m[k])}, not a number: pass the files eval.py "
-                             f"--json wrote")
+            raise ValueError(f"{path}: {k} is {standard_json.dumps(m[k])}, not a number: pass the files "
+                             f"eval.py --json wrote")
     return m
 
 
@@ -93,13 +159,13 @@ def table(paths: list[str], out_md: str) -> str:
     if not keys:
         raise ValueError(f"{', '.join(paths)}: no metric to tabulate (eval.py --json writes the task, the "
                          f"model and its metrics)")
-    return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md)
+    return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md, runs)
 
 
-def summarize(paths, out_md, out_png=None, paper=None):
+def summarize(paths, out_md, out_png=None, paper=None, mixed=False):
     """Merge accuracy and throughput JSONs (one per eval.py run) into one table (and plot) of accuracy vs
     speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
-    numbers stand beside ours."""
+    numbers stand beside ours. A row's files come from one commit unless mixed (one_commit)."""
     rows = {}
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
@@ -110,7 +176,8 @@ def summarize(paths, out_md, out_png=None, paper=None):
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, threshold {tau!r}: not an "
                              f"eval.py --json file of an accuracy or throughput run")
         label = label_of(m["ckpt"])
-        row = rows.setdefault((label, tau), {"ckpt": label, "model": m["model"], "tau": tau})
+        row = rows.setdefault((label, tau), {"ckpt": label, "model": m["model"], "tau": tau, "runs": []})
+        row["runs"].append(m)
         if m["task"] == "throughput":
             row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"],
                        lo=m.get("tokens_per_s_min"), hi=m.get("tokens_per_s_max"))
@@ -118,6 +185,7 @@ def summarize(paths, out_md, out_png=None, paper=None):
             row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], task=m["task"],
                        n=m.get("n"), file=path)
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
+    one_commit([(f"{r['ckpt']} at τ {r['tau']:g}", r["runs"]) for r in rows], mixed)
     ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in method(r["model"]).KNOBS   # AR:
                      and "tokens_per_s" in r), None)                                      # one token a step
     nan = float("nan")
@@ -136,7 +204,7 @@ def summarize(paths, out_md, out_png=None, paper=None):
     if out_png and not any("accuracy" in r for r in rows):
         raise ValueError(f"--plot {out_png} draws accuracy against tokens/step: none of the files is an "
                          f"accuracy run (add them, or drop --plot)")
-    print(write(markdown_table(head, body), out_md))
+    print(write(markdown_table(head, body), out_md, [m for r in rows for m in r["runs"]]))
     plt = pyplot() if out_png else None
     if plt:
         plot_pareto(plt, rows, out_png)
@@ -322,7 +390,7 @@ def save_figure(fig, out_png: str):
                          f"was") from None
 
 
-def generation(paths, out_md, out_png=None) -> str:
+def generation(paths, out_md, out_png=None, mixed=False) -> str:
     """A corpus run's eval.py --json files (make shakespeare) as two markdown tables: the likelihood runs (NLL
     in nats/token, bits/char for a byte-level model, exact for AR and a bound for the others) and the
     unconditional runs (per checkpoint and threshold: the scores the runs have, generative perplexity under
@@ -351,6 +419,8 @@ def generation(paths, out_md, out_png=None) -> str:
             likelihood.setdefault((ORDER.index(m["model"]), label_of(m["ckpt"])), []).append(m)
     if not likelihood and not samples:
         raise ValueError("no eval.py --json file given")
+    one_commit([(key[1], runs) for key, runs in likelihood.items()]
+               + [(f"{key[1]} at τ {-key[2]:g}", runs) for key, runs in samples.items()], mixed)
     head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens", "seeds"]
     body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"),
              spread(runs, "perplexity", ".3f"),
@@ -364,7 +434,9 @@ def generation(paths, out_md, out_png=None) -> str:
                          f"every unconditional run has: "
                          f"{'some lack it' if samples else 'there is no unconditional run'} (score them all "
                          f"with one --ref-ckpt or --ppl-model, or drop --plot)")
-    print(write(text, out_md))
+    text = write(text, out_md, [m for group in (likelihood, samples) for runs in group.values()
+                                for m in runs])
+    print(text)
     plt = pyplot() if out_png and samples else None
     if plt:
         corpus = ", ".join(dict.fromkeys(str(r["data"]) for runs in likelihood.values() for r in runs
@@ -417,7 +489,7 @@ def sweep_kind(path: str, m: dict) -> str:
     return f"acc-{m.get('threshold', math.inf):g}"
 
 
-def sweep(paths: list[str], out_md: str, out_png=None) -> str:
+def sweep(paths: list[str], out_md: str, out_png=None, mixed=False) -> str:
     """Set Diffusion's smax sweep (make smax): one row per checkpoint name, ordered by smax then the --infill
     fraction, with the accuracy at tau = inf and 0.9, tokens/step at 0.9, the likelihood bound and the exact
     match of both infilling spans; runs of one name in several folders (seeds) give the mean [min, max]. With
@@ -432,13 +504,15 @@ def sweep(paths: list[str], out_md: str, out_png=None) -> str:
                                                     "infill": m["method_config"].get("infill", 0.0)})
         row.setdefault(sweep_kind(path, m), []).append(m)
     rows = sorted(runs.items(), key=lambda kv: (kv[1]["smax"], kv[1]["infill"], kv[0]))
+    merged = [(label, [m for k, v in r.items() if isinstance(v, list) for m in v]) for label, r in rows]
+    one_commit(merged, mixed)
     head = ["checkpoint", "smax", "--infill"] + [name for name, _, _ in SWEEP] + ["seeds"]
     body = [[label, r["smax"], f"{r['infill']:g}"]
             + [spread(r.get(kind, []), key,
                       ".4f" if key == "nll" else ".3f" if key != "tokens_per_step" else ".2f")
                for _, kind, key in SWEEP]
             + [max(len(v) for k, v in r.items() if isinstance(v, list))] for label, r in rows]
-    text = write(markdown_table(head, body), out_md)
+    text = write(markdown_table(head, body), out_md, [m for _, group in merged for m in group])
     print(text)
     plt = pyplot() if out_png else None
     if plt:
@@ -560,7 +634,7 @@ def scorer_of(key: str, runs: list[dict]) -> str:
     return "generative perplexity under " + ", ".join(refs)
 
 
-def infill(paths, out_md) -> str:
+def infill(paths, out_md, mixed=False) -> str:
     """eval.py --task infill and rocstories runs (make infill, make infill-shakespeare) as one markdown table:
     a row per span kind and checkpoint name (spans step, number, word, line, then ROCStories; methods in
     ORDER), with exact match, answer_right (the shipped task's step span), char accuracy and ROUGE-L (text
@@ -589,11 +663,12 @@ def infill(paths, out_md) -> str:
         groups.setdefault(key, []).append(m)
     if not groups:
         raise ValueError("no eval.py --json file given")
+    one_commit([(f"{spans[key[0]]} {key[2]}", runs) for key, runs in groups.items()], mixed)
     columns = [c for c in metrics if any(c[1] in r for runs in groups.values() for r in runs)]
     head = ["span", "checkpoint"] + [name for name, _, _ in columns] + ["seeds"]
     body = [[spans[span], label] + [spread(runs, key, fmt) for _, key, fmt in columns] + [len(runs)]
             for (span, _, label), runs in sorted(groups.items())]
-    text = write(markdown_table(head, body), out_md)
+    text = write(markdown_table(head, body), out_md, [m for runs in groups.values() for m in runs])
     print(text)
     return text
 
@@ -640,6 +715,8 @@ def main(argv=None):
                    "tokens/step and infilling vs smax; --generation: generative perplexity and tokens/step "
                    "vs tau (needs matplotlib)")
     p.add_argument("--paper", choices=["gsm8k"], default=None, help="--pareto: add the paper's numbers")
+    p.add_argument("--mixed-commits", action="store_true",
+                   help="merge into one row runs measured (or checkpoints trained) at different commits")
     args = p.parse_args(argv)
     try:
         if args.pareto + args.generation + args.infill + args.sweep > 1:
@@ -648,16 +725,17 @@ def main(argv=None):
             raise ValueError("--plot draws a --pareto, --sweep or --generation table's runs: add one, or "
                              "drop --plot")
         check_outputs(args.out, args.plot, args.runs)
+        paths, mixed = distinct(args.runs), args.mixed_commits           # each run once
         if args.generation:
-            return generation(args.runs, args.out, args.plot)
+            return generation(paths, args.out, args.plot, mixed)
         if args.infill:
-            return infill(args.runs, args.out)
+            return infill(paths, args.out, mixed)
         if args.sweep:
-            return sweep(args.runs, args.out, args.plot)
+            return sweep(paths, args.out, args.plot, mixed)
         if args.pareto:
             paper = get_task(args.paper).PAPER_RESULTS if args.paper else None
-            return summarize(args.runs, args.out, args.plot, paper)
-        print(table(args.runs, args.out))
+            return summarize(paths, args.out, args.plot, paper, mixed)
+        print(table(paths, args.out))
     except (OSError, ValueError) as e:
         sys.exit(f"error: {e}")
 

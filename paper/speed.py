@@ -9,15 +9,14 @@ other see different loads (this repo once read Set Diffusion at 1137 tokens/s at
 the opposite of their tokens/step), so metrics.interleaved_throughput decodes every measured prompt with every
 run in turn, `--rounds` times over, and each run reports its median round with the rounds' range. Each run is
 written as <out>/<checkpoint folder>-<tau>-tput.json in eval.py --task throughput's format (python -m
-paper.results --pareto reads it); the table is printed.
+paper.results --pareto reads it; with the environment that measured it); the table is printed.
 """
 import argparse
-import json
 import math
 import os
 import sys
 
-from common import checkpoint, runtime
+from common import checkpoint, environment, runtime, standard_json
 from common.cli import check_nonnegative, check_positive
 from data import get_task, get_tokenizer, is_corpus, sampler_preset
 from sampling import Settings, check_threshold
@@ -99,7 +98,8 @@ def main(argv=None):
     for name, r in m.items():
         if args.out:
             with open(os.path.join(args.out, f"{name}-tput.json"), "w") as f:
-                json.dump({**records[name], **r}, f, indent=2)
+                standard_json.dump({**records[name], **r, "environment": environment.record(device)}, f,
+                                   indent=2)
     return m
 
 

@@ -76,7 +76,7 @@ def hub_repo(hf: str, repo_id: str, kind: str = "models") -> str:
 
 def write_json(path: str, obj) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(obj, f, ensure_ascii=False)
+        json.dump(obj, f, ensure_ascii=False, allow_nan=False)
 
 
 # ----------------------------------------------------------------------------- tokenizers
@@ -126,7 +126,8 @@ def gpt2_files(folder: str) -> None:
     encoder = {**{text(t): ranks[t] for t in tokens}, "<|endoftext|>": 50256}
     merges = ["#version: 0.2"] + [" ".join(text(p) for p in first_split(t, ranks)) for t in tokens[256:]]
     os.makedirs(folder, exist_ok=True)
-    for name, data in (("vocab.bpe", "\n".join(merges) + "\n"), ("encoder.json", json.dumps(encoder))):
+    encoder_json = json.dumps(encoder, allow_nan=False)
+    for name, data in (("vocab.bpe", "\n".join(merges) + "\n"), ("encoder.json", encoder_json)):
         with open(os.path.join(folder, hashlib.sha1((GPT2_URL + name).encode()).hexdigest()), "wb") as f:
             f.write(data.encode())
 
@@ -277,7 +278,8 @@ def gsm8k(hf: str, folder: str, rng: random.Random) -> None:
         for split, n in (("train", 8), ("test", 4)):
             rows = gsm8k_rows(rng, n)
             with open(os.path.join(folder, f"{split}.jsonl"), "w") as f:
-                f.writelines(json.dumps({"question": q, "answer": a}) + "\n" for q, a in zip(*rows.values()))
+                f.writelines(json.dumps({"question": q, "answer": a}, allow_nan=False) + "\n"
+                              for q, a in zip(*rows.values()))
             files[split] = os.path.join(tmp, "main", f"{split}-00000-of-00001.parquet")
             parquet(files[split], rows)
         builder = Parquet(cache_dir=os.path.join(tmp, "cache"), dataset_name="gsm8k", config_name="main",
@@ -347,6 +349,6 @@ def mcqa(folder: str, rng: random.Random) -> None:
         os.makedirs(os.path.join(folder, name), exist_ok=True)
         stem = "valid" if name == "piqa" else "dev"
         with open(os.path.join(folder, name, f"{stem}.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+            f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in records)
         with open(os.path.join(folder, name, f"{stem}-labels.lst"), "w") as f:
             f.write("\n".join(labels) + "\n")

@@ -127,7 +127,7 @@ def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path
         (tmp_path / name).write_bytes(EARLIER)
     with disk_fills_after(4096):
         with pytest.raises(SystemExit) as e:
-            evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json")), big)
+            evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json"), device="cpu"), big)
         with pytest.raises(SystemExit) as t:
             results.main([str(tmp_path / "t.md"), str(tmp_path / "runs" / "a.json")])
     assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the "
@@ -237,6 +237,7 @@ NO_TABLE = "--plot draws a --pareto, --sweep or --generation table's runs: add o
 PPL = "--plot {png} draws one generative perplexity (gen_ppl or gen_ppl_hf) that every unconditional run " \
       "has: "
 NOT_INFILL = "{0}: model '%s', ckpt 'out/ar', span '%s': not an eval.py --json file of an infill run"
+MIXED = "rerun one at the other's commit, or pass --mixed-commits to merge them"
 
 
 @pytest.mark.parametrize("runs, flags, message", [   # (files: dict, text or None = missing; flags; line)
@@ -278,6 +279,16 @@ NOT_INFILL = "{0}: model '%s', ckpt 'out/ar', span '%s': not an eval.py --json f
        "tokens_per_s": 5.0, "n": 4}], "--generation",
      "{0} holds none of gen_ppl, gen_ppl_hf, mauve: an unconditional run scored by --ref-ckpt, --ppl-model "
      "or --mauve-ref"),
+    ([{**INFILL, "environment": {"commit": "a" * 40}},
+      {**INFILL, "ckpt": "s2/ar", "environment": {"commit": "b" * 40}}],
+     "--infill", "{0} and {1} make one row (step ar) but were measured at different commits (aaaaaaa and "
+                 "bbbbbbb): " + MIXED),
+    ([{**RUN, "task": "arith", "accuracy": 0.9, "tokens_per_step": 2.0,
+       "ckpt_environment": {"commit": "a" * 40}},
+      {**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1,
+       "ckpt_environment": {"commit": "c" * 40}}], "--pareto",
+     "{0} and {1} make one row (setdiffusion-smax8 at τ inf) but have checkpoints trained at different "
+     "commits (aaaaaaa and ccccccc): " + MIXED),
 ])
 def test_paper_results_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypatch, runs, flags, message):
     """Files that give no table, are no run of the table's kind, and a plot asked for that cannot be drawn
@@ -295,6 +306,39 @@ def test_paper_results_refuses_in_one_line_and_writes_nothing(tmp_path, monkeypa
     argv = [str(tmp_path / "out" / "t.md"), *paths, *flags]
     assert error_of(results.main, argv) == "error: " + message.format(*paths, png=png)
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_paper_results_counts_each_run_once_and_names_the_environments_under_the_table(tmp_path, capsys):
+    """A file given twice, through a link, or copied elsewhere counts once (a note names each); two seeds
+    measured at two commits make one row only with --mixed-commits, and the note under the table names each
+    environment with its number of runs."""
+    from paper import results
+    env = {"commit": "a" * 40, "dirty": False, "python": "3.11.7", "torch": "2.13.0+cpu", "cuda": None,
+           "device": "cpu: x", "threads": 2, "lock": "lock/cpu-test.txt", "lock_sha256": "0123abcd" * 8,
+           "lock_differs": []}
+    (s1,) = write_runs(tmp_path / "s1", [{**INFILL, "exact": 0.5, "environment": env}])
+    (s2,) = write_runs(tmp_path / "s2", [{**INFILL, "ckpt": "s2/ar", "exact": 0.7,
+                                          "environment": {**env, "commit": "b" * 40, "dirty": True,
+                                                          "changed": ["eval.py"]}}])
+    (tmp_path / "link.json").symlink_to(s1)
+    shutil.copy(s1, tmp_path / "copy.json")
+    out = str(tmp_path / "t.md")
+    argv = [out, s1, s2, s1, str(tmp_path / "link.json"), str(tmp_path / "copy.json"), "--infill"]
+    assert error_of(results.main, argv).startswith(f"error: {s1} and {s2} make one row (step ar)")
+    capsys.readouterr()
+    results.main(argv + ["--mixed-commits"])
+    assert capsys.readouterr().err.splitlines() == [
+        f"note: {s1} is the same file as {s1}: counted once",
+        f"note: {tmp_path / 'link.json'} is the same file as {s1}: counted once",
+        f"note: {tmp_path / 'copy.json'} is a copy of {s1}: counted once"]
+    lines = open(out).read().splitlines()
+    assert lines[2].startswith("| step | ar | 0.600 [0.500, 0.700] |") and lines[2].endswith("| 2 |")
+    same = "Python 3.11.7, torch 2.13.0+cpu (CPU build), cpu: x, 2 threads, lock lock/cpu-test.txt (sha256 " \
+           "0123abcd)"
+    assert lines[3:] == ["", "Environments (docs/usage.md#reproducing-a-result):",
+                         f"- measured: 1 run, commit aaaaaaa, {same}",
+                         f"- measured: 1 run, commit bbbbbbb (changed: eval.py), {same}",
+                         "- trained: 2 runs, not recorded"]
 
 
 def test_make_smax_elsewhere_never_rewrites_the_tracked_table(tmp_path):

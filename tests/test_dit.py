@@ -344,4 +344,5 @@ def test_results_table_is_one_row_per_file_without_sampler_settings(tmp_path):
                                                            "window": 0, "nll": nll, "n": 3}))
     assert table(paths, str(tmp_path / "t.md")).splitlines() == [
         "| task | model | nll | n |", "|---|---|---|---|", "| likelihood | ar | 0.5 | 3 |",
-        "| likelihood | mdlm | 0.75 | 3 |"]
+        "| likelihood | mdlm | 0.75 | 3 |", "", "Environments (docs/usage.md#reproducing-a-result):",
+        "- measured: 2 runs, not recorded", "- trained: 2 runs, not recorded"]       # files of no record

@@ -1,5 +1,7 @@
-"""The house rule a machine can check: every tracked Python line within 110 columns (characters)."""
+"""The house rules a machine can check: every tracked Python line within 110 columns (characters); every JSON
+the project writes is standard (no Infinity or NaN token)."""
 import os
+import re
 import subprocess
 
 from helpers import ROOT
@@ -27,3 +29,23 @@ def test_python_lines_fit_110_columns():
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
             long += [f"{path}:{n}" for n, line in enumerate(f, 1) if len(line.rstrip("\n")) > COLUMNS]
     assert not long, f"lines over {COLUMNS} columns: {long[:20]}"
+
+
+def test_every_json_the_project_writes_is_standard():
+    """Every json.dump / json.dumps outside tests/ goes through common/standard_json.py (tau = inf as "inf")
+    or refuses non-finite numbers (allow_nan=False): no Infinity or NaN token in a file we write."""
+    loose = []
+    for path in python_files():
+        if path.startswith("tests/") or path == "common/standard_json.py":
+            continue
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            text = f.read()
+        for m in re.finditer(r"\bjson\.dumps?\(", text):
+            call = text[m.end():text.find("\n\n", m.end())]
+            depth, end = 1, 0
+            while depth and end < len(call):
+                depth += {"(": 1, ")": -1}.get(call[end], 0)
+                end += 1
+            if "allow_nan=False" not in call[:end]:
+                loose.append(f"{path}:{text.count(chr(10), 0, m.start()) + 1}")
+    assert not loose, f"json written without common/standard_json.py or allow_nan=False: {loose}"

@@ -32,5 +32,5 @@ def make(n: int = N, seed: int = 0) -> list[dict]:
 if __name__ == "__main__":
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dates.jsonl")
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(ex) + "\n" for ex in make())
+        f.writelines(json.dumps(ex, allow_nan=False) + "\n" for ex in make())
     print(f"wrote {N} examples to {path}")
