@@ -7,7 +7,7 @@ PARETO_TRAIN = --max-iters $(ITERS) --batch-size 32 --eval-limit 50 --save-every
 PARETO_EVAL = --limit 500 --max-new-tokens 64
 PARETO_DIR ?= out/pareto
 
-.PHONY: help install install-extras install-test lock quick demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini rehearse
+.PHONY: help install install-extras install-test lock quick demo decoding-picture test pareto pareto-speed bench step-cost bench-gpu gpu-check compile-check example likelihood infill smax smax-seed2 shakespeare shakespeare-seeds infill-shakespeare infill-curve infill-seeds shakespeare-infill finetune-mini rehearse
 
 help:
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -143,6 +143,12 @@ step-cost:  ## CPU time of one batch-1 decoding step per method, split into forw
 
 bench-gpu:  ## decode tokens/s of the four methods at Qwen3-1.7B's shape (batch 1, 8; eager, compiled, CUDA graphs) beside the paper's; training tokens/s and MFU at GSM8K's shape (CUDA GPU, no time limit)
 	$(PY) -m bench.bench_gpu --modes eager,compiled,cudagraphs --json results/bench_gpu.json
+
+# train.py --compile for every method in float32 and bfloat16 at awkward shapes (compiled losses == eager),
+# compiled FlexAttention == dense, compiled decoding == eager (sample.py --compile): tests/test_compile.py, out of
+# the suite (minutes of compiling). CI runs it after the suite.
+compile-check:  ## train.py/sample.py --compile and FlexAttention on this CPU == eager, every method (~8 min on 2 cores)
+	$(PY) -m pytest -q -n 2 --dist load -m compile tests/test_compile.py
 
 gpu-check:  ## the prepared GPU check (<= 8 min on one H100-class GPU, nothing downloaded): tests/test_gpu.py, then the GPU benchmarks in the time left; writes results/gpu.md
 	$(PY) -m bench.gpu_check --out results/gpu.md

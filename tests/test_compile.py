@@ -5,6 +5,7 @@ FlexAttention has a forward only). Each case is one train.py main() in this proc
 (a fresh compile, as a new train.py's)."""
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 import bd3lm
 import mdlm
@@ -29,15 +30,15 @@ CASES = {   # name: (train.py flags, dtype); every awkward shape once, each meth
     "mdlm": (["--model", "mdlm", *SHAPE], "float32"),
     "bd3lm": (["--model", "bd3lm", *SHAPE], "float32"),
     "setdiffusion": (["--model", "setdiffusion", *SHAPE], "float32"),
-    "ar-odd": (["--model", "ar", *SMALL, "--batch-size", "7", "--seq-len", "127"], "bfloat16"),
+    "ar-odd": (["--model", "ar", *SMALL, "--batch-size", "7", "--seq-len", "131"], "bfloat16"),
     "mdlm-odd": (["--model", "mdlm", *SMALL, "--batch-size", "5", "--seq-len", "131", "--predict-padding"],
                  "bfloat16"),
-    "bd3lm-S16": (["--model", "bd3lm", *SMALL, "--batch-size", "7", "--block-size", "16", "--seq-len", "127"],
+    "bd3lm-S16": (["--model", "bd3lm", *SMALL, "--batch-size", "7", "--block-size", "16", "--seq-len", "133"],
                   "bfloat16"),
     "setdiffusion-smax4-infill": (["--model", "setdiffusion", *SMALL, "--batch-size", "9", "--smax", "4",
                                    "--infill", "0.5"], "bfloat16"),
-    "setdiffusion-smax32": (["--model", "setdiffusion", *SMALL, "--batch-size", "6", "--smax", "32",
-                             "--seq-len", "129"], "float32"),
+    "setdiffusion-smax32-dit": (["--model", "setdiffusion", "--preset", "dit-lm1b", *SMALL, "--batch-size", "6",
+                                 "--smax", "32", "--seq-len", "129"], "float32"),   # LayerNorm, GELU, biases
 }
 # compiled vs eager, per step: float32 sums in another order (1e-4); bfloat16 autocast rounds where the fused
 # kernels of the compiled graph keep float32 (2 %)
@@ -108,8 +109,10 @@ def test_compiled_decoding_equals_eager(name, trained, capsys):
     out = {}
     for flags in ([], ["--compile"]):
         torch._dynamo.reset()
+        counters.clear()
         tau = [] if name == "ar" else ["--threshold", "0.7"]
         sample.main(["--ckpt", str(trained / name), "--prompt-file", str(trained / "prompts.txt"),
                      "--max-new-tokens", "40", "--show-order", *tau, *flags])
         out[bool(flags)] = capsys.readouterr().out
+        assert bool(counters["stats"]["unique_graphs"]) == bool(flags)     # compiled only with --compile
     assert out[True] == out[False] and out[False].count("\n") > 12
