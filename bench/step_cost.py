@@ -45,22 +45,26 @@ def instrument(model) -> dict:
     return spent
 
 
-def measure(mods, cfgs, model, spent, rounds: int, new: int) -> dict:
-    """{method: {ms_step, ms_forward, ms_head, ms_sampler, nfe}}: medians over rounds, methods interleaved."""
+def measure(mods, cfgs, model, spent, rounds: int, new: int, kinds: dict) -> dict:
+    """{(method, kind): {ms_step, ms_forward, ms_head, ms_sampler, nfe}}: medians over rounds, methods and
+    kinds interleaved. kinds: {name: model.step}: None eager, else static_decoding's (compiled) step."""
     prompt = torch.randint(0, 4096, (1, DECODE["prompt"]), generator=torch.Generator().manual_seed(0))
-    runs = {m: [] for m in METHODS}
-    for m in METHODS:                                                    # warm-up
+    runs = {(m, k): [] for m in METHODS for k in kinds}
+    for m, k in runs:                                                    # warm-up (compiles)
+        model.step = kinds[k]
         mods[m].generate(model, prompt, cfgs[m], Settings(new))
     for _ in range(rounds):
-        for m in METHODS:
+        for m, k in runs:
+            model.step = kinds[k]
             spent["forward"] = spent["head"] = 0.0
             t0 = time.process_time()
             _, stats = mods[m].generate(model, prompt, cfgs[m], Settings(new))
             total, nfe = time.process_time() - t0, stats["nfe"]
-            runs[m].append({"ms_step": total, "ms_forward": spent["forward"], "ms_head": spent["head"],
-                            "ms_sampler": total - spent["forward"]})
-            runs[m][-1] = {k: 1000 * v / nfe for k, v in runs[m][-1].items()} | {"nfe": nfe}
-    return {m: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for m, rs in runs.items()}
+            run = {"ms_step": total, "ms_forward": spent["forward"], "ms_head": spent["head"],
+                   "ms_sampler": total - spent["forward"]}
+            runs[m, k].append({key: 1000 * v / nfe for key, v in run.items()} | {"nfe": nfe})
+    model.step = None
+    return {mk: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for mk, rs in runs.items()}
 
 
 def main(argv=None):
@@ -69,6 +73,8 @@ def main(argv=None):
                    help="torch threads (1: CPU time barely depends on load)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved repetitions; medians reported")
     p.add_argument("--new", type=int, default=DECODE["new"], help="new tokens per generation")
+    p.add_argument("--compile", action="store_true", help="also time the compiled static-shape steps "
+                   "(eval.py --compile), interleaved with the eager ones")
     p.add_argument("--json", default=None, help="also write the numbers here")
     args = p.parse_args(argv)
     if args.threads < 1 or args.rounds < 1 or args.new < 1:
@@ -84,19 +90,24 @@ def main(argv=None):
     torch.manual_seed(0)
     net = model_py.Transformer(model_py.ModelConfig(**SHAPE)).eval()
     spent = instrument(net)
+    kinds = {"eager": None}
+    if args.compile:             # eval.py --compile's static-shape steps, compiled (one graph per method)
+        kinds["compiled"] = model_py.static_decoding(net, compile=True).step
     with torch.no_grad():
-        out = measure(mods, cfgs, net, spent, args.rounds, args.new)
+        out = measure(mods, cfgs, net, spent, args.rounds, args.new, kinds)
     from common.metrics import markdown_table
-    ar = out["ar"]
-    rows = [[m, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}",
-             f"{r['ms_sampler']:.3f}",
-             f"{r['ms_step'] / ar['ms_step']:.2f}x", f"{r['ms_forward'] / ar['ms_forward']:.2f}x"]
-            for m, r in out.items()]
-    print(markdown_table(["method", "CPU ms/step", "forward", "of which head", "sampler", "step vs AR",
+    rows = []
+    for (m, k), r in out.items():
+        ar = out["ar", k]
+        rows.append([m, k, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}",
+                     f"{r['ms_sampler']:.3f}", f"{r['ms_step'] / ar['ms_step']:.2f}x",
+                     f"{r['ms_forward'] / ar['ms_forward']:.2f}x"])
+    print(markdown_table(["method", "kind", "CPU ms/step", "forward", "of which head", "sampler", "step vs AR",
                           "forward vs AR"], rows))
     if args.json:
         with open(args.json, "w") as f:
-            standard_json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new, **out,
+            standard_json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new,
+                                **{f"{m} {k}": r for (m, k), r in out.items()},
                                 "environment": environment.record("cpu")}, f, indent=2)
     return out
 
