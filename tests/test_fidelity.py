@@ -256,15 +256,16 @@ def official_fht(N, L, W, d, seed):
 def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
     W, d, P, N, L = 3, 3.0, 4, 24, 40
     masked = torch.arange(P + N)[None] >= P                                              # (1, P + N)
-    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=L)
+    l2r = torch.arange(P + N, dtype=torch.float64)[None]                                 # generate's key
+    key = sd.fht_key(l2r, masked, W, d, torch.Generator().manual_seed(7), seq_len=L)
     T, k = official_fht(N, L, W, d, 7)
     torch.testing.assert_close(-key[:, P:], T, rtol=0, atol=1e-12)
     assert torch.equal(key[0, :P], torch.arange(P, dtype=torch.float64))                 # the prompt: l2r
     T_n, k_n = official_fht(N, N, W, d, 7)                                           # the old N-slot schedule
     assert abs(k - k_n) > 0.01 and not torch.allclose(T, T_n)
-    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7))          # no seq_len: L = N
+    key = sd.fht_key(l2r, masked, W, d, torch.Generator().manual_seed(7))               # no seq_len: L = N
     torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
-    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=10)   # N > L: over N
+    key = sd.fht_key(l2r, masked, W, d, torch.Generator().manual_seed(7), seq_len=10)   # N > L: over N
     torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
 
 
