@@ -579,10 +579,11 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
         assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64)])
+@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64), (6, 16, 6)])
 def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     """P + N > L (make reproduce-gsm8k): the oldest entries go before a forward would pass L and the inputs
-    are renumbered; the default keeps every entry at its position."""
+    are renumbered; the default keeps every entry at its position. L 6 < 2S: a forward's two blocks alone
+    pass L, the cache empties and they sit at positions 0.. (the official's), not L - 2S.."""
     S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(23), 6)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
     for tau in (math.inf, 0.6):
