@@ -137,7 +137,7 @@ def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
         prompt_mask = torch.ones_like(prompt, dtype=torch.bool)
     tokens = torch.cat([prompt, prompt.new_full((B, max_new_tokens), mask_id)], 1)
     real = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], 1)
-    return tokens, real, (real.cumsum(1) - 1).clamp(min=0)
+    return tokens, real, (real.cumsum(1) - 1).clamp(min=0)        # left padding at 0, never attended
 
 
 def prefill(model, tokens, pos, visible, cache):

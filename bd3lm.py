@@ -142,7 +142,7 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
-    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
+    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}   # no target: 0, not 0 / 0
 
 
 # ----------------------------------------------------------------------------- reference sampler (read first)

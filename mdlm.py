@@ -7,9 +7,9 @@ train a bidirectional transformer to predict the masked tokens from the rest. Ge
 Noise: linear schedule alpha_t = 1 - t (probability that a token is still clean), one t ~ U[eps, 1] per
 sequence. SUBS parameterisation: the [MASK] logit is -inf and clean tokens are copied through.
 Objective (per sequence, then averaged over the batch; M = masked targets, targets = not prompt, not pad):
-    training (official):   L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
-    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} -alpha'_t / (1 - alpha_t) * -log p_theta(x0_i | xt)
-                             = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
+    training (the paper's): L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
+    NELBO (--nelbo, eval):  L = 1/|targets| * sum_{i in M} -alpha'_t / (1 - alpha_t) * -log p_theta(x0_i | xt)
+                              = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
 
 Limits: Set Diffusion samples *orders* from a per-position schedule; with a single shared schedule for every
 position the reveal order is uniformly random, which is MDLM (paper §3, "uniform random positions recover
@@ -137,7 +137,7 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
-    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
+    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}   # no target: 0, not 0 / 0
 
 
 # ----------------------------------------------------------------------------- reference sampler (read first)
@@ -182,7 +182,7 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     first = lead // S * S                                        # (B,) start of the first generated block
     col0 = int(first.max())
     off = col0 - first                                           # (B,) multiple of S
-    C = col0 + math.ceil(int((off + p + max_new_tokens).max() - col0) / S) * S
+    C = col0 + math.ceil(int((off + p + max_new_tokens).max() - col0) / S) * S   # whole blocks from col0
     rel = torch.arange(C, device=dev) - off[:, None]             # (B, C) position of each column
     is_prompt = (rel >= 0) & (rel < p[:, None])
     real = (rel >= 0) & (rel < (p + max_new_tokens)[:, None])
@@ -210,7 +210,7 @@ def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     official_mdlm_canvas, decodes and attends to more)."""
     N, S = settings.max_new_tokens, settings.block
     tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
-    C = int(real.any(0).nonzero().max()) + 1
+    C = int(real.any(0).nonzero().max()) + 1           # after every row's last column: the rest is dead
     return tokens[:, :C], real[:, :C], pos[:, :C], col0, new, real[:, :C], real[:, :C]
 
 

@@ -9,20 +9,19 @@ In training this is an any-order autoregressive model over orders drawn from tha
 
     L = E_sigma [ 1/|targets| * sum_{j in targets} -log p_theta(x_sigma(j) | x_sigma(<j)) ]
 
-Why two streams. Every rank j of sigma needs a prediction of its token from the tokens of ranks < j, and a
-query must not see its own token, while the keys it reads are the revealed tokens themselves. So one forward
-runs over 2L slots [x0 in sigma order | [MASK] in sigma order] at positions [sigma | sigma]: the clean stream
-carries the keys of revealed tokens, causal in sigma order; the [MASK] stream carries one query per target,
-which sees the clean tokens of rank < j and itself only. One forward trains every rank at once, as XLNet's
-two-stream attention does (a single stream would need a forward per rank, or would show each query its token).
+Why two streams. The loss needs, for every rank j of sigma, a prediction of x_sigma(j) from the tokens of
+ranks < j. One forward over 2L slots [x0 in sigma order | [MASK] in sigma order], at positions
+[sigma | sigma], gives them all: the clean stream carries the keys of revealed tokens, causal in sigma order;
+the [MASK] stream carries one query per target, which sees the clean tokens of rank < j and itself, never its
+own token. One stream cannot do both (a token that later ranks read as a key would be visible to its own
+query), so two streams train every rank in one forward, as XLNet's two-stream attention does.
 
 Sampling: a window of W positions from the leftmost still-masked one; every step predicts all masked
-positions in the window at once, decodes the confident ones (the MDLM rule) and commits them. Two bounds,
-not one: the window W bounds a step's set (at most W tokens; the paper's W = d = smax / 2), while smax bounds
-how far an order reaches (no token is revealed before one smax or more positions to its left); smax is not the
-size of the sets a step decodes. Read generate_reference first: that loop in ~25 lines (batch 1, no cache, one
-full forward per step); generate is the same sampler batched, with a KV cache and the commit fused into the
-next step's forward (tested equal).
+positions in the window at once, decodes the confident ones (the MDLM rule) and commits them. So the window
+W bounds a step's set (the paper's W = d = smax / 2), while smax bounds how far an order reaches (no token is
+revealed before one smax or more positions to its left), not a set's size. Read generate_reference first:
+that loop in ~25 lines (batch 1, no cache, one full forward per step); generate is the same sampler batched,
+with a KV cache and the commit fused into the next step's forward (tested equal).
 
 Why one target per query licenses a *set* per step. Training asks each query for one token given a clean
 prefix in sigma order. When decoding, the W queries of a window all see the same committed tokens, so each
@@ -49,8 +48,8 @@ paper's inference budget C). The sampler's window W = d covers twice that, from 
 Limits: smax = 2 (d = 1) gives the identity order: the *factorisation order* is AR's (tested), though the
 model still predicts x_j at a [MASK] query placed at position j, not from a shifted input as ar.py does. Were
 every position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic
-limit. Fixed contiguous sets whose members attend to each other: BD3-LM; its mask at S = 1 is this file's
-mask.
+limit. Fixed contiguous sets whose members attend to each other: BD3-LM, whose mask at S = 1 is this one.
+
 Differences from the official code, and paper mode (settings.official, eval.py --official; the last section):
 our sampler runs a batch (each row its own window; the official asserts batch size 1) and its KV cache keeps
 every entry, where the official drops entries past the context L (the oldest, or under its FHT commit order
@@ -59,6 +58,7 @@ takes the official's pick among tied confidences, its low-confidence stop (no ch
 and an infilling penalty's context (the KV cache's tokens: official_context). settings.commit_order "fht"
 (the official accuracy runs') commits a step's tokens by decreasing first-hitting time, drawn from a schedule
 of its own (fht_key); the default "l2r", left to right, is the official sampler's default.
+
 Beyond the paper (off by default; the section before the last): cfg.infill, a fraction of the rows trained
 in an infilling order. 0 is the paper's loss, draw for draw.
 """
@@ -296,7 +296,7 @@ def prefill(model, tokens, pos, visible, cache):
     their positions (B, K)."""
     cols = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
     idx, ok = gather_slots(visible, cols.double())                                  # (B, K)
-    if idx.shape[1] > 0:                                # no row has a visible token: nothing to cache
+    if idx.shape[1] > 0:                                # else no row has a visible token: nothing to cache
         causal = torch.ones(idx.shape[1], idx.shape[1], dtype=torch.bool, device=tokens.device).tril()
         model(tokens.gather(1, idx), pos.gather(1, idx), with_padding(causal, ~ok), cache, last=1)
         cache.commit(idx.shape[1])
@@ -355,9 +355,8 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     step (clean) | masked positions of the window]; the clean ones are committed to the cache, left to right,
     the queries' entries dropped. `stop` is checked every W steps, on the canvas up to the window's end.
     The hooks of paper mode and of the "fht" commit order call into the last section."""
-    W = cfg.window(settings.window)
+    W, N = cfg.window(settings.window), settings.max_new_tokens
     B, dev = prompt.shape[0], prompt.device
-    N = settings.max_new_tokens
     tokens, real, pos, C = window_canvas(prompt, prompt_mask, N, cfg.mask_id, W)   # (B, C + W)
     masked = (tokens == cfg.mask_id) & real                                    # (B, C + W) still to decode
     pick = Picker(settings, tokens, real, cfg.mask_id, prompt, prompt_mask, stop, generator)
@@ -436,8 +435,8 @@ def infill_span(pad_mask, fraction: float, generator=None, lengths: str = "unifo
     if lengths == "uniform":
         n = 1 + (u[:, 1] * m).long()                                               # (B,) span length
     else:
-        n = torch.minimum((m + 1.0).pow(u[:, 1]).long(), m).clamp(min=1)           # (B,) span length
-    start = (u[:, 2] * (real - n).clamp(min=1)).long()                             # (B,) its first position
+        n = torch.minimum((m + 1.0).pow(u[:, 1]).long(), m).clamp(min=1)   # (B,) in [1, m] despite rounding
+    start = (u[:, 2] * (real - n).clamp(min=1)).long()     # (B,) its first position; 0 if it fills the row
     j = torch.arange(L, device=pad_mask.device)
     inside = (j >= start[:, None]) & (j < (start + n)[:, None])                    # (B, L)
     return (u[:, :1] < fraction) & inside & ~pad_mask
