@@ -18,7 +18,7 @@ many new tokens, threshold, temperature, the paper presets' options; each method
 `stop(tokens, end) -> (B,) bool` an optional stopping rule that sees the canvas up to column end (B,).
 tokens (B, P + N): the prompt then the new tokens; positions never generated hold cfg.mask_id. stats: nfe
 (forward passes that predict), tokens_per_step (mean over rows), step (B, P + N) the step at which each token
-was decoded (-1 for the prompt), n_gen (B,) tokens generated per row.
+was decoded, counted in its row's own forwards (-1 for the prompt), n_gen (B,) tokens generated per row.
 """
 from dataclasses import dataclass
 
@@ -80,7 +80,7 @@ def trim(pad_mask, *tensors):
     """Cut (B, L) tensors after the last column that is not padding in some row: nobody attends to trailing
     padding and no loss falls on it, so the logits are the same, for less compute (L = 1024 on GSM8K)."""
     keep = (~pad_mask).any(0).nonzero()
-    end = int(keep.max()) + 1 if len(keep) else 1
+    end = int(keep.max()) + 1 if len(keep) else 1          # all padding: one column, a forward needs a token
     return [x[:, :end] for x in tensors]
 
 
@@ -99,16 +99,19 @@ def nll(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=Non
 def loss(model, x0, cfg: ARConfig, prompt_mask=None, pad_mask=None, generator=None):
     """Next-token cross-entropy, mean over each sequence's targets, then over the batch."""
     nll_sum, n = nll(model, x0, cfg, prompt_mask, pad_mask)
-    return (nll_sum / n.clamp(min=1)).mean(), {"tokens": n.sum()}
+    return (nll_sum / n.clamp(min=1)).mean(), {"tokens": n.sum()}      # a row with no target: 0, not 0 / 0
 
 
 # ----------------------------------------------------------------------------- reference sampler (read first)
 
-def finish(tokens, step, steps, nfe):
-    """The (tokens, stats) every sampler returns; steps (B,) counts the forwards each row was live in."""
-    n_gen = (step >= 0).sum(1)
-    return tokens, {"nfe": nfe, "tokens_per_step": (n_gen / steps.clamp(min=1)).mean().item(),
-                    "step": step, "n_gen": n_gen}
+def finish(tokens, decoded_at, live_forwards, forwards):
+    """The (tokens, stats) every sampler returns from its three counters: decoded_at (B, C) the row's forward
+    that decoded each column (-1: not generated), live_forwards (B,) the forwards each row was live in,
+    forwards the forwards run in all (stats: step, tokens_per_step, nfe)."""
+    n_gen = (decoded_at >= 0).sum(1)
+    per_step = n_gen / live_forwards.clamp(min=1)              # a row never live (nothing to decode): 0
+    return tokens, {"nfe": forwards, "tokens_per_step": per_step.mean().item(), "step": decoded_at,
+                    "n_gen": n_gen}
 
 
 @torch.no_grad()
@@ -120,8 +123,8 @@ def generate_reference(model, prompt, cfg: ARConfig, settings: Settings):
         logits = model(x)[:, -1].float()                                        # (1, V), causal
         logits[:, cfg.mask_id] = float("-inf")
         x = torch.cat([x, logits.argmax(-1, keepdim=True)], 1)
-    step = torch.cat([torch.full((1, P), -1), torch.arange(settings.max_new_tokens)[None]], 1)
-    return finish(x, step.to(x.device), torch.tensor([settings.max_new_tokens], device=x.device),
+    decoded_at = torch.cat([torch.full((1, P), -1), torch.arange(settings.max_new_tokens)[None]], 1)
+    return finish(x, decoded_at.to(x.device), torch.tensor([settings.max_new_tokens], device=x.device),
                   settings.max_new_tokens)
 
 
@@ -134,7 +137,7 @@ def canvas(prompt, prompt_mask, max_new_tokens, mask_id):
         prompt_mask = torch.ones_like(prompt, dtype=torch.bool)
     tokens = torch.cat([prompt, prompt.new_full((B, max_new_tokens), mask_id)], 1)
     real = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], 1)
-    return tokens, real, (real.cumsum(1) - 1).clamp(min=0)
+    return tokens, real, (real.cumsum(1) - 1).clamp(min=0)        # left padding at 0, never attended
 
 
 def prefill(model, tokens, pos, visible, cache):
@@ -157,26 +160,26 @@ def generate(model, prompt, cfg: ARConfig, settings: Settings, prompt_mask=None,
     N, dev = settings.max_new_tokens, prompt.device
     tokens, real, pos = canvas(prompt, prompt_mask, N, cfg.mask_id)                # (B, P + N)
     pick = Picker(settings, tokens, real, cfg.mask_id, prompt, real[:, :P], stop, generator)
-    step = torch.full_like(tokens, -1)
-    steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
+    decoded_at = torch.full_like(tokens, -1)             # (B, P + N) the forward that decoded a column
+    live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     cache = model.new_cache(B, P + N, slots=1)                                    # a step feeds 1 token
-    logits, nfe = prefill(model, prompt, pos[:, :P], real[:, :P], cache), 1
+    logits, forwards = prefill(model, prompt, pos[:, :P], real[:, :P], cache), 1
     for i in range(N):
-        steps += ~done
+        live_forwards += ~done
         y, _ = pick(logits[:, None], torch.full((B, 1), P + i, device=dev), ~done[:, None])   # (B, 1)
-        tokens[:, P + i] = torch.where(done, cfg.mask_id, y[:, 0])
-        step[:, P + i] = torch.where(done, -1, i)
+        tokens[:, P + i] = torch.where(done, cfg.mask_id, y[:, 0])          # a stopped row: [MASK] after it
+        decoded_at[:, P + i] = torch.where(done, -1, i)
         if pick.stop is not None:
             done |= pick.stop(tokens, torch.full((B,), P + i + 1, device=dev))
         done |= pick.stopped
-        if done.all() or i == N - 1:
+        if done.all() or i == N - 1:            # the last token needs no forward after it
             break
         mask = real[:, None, None, :P + i + 1]                                   # (B, 1, 1, P+i+1)
         logits = model(tokens[:, P + i:P + i + 1], pos[:, P + i:P + i + 1], mask, cache)[:, -1]
         cache.commit(1)
-        nfe += 1
-    return finish(tokens, step, steps, nfe)
+        forwards += 1
+    return finish(tokens, decoded_at, live_forwards, forwards)
 
 
 # ----------------------------------------------------------------------------- reproduction only

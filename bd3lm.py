@@ -6,22 +6,22 @@ once with a 2L layout: [x0 | xt], both halves at positions 0..L-1, and a mask wh
 b sees the clean blocks < b and its own noisy block.
 
 Noise: as MDLM, with one t ~ U[eps, 1] per block; in training, a block of targets left without a [MASK] gets
-r + 1 of its positions masked (r ~ U{0..S-1}), as the official code does. Evaluation draws xt from q exactly.
+r + 1 of its positions masked (r ~ U{0..S-1}), as the paper's code does. Evaluation draws xt from q exactly.
 Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at eval), summed over blocks:
     L = 1/|M| * sum_b sum_{i in M, i in block b} -log p_theta(x0_i | xt_block_b, x0_blocks<b)
 
 Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
-Differences from the official code, each gone under settings.official (eval.py --official, paper mode):
-the official (align_inputs_to_blocks) counts max_new_tokens from the start of the block holding the prompt's
-end, p mod S fewer (ours: N new tokens); past the context L its cache drops its oldest entries and the
-inputs after it are renumbered (ours keeps every entry, each token at its own position: block_view); it
-infills by another algorithm (the last section, official_infill; ours, block by block from the left, stays
-the default: it fills the shipped task's spans far better, docs/fidelity.md). Paper mode also takes the
-official's pick among tied confidences, its low-confidence stop and an infilling penalty's context (the
-canvas up to the block decoded: official_context) from sampling.py.
-Batched, each row's blocks aligned to its own positions by left padding (the official runs batch size 1).
+Differences from the official code, and paper mode (settings.official, eval.py --official; the last
+section), which does as the official: the official counts max_new_tokens from the start of the block holding
+the prompt's end (align_inputs_to_blocks: p mod S fewer; official_count), where ours generates N; past the
+context L its cache drops its oldest entries and renumbers the inputs after them (crop_left), where ours keeps
+every entry at its own position; it infills by another algorithm (official_infill), where ours decodes block
+by block from the left (the default: it fills the shipped task's spans far better, docs/fidelity.md); it runs
+one prompt at a time, where ours runs a batch, each row's blocks aligned to its own positions by left padding.
+Paper mode also takes the official's pick among tied confidences, its low-confidence stop and an infilling
+penalty's context (the canvas up to the block decoded: official_context) from sampling.py.
 """
 import math
 from dataclasses import dataclass
@@ -41,7 +41,7 @@ class BD3LMConfig:
     mask_id: int          # the absorbing [MASK] token
     block_size: int = 4   # S, tokens per block
     eps: float = 1e-3     # t ~ U[eps, 1]
-    nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
+    nelbo: bool = False   # train on the 1/t-weighted NELBO, not the unweighted masked CE (the paper's runs)
 
     def __post_init__(self):
         if self.block_size < 1:
@@ -66,7 +66,7 @@ CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a blo
 def noise(x0, cfg: BD3LMConfig, target, generator=None, train=True):
     """xt with one t per block of S tokens. Returns xt, t (B, L).
 
-    train=True adds the official training rule: a block made entirely of targets (no prompt, no padding)
+    train=True adds the paper's training rule: a block made entirely of targets (no prompt, no padding)
     that drew no [MASK] gets r + 1 random positions re-masked, r ~ U{0..S-1}. Evaluation (train=False)
     draws xt from q exactly, so the 1/t-weighted NELBO stays an unbiased estimate of the bound."""
     B, L = x0.shape
@@ -142,7 +142,7 @@ def loss(model, x0, cfg: BD3LMConfig, prompt_mask=None, pad_mask=None, generator
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
-    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
+    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}   # no target: 0, not 0 / 0
 
 
 # ----------------------------------------------------------------------------- reference sampler (read first)
@@ -155,56 +155,45 @@ def generate_reference(model, prompt, cfg: BD3LMConfig, settings: Settings):
     with the block commit fused into the next block's first forward (test_all.py checks them equal)."""
     S, m = cfg.block_size, cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
-    step, nfe = torch.full_like(x, -1), 0
+    decoded_at, forwards = torch.full_like(x, -1), 0      # the forward that decoded a column; forwards run
     while (x == m).any():
         s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
-        e = min(s + S, x.shape[1])
+        e = min(s + S, x.shape[1])                                            # cut at the canvas' end
         blk = torch.arange(e, device=x.device) // S
         logits = model(x[:, :e], mask=blk[:, None] >= blk[None, :])[:, s:e]   # (1, e - s, V)
         y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
         x[:, s:e] = torch.where(dec, y, x[:, s:e])
-        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
-        nfe += 1
-    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+        decoded_at[:, s:e] = torch.where(dec, forwards, decoded_at[:, s:e])
+        forwards += 1
+    return finish(x, decoded_at, torch.tensor([forwards], device=x.device), forwards)
 
 
 # ----------------------------------------------------------------------------- batched sampler
 
-def block_view(seen, new, S: int, L: int | None = None):
-    """The mask and positions of T inputs fed after a KV cache, as the official lays them out. seen (B, K):
+def block_view(seen, new, S: int):
+    """The mask and positions of T inputs fed after a KV cache, as the paper's code lays them out. seen (B, K)
     the valid cache entries; new (B, T): the inputs that are real (the rest see only themselves). An entry's
-    storage index is its rank among the valid ones, and that is its position (a column's position, while
-    nothing is cropped); a query sees the valid entries of its own and earlier S-blocks of storage indices:
-    the cache, and its own block bidirectionally (block-causal). L (paper mode: the model's context) first
-    drops the oldest entries so that cache + inputs <= L (the official _crop_kv_cache_left): the inputs
-    then sit at positions L - T.., renumbered. Returns seen (B, K) after the crop, pos (B, T), mask (B, 1,
-    T, K + T)."""
+    storage index is its rank among the valid ones, and that is its position (a column's position); a query
+    sees the valid entries of its own and earlier S-blocks of storage indices: the cache, and its own block
+    bidirectionally (block-causal). Returns pos (B, T), mask (B, 1, T, K + T)."""
     K, T = seen.shape[1], new.shape[1]
     n = seen.sum(1, keepdim=True)                                                # (B, 1) valid entries
-    drop = (n + new.sum(1, keepdim=True) - L).clamp(min=0) if L else torch.zeros_like(n)
-    rank = seen.cumsum(1) - 1
-    seen = seen & (rank >= drop)                                                 # the oldest `drop` go
-    idx = torch.cat([rank, n + new.cumsum(1) - 1], 1) - drop                     # (B, K + T) storage index
+    idx = torch.cat([seen.cumsum(1) - 1, n + new.cumsum(1) - 1], 1)              # (B, K + T) storage index
     q = idx[:, K:]                                                               # (B, T)
     mask = torch.cat([seen, new], 1)[:, None, :] & (idx[:, None, :] // S <= q[:, :, None] // S)
     mask[:, :, K:] |= torch.eye(T, dtype=torch.bool, device=seen.device)        # (B, T, K + T)
-    return seen, q.clamp(min=0), mask[:, None]
+    return q.clamp(min=0), mask[:, None]           # an input before any real one (left padding): position 0
 
 
-def prefill(model, tokens, visible, cache, S: int, L: int | None = None):
+def prefill(model, tokens, visible, cache, S: int):
     """Cache the canvas' first columns tokens (B, F), visible (B, F) the real ones: the prompt's whole blocks
-    before the first one that holds a new token (or a [MASK] of the prompt), block-causally. L (paper mode):
-    only the last L visible ones, at positions 0.. (the official caches inputs[-L:]). Returns the valid cache
-    entries (B, F). Not ar's and setdiffusion's prefill(model, tokens, pos, visible, cache): the positions
-    come from the block layout (block_view), which needs S."""
-    keep = visible
-    if L:
-        keep = keep & (keep.flip(1).cumsum(1).flip(1) <= L)                   # the last L real columns
-    if tokens.shape[1] > 0:
-        _, pos, mask = block_view(keep[:, :0], keep, S)
+    before the first one that holds a new token (or a [MASK] of the prompt), block-causally. Not ar's and
+    setdiffusion's prefill(model, tokens, pos, visible, cache): the positions come from the block layout
+    (block_view), which needs S."""
+    if tokens.shape[1] > 0:           # else col0 = 0, no whole prompt block before the first to decode
+        pos, mask = block_view(visible[:, :0], visible, S)
         model(tokens, pos, mask, cache, last=1)
         cache.commit(tokens.shape[1])
-    return keep
 
 
 @torch.no_grad()
@@ -212,60 +201,59 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
              generator=None):
     """Block by block: inside a block, steps of the confidence rule with the block's queries attending to
     the cache and to their own block; a finished block is committed to the KV cache by the next block's
-    first forward, which takes it as a clean prefix (the official `fused_block_cache`). [MASK]s inside the
-    prompt are infilled block by block too (a block sees only the blocks to its left).
-
-    settings.official (paper mode, released checkpoints): max_new_tokens counts from the start of the block
-    holding the prompt's end (mdlm.official_count, align_inputs_to_blocks), so p mod S fewer new tokens (the
-    rest of the output stays [MASK]); with seq_len L the cache drops its oldest entries before a forward
-    would pass L, the inputs renumbered after it (block_view); a prompt with [MASK]s goes to the official
-    infilling (official_infill). Off (default): N new tokens, every entry kept at its own position."""
+    first forward, which takes it as a clean prefix (the paper's `fused_block_cache`). [MASK]s inside the
+    prompt are infilled block by block too (a block sees only the blocks to its left). Paper mode's new-token
+    count, cache crop and infilling: the last section."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
     if settings.official and official_infilling(prompt, prompt_mask, cfg.mask_id, N):
-        return official_infill(model, prompt, cfg, settings, prompt_mask, stop, generator)
+        return official_infill(model, prompt, cfg, settings, prompt_mask, stop, generator)   # paper mode
     tokens, real, _, col0, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)     # (B, C)
-    gen = official_count(real, new, S) if settings.official else real             # (B, C) to decode
+    gen = official_count(real, new, S) if settings.official else real     # (B, C) to decode; paper mode fewer
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
-    L = settings.seq_len if settings.official else None                  # the official crop past L
+    L = settings.seq_len if settings.official else None                  # paper mode: the cache crop past L
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
-    seen = prefill(model, tokens[:, :col0], real[:, :col0], cache, S, L)   # (B, col0) valid cache entries
-    step = torch.full_like(tokens, -1)
-    steps = torch.zeros(B, dtype=torch.long, device=dev)
+    seen = real[:, :col0]                                                # (B, col0) the prompt to cache
+    if L:                                                                # paper mode: its last L only
+        seen = crop_left(seen, seen[:, :0], L)
+    prefill(model, tokens[:, :col0], seen, cache, S)
+    decoded_at = torch.full_like(tokens, -1)            # (B, C) the row's forward that decoded a column
+    live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
     done = torch.zeros(B, dtype=torch.bool, device=dev)
-    nfe = 0
+    forwards = 0
     # The fused block commit. The cache holds the columns < lo = cache.length. Each forward = [columns
     # lo..s-1, the blocks finished since the last forward (clean) -> committed to the cache | this block
     # s..e-1 (its [MASK]s and the tokens decoded so far) -> dropped]. So a block's first forward commits the
     # previous block (lo < s; nothing for the first block), its later ones commit nothing (lo == s): a
-    # finished block costs no forward of its own (the official fused_block_cache).
+    # finished block costs no forward of its own.
     for s in range(col0, E, S):
         e = s + S
         while True:
             cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]          # (B, S)
-            if not cand.any():
+            if not cand.any():                                   # the block is done in every live row
                 break
             lo = cache.length                                    # < s: earlier blocks still to commit
-            seen, pos, mask = block_view(seen, real[:, lo:e], S, L)                       # (B, 1, e-lo, e)
+            if L:                                                # paper mode: the oldest entries go past L
+                seen = crop_left(seen, real[:, lo:e], L)
+            pos, mask = block_view(seen, real[:, lo:e], S)                                # (B, 1, e-lo, e)
             logits = model(tokens[:, lo:e], pos, mask, cache, last=S)                     # (B, S, V)
             cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
             seen = torch.cat([seen, real[:, lo:s]], 1)
-            # sampled: the official draws for the block's columns on its canvas (a last block may be short)
-            draw = real[:, s:e] if settings.official else None
+            draw = real[:, s:e] if settings.official else None   # paper mode: the official's random stream
             y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand, draw)
             done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
-            step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
-            steps += cand.any(1)
-            nfe += 1
-        if pick.stop is not None:
-            end = P + (e - new[:, 0]).clamp(0, N)                                           # (B,)
-            # [MASK]s in the prompt filled
-            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)
+            decoded_at[:, s:e] = torch.where(dec, live_forwards[:, None], decoded_at[:, s:e])
+            live_forwards += cand.any(1)
+            forwards += 1
+        if pick.stop is not None:                        # after each block, on the canvas up to its end
+            end = P + (e - new[:, 0]).clamp(0, N)                     # (B,) the block's end in the output
+            out = standard(prompt, tokens, decoded_at, new, real)[0]      # (B, P + N), gaps filled
+            done |= pick.stop(out, end)
         if done.all():
             break
-    return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
+    return finish(*standard(prompt, tokens, decoded_at, new, real), live_forwards, forwards)
 
 
 # ----------------------------------------------------------------------------- reproduction only
@@ -277,6 +265,16 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
 
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
+
+
+def crop_left(seen, new, L: int):
+    """The official KV cache past the model's context L (_crop_kv_cache_left): before a forward of the inputs
+    `new` (B, T), the oldest valid entries of `seen` (B, K) go so that cache + inputs <= L. block_view then
+    numbers the inputs after the entries left (the official renumbers them: L - T.., or 0.. when the inputs
+    alone pass L). Returns seen (B, K). The prefill's crop: seen the prompt's visible columns, new none, so
+    the last L of them are kept (the official caches inputs[-L:])."""
+    drop = (seen.sum(1, keepdim=True) + new.sum(1, keepdim=True) - L).clamp(min=0)    # (B, 1)
+    return seen & (seen.cumsum(1) - 1 >= drop)
 
 
 def official_context(pick, cols, sample):
@@ -315,7 +313,7 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
     one) are decoded in turn: a block's tokens sit at the positions right after the cache (not their own),
     see the whole cache and each other, and the confidence rule decodes its [MASK]s; a finished block is
     then appended to the cache by a forward of its own. With settings.seq_len = L the oldest cache entries
-    go before a forward would pass L (block_view). `stop` is checked after each block, up to its end."""
+    go before a forward would pass L (crop_left). `stop` is checked after each block, up to its end."""
     B, P = prompt.shape
     S, m, L, dev = cfg.block_size, cfg.mask_id, settings.seq_len, prompt.device
     tokens, real, _ = canvas(prompt, prompt_mask, 0, m)                          # (B, P) left-padded
@@ -329,36 +327,42 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
     Fmax = int((length // S * S).max())
     src = lead[:, None] + length[:, None] // S * S - Fmax + torch.arange(Fmax, device=dev)   # (B, Fmax)
     cache = model.new_cache(B, Fmax + (int(n_blk.max()) + 1) * S, slots=S)
-    seen = prefill(model, tokens.gather(1, src.clamp(min=0)), src >= lead[:, None], cache, S, L)
+    seen = src >= lead[:, None]                                                 # (B, Fmax) the prompt's
+    seen = crop_left(seen, seen[:, :0], L) if L else seen
+    prefill(model, tokens.gather(1, src.clamp(min=0)), seen, cache, S)
     pick = Picker(settings, tokens, real, m, prompt, prompt_mask, stop, generator)
-    step = torch.full_like(tokens, -1)
-    steps = torch.zeros(B, dtype=torch.long, device=dev)
+    decoded_at = torch.full_like(tokens, -1)            # (B, P + S) the row's forward that decoded a column
+    live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
     done = torch.zeros(B, dtype=torch.bool, device=dev)
-    nfe, shift = 0, torch.arange(S, device=dev)
+    forwards, shift = 0, torch.arange(S, device=dev)
     for j in range(int(n_blk.max())):
         cols = (start[:, None] + j * S + shift).clamp(max=P + S - 1)           # (B, S) this block's columns
         sample = rel.gather(1, cols) < length[:, None]                          # (B, S) not the pad
         # a block runs if it is one of the row's n_blk and holds a [MASK] (the pad's too, as the official)
         run = (j < n_blk) & ~done & sample[:, 0] & (tokens.gather(1, cols) == m).any(1)   # (B,)
+        inputs = run[:, None].expand(B, S)                                      # (B, S) real where it runs
         official_context(pick, cols, sample)
         while True:
             cand = (tokens.gather(1, cols) == m) & sample & run[:, None]       # (B, S)
-            if not cand.any():
+            if not cand.any():                                   # the block is done in every running row
                 break
-            seen, pos, mask = block_view(seen, run[:, None].expand(B, S), S, L)
+            seen = crop_left(seen, inputs, L) if L else seen
+            pos, mask = block_view(seen, inputs, S)
             logits = model(tokens.gather(1, cols), pos, mask, cache, last=S)    # (B, S, V)
             cache.commit(0)
             y, dec = pick(logits, cols, cand, draw=sample)                      # sampled: not the pad
             done |= pick.stopped
             tokens.scatter_(1, cols, torch.where(dec, y, tokens.gather(1, cols)))
-            step.scatter_(1, cols, torch.where(dec, steps[:, None], step.gather(1, cols)))   # the row's step
-            steps, nfe = steps + cand.any(1), nfe + 1
+            decoded_at.scatter_(1, cols, torch.where(dec, live_forwards[:, None], decoded_at.gather(1, cols)))
+            live_forwards += cand.any(1)
+            forwards += 1
         if run.any():                                            # the finished block joins the cache
-            seen, pos, mask = block_view(seen, run[:, None].expand(B, S), S, L)
+            seen = crop_left(seen, inputs, L) if L else seen
+            pos, mask = block_view(seen, inputs, S)
             model(tokens.gather(1, cols), pos, mask, cache, last=1)
             cache.commit(S)
-            seen = torch.cat([seen, run[:, None].expand(B, S)], 1)
+            seen = torch.cat([seen, inputs], 1)
         if pick.stop is not None:
             end = torch.minimum(cols[:, -1] + 1, lead + length)                 # (B,) the block's last + 1
             done |= pick.stop(tokens[:, :P], end) & run
-    return finish(tokens[:, :P], step[:, :P], steps, nfe)
+    return finish(tokens[:, :P], decoded_at[:, :P], live_forwards, forwards)

@@ -7,23 +7,23 @@ train a bidirectional transformer to predict the masked tokens from the rest. Ge
 Noise: linear schedule alpha_t = 1 - t (probability that a token is still clean), one t ~ U[eps, 1] per
 sequence. SUBS parameterisation: the [MASK] logit is -inf and clean tokens are copied through.
 Objective (per sequence, then averaged over the batch; M = masked targets, targets = not prompt, not pad):
-    training (official):   L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
-    NELBO (--nelbo, eval): L = 1/|targets| * sum_{i in M} -alpha'_t / (1 - alpha_t) * -log p_theta(x0_i | xt)
-                             = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
+    training (the paper's): L = 1/|M| * sum_{i in M} -log p_theta(x0_i | xt)
+    NELBO (--nelbo, eval):  L = 1/|targets| * sum_{i in M} -alpha'_t / (1 - alpha_t) * -log p_theta(x0_i | xt)
+                              = 1/|targets| * sum_{i in M} (1/t) * -log p_theta(x0_i | xt)
 
 Limits: Set Diffusion samples *orders* from a per-position schedule; with a single shared schedule for every
 position the reveal order is uniformly random, which is MDLM (paper §3, "uniform random positions recover
 order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
 Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
 a full bidirectional forward per step, no KV cache.
-Differences from the official code, each gone under settings.official (with seq_len L; eval.py
---official, paper mode): the sampler generates max_new_tokens new tokens and its canvas ends with the block
-holding the last of them; the official (align_inputs_to_blocks) counts them from the start of the block
-holding the prompt's end (p mod block fewer, or more: its last block also decodes the [MASK]s it pads the
-canvas with up to L, which its bidirectional forward attends to), and with p + N > L it slides an L-wide
-window at positions 0..L-1 (the last section); ours attends to the whole canvas. Paper mode also takes the
-official's pick among tied confidences, its low-confidence stop (the confidences it keeps: a block's slots
-rewritten each step) and an infilling penalty's context (the whole canvas) from sampling.py.
+Differences from the official code, and paper mode (settings.official with seq_len L, eval.py --official;
+the last section): our sampler generates max_new_tokens new tokens and its canvas ends with the block holding
+the last of them; the official (align_inputs_to_blocks) counts them from the start of the block holding the
+prompt's end (p mod block fewer, or more: its last block also decodes the [MASK]s it pads the canvas with up
+to L, which its bidirectional forward attends to), and with p + N > L it slides an L-wide window at positions
+0..L-1; ours attends to the whole canvas. Paper mode does as the official, and takes its pick among tied
+confidences, its low-confidence stop (the confidences it keeps: a block's slots rewritten each step) and an
+infilling penalty's context (the whole canvas) from sampling.py.
 
 The block-aligned canvas (`block_canvas`, `official_count`, `standard`) defined here is shared by bd3lm.py.
 """
@@ -43,7 +43,7 @@ from sampling import Picker, Settings, decode
 class MDLMConfig:
     mask_id: int          # the absorbing [MASK] token
     eps: float = 1e-3     # t ~ U[eps, 1]
-    nelbo: bool = False   # train on the 1/t-weighted NELBO instead of the official unweighted masked CE
+    nelbo: bool = False   # train on the 1/t-weighted NELBO, not the unweighted masked CE (the paper's runs)
 
     def __post_init__(self):
         if not 0 < self.eps < 1:
@@ -113,7 +113,7 @@ def masked_nll(logits, x0, xt, target, mask_id: int):
 
 def objective(nll_i, masked, t, target, nelbo: bool):
     """Per-sequence loss (B,): mean over masked tokens, or the NELBO (1/t weights, mean over targets)."""
-    if nelbo:
+    if nelbo:                                   # clamp: a row with no target (or no [MASK]) counts 0
         return (nll_i / t * masked).sum(1) / target.sum(1).clamp(min=1)
     return (nll_i * masked).sum(1) / masked.sum(1).clamp(min=1)
 
@@ -137,7 +137,7 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
     x0, xt, t, target, pad_mask = trim(pad_mask, x0, xt, t, target, pad_mask)   # drop trailing padding
     nll_i, masked = masked_nll(denoise(model, x0, xt, cfg, pad_mask), x0, xt, target, cfg.mask_id)
     per_seq = objective(nll_i, masked, t, target, cfg.nelbo)
-    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}
+    return per_seq.mean(), {"masked": masked.sum() / target.sum().clamp(min=1)}   # no target: 0, not 0 / 0
 
 
 # ----------------------------------------------------------------------------- reference sampler (read first)
@@ -149,16 +149,16 @@ def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
     that holds the leftmost [MASK]. `generate` is this loop batched (test_all.py checks them equal)."""
     S, m = settings.block, cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
-    step, nfe = torch.full_like(x, -1), 0
+    decoded_at, forwards = torch.full_like(x, -1), 0      # the forward that decoded a column; forwards run
     while (x == m).any():
         s = int((x[0] == m).nonzero()[0]) // S * S                            # the block being decoded
-        e = min(s + S, x.shape[1])
+        e = min(s + S, x.shape[1])                                            # cut at the canvas' end
         logits = model(x, mask=attention_mask(cfg, x.shape[1], x.device))[:, s:e]   # (1, e - s, V)
         y, dec = decode(logits, x[:, s:e] == m, m, settings.threshold)
         x[:, s:e] = torch.where(dec, y, x[:, s:e])
-        step[:, s:e] = torch.where(dec, nfe, step[:, s:e])
-        nfe += 1
-    return finish(x, step, torch.tensor([nfe], device=x.device), nfe)
+        decoded_at[:, s:e] = torch.where(dec, forwards, decoded_at[:, s:e])
+        forwards += 1
+    return finish(x, decoded_at, torch.tensor([forwards], device=x.device), forwards)
 
 
 # ----------------------------------------------------------------------------- batched sampler
@@ -168,7 +168,7 @@ def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
 
 def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     """Lay each row out so that its blocks (positions S*b .. S*b + S-1) share canvas columns across the batch
-    (the official align_inputs_to_blocks, for a batch).
+    (align_inputs_to_blocks of the paper's code, for a batch).
 
     Row b (prompt length p) is left-padded by off_b, a multiple of S, chosen so that the block holding its
     first new token starts at the same column col0 in every row (the prompt's tail shares that block, as in
@@ -182,14 +182,14 @@ def block_canvas(prompt, prompt_mask, max_new_tokens, S, mask_id):
     first = lead // S * S                                        # (B,) start of the first generated block
     col0 = int(first.max())
     off = col0 - first                                           # (B,) multiple of S
-    C = col0 + math.ceil(int((off + p + max_new_tokens).max() - col0) / S) * S
+    C = col0 + math.ceil(int((off + p + max_new_tokens).max() - col0) / S) * S   # whole blocks from col0
     rel = torch.arange(C, device=dev) - off[:, None]             # (B, C) position of each column
     is_prompt = (rel >= 0) & (rel < p[:, None])
     real = (rel >= 0) & (rel < (p + max_new_tokens)[:, None])
-    src = (P - p[:, None] + rel).clamp(0, P - 1)                 # the left-padded prompt's column
+    src = (P - p[:, None] + rel).clamp(0, P - 1)                 # the prompt's column (off it: any, unused)
     tokens = torch.where(is_prompt, prompt.gather(1, src), mask_id)
     new = off[:, None] + p[:, None] + torch.arange(max_new_tokens, device=dev)   # (B, N)
-    return tokens, real, rel.clamp(min=0), col0, new
+    return tokens, real, rel.clamp(min=0), col0, new             # left padding at position 0, never seen
 
 
 def standard(prompt, tokens, step, new, real):
@@ -198,22 +198,81 @@ def standard(prompt, tokens, step, new, real):
     B, P = prompt.shape
     off = real.float().argmax(1, keepdim=True)                                  # (B, 1) first real column
     src = off + real.sum(1, keepdim=True) - new.shape[1] - P + torch.arange(P, device=prompt.device)  # (B, P)
-    vis, src = src >= off, src.clamp(min=0)
+    vis, src = src >= off, src.clamp(min=0)          # a prompt column left of the canvas: the prompt's own
     return (torch.cat([torch.where(vis, tokens.gather(1, src), prompt), tokens.gather(1, new)], 1),
             torch.cat([torch.where(vis, step.gather(1, src), -1), step.gather(1, new)], 1))
 
 
 def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
-    """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more), or
-    with settings.official the official layout (official_canvas, official_count), whose last block may
-    decode past the N new tokens into the [MASK] padding: new then has S ceil(N/S) columns. Returns tokens,
-    real, pos (B, C), col0 (the first column to decode), new (B, N), gen (B, C) the columns to decode, seen
-    (B, C) the columns attended to."""
+    """MDLM's decoding canvas: block_canvas cut after the last column a row uses (no cache: none more).
+    Returns tokens, real, pos (B, C), col0 (the first column to decode), new (B, N), gen (B, C) the columns
+    to decode and seen (B, C) the columns attended to: both `real` here (paper mode's canvas,
+    official_mdlm_canvas, decodes and attends to more)."""
     N, S = settings.max_new_tokens, settings.block
-    if not settings.official:
-        tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
-        C = int(real.any(0).nonzero().max()) + 1
-        return tokens[:, :C], real[:, :C], pos[:, :C], col0, new, real[:, :C], real[:, :C]
+    tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
+    C = int(real.any(0).nonzero().max()) + 1           # after every row's last column: the rest is dead
+    return tokens[:, :C], real[:, :C], pos[:, :C], col0, new, real[:, :C], real[:, :C]
+
+
+@torch.no_grad()
+def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
+    """Semi-autoregressive: decode blocks of settings.block positions left to right, aligned to multiples of
+    the block (the first block also holds the prompt's tail, as block_canvas lays it out); inside a block,
+    one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
+    [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
+    the visible tokens right of them count). Paper mode's canvas and window: the last section."""
+    B, P = prompt.shape
+    S, dev = settings.block, prompt.device
+    layout = official_mdlm_canvas if settings.official else mdlm_canvas   # paper mode: the official canvas
+    tokens, real, pos, col0, new, gen, seen = layout(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)
+    C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
+    mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
+    slide = settings.official and bool((real.sum(1) > settings.seq_len).any())    # paper mode, p + N > L
+    pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
+    decoded_at = torch.full_like(tokens, -1)            # (B, C) the row's forward that decoded a column
+    live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    forwards = 0
+    for s in range(col0, E, S):
+        e = min(s + S, E)                                    # the last block: up to the last column to decode
+        while True:
+            cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
+            if not cand.any():                                         # the block is done in every live row
+                break
+            if slide:                                   # paper mode: an L-wide window at positions 0..L-1
+                logits = official_window(model, tokens, seen, s, S, settings.seq_len)[:, :e - s]
+            else:
+                logits = model(tokens, pos, mask, last=C - s)[:, :e - s]             # (B, e-s, V)
+            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
+            done |= pick.stopped
+            tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
+            decoded_at[:, s:e] = torch.where(dec, live_forwards[:, None], decoded_at[:, s:e])
+            live_forwards += cand.any(1)
+            forwards += 1
+        if pick.stop is not None:                        # after each block, on the canvas up to its end
+            end = P + (e - new[:, 0]).clamp(0, new.shape[1])          # (B,) the block's end in the output
+            out = standard(prompt, tokens, decoded_at, new, real)[0]      # (B, P + N), gaps filled
+            done |= pick.stop(out, end)
+        if done.all():
+            break
+    return finish(*standard(prompt, tokens, decoded_at, new, real), live_forwards, forwards)
+
+
+# ----------------------------------------------------------------------------- reproduction only
+
+# MDLM as the official code runs the released checkpoints (settings.official, eval.py --official): its
+# new-token count, its canvas padded with [MASK] to the context L, its L-wide window once p + N > L.
+HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
+OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
+
+
+def official_mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
+    """mdlm_canvas in paper mode: the official layout for released checkpoints. max_new_tokens counts from the
+    start of the block holding the prompt's end (official_count: ceil(N / block) blocks), the canvas is
+    padded with [MASK] to the context length settings.seq_len (required), every column attended to, and the
+    last block decodes that padding too (new has S ceil(N/S) columns: the output holds them, [MASK] where
+    nothing was decoded); with p + N > L each forward sees an L-wide window (official_window)."""
+    N, S = settings.max_new_tokens, settings.block
     if settings.seq_len is None:
         raise ValueError("official needs seq_len: the official MDLM canvas is padded to the context "
                          "length")
@@ -224,65 +283,6 @@ def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     # the [MASK]s to decode: ceil(N/S) blocks of the canvas (its padding too); infilling: the prompt's only
     gen = official_count(seen, new[:, :N], S) if N else real
     return tokens, real, pos, col0, new, gen, seen
-
-
-@torch.no_grad()
-def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
-    """Semi-autoregressive: decode blocks of settings.block positions left to right, aligned to multiples of
-    the block (the first block also holds the prompt's tail, as the official align_inputs_to_blocks); inside a
-    block, one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
-    [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
-    the visible tokens right of them count).
-
-    settings.official: the official layout for released checkpoints. max_new_tokens counts from the
-    start of the block holding the prompt's end (official_count: ceil(N / block) blocks), the canvas is
-    padded with [MASK] to the context length settings.seq_len (required), every column attended to, and
-    the last block decodes that padding too (the output holds block ceil(N / block) new columns, [MASK]
-    where nothing was decoded); with p + N > L each forward sees an L-wide window (official_window). Off
-    (default): N new tokens, the canvas ends with the block holding the last."""
-    B, P = prompt.shape
-    S, dev = settings.block, prompt.device
-    canvas = mdlm_canvas(prompt, prompt_mask, settings, cfg.mask_id)
-    tokens, real, pos, col0, new, gen, seen = canvas                  # (B, C) but col0, and new (B, N)
-    C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
-    mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
-    slide = settings.official and bool((real.sum(1) > settings.seq_len).any())    # p + N > L: a window
-    pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
-    step = torch.full_like(tokens, -1)
-    steps = torch.zeros(B, dtype=torch.long, device=dev)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    nfe = 0
-    for s in range(col0, E, S):
-        e = min(s + S, E)
-        while True:
-            cand = (tokens[:, s:e] == cfg.mask_id) & gen[:, s:e] & ~done[:, None]     # (B, e-s)
-            if not cand.any():
-                break
-            if slide:
-                logits = official_window(model, tokens, seen, s, S, settings.seq_len)[:, :e - s]
-            else:
-                logits = model(tokens, pos, mask, last=C - s)[:, :e - s]             # (B, e-s, V)
-            y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
-            done |= pick.stopped
-            tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
-            step[:, s:e] = torch.where(dec, steps[:, None], step[:, s:e])    # the row's own step
-            steps += cand.any(1)
-            nfe += 1
-        if pick.stop is not None:
-            end = P + (e - new[:, 0]).clamp(0, new.shape[1])                       # (B,) end of this block
-            # [MASK]s in the prompt filled
-            done |= pick.stop(standard(prompt, tokens, step, new, real)[0], end)
-        if done.all():
-            break
-    return finish(*standard(prompt, tokens, step, new, real), steps, nfe)
-
-
-# ----------------------------------------------------------------------------- reproduction only
-
-# MDLM as the official code runs the released checkpoints (settings.official, eval.py --official): its
-# new-token count, its canvas padded with [MASK] to the context L, its L-wide window once p + N > L.
-HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
-OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
 
 
 def official_count(real, new, S: int):

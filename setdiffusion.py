@@ -4,18 +4,24 @@ Idea. A sequence is generated as a series of position sets: each step predicts t
 everything revealed so far, then commits them to the KV cache as clean tokens. The order in which positions
 are revealed comes from a *staggered* masking schedule: position j has its own schedule, shifted so that
 earlier positions clear first. Its first-hitting times T_j give an order that is left to right up to local
-shuffles: a token is revealed before a token to its left only if that token is less than smax positions away
-(smax = 2d, with d below; `schedule` names the one exception, d = smax). In training this is an any-order
-autoregressive model over orders drawn from that distribution:
+shuffles: a token is revealed before a token to its left only if that token is less than smax positions away.
+In training this is an any-order autoregressive model over orders drawn from that distribution:
 
     L = E_sigma [ 1/|targets| * sum_{j in targets} -log p_theta(x_sigma(j) | x_sigma(<j)) ]
 
-computed in one forward over a 2L two-stream layout [x0 in sigma order | [MASK] in sigma order], positions
-[sigma | sigma], where the [MASK] copy of rank j sees the clean tokens of rank < j and itself only.
+Why two streams. The loss needs, for every rank j of sigma, a prediction of x_sigma(j) from the tokens of
+ranks < j. One forward over 2L slots [x0 in sigma order | [MASK] in sigma order], at positions
+[sigma | sigma], gives them all: the clean stream carries the keys of revealed tokens, causal in sigma order;
+the [MASK] stream carries one query per target, which sees the clean tokens of rank < j and itself, never its
+own token. One stream cannot do both (a token that later ranks read as a key would be visible to its own
+query), so two streams train every rank in one forward, as XLNet's two-stream attention does.
+
 Sampling: a window of W positions from the leftmost still-masked one; every step predicts all masked
-positions in the window at once, decodes the confident ones (the MDLM rule) and commits them. Read
-generate_reference first: that loop in ~25 lines (batch 1, no cache, one full forward per step); generate is
-the same sampler batched, with a KV cache and the commit fused into the next step's forward (tested equal).
+positions in the window at once, decodes the confident ones (the MDLM rule) and commits them. So the window
+W bounds a step's set (the paper's W = d = smax / 2), while smax bounds how far an order reaches (no token is
+revealed before one smax or more positions to its left), not a set's size. Read generate_reference first:
+that loop in ~25 lines (batch 1, no cache, one full forward per step); generate is the same sampler batched,
+with a KV cache and the commit fused into the next step's forward (tested equal).
 
 Why one target per query licenses a *set* per step. Training asks each query for one token given a clean
 prefix in sigma order. When decoding, the W queries of a window all see the same committed tokens, so each
@@ -30,8 +36,8 @@ query's context is one the loss trained: the window spans W <= smax positions, s
 before a masked token to its left only if it is fewer than smax positions away, which makes the committed
 tokens, in commit order, a prefix of an order the schedule draws (test_all.py checks it on generations).
 
-Schedule (paper §3; smax = 2d, the max set size and the orders' reach):
-    b = smax / (L + smax - 1),  A = d / (2L),  k = A / (b - A)   (k = 1, b = 2A when d in {1, smax})
+Schedule (paper §3; smax = 2d):
+    b = smax / (L + smax - 1),  A = d / (2L),  k = A / (b - A)    (k = 1, b = 2A at d = 1: the AR order)
     loc_j = (1 - b)(1 - j / (L - 1)),  T_j = loc_j + b (1 - exp(-E_j / k)),  E_j ~ Exp(1)
     sigma = argsort(T, descending, stable): prompt first (T = +inf), padding last (T = -inf)
 d, physically: position j is masked (forward time) over its support [loc_j, loc_j + b], smax positions wide in
@@ -42,17 +48,17 @@ paper's inference budget C). The sampler's window W = d covers twice that, from 
 Limits: smax = 2 (d = 1) gives the identity order: the *factorisation order* is AR's (tested), though the
 model still predicts x_j at a [MASK] query placed at position j, not from a shifted input as ar.py does. Were
 every position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic
-limit. Fixed contiguous sets whose members attend to each other: BD3-LM; its mask at S = 1 is this file's
-mask. Differences from the official code: the sampler runs a batch (each row its own window; the official
-asserts batch size 1); the KV cache keeps every entry, where the official drops entries past the context L
-(the oldest; with the FHT order those of the smallest positions, and then reads its mask at positions):
-settings.official (eval.py --official, paper mode) does that too (the last section, with the commit order
-"fht" the official accuracy runs use: commit_key), and it also follows the official's pick among tied
-confidences, its low-confidence stop (no stop check after the last [MASK]) and, infilling with a penalty
-that leaves the prompt out, its penalty's context: the KV cache's tokens (official_context, sampling.py). With
-commit_order="fht" a batch draws T over the longest row's N target slots, the last N entries of the
-schedule over the model's seq_len positions as the official (over N positions when N > L, where the
-official has no schedule, or when no seq_len is given).
+limit. Fixed contiguous sets whose members attend to each other: BD3-LM, whose mask at S = 1 is this one.
+
+Differences from the official code, and paper mode (settings.official, eval.py --official; the last section):
+our sampler runs a batch (each row its own window; the official asserts batch size 1) and its KV cache keeps
+every entry, where the official drops entries past the context L (the oldest, or under its FHT commit order
+those of the smallest positions, and then reads its mask at positions: Crop). Paper mode does that too, and
+takes the official's pick among tied confidences, its low-confidence stop (no check after the last [MASK])
+and an infilling penalty's context (the KV cache's tokens: official_context). settings.commit_order "fht"
+(the official accuracy runs') commits a step's tokens by decreasing first-hitting time, drawn from a schedule
+of its own (fht_key); the default "l2r", left to right, is the official sampler's default.
+
 Beyond the paper (off by default; the section before the last): cfg.infill, a fraction of the rows trained
 in an infilling order. 0 is the paper's loss, draw for draw.
 """
@@ -72,8 +78,9 @@ from sampling import Picker, Settings, decode
 @dataclass
 class SetDiffusionConfig:
     mask_id: int    # the [MASK] token of the query stream
-    smax: int = 8   # max set size / reorder reach, = 2d; the window defaults to smax // 2 = d
-    infill: float = 0.0  # NOT the paper: the fraction of training rows given an infilling order (infill_span)
+    smax: int = 8   # how far an order reaches (no token before one smax positions to its left), = 2d
+    # Beyond the paper (the --infill section; at the defaults the loss is the paper's, draw for draw):
+    infill: float = 0.0           # the fraction of training rows given an infilling order (infill_span)
     infill_len: str = "uniform"   # ... and how their span lengths are drawn: "uniform" or "loguniform"
     infill_added: bool = False    # ... and whether they are copies added to the batch, not replacements
 
@@ -88,9 +95,8 @@ class SetDiffusionConfig:
 
     def check(self, seq_len: int):
         """Raise a ValueError with one line for a setting that cannot train at context seq_len."""
-        if self.smax > seq_len:
+        if self.smax > seq_len:     # an order's reach past the row: no staggered schedule is that wide
             raise ValueError(f"--smax {self.smax} is larger than the sequence length {seq_len}")
-        schedule(seq_len, self.smax)                        # refuses an smax and d with no staggered schedule
 
     def window(self, W: int = 0, name: str = "the window") -> int:
         """The sampler's window: W positions, or for 0 the paper's W = d = smax // 2 (ValueError, one line
@@ -111,41 +117,34 @@ CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible toke
 
 # ----------------------------------------------------------------------------- ordering
 
-def schedule(seq_len: int, smax: int, d: float | None = None, device=None):
-    """Staggered schedule constants: loc (L,) float64, b, k. d defaults to smax / 2 (the paper's models).
+def schedule(seq_len: int, smax: int, device=None):
+    """The staggered schedule (the docstring's formula block, d = smax / 2): loc (L,) float64, b, k.
 
     Position j's support [loc_j, loc_j + b]: the locs are (1 - b) / (L - 1) apart, so two supports overlap,
-    and the order may swap their positions, iff the positions are less than b (L - 1) / (1 - b) apart: smax
-    for the general b, so a token is never revealed before one smax or more positions to its left. d in {1,
-    smax} takes the official schedule's other branch, k = 1 and b = 2A: at d = 1 (smax = 2) b (L - 1) / (1 -
-    b) = 1, the supports abut and sigma is the identity (AR); at d = smax the supports are wider than smax
-    positions, so the reach exceeds smax - 1 (measured over 20,000 orders: 8 at L 128, smax 8; 18 at L 128,
-    smax 16). The sampler's "fht" commit order reaches that branch when its window is at most smax / 4
-    (commit_key)."""
-    d = smax / 2 if d is None else d
+    and the order may swap their positions, iff the positions are less than b (L - 1) / (1 - b) = smax apart:
+    a token is never revealed before one smax or more positions to its left. At d = 1 (smax = 2) the
+    schedule takes k = 1 and b = 2A = 1 / L instead: b (L - 1) / (1 - b) = 1, the supports abut and sigma is
+    the identity (AR)."""
+    d = smax / 2
     A = d / (2 * seq_len)                       # area under one position's masking probability curve
-    if d in (1, smax):                          # the official schedule's branch: k = 1, a linear curve
+    if d == 1:                                  # smax = 2: a linear curve (k = 1) on supports that abut
         b, k = 2 * A, 1.0
     else:
         b = smax / (seq_len + smax - 1)         # support width: smax positions' spacing
-        if b <= A:
-            raise ValueError(f"no staggered schedule with smax={smax} and d={d} over {seq_len} positions")
+        if b <= A:      # k = A / (b - A) > 0 needs A < b, i.e. smax <= 3L: a row shorter has no schedule
+            raise ValueError(f"no staggered schedule with smax={smax} over {seq_len} positions")
         k = A / (b - A)  # area of b (1 - (1 - u)^k) over the support = b k / (k + 1) = A
     j = torch.arange(seq_len, dtype=torch.float64, device=device)                 # made where it is used
-    loc = (1 - b) * (1 - j / max(seq_len - 1, 1))                                  # (L,)
+    loc = (1 - b) * (1 - j / max(seq_len - 1, 1))       # (L,); L = 1: one position, its support at 1 - b
     return loc, b, k
 
 
-def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None, d=None,
-                        last: int | None = None):
+def first_hitting_times(batch_size: int, seq_len: int, smax: int, generator=None, device=None):
     """T_j = loc_j + b (1 - exp(-E_j / k)): the time position j is masked, going forward. (B, L) float64.
-    P(T_j <= t) = 1 - (1 - clip((t - loc_j) / b, 0, 1))^k, the schedule's masking probability move_j(t).
-    last: only the last `last` positions of the L-long schedule, (B, last), E drawn for those alone (the
-    official compute_first_hitting_times)."""
-    loc, b, k = schedule(seq_len, smax, d, device)
-    n = seq_len if last is None else last
-    E = torch.empty(batch_size, n, dtype=torch.float64, device=device).exponential_(generator=generator)
-    return loc[seq_len - n:] + b * (-torch.expm1(-E / k))                        # (B, n)
+    P(T_j <= t) = 1 - (1 - clip((t - loc_j) / b, 0, 1))^k, the schedule's masking probability move_j(t)."""
+    loc, b, k = schedule(seq_len, smax, device)
+    E = torch.empty(batch_size, seq_len, dtype=torch.float64, device=device).exponential_(generator=generator)
+    return loc + b * (-torch.expm1(-E / k))                                      # (B, L)
 
 
 def order(x0, smax: int, prompt_mask, pad_mask, generator=None, span=None):
@@ -216,7 +215,9 @@ def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None, s
     target = ~(prompt_mask | pad_mask)
     sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator, span)          # (B, L)
     n_prompt, n_target = prompt_mask.sum(1), target.sum(1)                       # (B,)
-    first, end = int(n_prompt.min()), max(int((n_prompt + n_target).max()), 1)   # ranks holding targets
+    # The ranks [first, end) that hold a target in some row. Where no row holds one (prompts of one length,
+    # or padding alone) they keep one rank, counted nowhere: a forward needs a query (last=0 keeps all slots).
+    first, end = int(n_prompt.min()), max(int((n_prompt + n_target).max()), 1)
     first = min(first, end - 1)
     logits = denoise(model, x0, sigma, target, cfg, pad_mask, first, end).float()
     logits[..., cfg.mask_id] = float("-inf")                                     # never predict [MASK]
@@ -245,7 +246,7 @@ def loss(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, ge
     if span is not None and cfg.infill_added:
         x0, prompt_mask, pad_mask, span = added_rows(x0, prompt_mask, pad_mask, span)
     nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, span=span)
-    per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)
+    per_seq = nll_i.sum(1) / target_s.sum(1).clamp(min=1)          # a row with no target: 0, not 0 / 0
     return per_seq.mean(), {"tokens": target_s.sum()}
 
 
@@ -266,10 +267,10 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
     C, dev = x.shape[1], x.device
     clean = [c for c in range(C) if x[0, c] != m]  # committed columns, in commit order
-    step, nfe = torch.full_like(x, -1), 0
+    decoded_at, forwards = torch.full_like(x, -1), 0      # the forward that decoded a column; forwards run
     while (x == m).any():
         left = int((x[0] == m).nonzero()[0])                                # the window: W columns from here
-        queries = [c for c in range(left, min(left + W, C)) if x[0, c] == m]
+        queries = [c for c in range(left, min(left + W, C)) if x[0, c] == m]   # cut at the canvas' end
         n, n_q = len(clean), len(queries)
         mask = torch.zeros(n + n_q, n + n_q, dtype=torch.bool, device=dev)
         mask[:n, :n] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()   # clean: causal in commit order
@@ -281,10 +282,10 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
         y, dec = decode(logits, torch.ones(1, n_q, dtype=torch.bool, device=dev), m, settings.threshold)
         for j, c in enumerate(queries):                                     # commit left to right
             if dec[0, j]:
-                x[0, c], step[0, c] = y[0, j], nfe
+                x[0, c], decoded_at[0, c] = y[0, j], forwards
                 clean.append(c)
-        nfe += 1
-    return finish(x, step, torch.tensor([nfe], device=dev), nfe)
+        forwards += 1
+    return finish(x, decoded_at, torch.tensor([forwards], device=dev), forwards)
 
 
 # ----------------------------------------------------------------------------- batched sampler
@@ -295,7 +296,7 @@ def prefill(model, tokens, pos, visible, cache):
     their positions (B, K)."""
     cols = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
     idx, ok = gather_slots(visible, cols.double())                                  # (B, K)
-    if idx.shape[1] > 0:
+    if idx.shape[1] > 0:                                # else no row has a visible token: nothing to cache
         causal = torch.ones(idx.shape[1], idx.shape[1], dtype=torch.bool, device=tokens.device).tril()
         model(tokens.gather(1, idx), pos.gather(1, idx), with_padding(causal, ~ok), cache, last=1)
         cache.commit(idx.shape[1])
@@ -316,8 +317,9 @@ def window_canvas(prompt, prompt_mask, max_new_tokens: int, mask_id: int, W: int
 def step_cache(model, B: int, C: int, n_masked: int, W: int, threshold):
     """A KV cache the sampler never overflows. A step commits up to new_max tokens a row (1 at threshold inf,
     else up to W), left-aligned and padded to the batch's most with dead slots. Over a generation of at most
-    n_masked steps that is at most min(B, new_max) * n_masked slots. Room: the prefill (< C) + those commits
-    + the W queries a step writes and drops. Each step feeds at most new_max + W tokens (static decoding)."""
+    n_masked steps that is at most min(B, new_max) * n_masked slots (a step's width is one row's commits, and
+    the rows' commits sum to at most B * n_masked). Room: the prefill (< C) + those commits + the W queries a
+    step writes and drops. Each step feeds at most new_max + W tokens (static decoding)."""
     new_max = 1 if threshold == math.inf else W
     room = C + min(B, new_max) * n_masked + W
     return model.new_cache(B, room, slots=new_max + W)
@@ -350,59 +352,60 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
 
     Every visible token of the prompt, left and right of any [MASK] gaps, is cached first (prefill); then the
     gaps and the N new tokens are filled by the window. Each step is one forward over [tokens decoded last
-    step (clean) | masked positions of the window]; the clean ones are committed to the cache, the queries'
-    entries dropped. settings.commit_order "l2r" commits a step's tokens left to right, "fht" by decreasing
-    first-hitting time (commit_key). `stop` is checked every W steps up to the window's end, as the
-    official."""
-    W = cfg.window(settings.window)
+    step (clean) | masked positions of the window]; the clean ones are committed to the cache, left to right,
+    the queries' entries dropped. `stop` is checked every W steps, on the canvas up to the window's end.
+    The hooks of paper mode and of the "fht" commit order call into the last section."""
+    W, N = cfg.window(settings.window), settings.max_new_tokens
     B, dev = prompt.shape[0], prompt.device
-    # (B, C+W)
-    tokens, real, pos, C = window_canvas(prompt, prompt_mask, settings.max_new_tokens, cfg.mask_id, W)
-    masked = (tokens == cfg.mask_id) & real  # (B, C + W) still to decode
+    tokens, real, pos, C = window_canvas(prompt, prompt_mask, N, cfg.mask_id, W)   # (B, C + W)
+    masked = (tokens == cfg.mask_id) & real                                    # (B, C + W) still to decode
     pick = Picker(settings, tokens, real, cfg.mask_id, prompt, prompt_mask, stop, generator)
-    # (B, C + W)
-    key = commit_key(masked, W, cfg.smax / 2, settings.commit_order, generator, settings.seq_len)
+    key = torch.arange(C + W, dtype=torch.float64, device=dev).expand(B, -1)       # (B, C + W) commit order
+    if settings.commit_order == "fht":            # by first-hitting time instead, drawn once (last section)
+        key = fht_key(key, masked, W, cfg.smax / 2, generator, settings.seq_len)
     cache = step_cache(model, B, C, int(masked.sum(1).max()), W, settings.threshold)
-    cache_ok, cache_pos = prefill(model, tokens, pos, real & ~masked, cache)      # (B, cached) valid entries
-    official_crop = settings.official and settings.seq_len      # paper mode: the official crop past L
-    crop = Crop(settings.seq_len, settings.commit_order, B, dev) if official_crop else None
-    step, done = torch.full_like(tokens, -1), ~masked.any(1)
-    steps = torch.zeros(B, dtype=torch.long, device=dev)                           # forwards per live row
+    cache_ok, cache_pos = prefill(model, tokens, pos, real & ~masked, cache)      # (B, K) valid entries
+    paper_crop = settings.official and settings.seq_len        # paper mode: the official cache crop past L
+    crop = Crop(settings.seq_len, settings.commit_order, B, dev) if paper_crop else None
+    decoded_at = torch.full_like(tokens, -1)            # (B, C + W) the row's forward that decoded a column
+    live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
+    forwards, done = 0, ~masked.any(1)                  # a row with nothing to decode is done at once
     # The fused commit. At the top of the loop `win` and `dec` (B, W) still hold LAST step's window and what
     # it decoded: those tokens, in commit order, are fed clean and committed by this step's forward, beside
     # this step's W [MASK] queries (dropped), so a commit costs no forward of its own. The cache plus these
     # commits is generate_reference's clean stream; the last step's decoded tokens are never fed.
     win, dec = tokens.new_zeros(B, 0), masked.new_zeros(B, 0)                      # no last step yet
-    nfe, shift = 0, torch.arange(W, device=dev)
+    shift = torch.arange(W, device=dev)
     while not done.all():
         commit_idx, commit_ok = gather_slots(dec, key.gather(1, win))  # (B, n) in last window, commit order
         commit_cols = win.gather(1, commit_idx)                            # (B, n) their canvas columns
         win = masked.float().argmax(1, keepdim=True) + shift               # (B, W) from the leftmost [MASK]
-        cand = masked.gather(1, win) & ~done[:, None]                      # (B, W) to predict
+        cand = masked.gather(1, win) & ~done[:, None]                      # (B, W) to predict; done rows none
         inp = torch.cat([tokens.gather(1, commit_cols), torch.full_like(win, cfg.mask_id)], 1)   # (B, n + W)
-        inp_pos = torch.cat([pos.gather(1, commit_cols), pos.gather(1, win)], 1)
-        if crop is not None:
-            cache_ok, mask = crop(cache_ok, cache_pos, commit_ok, cand, inp_pos)
-        else:
+        inp_pos = torch.cat([pos.gather(1, commit_cols), pos.gather(1, win)], 1)                 # (B, n + W)
+        if crop is None:
             mask = step_mask(cache_ok, commit_ok, W)                       # (B, 1, n + W, cache + n + W)
+        else:
+            cache_ok, mask = crop(cache_ok, cache_pos, commit_ok, cand, inp_pos)
         logits = model(inp, inp_pos, mask, cache, last=W)                  # (B, W, V)
         cache.commit(commit_cols.shape[1])                                 # keep the clean, drop the queries
         cache_ok = torch.cat([cache_ok, commit_ok], 1)
         cache_pos = torch.cat([cache_pos, inp_pos[:, :commit_cols.shape[1]]], 1)
-        y, dec = pick(logits, win, cand, draw=cand)    # (B, W) sampled: a draw per query, as the official
+        y, dec = pick(logits, win, cand, draw=cand)    # (B, W); sampled: one draw per query
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
-        step.scatter_(1, win, torch.where(dec, steps[:, None], step.gather(1, win)))   # the row's own step
+        decoded_at.scatter_(1, win, torch.where(dec, live_forwards[:, None], decoded_at.gather(1, win)))
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)
-        if settings.official:                       # the official's infilling penalty reads its KV cache
+        if settings.official:                       # paper mode: the official's infilling penalty context
             official_context(pick, win, dec)
-        steps, nfe = steps + cand.any(1), nfe + 1
+        live_forwards += cand.any(1)
+        forwards += 1
         done |= pick.stopped | ~masked.any(1)
-        # every W steps, as the official (paper mode: not after the last [MASK], where its loop has ended)
-        check = nfe > 1 and (nfe - 1) % W == 0 and (not settings.official or masked.any())
+        # every W steps (paper mode: not after the last [MASK], where the official loop has ended)
+        check = forwards > 1 and (forwards - 1) % W == 0 and (not settings.official or masked.any())
         if pick.stop is not None and check:
-            left = torch.where(masked.any(1), masked.float().argmax(1), C)
-            done |= pick.stop(tokens[:, :C], (left + W).clamp(max=C))
-    return finish(tokens[:, :C], step[:, :C], steps, nfe)
+            left = torch.where(masked.any(1), masked.float().argmax(1), C)   # (B,) a finished row: its end
+            done |= pick.stop(tokens[:, :C], (left + W).clamp(max=C))       # the window's end, in the canvas
+    return finish(tokens[:, :C], decoded_at[:, :C], live_forwards, forwards)
 
 
 # ----------------------------------------------------------------------------- beyond the paper: --infill
@@ -432,8 +435,8 @@ def infill_span(pad_mask, fraction: float, generator=None, lengths: str = "unifo
     if lengths == "uniform":
         n = 1 + (u[:, 1] * m).long()                                               # (B,) span length
     else:
-        n = torch.minimum((m + 1.0).pow(u[:, 1]).long(), m).clamp(min=1)           # (B,) span length
-    start = (u[:, 2] * (real - n).clamp(min=1)).long()                             # (B,) its first position
+        n = torch.minimum((m + 1.0).pow(u[:, 1]).long(), m).clamp(min=1)   # (B,) in [1, m] despite rounding
+    start = (u[:, 2] * (real - n).clamp(min=1)).long()     # (B,) its first position; 0 if it fills the row
     j = torch.arange(L, device=pad_mask.device)
     inside = (j >= start[:, None]) & (j < (start + n)[:, None])                    # (B, L)
     return (u[:, :1] < fraction) & inside & ~pad_mask
@@ -456,26 +459,43 @@ HF_GENERATE = False   # the official runs decode it with its own set sampler
 OFFICIAL_EXCLUDES = True
 
 
-def commit_key(masked, W: int, d: float, commit_order: str, generator=None, seq_len: int | None = None):
-    """Sort key (B, C) of the canvas columns: a step commits its decoded tokens by increasing key.
-
-    "l2r": the column itself. "fht": minus the first-hitting times of the N masked (target) slots, drawn
-    once per generation as the official accuracy runs do (setdlm_fht_cache_order): the last N entries of the
-    staggered schedule over the model's L = seq_len positions (A = d / 2L), with max 2W and the model's d, so
-    tokens are committed by decreasing T. The schedule spans max(L, N) positions (the official needs N <= L);
-    seq_len None: L = N, a schedule over the target slots alone."""
-    B, C = masked.shape
-    key = torch.arange(C, device=masked.device, dtype=torch.float64).expand(B, C)
+def fht_key(key, masked, W: int, d: float, generator=None, seq_len: int | None = None):
+    """settings.commit_order "fht", the official accuracy runs' (setdlm_fht_cache_order): the commit key
+    (B, C) of generate (the columns: left to right) with each masked (target) column's key minus its
+    first-hitting time, drawn once per generation (fht_times), so that a step's tokens are committed by
+    decreasing T, as training's clean stream lists a set. ("l2r", the default, is the official sampler's
+    own default: deterministic, no draw, and what generate_reference states.)"""
     N = int(masked.sum(1).max())
-    # "l2r" is the default: the official sampler's own default (its FHT flag is off unless a script sets it),
-    # deterministic, and what generate_reference states; the official accuracy runs set "fht".
-    if commit_order == "l2r" or N < 2:
+    if N < 2:                   # one target or none: a single order, and no draw from the generator
         return key
+    T = fht_times(masked.shape[0], N, W, d, generator, masked.device, seq_len)   # (B, N)
+    slot = (masked.cumsum(1) - 1).clamp(min=0, max=N - 1)      # (B, C) a column's target slot (read at targets)
+    return torch.where(masked, -T.gather(1, slot), key)
+
+
+def fht_times(batch_size: int, N: int, W: int, d: float, generator=None, device=None,
+              seq_len: int | None = None):
+    """First-hitting times (B, N) of the FHT commit order: the official draws them for its N target slots
+    from a schedule of their own, the last N entries of a staggered schedule over the model's L = seq_len
+    positions with reach 2W (its smax) and the model's d (A = d / 2L): not training's schedule, whose d is
+    smax / 2, unless the window is the paper's W = d. The schedule spans max(L, N) positions (the official
+    needs N <= L); seq_len None: L = N, over the target slots alone. d is clipped to that smax, and d in {1,
+    smax} takes the official schedule's other branch, k = 1 and b = 2A: a window of at most d / 2 reaches it,
+    whose supports are wider than smax positions, so its orders reach past smax - 1 (measured over 20,000
+    orders: 8 at L 128, smax 8; 18 at L 128, smax 16)."""
     L = max(seq_len or N, N)
     smax = min(2 * W, L)
-    T = first_hitting_times(B, L, smax, generator, masked.device, d=min(d, smax), last=N)   # (B, N)
-    slot = (masked.cumsum(1) - 1).clamp(min=0)                                     # (B, C) slot of a column
-    return torch.where(masked, -T.gather(1, slot.clamp(max=N - 1)), key)
+    d = min(d, smax)
+    A = d / (2 * L)                                          # the model's area, over L positions
+    if d in (1, smax):                                       # the official schedule's branch: a linear curve
+        b, k = 2 * A, 1.0
+    else:                                                    # d < smax <= L, so A < b: k > 0
+        b = smax / (L + smax - 1)
+        k = A / (b - A)
+    j = torch.arange(L - N, L, dtype=torch.float64, device=device)                # the last N positions
+    loc = (1 - b) * (1 - j / max(L - 1, 1))                                        # (N,)
+    E = torch.empty(batch_size, N, dtype=torch.float64, device=device).exponential_(generator=generator)
+    return loc + b * (-torch.expm1(-E / k))                                        # (B, N)
 
 
 def official_context(pick, win, dec):

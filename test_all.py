@@ -362,25 +362,6 @@ def test_setdiffusion_reference_logits_equal_generate(window):
             torch.testing.assert_close(f[p], logits, rtol=0, atol=1e-5)
 
 
-def test_setdiffusion_commit_orders_and_stop_rule():
-    model, cfg = tiny_model(7), METHODS["setdiffusion"][1]
-    prompt = torch.randint(0, MASK, (2, 4))
-    g = torch.Generator().manual_seed(0)
-    tokens, stats = sd.generate(model, prompt, cfg, Settings(12, 0.3, commit_order="fht"), generator=g)
-    assert not (tokens == MASK).any() and stats["nfe"] <= 12
-    calls = []
-    stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
-    tokens, stats = sd.generate(model, prompt, cfg, Settings(12), stop=stop)
-    assert stats["nfe"] == 4 and len(calls) == 1                         # checked after step W + 1 (W = 3)
-    left = (tokens == MASK).float().argmax(1)                     # the window starts at the first [MASK]
-    assert torch.equal(calls[0], left + 3) and stats["n_gen"].tolist() == [4, 4]
-    for row, end in zip(tokens, calls[0]):
-        assert (row[end:] == MASK).all()                                 # nothing decoded past the window
-    for bad in ({"window": 7}, {"commit_order": "random"}, {"threshold": float("nan")}):
-        with pytest.raises(ValueError):
-            sd.generate(model, prompt, cfg, Settings(4, **bad))
-
-
 # ----------------------------------------------------------------------------- learning
 
 @pytest.mark.parametrize("name", list(METHODS))

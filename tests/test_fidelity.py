@@ -1,11 +1,15 @@
 """Evaluation as the paper's: unbiased estimators, orders from the schedule's formulas, the decode rule,
 commit orders and stopping; paper mode (official) == plain transcriptions of the official code's rules."""
+import contextlib
 import dataclasses
+import inspect
 import math
+import sys
 
 import pytest
 import torch
 
+import ar
 import bd3lm
 import sampling
 from sampling import SamplerOptions, Settings, at, confident, decode, process, start
@@ -256,16 +260,77 @@ def official_fht(N, L, W, d, seed):
 def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
     W, d, P, N, L = 3, 3.0, 4, 24, 40
     masked = torch.arange(P + N)[None] >= P                                              # (1, P + N)
-    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=L)
+    l2r = torch.arange(P + N, dtype=torch.float64)[None]                                 # generate's key
+    key = sd.fht_key(l2r, masked, W, d, torch.Generator().manual_seed(7), seq_len=L)
     T, k = official_fht(N, L, W, d, 7)
     torch.testing.assert_close(-key[:, P:], T, rtol=0, atol=1e-12)
     assert torch.equal(key[0, :P], torch.arange(P, dtype=torch.float64))                 # the prompt: l2r
     T_n, k_n = official_fht(N, N, W, d, 7)                                           # the old N-slot schedule
     assert abs(k - k_n) > 0.01 and not torch.allclose(T, T_n)
-    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7))          # no seq_len: L = N
+    key = sd.fht_key(l2r, masked, W, d, torch.Generator().manual_seed(7))               # no seq_len: L = N
     torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
-    key = sd.commit_key(masked, W, d, "fht", torch.Generator().manual_seed(7), seq_len=10)   # N > L: over N
+    key = sd.fht_key(l2r, masked, W, d, torch.Generator().manual_seed(7), seq_len=10)   # N > L: over N
     torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
+
+
+def reproduction_section(mod) -> set:
+    """The names of the functions and classes a method file takes from a method file's last section
+    ("reproduction only"): its own, and those it imports (bd3lm's official_count from mdlm)."""
+    names = set()
+    for name, obj in vars(mod).items():
+        home = sys.modules.get(getattr(obj, "__module__", ""))
+        if home in (ar, mdlm, bd3lm, sd) and (inspect.isfunction(obj) or inspect.isclass(obj)):
+            lines = inspect.getsource(home).splitlines()
+            last = max(i for i, s in enumerate(lines, 1) if s.startswith("# -") and "reproduction only" in s)
+            names |= {name} if inspect.getsourcelines(obj)[1] > last else set()
+    return names
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_the_default_sampler_calls_nothing_from_the_reproduction_section(name, monkeypatch):
+    """Paper mode and the "fht" commit order are hooks into the last section: with every name from it made
+    to fail, the default generate (not official, commit order l2r) runs a batch, sampled, with a stop hook,
+    and a prompt with [MASK]s; paper mode (and "fht") fails, so the names are the ones the hooks call."""
+    mod, cfg, kw = METHODS[name]
+    names = reproduction_section(mod)
+    assert bool(names) == (name != "ar"), names                   # AR's last section holds data alone
+
+    def fail(*args, **kwargs):
+        raise LookupError("the reproduction section was called")
+    for n in names:
+        monkeypatch.setattr(mod, n, fail)
+    model, (_, batch, prompt_mask) = Jitter(tiny_model(8), 3), left_padded([2, 7, 5])
+    stop = lambda tokens, end: end > batch.shape[1] + 4          # noqa: E731 (rows stop after 4 new tokens)
+    settings = Settings(9, 0.5, 1.0, **kw)
+    tokens, _ = mod.generate(model, batch, cfg, settings, prompt_mask, stop, torch.Generator().manual_seed(0))
+    assert tokens.shape == (3, batch.shape[1] + 9)
+    if mod.CAN_INFILL:
+        mod.generate(model, torch.tensor([[1, 2, 3, MASK, MASK, 4, 5]]), cfg, Settings(0, 0.5, **kw))
+    for hooked in [{"official": True, "seq_len": 16}] + [{"commit_order": "fht"}] * (name == "setdiffusion"):
+        with pytest.raises(LookupError) if names else contextlib.nullcontext():
+            mod.generate(model, batch, cfg, Settings(9, 0.5, **kw, **hooked), prompt_mask)
+
+
+def test_setdiffusion_commit_orders_and_stop_rule():
+    """Both commit orders decode every [MASK]; `stop` is checked every W steps, after step W + 1, on the
+    canvas up to the window's end (nothing decoded past it); a window past smax, an unknown commit order, a
+    NaN threshold refused."""
+    model, cfg = tiny_model(7), sd.SetDiffusionConfig(MASK, 6)
+    prompt = torch.randint(0, MASK, (2, 4))
+    g = torch.Generator().manual_seed(0)
+    tokens, stats = sd.generate(model, prompt, cfg, Settings(12, 0.3, commit_order="fht"), generator=g)
+    assert not (tokens == MASK).any() and stats["nfe"] <= 12
+    calls = []
+    stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
+    tokens, stats = sd.generate(model, prompt, cfg, Settings(12), stop=stop)
+    assert stats["nfe"] == 4 and len(calls) == 1                         # checked after step W + 1 (W = 3)
+    left = (tokens == MASK).float().argmax(1)                     # the window starts at the first [MASK]
+    assert torch.equal(calls[0], left + 3) and stats["n_gen"].tolist() == [4, 4]
+    for row, end in zip(tokens, calls[0]):
+        assert (row[end:] == MASK).all()                                 # nothing decoded past the window
+    for bad in ({"window": 7}, {"commit_order": "random"}, {"threshold": float("nan")}):
+        with pytest.raises(ValueError):
+            sd.generate(model, prompt, cfg, Settings(4, **bad))
 
 
 @pytest.mark.parametrize("commit_order", ["fht", "l2r"])
@@ -578,10 +643,11 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
         assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64)])
+@pytest.mark.parametrize("P, N, L", [(6, 16, 12), (8, 14, 12), (6, 16, 64), (6, 16, 6)])
 def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     """P + N > L (make reproduce-gsm8k): the oldest entries go before a forward would pass L and the inputs
-    are renumbered; the default keeps every entry at its position."""
+    are renumbered; the default keeps every entry at its position. L 6 < 2S: a forward's two blocks alone
+    pass L, the cache empties and they sit at positions 0.. (the official's), not L - 2S.."""
     S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(23), 6)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
     for tau in (math.inf, 0.6):
