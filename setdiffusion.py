@@ -469,7 +469,7 @@ def fht_key(key, masked, W: int, d: float, generator=None, seq_len: int | None =
     if N < 2:                   # one target or none: a single order, and no draw from the generator
         return key
     T = fht_times(masked.shape[0], N, W, d, generator, masked.device, seq_len)   # (B, N)
-    slot = (masked.cumsum(1) - 1).clamp(min=0, max=N - 1)      # (B, C) a column's target slot (read at targets)
+    slot = (masked.cumsum(1) - 1).clamp(min=0, max=N - 1)    # (B, C) a column's target slot (read at targets)
     return torch.where(masked, -T.gather(1, slot), key)
 
 

@@ -106,8 +106,8 @@ def model_shape(args, tok) -> dict:
     """The ModelConfig fields of --preset, or of --n-layer/--n-embd/--n-head/--n-kv-head with the tokenizer's
     vocabulary. Shape flags given beside --preset replace its fields (a small DiT: --preset dit-owt --n-layer
     2 --n-embd 64 --n-head 4); a width or head count given derives the MLP (4 x width) and the head size
-    anew, and --n-kv-head defaults to the heads, as without a preset. A preset whose vocabulary is smaller than
-    the tokenizer's is refused (ValueError)."""
+    anew, and --n-kv-head defaults to the heads, as without a preset. A preset whose vocabulary is smaller
+    than the tokenizer's is refused (ValueError)."""
     given = {k: getattr(args, k) for k in train_args.SHAPE if getattr(args, k) is not None}
     shape = dict(PRESETS[args.preset]) if args.preset else {"vocab_size": tok.vocab_size}
     if {"n_embd", "n_head"} & given.keys():

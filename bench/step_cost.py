@@ -102,8 +102,8 @@ def main(argv=None):
         rows.append([m, k, f"{r['ms_step']:.3f}", f"{r['ms_forward']:.3f}", f"{r['ms_head']:.3f}",
                      f"{r['ms_sampler']:.3f}", f"{r['ms_step'] / ar['ms_step']:.2f}x",
                      f"{r['ms_forward'] / ar['ms_forward']:.2f}x"])
-    print(markdown_table(["method", "kind", "CPU ms/step", "forward", "of which head", "sampler", "step vs AR",
-                          "forward vs AR"], rows))
+    print(markdown_table(["method", "kind", "CPU ms/step", "forward", "of which head", "sampler",
+                          "step vs AR", "forward vs AR"], rows))
     if args.json:
         with open(args.json, "w") as f:
             standard_json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new,

@@ -3,11 +3,11 @@
     python -m bench.train_speed                         # train.py's default shape on the shipped task
     python -m bench.train_speed --rounds 5 --json results/train_speed.json
 
-One optimizer step as train.py takes it: the method's loss on a batch of the shipped task (train.py's default
-model, 4 x 128, batch 16, rows trimmed to their longest), backward, gradient clipping, AdamW. The compiled model
-is `torch.compile(model, dynamic=True)`, as train.py --compile builds it, warmed up (compiled) before timing.
-Eager and compiled alternate, `--steps` steps each, `--rounds` times; each number is the median round's tokens/s
-(non-padding tokens), with the rounds' range. Wall-clock time: run it on idle cores.
+One optimizer step as train.py takes it: the method's loss on a batch of the shipped task (train.py's
+default model, 4 x 128, batch 16, rows trimmed to their longest), backward, gradient clipping, AdamW. The
+compiled model is `torch.compile(model, dynamic=True)`, as train.py --compile builds it, warmed up (compiled)
+before timing. Eager and compiled alternate, `--steps` steps each, `--rounds` times; each number is the median
+round's tokens/s (non-padding tokens), with the rounds' range. Wall-clock time: run it on idle cores.
 """
 import argparse
 import statistics
@@ -27,7 +27,8 @@ def batches(tok, n: int, B: int, seed: int = 0) -> list:
     """n batches of B examples of the shipped task's training split, as train.py draws them."""
     data = encode(tok, get_task("arith").load("train"), 128)
     g = torch.Generator().manual_seed(seed)
-    return [{k: v[idx] for k, v in data.items()} for idx in torch.randint(0, len(data["x0"]), (n, B), generator=g)]
+    draws = torch.randint(0, len(data["x0"]), (n, B), generator=g)
+    return [{k: v[idx] for k, v in data.items()} for idx in draws]
 
 
 def step(model, opt, method, cfg, batch, g):

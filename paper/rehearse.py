@@ -114,7 +114,7 @@ def record(mark, **running):
     """What runs under the lock, written in the mark (its pid; a target's make, its process group), for
     busy."""
     mark.truncate(0)
-    mark.write(json.dumps(running))
+    mark.write(json.dumps(running, allow_nan=False))
     mark.flush()
 
 

@@ -1,8 +1,9 @@
-"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in float32
-and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager ones over the
-first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and compiled (CPU
-FlexAttention has a forward only). Each case is one train.py main() in this process, after torch._dynamo.reset()
-(a fresh compile, as a new train.py's)."""
+"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in
+float32 and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager ones
+over the first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and compiled
+(CPU FlexAttention has a forward only); sample.py --compile prints the eager replies. Each case is one
+train.py (or sample.py) main() in this process, after torch._dynamo.reset() (a fresh compile, as a new
+process's)."""
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -37,8 +38,8 @@ CASES = {   # name: (train.py flags, dtype); every awkward shape once, each meth
                   "bfloat16"),
     "setdiffusion-smax4-infill": (["--model", "setdiffusion", *SMALL, "--batch-size", "9", "--smax", "4",
                                    "--infill", "0.5"], "bfloat16"),
-    "setdiffusion-smax32-dit": (["--model", "setdiffusion", "--preset", "dit-lm1b", *SMALL, "--batch-size", "6",
-                                 "--smax", "32", "--seq-len", "129"], "float32"),   # LayerNorm, GELU, biases
+    "setdiffusion-smax32-dit": (["--model", "setdiffusion", "--preset", "dit-lm1b", *SMALL,   # the DiT block
+                                 "--batch-size", "6", "--smax", "32", "--seq-len", "129"], "float32"),
 }
 # compiled vs eager, per step: float32 sums in another order (1e-4); bfloat16 autocast rounds where the fused
 # kernels of the compiled graph keep float32 (2 %)
@@ -66,8 +67,8 @@ LAYOUTS = {"mdlm": (mdlm, mdlm.MDLMConfig(MASK)), "bd3lm": (bd3lm, bd3lm.BD3LMCo
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_compiled_flex_loss_equals_dense(name):
-    """No-grad loss with flex on, eager and compiled == with flex off (SDPA, dense mask), same noise; rows with
-    prompts and right padding of different lengths. AR passes no mask (causal SDPA): no BlockMask."""
+    """No-grad loss with flex on, eager and compiled == with flex off (SDPA, dense mask), same noise; rows
+    with prompts and right padding of different lengths. AR passes no mask (causal SDPA): no BlockMask."""
     mod, cfg = LAYOUTS[name]
     torch._dynamo.reset()
     model = tiny_model(2)
@@ -83,8 +84,9 @@ def test_compiled_flex_loss_equals_dense(name):
 
 # ----------------------------------------------------------------------------- compiled decoding
 
-DECODE_TRAIN = ["--max-iters", "150", "--warmup", "10", "--batch-size", "16", *SMALL, "--save-every", "100000",
-                "--eval-limit", "1", "--max-new-tokens", "4", "--device", "cpu", "--dtype", "float32"]
+DECODE_TRAIN = ["--max-iters", "150", "--warmup", "10", "--batch-size", "16", *SMALL, "--save-every",
+                "100000", "--eval-limit", "1", "--max-new-tokens", "4", "--device", "cpu",
+                "--dtype", "float32"]
 METHOD_FLAGS = {"ar": [], "mdlm": ["--predict-padding"], "bd3lm": [], "setdiffusion": []}
 
 

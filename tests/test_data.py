@@ -54,7 +54,7 @@ def test_arith_targets_are_correct_chains_that_fit_and_encode():
     row, n = batch["x0"][0].tolist(), len(test[0]["prompt"] + test[0]["target"])
     assert batch["x0"].shape == (500, 128) and TOK.decode(row[:n]) == test[0]["prompt"] + test[0]["target"]
     assert row[n] == TOK.eos_id
-    # ids past the tokenizer's (a --preset's larger vocabulary) decode as U+FFFD, a character's bytes kept whole
+    # ids past the tokenizer's (a --preset's larger vocabulary) decode as U+FFFD, a character's bytes whole
     assert TOK.decode([*"é".encode(), 300, 9000, *b"ab"]) == "\u00e9\ufffd\ufffdab"
 
 
