@@ -304,6 +304,37 @@ def test_gsm8k_scores_equal_lm_eval_filters():
         assert any(theirs) and not all(theirs)
 
 
+def official_printed(result: str, doc_answer: str) -> bool:
+    """The official printed accuracy, its lines transcribed (setdlms 549f0bb scripts/eval/harness_eval.py
+    ~502-528; lm-eval's gsm8k `until`, then <|eot_id|> and the Qwen tokenizer's EOS)."""
+    for until in ["Question:", "</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"]:
+        if until:
+            result = result.split(until)[0]
+    predicted_ans = None
+    if "boxed{" in result:
+        predicted_ans = result.split("boxed{")[1].split("}")[0]
+    ground_truth_ans = doc_answer.split("### ")[1]
+    return predicted_ans is not None and ground_truth_ans == predicted_ans
+
+
+def test_gsm8k_official_match_is_the_printed_accuracy():
+    """data/gsm8k.py's official_match == the official lines on every reply above and the three the lenient
+    rule counts ('\\boxed{1,080}', '\\boxed{1080.00}', '\\boxed{\\$1080}' against 1080), against GSM8K's whole
+    solution; the answer it compares is the one the official rewrite writes after '#### '."""
+    replies = REPLIES + ["\\boxed{1,080}", "\\boxed{1080.00}", "\\boxed{\\$1080}", "$\\boxed{1080}$ dollars",
+                         "\\boxed{72}<|endoftext|>\\boxed{5}"]
+    golds = GOLDS + ["1080"] * 4 + ["72"]
+    solutions = [f"Some reasoning.\n#### {g}" for g in golds]
+    theirs = [official_printed(r, s) for r, s in zip(replies, solutions)]
+    assert [gsm8k.official_match(r, gsm8k.gold_answer(s)) for r, s in zip(replies, solutions)] == theirs
+    assert theirs[-5:] == [False, False, False, True, True] and any(theirs[:len(REPLIES)])
+    assert [gsm8k.is_correct(r, "1080") for r in replies[-5:-2]] == [True] * 3      # ours counts them
+    for r in replies:                                           # the rewrite: '#### ' + the compared text
+        if "boxed{" in r.split("<|im_end|>")[0]:
+            assert gsm8k.harness_rewrite(r).endswith("#### " + r.split("boxed{")[1].split("}")[0]
+                                                     .replace("$\\", ""))
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("flags, case, message", [
