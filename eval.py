@@ -185,7 +185,7 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     threshold, window = ((settings.threshold, window_used(settings.window, method, cfg)) if settings
                          else (math.inf, 0))
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
-                      args.official), **m}
+                      args.official), **m, **peak_memory()}
     applies = {k: sampled and k in method.KNOBS
                for k in ("threshold", "window", "commit_order", "official")}
     applies["stop_on_im_end"] = sampled and im_end
@@ -194,6 +194,14 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     print(markdown_table(keys, [[m[k] for k in keys]]))
     write_json(args, m)
     write_replies(args, records)
+
+
+def peak_memory() -> dict:
+    """On a CUDA GPU, the most memory torch held at once during the run (torch.cuda.max_memory_allocated),
+    in GiB, as "peak_gpu_memory_gib" (printed in the row: make smoke-gsm8k reads it); elsewhere nothing."""
+    if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
+        return {}
+    return {"peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
 
 
 def write_json(args, m: dict):

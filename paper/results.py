@@ -429,13 +429,13 @@ def unconditional_table(samples: dict) -> str:
     head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step",
             "tokens/s (batch 1)", "samples", *["timed n"] * timed, "seeds"]
     body = []
-    for (_, label, tau), (scored, t) in sorted(parts.items()):
+    for (_, label, tau), (scored, t) in sorted(parts.items(), key=lambda kv: (corpus_of(kv[0][1]), kv[0])):
         fast = t or scored
         body.append([label, f"{-tau:g}",
                      *(spread(scored, k, ".3f") + (f" ± {scored[0]['mauve_std']:.3f}" if k == "mauve"
                                                    and len(scored) == 1 and "mauve_std" in scored[0] else "")
                        for k, _, _, _ in scores),
-                     spread(scored, "entropy", ".3f"), spread(fast, "tokens_per_step", ".2f"),
+                     spread(scored or t, "entropy", ".3f"), spread(fast, "tokens_per_step", ".2f"),
                      spread(fast, "tokens_per_s", ".1f")
                      + (f" ± {fast[0].get('tokens_per_s_std', float('nan')):.1f}" if len(fast) == 1 else ""),
                      spread(scored, "n", ".0f"), *[spread(t, "n", ".0f")] * timed, len(scored or t)])
@@ -445,6 +445,11 @@ def unconditional_table(samples: dict) -> str:
               "where a row has one" if timed else "")
     return (f"Unconditional samples from BOS ({'; '.join(caption) or 'unscored'}; entropy in nats"
             f"{timing})\n\n" + markdown_table(head, body))
+
+
+def corpus_of(label: str) -> str:
+    """The corpus of a released key ("owt" of owt:ar), which groups a table's rows; "" for a folder."""
+    return label.split(":", 1)[0] if ":" in label else ""
 
 
 def split_timed(runs: list[dict]) -> tuple[list, list]:
