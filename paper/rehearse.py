@@ -32,10 +32,10 @@ but results/ and out/, so what a target writes lands in DIR, never in the reposi
 and TRAIN_EXTRA (appended to the eval.py / timed eval.py / train.py lines; argparse keeps a flag's last value)
 make each run small: --device cpu, batch 2, 8 new tokens, 1 warm-up example and 2 timed, a 1-layer model in
 place of a --preset (a fine-tuning run keeps its stand-in's shape), 2 steps. NGPU=2: the torchrun lines start
-two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9, Table 4 to 4 samples of 60 tokens (1 timed after 1);
-the lists of checkpoints are the Makefile's. A target that refuses by design (REFUSES: reproduce-gsm8k-likelihood,
-whose eval data was never released) passes when it fails with its line. Each target's output goes to
-DIR/logs/TARGET.log.
+two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9, Table 4 to 4 samples of 60 tokens (1 timed after
+1); the lists of checkpoints are the Makefile's. A target that refuses by design (REFUSES:
+reproduce-gsm8k-likelihood, whose eval data was never released) passes when it fails with its line. Each
+target's output goes to DIR/logs/TARGET.log.
 """
 import os
 import re
@@ -77,7 +77,7 @@ TARGETS = {
 }
 LISTS = ("GSM8K_CKPTS", "CNNDM_CKPTS", "INFILL_CKPTS", "OWT_CKPTS", "LM1B_CKPTS", "UNCOND_CKPTS",
          "LM1B_UNCOND_CKPTS")                                                       # the released keys used
-# A target that refuses, by design, in one line that starts so (its reason: docs/paper.md); it passes when it does
+# A target that refuses by design, in one line that starts so (its reason: docs/paper.md): passes if it does
 REFUSES = {"reproduce-gsm8k-likelihood": "error: the paper's GSM8K likelihood is measured on the official "
                                          "distillation eval split"}
 

@@ -33,7 +33,8 @@ SMALL = {
     "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm", "TIMED_EXTRA": "--warmup 0 --limit 1",
                          "INFILL_LIMIT": "1", "INFILL_SENTENCES": "1"},
     "reproduce-unconditional": {"UNCOND_CKPTS": "owt:setdlm-smax32", "LM1B_UNCOND_CKPTS": "lm1b:ar",
-                                "UNCOND_N": "2", "EVAL_EXTRA": rehearse.EVAL + " --max-new-tokens 8 --no-redraw"},
+                                "UNCOND_N": "2",
+                                "EVAL_EXTRA": rehearse.EVAL + " --max-new-tokens 8 --no-redraw"},
     "reproduce-likelihood": {"OWT_CKPTS": "owt:ar", "LM1B_CKPTS": "lm1b:mdlm lm1b:setdlm-smax8"},
     "reproduce-mcqa": {"OWT_CKPTS": "owt:bd3lm-s4"},
     "train-owt": {"NGPU": "1", "M": "ar", **FP32},
@@ -160,8 +161,8 @@ def test_the_report_names_a_failing_target(tmp_path):
 
 
 def test_a_target_that_refuses_passes_by_its_line(tmp_path):
-    """make reproduce-gsm8k-likelihood refuses (its eval data was never released): the rehearsal passes it when
-    it fails with that line, and fails it when it runs."""
+    """make reproduce-gsm8k-likelihood refuses (its eval data was never released): the rehearsal passes it
+    when it fails with that line, and fails it when it runs."""
     rehearse.prepare(str(tmp_path / "r"))
     ok, _, last = rehearse.run_target("reproduce-gsm8k-likelihood", str(tmp_path / "r"), {})
     assert ok and last.startswith(rehearse.REFUSES["reproduce-gsm8k-likelihood"]) and "never released" in last
