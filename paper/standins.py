@@ -278,7 +278,8 @@ def scorers(hf: str, tiktoken_dir: str) -> None:
     transformers.ModernBertModel(transformers.ModernBertConfig(
         vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=32, max_position_embeddings=1024, pad_token_id=0, cls_token_id=101,
-        sep_token_id=102, bos_token_id=101, eos_token_id=102, global_attn_every_n_layers=1)).save_pretrained(d)
+        sep_token_id=102, bos_token_id=101, eos_token_id=102, global_attn_every_n_layers=1)
+    ).save_pretrained(d)
     transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}).save_pretrained(d)
 
 
