@@ -176,8 +176,8 @@ def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None, total=No
                    {"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500})
     with open(os.path.join(folder, name + ".log"), "w") as f:
         f.write("note: a line that is not progress\n")
-        f.writelines(f"step {10 * (i + 1)}/{total or 10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "
-                     f"00:01 elapsed, 00:02 left\n" for i, x in enumerate(losses))
+        f.writelines(f"step {10 * (i + 1)}/{total or 10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 "
+                     f"tok/s | 00:01 elapsed, 00:02 left\n" for i, x in enumerate(losses))
         f.write("held-out accuracy 0.500 on 20 problems\n")
 
 
@@ -202,7 +202,8 @@ def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path)
     paper.finetune.main([md, *map(str, sorted(tmp_path.glob("*.json"))), "--logs", str(tmp_path),
                          "--plot", png])
     rows = open(md).read().splitlines()
-    assert rows[0].endswith("| pretrained − scratch, accuracy points (same seed) | stopped early (left out) |")
+    assert rows[0].endswith("| pretrained − scratch, accuracy points (same seed) | stopped early (left out) "
+                            "|")
     assert rows[2] == ("| setdiffusion | pretrained | 1,2,3 | 73.0 [50.0, 99.0] | 3.17 [3.00, 3.50] | "
                        "0.400 [0.300, 0.500] | 0.833 [0.500, 1.000] | -5.0 [-20.0, +10.0] |  |")
     assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 |  | 0.250 | +5.0 |  |"
@@ -260,8 +261,8 @@ def test_finetune_mini_resumes_a_run_that_stopped_early_and_trains_nothing_finis
     fake.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
                     f'echo "$*" >> {seen}\n')
     fake.chmod(0o755)
-    subprocess.run(["make", "--no-print-directory", "-C", ROOT, "finetune-mini", f"PY={fake}", "NEED_EXTRAS=:",
-                    f"FT_OUT={out}", f"FT_RESULTS={tmp_path / 'res'}", "FT_SEEDS=1", "FT_CONTROL_SEEDS="],
+    subprocess.run(["make", "--no-print-directory", "-C", ROOT, "finetune-mini", f"PY={fake}",
+                    "NEED_EXTRAS=:", f"FT_OUT={out}", f"FT_RESULTS={tmp_path / 'res'}", "FT_SEEDS=1", "FT_CONTROL_SEEDS="],
                    check=True, capture_output=True, timeout=120)
     lines = seen.read_text().splitlines()
     trained = [line.split("--out-dir ")[1] for line in lines if line.startswith("train.py")]
