@@ -262,7 +262,8 @@ def test_finetune_mini_resumes_a_run_that_stopped_early_and_trains_nothing_finis
                     f'echo "$*" >> {seen}\n')
     fake.chmod(0o755)
     subprocess.run(["make", "--no-print-directory", "-C", ROOT, "finetune-mini", f"PY={fake}",
-                    "NEED_EXTRAS=:", f"FT_OUT={out}", f"FT_RESULTS={tmp_path / 'res'}", "FT_SEEDS=1", "FT_CONTROL_SEEDS="],
+                    "NEED_EXTRAS=:", f"FT_OUT={out}", f"FT_RESULTS={tmp_path / 'res'}", "FT_SEEDS=1",
+                    "FT_CONTROL_SEEDS="],
                    check=True, capture_output=True, timeout=120)
     lines = seen.read_text().splitlines()
     trained = [line.split("--out-dir ")[1] for line in lines if line.startswith("train.py")]
