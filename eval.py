@@ -2,6 +2,7 @@
 
     python eval.py --ckpt out/setdiffusion                       # accuracy on the task it was trained on
     python eval.py --ckpt out/setdiffusion --threshold 0.9       # decode every token with p >= 0.9 too
+    python eval.py --ckpt out/setdiffusion --json m.json --replies m.jsonl   # every reply and its verdicts
     python eval.py --ckpt out/setdiffusion --task likelihood     # NLL / perplexity (a bound for diffusion)
     python eval.py --ckpt out/ar --task throughput               # tokens/s at batch 1 (paper) and batched
     python eval.py --ckpt out/setdiffusion --task infill --span number   # fill a span (paper/infill.py)

@@ -207,7 +207,8 @@ def run(args, model, method, cfg, config: dict, device, settings: Settings) -> d
         check_redraw(max_new)
     scorers = load_scorers(args, config, device, max_new)
     tok = get_tokenizer(config["tokenizer"])
-    options = sampler_preset(config["data"] if config["data"] in PRESETS else "owt", tok, method)
+    corpus = config["data"] if is_corpus(config["data"]) and config["data"] in PRESETS else "owt"
+    options = sampler_preset(corpus, tok, method)             # LM1B's own options, else OWT's (Table 4)
     if args.throughput_run:                 # the official throughput runs: no stopping criteria at all
         options = dataclasses.replace(options, stop_confidence=0.0, stop_entropy=0.0)
     settings = dataclasses.replace(settings, max_new_tokens=max_new, options=options)

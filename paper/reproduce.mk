@@ -35,7 +35,8 @@ smoke-gsm8k:  ## before make reproduce-gsm8k: a few problems per checkpoint at t
 	mkdir -p results/gsm8k-smoke
 	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); t=$$( [ $$n = ar ] && echo inf || echo 0.9 ); \
 	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --limit $(SMOKE_N) \
-	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n.json $(EVAL_EXTRA) && \
+	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n.json --replies results/gsm8k-smoke/$$n.jsonl \
+	    $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 2 \
 	    --limit $$(( $(SMOKE_N) + 2 )) --rounds 1 --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n-tput.json \
 	    $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
