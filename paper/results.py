@@ -11,9 +11,9 @@
 the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside
 ours (--paper gsm8k: the official printed accuracy beside the paper's, the other scorers labelled; its plot:
 accuracy against tokens/step, the paper's points beside ours); `sweep` (--sweep) tabulates Set Diffusion's
-smax sweep; `generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files
-(generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per threshold:
-the paper's OWT generation table) into two tables.
+smax sweep; `generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional
+files (generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per
+threshold: the paper's OWT generation table) into two tables.
 """
 import argparse
 import json
