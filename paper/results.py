@@ -430,7 +430,8 @@ def unconditional_table(samples: dict) -> str:
     head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step",
             "tokens/s (batch 1)", "samples", *["timed n"] * timed, "seeds"]
     body = []
-    for (_, label, tau), (scored, t) in sorted(parts.items(), key=lambda kv: (corpus_of(kv[0][1]), kv[0])):
+    order = lambda kv: (not kv[1][0], corpus_of(kv[0][1]), kv[0])   # noqa: E731 (scored rows first)
+    for (_, label, tau), (scored, t) in sorted(parts.items(), key=order):
         fast = t or scored
         body.append([label, f"{-tau:g}",
                      *(spread(scored, k, ".3f") + (f" ± {scored[0]['mauve_std']:.3f}" if k == "mauve"

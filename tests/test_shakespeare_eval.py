@@ -177,6 +177,20 @@ def test_generation_table_of_hugging_face_scorers_alone_and_of_seeds_with_their_
     assert importlib.util.find_spec("matplotlib") is None or os.path.getsize(tmp_path / "t.png") > 0
     alone = results.generation(paths[:1], str(tmp_path / "one.md")).splitlines()
     assert alone[-1].startswith("| setdiffusion | 0.9 | 40.000 | 0.800 ± 0.010 | 5.000 |")
+    # make reproduce-unconditional: a throughput run (--throughput-run) gives its row's speed, not a seed;
+    # one without a scored run is a row of its own, after the scored ones
+    timed = write_runs(tmp_path / "timed", [
+        {"task": "unconditional", "model": "setdiffusion", "ckpt": "out/s0/setdiffusion", "threshold": 0.9,
+         "entropy": 4.0, "tokens_per_step": 3.0, "tokens_per_s": 50.0, "tokens_per_s_std": 2.0, "n": 200,
+         "throughput_run": True},
+        {"task": "unconditional", "model": "ar", "ckpt": "lm1b:ar", "threshold": math.inf, "entropy": 4.5,
+         "tokens_per_step": 1.0, "tokens_per_s": 70.0, "tokens_per_s_std": 1.0, "n": 200,
+         "throughput_run": True}])
+    both = results.generation(paths[:1] + timed, str(tmp_path / "two.md")).splitlines()
+    assert both[0].endswith("tokens/s from the throughput runs (timed n after their warm-up, drawn whole, "
+                            "unscored) where a row has one)")
+    assert both[-2:] == ["| setdiffusion | 0.9 | 40.000 | 0.800 ± 0.010 | 5.000 | 3.00 | 50.0 ± 2.0 | 8 | 200 "
+                         "| 1 |", "| lm1b:ar | inf |  |  | 4.500 | 1.00 | 70.0 ± 1.0 |  | 200 | 1 |"]
     runs = []
     for seed, (nll, ppl) in enumerate(((1.2, 5.0), (1.4, 7.0), (1.3, 6.0))):
         ckpt = f"out/s{seed}/ar"
