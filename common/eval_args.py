@@ -72,6 +72,12 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
                         "default: decided by the left context); its starting amount (number), its last "
                         "action's amount (operand) or its first verb (verb), each decided by the reply to "
                         "its right; a text corpus: one word (word, the default) or one line (line)")
+    paper_groups(p)
+    return p
+
+
+def paper_groups(p: argparse.ArgumentParser):
+    """The flags of the paper's tasks, in their own groups of --help."""
     g = p.add_argument_group("paper tasks: unconditional samples (paper/generation.py, paper/hf_metrics.py)")
     g.add_argument("--ref-ckpt", default=None, help="the AR checkpoint that scores the samples (generative "
                    "perplexity), trained on the same data with the same tokenizer")
@@ -105,7 +111,6 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--include-path", default=None, help="lm-eval: a folder of task YAML files (local tasks)")
     g.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples (default: the "
                    "task's)")
-    return p
 
 
 # Each flag that only some tasks read, and those tasks: given (not its default) to another, it is refused
