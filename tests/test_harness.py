@@ -226,8 +226,15 @@ def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monke
     tasks = ["--tasks", "tiny_mc,tiny_gen,tiny_txt", "--include-path", include]
     evaluate.main(["--ckpt", str(corpus_ckpts / m), "--task", "lm-eval", *tasks, "--batch-size", "2",
                    "--mdlm-block", "4", "--device", "cpu", "--limit", "3", "--num-fewshot", "0", "--json",
-                   str(tmp_path / "m.json")])
-    assert seen["limit"] == 3 and seen["num_fewshot"] == 0
+                   str(tmp_path / "m.json"), "--replies", str(tmp_path / "r.jsonl")])
+    assert seen["limit"] == 3 and seen["num_fewshot"] == 0 and seen["log_samples"]
+    logged = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]   # --replies:
+    counts = json.loads((tmp_path / "m.json").read_text())["n_samples"]                      # each document
+    assert sorted((r["task"], r["index"]) for r in logged) == [(t, i) for t in sorted(counts)
+                                                                for i in range(counts[t]["effective"])]
+    gen = [r for r in logged if r["task"] == "tiny_gen"]
+    assert [r["resps"][0][0] for r in gen] == replies[:3] and [r["scores"]["exact_match"] for r in gen] == \
+        [1.0, 1.0, 0.0]
     table = capsys.readouterr().out
     assert f"| {m} | tiny_mc | none | acc |" in table and f"| {m} | tiny_txt | none | bits_per_byte |" in \
         table
@@ -264,6 +271,7 @@ def test_official_gsm8k_prompt_stop_and_rewrite(corpus_ckpts, monkeypatch):
                                              {"until": ["Question:"]}, doc=doc, task=t)
                                      for t in ("gsm8k", "other")])
     assert got == ["so #### 18", "so $\\boxed{18}$. "]
+    assert s.official == {("gsm8k", 0): ("so $\\boxed{18}$. Question: next", True)}   # the printed accuracy
     assert seen[0][0] is gsm8k and seen[0][1] == [s.tok.encode(gsm8k.make_prompt(doc["question"]))]
     assert seen[1][1] == [s.tok.encode_text("Question: Janet has 3 ducks.\nAnswer:")]
 
