@@ -323,8 +323,11 @@ infill-seeds:  ## make infill's four span kinds, zero-shot, for make pareto's fo
 # held-out problems; paper/finetune.py tables the accuracy, tokens/step and held-out NLL (mean [min, max] over
 # seeds; the NLL: eval.py --task likelihood, AR's exact, the others' a bound, the measure where accuracy sits
 # near 0) and plots each run's training loss (its log) against the fine-tuning steps. A run already there is not
-# trained again, nor evaluated again unless its checkpoint is newer than its results (the tracked ones included).
-# ~4 h of one CPU core (one torch thread: the numbers in docs/results.md).
+# trained again, nor evaluated again unless its checkpoint is newer than its results (the tracked ones included); a
+# run that stopped early (Ctrl-C or SIGTERM save its step: config.json's step below its max_iters) is resumed
+# (--resume, its log appended) before it is evaluated, and paper/finetune.py names any run whose log stops before its
+# last step and leaves it out of the table's means. ~4 h of one CPU core (one torch thread: the numbers in
+# docs/results.md).
 FT_SEEDS ?= 1 2 3
 FT_CONTROL_SEEDS ?= 1 2 3
 FT_PRE_ITERS ?= 2500
@@ -347,15 +350,21 @@ FT_TRAIN = $(PY) train.py $(FT_$(1)) $(FT_COMMON) --seed $$s $(FT_$(2)) --out-di
 FT_EVAL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --threshold 0.8 --limit $(FT_LIMIT) --threads $(FT_THREADS) \
 	--json $(FT_RESULTS)/$$r.json
 FT_NLL = $(PY) eval.py --ckpt $(FT_OUT)/$$r --task likelihood --threads $(FT_THREADS) --json $(FT_RESULTS)/$$r-nll.json
-FT_RUN = r=$(1)-$(2)-s$$s; [ -f $(FT_OUT)/$$r/config.json ] || { echo "$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1"; \
-	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; }; \
+# exit status 0 when the checkpoint in folder $(1) stopped before its last step (a save on Ctrl-C or SIGTERM)
+FT_STOPPED = $(PY) -c "import json, sys; c = json.load(open(sys.argv[1])); sys.exit(c['step'] >= c['run']['max_iters'])" \
+	$(1)/config.json
+FT_RUN = r=$(1)-$(2)-s$$s; if [ ! -f $(FT_OUT)/$$r/config.json ]; then echo "$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1"; \
+	$(FT_TRAIN) > $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; \
+	elif $(call FT_STOPPED,$(FT_OUT)/$$r); then echo "$(FT_TRAIN) --resume >> $(FT_OUT)/$$r.log 2>&1"; \
+	$(FT_TRAIN) --resume >> $(FT_OUT)/$$r.log 2>&1 || { tail -3 $(FT_OUT)/$$r.log; exit 1; }; fi; \
 	[ $(FT_RESULTS)/$$r.json -nt $(FT_OUT)/$$r/config.json ] || { echo "$(FT_EVAL)"; $(FT_EVAL) || exit 1; }; \
 	[ $(FT_RESULTS)/$$r-nll.json -nt $(FT_OUT)/$$r/config.json ] || { echo "$(FT_NLL)"; $(FT_NLL) || exit 1; };
 finetune-mini:  ## the paper's recipe in miniature: AR pretrained on Shakespeare, each method fine-tuned from it on the shipped task beside from scratch, seeds 1-3 (~4 h, one CPU core)
 	@$(NEED_EXTRAS)
 	mkdir -p $(FT_OUT) $(FT_RESULTS)
-	[ -f $(FT_OUT)/pretrain/config.json ] || $(PY) train.py --model ar --data shakespeare $(FT_SHAPE) --batch-size 16 \
-	  --max-iters $(FT_PRE_ITERS) --eval-limit 200 --save-every 100000 --seed 1 --out-dir $(FT_OUT)/pretrain
+	p="$(PY) train.py --model ar --data shakespeare $(FT_SHAPE) --batch-size 16 --max-iters $(FT_PRE_ITERS) --eval-limit 200 \
+	  --save-every 100000 --seed 1 --out-dir $(FT_OUT)/pretrain"; if [ ! -f $(FT_OUT)/pretrain/config.json ]; then $$p; \
+	  elif $(call FT_STOPPED,$(FT_OUT)/pretrain); then $$p --resume; fi
 	@for s in $(FT_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(foreach st,pretrained scratch,\
 	  $(call FT_RUN,$(m),$(st)))) done
 	@for s in $(FT_CONTROL_SEEDS); do $(foreach m,ar mdlm bd3lm setdiffusion,$(call FT_RUN,$(m),pretrained-samelr)) done

@@ -2,6 +2,7 @@
 
     python eval.py --ckpt out/setdiffusion                       # accuracy on the task it was trained on
     python eval.py --ckpt out/setdiffusion --threshold 0.9       # decode every token with p >= 0.9 too
+    python eval.py --ckpt out/setdiffusion --json m.json --replies m.jsonl   # every reply and its verdicts
     python eval.py --ckpt out/setdiffusion --task likelihood     # NLL / perplexity (a bound for diffusion)
     python eval.py --ckpt out/ar --task throughput               # tokens/s at batch 1 (paper) and batched
     python eval.py --ckpt out/setdiffusion --task infill --span number   # fill a span (paper/infill.py)
@@ -18,6 +19,8 @@ import sys
 
 # first, before torch loads OpenMP: a short spin wait (common/threads.py)
 from common import threads  # noqa: F401
+
+import torch
 
 from common import environment, eval_args, standard_json
 from common.cli import check_window, load_for_inference, no_examples_left
@@ -63,12 +66,21 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
                                              corpus.NAME, args.span or "word", args.limit, args.warmup)
     rows = rows[:args.limit] if args.limit else rows
     print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, "
-          f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}")
-    m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size,
-                            args.seed, exclusions, encode_fn=corpus.batch)
+          f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}, {args.precision}")
+    with autocast(args, device):
+        m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size,
+                                args.seed, exclusions, encode_fn=corpus.batch)
     bpc = bits_per_char(m["nll"], tok)
     return {**m, **({"bits_per_char": bpc} if bpc is not None else {}), "data": corpus.NAME,
-            "batch_size": args.batch_size}
+            "batch_size": args.batch_size, "precision": args.precision}
+
+
+def autocast(args, device):
+    """The likelihood's precision: --precision amp_bf16, the forward under bfloat16 autocast as the official
+    eval runs it (its composer trainer's `precision: amp_bf16`; the methods' log-softmax stays float32); fp32:
+    no autocast."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16,
+                          enabled=args.precision == "amp_bf16")
 
 
 def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:
@@ -96,6 +108,9 @@ def main(argv=None):
             paper("hf_metrics").check_installed(bool(args.ppl_model), bool(args.mauve_ref))
         device, model, method, cfg, config = load_for_inference(args)
         task_name = args.task or config["data"]
+        if args.replies and task_name not in eval_args.READERS["replies"]:
+            raise ValueError(f"--replies does not apply to the checkpoint's own task, {task_name}: it goes "
+                             f"with --task {', '.join(sorted(eval_args.READERS['replies']))}")
         # a released checkpoint (config holds its source) counts as the official code does
         exclusions = args.nll_exclusions or ("official" if "source" in config else "none")
         if task_name == "unconditional":
@@ -106,8 +121,10 @@ def main(argv=None):
             head, rows, m = paper("harness").run(args, model, method, cfg, config, device, exclusions,
                                                  sampler_settings(args, config, method, cfg))
             print(markdown_table(head, rows))
-            return write_json(args, {"task": task_name, "model": config["method"], "ckpt": args.ckpt,
-                                     "commit_order": args.commit_order, **m})
+            records = m.pop("records")
+            write_json(args, {"task": task_name, "model": config["method"], "ckpt": args.ckpt,
+                              "commit_order": args.commit_order, **m})
+            return write_replies(args, records)
         if task_name in MCQA:
             m = paper("zeroshot").evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, cfg, task_name, m)
@@ -138,10 +155,13 @@ def measure(args, task_name, data_name, data, examples, model, method, cfg, tok,
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
         return paper("infill").evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
-                                        settings, args.sentences, args.warmup, span=args.span or "step")
+                                        settings, args.sentences, args.warmup, args.span or "step",
+                                        args.recipe, args.throughput_run)
     if task_name == "likelihood":
-        return evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device,
-                                   args.batch_size, args.seed, exclusions)
+        with autocast(args, device):
+            m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device,
+                                    args.batch_size, args.seed, exclusions)
+        return {**m, "precision": args.precision}
     if task_name == "throughput":
         return evaluate_throughput(model, method, cfg, tok, data, examples, device, settings, args.warmup,
                                    args.batch_size, stop_opts, args.rounds)
@@ -162,10 +182,11 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     method's KNOBS (the threshold for the diffusion methods, window and commit order for Set Diffusion,
     official for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds
     every setting."""
+    records = m.pop("records", None)
     threshold, window = ((settings.threshold, window_used(settings.window, method, cfg)) if settings
                          else (math.inf, 0))
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
-                      args.official), **m}
+                      args.official), **m, **peak_memory()}
     applies = {k: sampled and k in method.KNOBS
                for k in ("threshold", "window", "commit_order", "official")}
     applies["stop_on_im_end"] = sampled and im_end
@@ -174,6 +195,15 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
             and applies.get(k, True)]
     print(markdown_table(keys, [[m[k] for k in keys]]))
     write_json(args, m)
+    write_replies(args, records)
+
+
+def peak_memory() -> dict:
+    """On a CUDA GPU, the most memory torch held at once during the run (torch.cuda.max_memory_allocated),
+    in GiB, as "peak_gpu_memory_gib" (printed in the row: make smoke-gsm8k reads it); elsewhere nothing."""
+    if not torch.cuda.is_available() or torch.cuda.max_memory_allocated() == 0:
+        return {}
+    return {"peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
 
 
 def write_json(args, m: dict):
@@ -187,6 +217,20 @@ def write_json(args, m: dict):
         except OSError as e:
             sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); "
                      "the table above holds the same metrics")
+
+
+def write_replies(args, records: list | None):
+    """--replies: every example's record (its prompt, reply, gold answer, extracted answers and verdicts), one
+    JSON line each, written whole as --json is (a full disk leaves the earlier file as it was; a stream such
+    as /dev/stdout is written in place); a failed write is one line."""
+    if args.replies and records is not None:
+        try:
+            with replaced(args.replies) as f:
+                for r in records:
+                    f.write(standard_json.dumps(r, ensure_ascii=False, default=str) + "\n")
+        except OSError as e:
+            sys.exit(f"error: cannot write --replies {args.replies} ({e.strerror}); the earlier file, if "
+                     f"any, is as it was")
 
 
 if __name__ == "__main__":

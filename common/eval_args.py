@@ -10,6 +10,7 @@ import os
 
 from common import saving
 from common.cli import check_nonnegative, check_output_file, check_positive, refuse_unused, speed_args
+from data import files, is_corpus
 from data.mcqa import NAMES as MCQA
 from sampling import check_temperature, check_threshold
 
@@ -35,6 +36,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of sampling, noise and orders")
     p.add_argument("--json", default=None, help="also write the metrics to this JSON file (tables of "
                    "several: python -m paper.results)")
+    p.add_argument("--replies", default=None, help="also write every example, one JSON line each (lm-eval's "
+                   "--log_samples): its prompt, the reply, the gold answer, what each scorer extracted and "
+                   "its verdict (accuracy tasks, rocstories, infill, unconditional, lm-eval)")
     speed_args(p)
     g = p.add_argument_group("sampler")
     g.add_argument("--threshold", type=float, default=None, help="confidence threshold tau (inf = 1 "
@@ -53,6 +57,9 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--stop-on-im-end", action="store_true", help="GSM8K: also stop at <|im_end|> (official "
                    "option)")
     g = p.add_argument_group("likelihood, throughput, infill")
+    g.add_argument("--precision", choices=["amp_bf16", "fp32"], default="amp_bf16",
+                   help="likelihood: the forward under bfloat16 autocast, as the official eval (its composer "
+                        "trainer's amp_bf16; the log-softmax in float32), or all in float32")
     g.add_argument("--nll-exclusions", choices=["official", "none"], default=None,
                    help="'official' drops pad-id (EOS) targets and position 0 from Set Diffusion's NLL as "
                         "the official eval does (default for released checkpoints), 'none' counts all")
@@ -65,6 +72,12 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
                         "default: decided by the left context); its starting amount (number), its last "
                         "action's amount (operand) or its first verb (verb), each decided by the reply to "
                         "its right; a text corpus: one word (word, the default) or one line (line)")
+    paper_groups(p)
+    return p
+
+
+def paper_groups(p: argparse.ArgumentParser):
+    """The flags of the paper's tasks, in their own groups of --help."""
     g = p.add_argument_group("paper tasks: unconditional samples (paper/generation.py, paper/hf_metrics.py)")
     g.add_argument("--ref-ckpt", default=None, help="the AR checkpoint that scores the samples (generative "
                    "perplexity), trained on the same data with the same tokenizer")
@@ -78,9 +91,18 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("-n", type=int, default=20, help="samples scored, at batch 1")
     g.add_argument("--no-redraw", action="store_true", help="score every sample as drawn (the official "
                    "redraws one whose unigram entropy is < 4 nats or that holds <= 50 tokens)")
+    g.add_argument("--throughput-run", action="store_true",
+                   help="unconditional, rocstories: the official's throughput run, timed after --warmup and "
+                        "scored by nothing (no ROUGE; samples drawn whole: no stop rule, no redraw, no "
+                        "scorer); paper.results takes a table's tokens/s from it")
     g = p.add_argument_group("paper tasks: rocstories, hellaswag/piqa/siqa, lm-eval (paper/infill.py, "
                              "zeroshot.py, harness.py)")
     g.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
+    g.add_argument("--recipe", choices=["h100", "suite"], default="h100",
+                   help="rocstories: the official recipe (it holds two; data/rocstories.py): h100, its H100 "
+                        "wrapper (repetition penalty 1.2 counting the right context, Set Diffusion caching "
+                        "the right context first) or suite, its suite runner's rows (penalty 1.1 for one "
+                        "sentence, 1.5 for three, the right context not counted, nor cached)")
     g.add_argument("--mc-samples", "--samples", dest="samples", type=int, default=1,
                    help="hellaswag/piqa/siqa, "
                    "lm-eval: NELBO draws averaged per option (1 = the official), noise seeded per request")
@@ -89,13 +111,15 @@ def parser(description: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--include-path", default=None, help="lm-eval: a folder of task YAML files (local tasks)")
     g.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples (default: the "
                    "task's)")
-    return p
 
 
 # Each flag that only some tasks read, and those tasks: given (not its default) to another, it is refused
 # (common/cli.py's refuse_unused, the rule of every script's flags).
 SAMPLED = ("rocstories", "infill", "throughput", "unconditional", "lm-eval")
-READERS = {"data_dir": set(TASKS) - {"unconditional", "lm-eval"}, "n": {"unconditional"},
+READERS = {"data_dir": set(TASKS) - {"lm-eval"}, "n": {"unconditional"},
+           "replies": {*ACCURACY, "rocstories", "infill", "unconditional", "lm-eval"},
+           "precision": {"likelihood"}, "recipe": {"rocstories"},
+           "throughput_run": {"rocstories", "unconditional"},
            "no_redraw": {"unconditional"}, "samples": {*MCQA, "lm-eval"}, "rounds": {"throughput"},
            "limit": set(TASKS) - {"unconditional"}, "batch_size": set(TASKS) - {"rocstories", "infill"},
            **dict.fromkeys(["threshold", "window", "commit_order", "mdlm_block", "official"],
@@ -124,12 +148,17 @@ def check(args):
         check_positive("--max-new-tokens", args.max_new_tokens)
     if args.threshold is not None:
         check_threshold(args.threshold, "--threshold")
-    if args.json:
-        check_output_file(args.json)
-        folder = os.path.dirname(args.json) or "."
-        if os.path.basename(args.json) in saving.FILES and saving.complete(folder):
-            raise ValueError(f"--json {args.json} would replace a file of the checkpoint in {folder}: give "
-                             f"another name")
+    for flag, path in (("--json", args.json), ("--replies", args.replies)):
+        if path:
+            check_output_file(path, flag)
+            folder = os.path.dirname(path) or "."
+            if os.path.basename(path) in saving.FILES and saving.complete(folder):
+                raise ValueError(f"{flag} {path} would replace a file of the checkpoint in {folder}: give "
+                                 f"another name")
+    if args.json and args.replies and os.path.abspath(args.json) == os.path.abspath(args.replies) \
+            and not files.stream(args.json):
+        raise ValueError(f"--replies {args.replies} is the --json file too: give each its own name (the "
+                         f"replies go beside the metrics, e.g. {os.path.splitext(args.json)[0]}.jsonl)")
     scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),
                               ("--mauve-ref", args.mauve_ref), ("--mauve-encoder", args.mauve_encoder)) if v]
     if args.task != "unconditional" and scorers:
@@ -142,11 +171,21 @@ def check(args):
 
 
 def check_scorers(args):
-    """--task unconditional needs a scorer, each installed (paper/hf_metrics.py, imported only here)."""
-    if not (args.ref_ckpt or args.ppl_model or args.mauve_ref):
+    """--task unconditional needs a scorer, each installed (paper/hf_metrics.py, imported only here), or
+    --throughput-run (which takes none: the official's throughput runs score nothing). --data-dir goes with
+    --mauve-ref CORPUS (its held-out rows are the references)."""
+    scorers = [f for f, v in (("--ref-ckpt", args.ref_ckpt), ("--ppl-model", args.ppl_model),
+                              ("--mauve-ref", args.mauve_ref)) if v]
+    if not scorers and not args.throughput_run:
         raise ValueError("--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same "
                          "data (it scores the samples), --ppl-model NAME (a Hugging Face causal LM) or "
-                         "--mauve-ref FILE")
+                         "--mauve-ref FILE; or --throughput-run, which scores nothing")
+    if scorers and args.throughput_run:
+        raise ValueError(f"{scorers[0]} scores samples and --throughput-run scores none (its samples are "
+                         f"drawn whole, with no stop rule): run them as two eval.py commands")
     if args.mauve_encoder and not args.mauve_ref:
         raise ValueError("--mauve-encoder goes with --mauve-ref FILE (the reference texts MAUVE compares "
                          "with)")
+    if args.data_dir and not (args.mauve_ref and is_corpus(args.mauve_ref)):
+        raise ValueError("--data-dir goes with --task unconditional only with --mauve-ref owt (or another "
+                         "corpus: its held-out rows, read from --data-dir, are MAUVE's references)")

@@ -27,20 +27,35 @@ from sampling import Settings
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings: Settings, batch_size=32,
                       seed=0, stop_opts=None):
-    """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples."""
-    completions, hits, tps, n_tok, seconds, nfe = [], dict.fromkeys(task.SCORES, 0), 0.0, 0, 0.0, 0
+    """The task's scores (accuracy first), mean tokens per step and tokens/s over the examples; with the
+    replies ("completions") and, per example, what eval.py --replies writes ("records": reply_record)."""
+    completions, records, tps, n_tok, seconds, nfe = [], [], 0.0, 0, 0.0, 0
+    hits = dict.fromkeys(task.SCORES, 0)
     for i in range(0, len(examples), batch_size):
         chunk = examples[i:i + batch_size]
         texts, stats, sec = respond(model, method, cfg, tok, task, [e["prompt"] for e in chunk], device,
                                     settings, seed + i, stop_opts)
         completions += texts
-        for name, score in task.SCORES.items():
-            hits[name] += sum(score(t, e["answer"]) for t, e in zip(texts, chunk))
+        for text, e in zip(texts, chunk):
+            verdicts = {name: score(text, e["answer"]) for name, score in task.SCORES.items()}
+            for name, v in verdicts.items():
+                hits[name] += v
+            records.append(reply_record(task, len(records), e, text, verdicts))
         tps += stats["tokens_per_step"] * len(chunk)
         n_tok, seconds, nfe = n_tok + int(stats["n_gen"].sum()), seconds + sec, nfe + stats["nfe"]
     n = len(examples)
     return {**{k: v / n for k, v in hits.items()}, "tokens_per_step": tps / n,
-            "tokens_per_s": n_tok / seconds, "nfe": nfe, "n": n, "completions": completions}
+            "tokens_per_s": n_tok / seconds, "nfe": nfe, "n": n, "completions": completions,
+            "records": records}
+
+
+def reply_record(task, index: int, example: dict, reply: str, verdicts: dict) -> dict:
+    """One example as eval.py --replies writes it (lm-eval's --log_samples): its prompt, the reply, the gold
+    answer, what each scorer extracted from the reply (the task's ANSWERS, where it has them) and each
+    scorer's verdict (bools; ROUGE's F-measures)."""
+    extracted = {name: get(reply) for name, get in getattr(task, "ANSWERS", {}).items()}
+    return {"index": index, "prompt": example["prompt"], "reply": reply, "answer": example["answer"],
+            **({"extracted": extracted} if extracted else {}), "scores": verdicts}
 
 
 def evaluate_throughput(model, method, cfg, tok, task, examples, device, settings: Settings, warmup=5,

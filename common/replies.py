@@ -101,19 +101,20 @@ class Refused(ValueError):
     """MAX_REDRAWS + 1 draws in a row refused by unconditional's keep."""
 
 
-def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0, keep=None) -> list[dict]:
+def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0, keep=None,
+                  stops=True) -> list[dict]:
     """n samples from BOS alone, one at a time (batch 1), at temperature 1 with settings' options, as the
     official uncond_gen_ppl.py draws them (the official EntropyEosStoppingCriteria: EosStop, then the entropy
-    rule). keep(sample) -> bool, when given: a sample it refuses is drawn again (the official redraws a sample
-    whose entropy is < 4 or whose length is <= 50), at most MAX_REDRAWS times in a row (then Refused).
-    Per sample (draw): ids, eos, raw, text, tokens_per_s, tokens_per_step, nfe, redrawn (draws refused
-    before it)."""
+    rule; stops=False: no stop rule, as its throughput runs). keep(sample) -> bool, when given: a sample it
+    refuses is drawn again (the official redraws a sample whose entropy is < 4 or whose length is <= 50), at
+    most MAX_REDRAWS times in a row (then Refused). Per sample (draw): ids, eos, raw, text, tokens_per_s,
+    tokens_per_step, nfe, redrawn (draws refused before it)."""
     from tqdm import tqdm
     samples, g = [], torch.Generator(device=device).manual_seed(seed)
     settings = dataclasses.replace(settings, temperature=1.0)
     for k in tqdm(range(n), desc="samples", unit="sample", file=sys.stderr, disable=None, dynamic_ncols=True):
         for redrawn in range(MAX_REDRAWS + 1):
-            sample = draw(model, method, cfg, tok, settings, device, g)
+            sample = draw(model, method, cfg, tok, settings, device, g, stops)
             if keep is None or keep(sample):
                 break
         else:
@@ -122,17 +123,19 @@ def unconditional(model, method, cfg, tok, n, settings: Settings, device, seed=0
     return samples
 
 
-def draw(model, method, cfg, tok, settings: Settings, device, generator) -> dict:
+def draw(model, method, cfg, tok, settings: Settings, device, generator, stops=True) -> dict:
     """One sample from BOS alone. ids: the new tokens the official keeps ([MASK]s removed): up to the EOS its
     stop rule ended the sample at (eos True: the official keeps that EOS), else the legacy cut of a sample the
     entropy rule ended (sampling.EntropyStop.cut: its last window dropped), else every generated token (an EOS
     before the first start columns stays). raw: every generated token up to where the sampler stopped,
-    [MASK]s removed (what the official measures a sample's entropy on). text: ids decoded."""
+    [MASK]s removed (what the official measures a sample's entropy on). text: ids decoded. stops=False: no
+    stop hook (the official throughput runs': every token drawn; the options' own stops are the caller's)."""
     options = settings.options
     prompt = torch.tensor([[tok.eos_id]], device=device)              # BOS = EOS (GPT-2, Qwen3, bytes)
     start = max(options.stop_min_tokens if options else 0, 1)           # EOS before start does not stop a row
     eos = eos_stop(tok.eos_id, start, tok.mask_id)
     stop = EntropyStop(eos) if options and options.stop_entropy > 0 else eos   # reads the entropy cut
+    stop = stop if stops else None
     (tokens, stats), sec = timed(device, method.generate, model, prompt, cfg, settings, None, stop, generator)
     row = tokens[0].tolist()
     raw = [i for i in row[1:] if i != tok.mask_id]

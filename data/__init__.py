@@ -7,6 +7,7 @@ A task module (data/arith.py, data/gsm8k.py, ...) exposes
                                               is trained to write, answer = the gold final answer
     is_correct(completion, answer) -> bool score one generated reply
     SCORES                                 {metric name: scorer(completion, answer) -> bool}, "accuracy" first
+    ANSWERS (optional)                     {metric name: the answer its scorer extracts from a reply}
     is_finished(completion) -> bool        the stopping rule: True once a (partial) reply is complete
     TOKENIZER                              the tokenizer name the task trains with by default
     SEQ_LEN                                the default context length L of the task
@@ -169,12 +170,12 @@ def encode(tok: Tokenizer, examples: list[dict], seq_len: int) -> dict:
             "pad_mask": torch.from_numpy(pad_mask)}
 
 
-PRESETS = ("cnndm", "rocstories", "owt")    # the data modules with the paper's sampler options
+PRESETS = ("cnndm", "rocstories", "owt", "lm1b")    # the data modules with the paper's sampler options
 
 
 def sampler_preset(name: str, tok, method):
     """The paper's decoding options for data `name` (its module's sampler_options(tok, method): CNN/DM,
-    ROCStories, OWT samples), or None: plain greedy decoding."""
+    ROCStories, OWT and LM1B samples), or None: plain greedy decoding."""
     if name not in PRESETS:
         return None
     return importlib.import_module(f"data.{name}").sampler_options(tok, method)

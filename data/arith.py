@@ -109,3 +109,4 @@ def is_finished(completion: str) -> bool:
 
 
 SCORES = {"accuracy": is_correct}          # metric name -> scorer(completion, answer), reported by eval.py
+ANSWERS = {"accuracy": extract_answer}     # what the scorer compared (eval.py --replies)

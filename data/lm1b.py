@@ -17,6 +17,7 @@ import os
 import re
 
 from data import corpus
+from sampling import SamplerOptions
 
 NAME = "lm1b"
 SEQ_LEN = 128
@@ -65,3 +66,14 @@ def bos(tok) -> int:
 
 
 batch = corpus.batch
+
+
+# ----------------------------------------------------------------------------- the paper's sampler preset
+
+def sampler_options(tok, method) -> SamplerOptions:
+    """The official unconditional LM1B samples (repro_suite_runner.py build_lm1b_uncond_env, delegating to
+    run_uncond_gen_ppl_owt.sh): repetition penalty 1.05 for every method, no top-p (NUCLEUS_P 1.0), the
+    low-confidence stop 0.005 with 4 strikes after 128 tokens and the entropy stop (which 127 new tokens after
+    the BOS never reach). Its throughput runs (the only LM1B rows the paper reports) drop every stop rule."""
+    return SamplerOptions(repetition_penalty=1.05, stop_confidence=0.005, stop_patience=4,
+                          stop_min_tokens=128, stop_entropy=4.0, stop_entropy_window=128)

@@ -58,11 +58,33 @@ def examples(tok, stories: list[list[str]], sentences: int) -> list[dict]:
     return out
 
 
-# ----------------------------------------------------------------------------- the paper's sampler preset
+# ----------------------------------------------------------------------------- the paper's sampler presets
 
-def sampler_options(tok, method) -> SamplerOptions:
-    """The official ROCStories infilling options (the H100 wrapper): repetition penalty 1.2, the visible right
-    context counted as seen; the diffusion samplers leave the pad id (GPT-2's EOS, the story's BOS and EOS)
-    out of it, the official AR (HF generate, method.HF_GENERATE) counts it."""
-    return SamplerOptions(repetition_penalty=1.2, penalize_context=True,
-                          pad_id=-1 if method.HF_GENERATE else tok.pad_id)
+# The official code holds two ROCStories recipes and the paper does not say which gave its Table 2; make
+# reproduce-infill runs both. Each: the repetition penalty for 1 and for 3 sentences, whether the penalty
+# counts the visible right context (INFILL_REPETITION_PENALTY_INCLUDE_RIGHT_CONTEXT), and whether Set
+# Diffusion caches the right context before it fills the span (CACHE_FULL_INFILL_CONTEXT: without it the
+# official caches the left context only and the right one once the span is decoded, so the span never sees
+# it; the flag is its Set Diffusion sampler's alone, paper/infill.py infill).
+RECIPES = {
+    # bash_scripts/repro_paper_infill_rouge_tput_h100.sh ("Paper Table 2 ... on one H100")
+    "h100": {"penalty": {1: 1.2, 3: 1.2}, "penalize_right": True, "right_cached": True},
+    # scripts/eval/repro_suite_runner.py's infilling rows (INFILL1/INFILL3_REPEAT_PENALTY, legacy env), the
+    # defaults of bash_scripts/run_seq2seq_eval_infill_nlp.sh's penalty
+    "suite": {"penalty": {1: 1.1, 3: 1.5}, "penalize_right": False, "right_cached": False},
+}
+
+
+def sampler_options(tok, method, sentences: int = 1, recipe: str = "h100") -> SamplerOptions:
+    """The official ROCStories infilling options of a recipe (RECIPES): its repetition penalty for that many
+    sentences, and what the penalty counts besides the reply (penalize_context): the visible context, right
+    context included, in the H100 wrapper's; in the suite's, the left context where the official counts it
+    (AR: Hugging Face generate's input, method.HF_GENERATE; Set Diffusion, a window in its KNOBS: its cached
+    left context, the prompt it fills from), else what the sampler counts without the right-context flag. The
+    diffusion samplers leave the pad id (GPT-2's EOS, the story's BOS and EOS) out of it; the official AR
+    counts it."""
+    r = RECIPES[recipe]
+    left_only = not r["right_cached"] and "window" in method.KNOBS
+    return SamplerOptions(repetition_penalty=r["penalty"][sentences],
+                          penalize_context=r["penalize_right"] or method.HF_GENERATE or left_only,
+                          pad_id=-1 if method.HF_GENERATE or left_only else tok.pad_id)

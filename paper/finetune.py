@@ -12,7 +12,9 @@ log <logs>/<run>.log, whose progress lines ("step N/T | loss X | ...", one every
 the mean training loss of each interval. The table: per method and start, the seeds' accuracy, tokens/step,
 NLL and last logged loss as mean [min, max]; on each pretrained row, what that start changes, seed by seed
 (minus scratch of the same seed). The figure: one panel per method, the training loss against the fine-tuning
-steps, a line per start (the seeds' mean) and its seeds' band (min to max).
+steps, a line per start (the seeds' mean) and its seeds' band (min to max). A run whose log stops before its
+last step (step N/T with N < T: killed, or interrupted and never resumed; make finetune-mini resumes one that
+saved) is not a finished run: it is left out of the means, the gains and the figure, and its row names it.
 """
 import argparse
 import math
@@ -26,21 +28,22 @@ from paper.results import (ORDER, check_outputs, finish_axes, pyplot, read_run, 
 STARTS = ("pretrained", "pretrained-samelr", "scratch")
 RUN = re.compile(r"(?P<method>[a-z0-9]+)-(?P<start>" + "|".join(sorted(STARTS, key=len, reverse=True)) +
                  r")-s(?P<seed>\d+)(?P<nll>-nll)?")
-PROGRESS = re.compile(r"step (\d+)/\d+ \| loss (\S+) \|")
+PROGRESS = re.compile(r"step (\d+)/(\d+) \| loss (\S+) \|")
 
 
-def read_log(path: str) -> list[tuple[int, float]]:
-    """(step, the mean loss of the interval ending there) of every progress line of a train.py log; a log that
-    has none is a ValueError (one line)."""
+def read_log(path: str) -> tuple[list[tuple[int, float]], int]:
+    """(step, the mean loss of the interval ending there) of every progress line of a train.py log (a step
+    logged twice, by a run and its resumption, once: the later line), and the run's last step T (its "step
+    N/T"); a log that has none is a ValueError (one line)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            curve = [(int(m[1]), float(m[2])) for line in f if (m := PROGRESS.match(line))]
+            found = [(int(m[1]), int(m[2]), float(m[3])) for line in f if (m := PROGRESS.match(line))]
     except OSError as e:
         raise ValueError(f"cannot read the training log {path}: {e.strerror or e}") from None
-    if not curve:
+    if not found:
         raise ValueError(f"{path} has no progress line (step N/T | loss X | ...): not the log of a train.py "
                          f"run written to a file")
-    return curve
+    return sorted({step: loss for step, _, loss in found}.items()), found[-1][1]
 
 
 def gather(paths: list[str], logs: str) -> dict:
@@ -59,7 +62,7 @@ def gather(paths: list[str], logs: str) -> dict:
             nlls[key] = (path, read_run(path, ("nll",))["nll"])
             continue
         run = read_run(path, ("accuracy", "tokens_per_step", "model", "threshold"))
-        run["curve"] = read_log(os.path.join(logs, name + ".log"))
+        run["curve"], run["total"] = read_log(os.path.join(logs, name + ".log"))
         runs.setdefault(key[0], {})[key[1]] = run
     for (group, seed), (path, nll) in nlls.items():
         if seed not in runs.get(group, {}):
@@ -73,31 +76,47 @@ def methods_of(runs: dict) -> list[str]:
     return sorted({m for m, _ in runs}, key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER))
 
 
+def finished(seeds: dict) -> dict:
+    """The runs of a start that reached their last step (a log whose last progress line is step T/T)."""
+    return {s: r for s, r in seeds.items() if r["curve"][-1][0] >= r["total"]}
+
+
+def stopped(seeds: dict) -> str:
+    """The runs of a start that stopped early: "s3 at step 410/800", comma-separated; "" if none."""
+    return ", ".join(f"s{s} at step {r['curve'][-1][0]}/{r['total']}" for s, r in sorted(seeds.items())
+                     if s not in finished(seeds))
+
+
 def gain(runs: dict, method: str, start: str, key: str, scale: float) -> str:
-    """A pretrained start minus scratch of one metric, seed by seed (the seeds both have): mean [min, max]."""
-    a, b = runs.get((method, start), {}), runs.get((method, "scratch"), {})
+    """A pretrained start minus scratch of one metric, seed by seed (the finished seeds both have): mean [min,
+    max]."""
+    a, b = finished(runs.get((method, start), {})), finished(runs.get((method, "scratch"), {}))
     diffs = [{key: scale * (a[s][key] - b[s][key])} for s in sorted(set(a) & set(b))]
     return spread(diffs, key, "+.1f") if diffs else ""
 
 
 def table(runs: dict) -> str:
-    """One row per method and start: seeds, accuracy % and tokens/step at the runs' threshold, the held-out
-    NLL, the last logged training loss; on a pretrained row, its accuracy gain over scratch in points, seed by
-    seed."""
+    """One row per method and start: its finished seeds, accuracy % and tokens/step at the runs' threshold,
+    the held-out NLL, the last logged training loss; on a pretrained row, its accuracy gain over scratch in
+    points, seed by seed; and, when a run stopped early, a last column naming it (left out of the rest)."""
     taus = sorted({r["threshold"] for seeds in runs.values() for r in seeds.values()})
     tau = ", ".join("∞" if math.isinf(t) else f"{t:g}" for t in taus)
+    early = any(stopped(seeds) for seeds in runs.values())
     lines = [f"| method | start | seeds | accuracy % (τ = {tau}) | tokens/step | held-out NLL (nats/token) "
-             "| last training loss | pretrained − scratch, accuracy points (same seed) |", "|---" * 8 + "|"]
+             "| last training loss | pretrained − scratch, accuracy points (same seed) |"
+             + " stopped early (left out) |" * early, "|---" * (8 + early) + "|"]
     for method in methods_of(runs):
         for start in STARTS:
             seeds = runs.get((method, start))
             if not seeds:
                 continue
-            rows = [{**r, "accuracy": 100 * r["accuracy"], "loss": r["curve"][-1][1]} for r in seeds.values()]
-            lines.append(f"| {method} | {start} | {','.join(map(str, sorted(seeds)))} | "
+            done = finished(seeds)
+            rows = [{**r, "accuracy": 100 * r["accuracy"], "loss": r["curve"][-1][1]} for r in done.values()]
+            lines.append(f"| {method} | {start} | {','.join(map(str, sorted(done)))} | "
                          f"{spread(rows, 'accuracy', '.1f')} | {spread(rows, 'tokens_per_step', '.2f')} | "
                          f"{spread(rows, 'nll', '.3f')} | {spread(rows, 'loss', '.3f')} | "
-                         f"{gain(runs, method, start, 'accuracy', 100) if start != 'scratch' else ''} |")
+                         f"{gain(runs, method, start, 'accuracy', 100) if start != 'scratch' else ''} |"
+                         + f" {stopped(seeds)} |" * early)
     return "\n".join(lines)
 
 
@@ -106,6 +125,7 @@ def plot(runs: dict, out_png: str):
     (line) and min-max (band), at the steps every seed logged."""
     plt = pyplot()
     methods = methods_of(runs)
+    runs = {k: finished(of) for k, of in runs.items()}                 # a run that stopped early: not drawn
     seeds = {st: sorted({s for (_, start), of in runs.items() if start == st for s in of}) for st in STARTS}
     fig, axes = plt.subplots(1, len(methods), figsize=(3.2 * len(methods), 3.6), layout="constrained",
                              squeeze=False)

@@ -22,7 +22,7 @@ import torch
 from common import checkpoint, methods
 from common.cli import unconditional_tokens
 from common.replies import Refused, unconditional
-from data import get_tokenizer, sampler_preset
+from data import PRESETS, get_corpus, get_tokenizer, is_corpus, sampler_preset
 from sampling import Settings
 from paper import hf_metrics
 
@@ -105,16 +105,18 @@ def scored_text(tok, ids: list, eos: bool) -> str:
 
 
 def evaluate_unconditional(model, method, cfg, tok, ref, n, settings: Settings, device, seed=0, warmup=0,
-                           redraw=True) -> dict:
+                           redraw=True, stops=True) -> dict:
     """eval.py --task unconditional: warmup + n samples from BOS at batch 1 (the first warmup only time the
     start), the last n scored, each redrawn until the official filter keeps it (official_keep; redraw=False:
     as drawn). Scored as the official scores them: the BOS, the sample and the EOS that ended it (ids + [EOS],
     scored_text). Generative perplexity = exp(the reference model's NLL summed over all their tokens / their
     number) when ref is given (None: none; paper/hf_metrics.py scores under Hugging Face models); the mean
-    unigram entropy per sample, tokens/step, tokens/s (batch 1), the texts and their ids (sample_ids)."""
+    unigram entropy per sample, tokens/step, tokens/s (batch 1), the texts and their ids (sample_ids), and
+    each sample as eval.py --replies writes it ("records"). stops=False: no stop rule (a throughput run)."""
     keep = (lambda s: official_keep(s, tok.eos_id)) if redraw else None
     try:
-        samples = unconditional(model, method, cfg, tok, warmup + n, settings, device, seed, keep)[warmup:]
+        samples = unconditional(model, method, cfg, tok, warmup + n, settings, device, seed, keep,
+                                stops)[warmup:]
     except Refused as e:
         raise ValueError(f"{e} by the official filter (unigram entropy < {REDRAW_ENTROPY:g} nats or <= "
                          f"{REDRAW_LENGTH} tokens, made for GPT-2 tokens of OpenWebText): pass --no-redraw "
@@ -124,18 +126,24 @@ def evaluate_unconditional(model, method, cfg, tok, ref, n, settings: Settings, 
     if count == 0:
         raise ValueError(f"the {n} samples hold no token to score (each stopped at once): raise -n or "
                          f"--max-new-tokens")
-    ppl = {}
+    ppl, nlls = {}, [None] * n
     if ref is not None:
-        nll = sum(reference_nll(ref, tok.eos_id, x, device)[0] for x in ids)
-        ppl = {"gen_ppl": math.exp(nll / count), "gen_nll": nll / count}
+        nlls = [reference_nll(ref, tok.eos_id, x, device)[0] for x in ids]
+        ppl = {"gen_ppl": math.exp(sum(nlls) / count), "gen_nll": sum(nlls) / count}
     rates = [s["tokens_per_s"] for s in samples]
     mean = sum(rates) / n
+    texts = [scored_text(tok, s["ids"], s["eos"]) for s in samples]
+    records = [{"index": k, "prompt": tok.enc.decode([tok.eos_id]), "reply": text, "tokens": len(x),
+                "eos": s["eos"], "redrawn": s["redrawn"],
+                "scores": {"entropy": unigram_entropy(s["ids"]), "tokens_per_s": s["tokens_per_s"],
+                           **({"gen_nll": nll / max(len(x), 1)} if nll is not None else {})}}
+               for k, (s, x, text, nll) in enumerate(zip(samples, ids, texts, nlls))]
     return {**ppl, "entropy": sum(unigram_entropy(s["ids"]) for s in samples) / n,
             "tokens_per_step": sum(s["tokens_per_step"] for s in samples) / n, "tokens_per_s": mean,
             "tokens_per_s_std": (sum((r - mean) ** 2 for r in rates) / n) ** 0.5,
             "sample_tokens": count / n, "nfe": sum(s["nfe"] for s in samples), "n": n, "redraw": redraw,
-            "redrawn": sum(s["redrawn"] for s in samples),
-            "samples": [scored_text(tok, s["ids"], s["eos"]) for s in samples], "sample_ids": ids}
+            "redrawn": sum(s["redrawn"] for s in samples), "samples": texts, "sample_ids": ids,
+            "records": records}
 
 
 # ----------------------------------------------------------------------------- eval.py --task unconditional
@@ -146,7 +154,9 @@ def load_scorers(args, config: dict, device, max_new: int) -> dict:
     --mauve-ref texts and the --mauve-encoder. Returns {"ref", "ppl", "references", "encoder"}, None if not
     given."""
     out = dict.fromkeys(("ref", "ppl", "references", "encoder"))
-    if args.mauve_ref:
+    if args.mauve_ref and is_corpus(args.mauve_ref):
+        out["references"] = corpus_references(args.mauve_ref, args.data_dir)
+    elif args.mauve_ref:
         out["references"] = hf_metrics.read_texts(args.mauve_ref)
     if args.ref_ckpt:
         try:
@@ -163,6 +173,28 @@ def load_scorers(args, config: dict, device, max_new: int) -> dict:
     return out
 
 
+class RowTexts:
+    """A corpus' held-out rows as MAUVE's reference texts, each decoded when it is read (the official Table 4
+    reads its OWT validation rows, GPT-2 tokens of the wrapped `.dat` file, decoded with special tokens)."""
+
+    def __init__(self, rows, tok):
+        self.rows, self.tok = rows, tok
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.tok.enc.decode([int(t) for t in self.rows[i]])
+
+
+def corpus_references(name: str, data_dir) -> RowTexts:
+    """--mauve-ref owt (a corpus): its held-out rows in its own tokenizer, from --data-dir or the Hub, as the
+    references the official Table 4 bootstrap draws its subsets from (hf_metrics.mauve_score)."""
+    corpus = get_corpus(name)
+    tok = get_tokenizer(corpus.TOKENIZER)
+    return RowTexts(corpus.load("test", data_dir, tok, corpus.SEQ_LEN), tok)
+
+
 def run(args, model, method, cfg, config: dict, device, settings: Settings) -> dict:
     """eval.py --task unconditional (its args): every scorer loaded first (load_scorers), then -n samples from
     BOS alone at batch 1 with the official OWT sampler options, redrawn by the official filter unless
@@ -170,14 +202,18 @@ def run(args, model, method, cfg, config: dict, device, settings: Settings) -> d
     (--ppl-model) and MAUVE against --mauve-ref (paper/hf_metrics.py), each when given; sample 0 printed.
     Returns the metrics."""
     max_new = unconditional_tokens(args.max_new_tokens, config["seq_len"])
-    if not args.no_redraw:
+    redraw = not (args.no_redraw or args.throughput_run)
+    if redraw:
         check_redraw(max_new)
     scorers = load_scorers(args, config, device, max_new)
     tok = get_tokenizer(config["tokenizer"])
-    settings = dataclasses.replace(settings, max_new_tokens=max_new,
-                                   options=sampler_preset("owt", tok, method))
+    corpus = config["data"] if is_corpus(config["data"]) and config["data"] in PRESETS else "owt"
+    options = sampler_preset(corpus, tok, method)             # LM1B's own options, else OWT's (Table 4)
+    if args.throughput_run:                 # the official throughput runs: no stopping criteria at all
+        options = dataclasses.replace(options, stop_confidence=0.0, stop_entropy=0.0)
+    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=options)
     m = evaluate_unconditional(model, method, cfg, tok, scorers["ref"], args.n, settings, device, args.seed,
-                               args.warmup, redraw=not args.no_redraw)
+                               args.warmup, redraw=redraw, stops=not args.throughput_run)
     ids = m.pop("sample_ids")
     if args.ppl_model:
         m.update(hf_metrics.hf_gen_ppl(m["samples"], args.ppl_model, args.batch_size, device, ids, tok,
@@ -187,4 +223,5 @@ def run(args, model, method, cfg, config: dict, device, settings: Settings) -> d
                                         args.mauve_encoder or hf_metrics.MAUVE_ENCODER, device=device,
                                         batch_size=args.batch_size, loaded=scorers["encoder"]))
     print(f"--- sample 0 of {args.n}{' (all in --json)' if args.json else ''}\n{m['samples'][0]}\n---")
-    return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new}
+    return {**m, "ref_ckpt": args.ref_ckpt, "max_new_tokens": max_new, "warmup": args.warmup,
+            **({"throughput_run": True} if args.throughput_run else {})}

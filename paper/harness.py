@@ -73,6 +73,8 @@ class Setup:
     settings: Settings = field(default_factory=Settings)   # the sampler's; its max_new_tokens when a task
                                                            # gives none
     stop_opts: dict = field(default_factory=dict)   # GSM8K's stop rule options ({"im_end": True})
+    official: dict = field(default_factory=dict)    # (task, doc_id) -> (raw reply, official_match) of each
+                                                    # official GSM8K request (its printed accuracy)
 
 
 # ----------------------------------------------------------------------------- flags and lm-eval itself
@@ -307,6 +309,10 @@ def generate_until(setup: Setup, requests) -> list[str]:
                                   setup.device, settings, setup.seed + s, setup.stop_opts if gsm else None)
             for (i, _), text in zip(chunk, texts):
                 replies[i] = gsm8k.harness_rewrite(text) if gsm else cut(text, until)
+                if gsm:                 # the official printed accuracy, on the reply before its rewrite
+                    r = requests[i]
+                    setup.official[(r.task_name, r.doc_id)] = (
+                        text, gsm8k.official_match(text, gsm8k.gold_answer(r.doc["answer"])))
     return replies
 
 
@@ -392,7 +398,7 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, setting
         check_targets(names, tm, args.limit)
         out = simple_evaluate(model=harness_lm(setup), tasks=names, num_fewshot=args.num_fewshot,
                               limit=args.limit or None, task_manager=tm, batch_size=args.batch_size,
-                              log_samples=False)
+                              log_samples=bool(args.replies))
     except OSError as e:          # the Hub unreachable, a data file missing (datasets' errors are OSErrors)
         first = (str(e).splitlines() or [""])[0][:200]
         raise RuntimeError(f"lm-eval could not load the data of {', '.join(names)} ({type(e).__name__}: "
@@ -401,8 +407,33 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, setting
     except TemplateError as e:    # a doc_to_text / doc_to_target / doc_to_choice naming a missing field
         raise ValueError(template_error(names, tm, e)) from None
     results = {t: {k: plain(v) for k, v in res.items()} for t, res in out["results"].items()}
+    official = {}                                  # the official printed accuracy of each official GSM8K task
+    for (task, _), (_, right) in setup.official.items():
+        official.setdefault(task, []).append(right)
     m = {"tasks": names, "lm_eval": version, "num_fewshot": args.num_fewshot, "limit": args.limit,
          "samples": args.samples, "threshold": settings.threshold, "window": settings.window,
          "max_new_tokens": settings.max_new_tokens,
-         "results": results, "n_samples": out.get("n-samples", {})}
+         "results": results, "n_samples": out.get("n-samples", {}),
+         **({"official_accuracy": {t: sum(v) / len(v) for t, v in official.items()}} if official else {}),
+         "records": sample_records(out.get("samples", {}), setup.official)}
     return HEAD, result_rows(out, config["method"]), m
+
+
+def sample_records(samples: dict, official: dict) -> list[dict]:
+    """lm-eval's logged samples (simple_evaluate's log_samples) as eval.py --replies writes them, one per
+    document of each task: its prompt (the request's context; an official GSM8K one, the reply before the
+    official rewrite and its printed-accuracy verdict too), the replies lm-eval scored, its filtered answers
+    and its metrics (one record per filter of a document, as lm-eval logs them)."""
+    records = []
+    for task, docs in samples.items():
+        for d in docs:
+            args = d.get("arguments") or [[""]]
+            raw = official.get((task, d.get("doc_id")))
+            records.append({"task": task, "index": d.get("doc_id"), "filter": d.get("filter"),
+                            "prompt": args[0][0],
+                            **({"reply": raw[0]} if raw else {}),
+                            "resps": d.get("resps"), "filtered": d.get("filtered_resps"),
+                            "answer": d.get("target"),
+                            "scores": {**{k: plain(d[k]) for k in d.get("metrics", []) if k in d},
+                                       **({"official_accuracy": raw[1]} if raw else {})}})
+    return records

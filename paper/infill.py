@@ -41,20 +41,26 @@ from sampling import Settings
 ARITH_SPANS = ("step", "number", "operand", "verb")
 
 
-def infill(model, method, cfg, tok, ex, device, settings: Settings):
+def infill(model, method, cfg, tok, ex, device, settings: Settings, right: bool = True):
     """Fill ex's span between ex["left"] and ex["right"] (token id lists). Returns span ids, stats, seconds.
     A method that cannot infill (AR) continues from the left context for len(span) tokens (as the
-    official)."""
-    left, n, right = ex["left"], len(ex["span"]), ex["right"]
-    ids = left + [tok.mask_id] * n + right if method.CAN_INFILL else left
-    settings = dataclasses.replace(settings, max_new_tokens=0 if method.CAN_INFILL else n)
+    official); so does one whose sampler caches the visible context first (Set Diffusion: a window in its
+    KNOBS) when right is False, the official's cache_full_infill_context=false (its suite runner's infilling
+    rows), where the right context is cached only once the span is decoded, so the span never sees it."""
+    left, n = ex["left"], len(ex["span"])
+    sees_right = method.CAN_INFILL and (right or "window" not in method.KNOBS)
+    ids = left + [tok.mask_id] * n + ex["right"] if sees_right else left
+    settings = dataclasses.replace(settings, max_new_tokens=0 if sees_right else n)
     prompt = torch.tensor([ids], device=device)
     (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, settings)
     return tokens[0, len(left):len(left) + n].tolist(), stats, seconds
 
 
-def evaluate_infill(model, method, cfg, tok, items, config, device, scores, settings: Settings, warmup=0):
-    """Mean of each scorer(filled text, ex) over items, tokens/step, and tokens/s at batch 1 after warm-up."""
+def evaluate_infill(model, method, cfg, tok, items, config, device, scores, settings: Settings, warmup=0,
+                    right: bool = True):
+    """Mean of each scorer(filled text, ex) over items, tokens/step, and tokens/s at batch 1 after warm-up;
+    "records": each scored item as eval.py --replies writes it (its left and right context, the filled text,
+    the reference, each scorer's value). right: infill's."""
     if not method.CAN_INFILL:
         print("note: AR cannot infill: it continues from the left context only, for the span's length")
     for ex in items:
@@ -66,18 +72,21 @@ def evaluate_infill(model, method, cfg, tok, items, config, device, scores, sett
         raise ValueError(f"--warmup {warmup} leaves no example to score: only {len(items)} example(s) are "
                          f"evaluated; raise --limit above --warmup (or lower --warmup)")
     for ex in items[:warmup]:
-        infill(model, method, cfg, tok, ex, device, settings)
-    totals, rates, steps = dict.fromkeys(scores, 0.0), [], []
-    for ex in items[warmup:]:
-        span, stats, sec = infill(model, method, cfg, tok, ex, device, settings)
-        text = tok.decode([i for i in span if i != tok.mask_id])
-        for key, score in scores.items():
-            totals[key] += float(score(text, ex))
+        infill(model, method, cfg, tok, ex, device, settings, right)
+    totals, rates, steps, records = dict.fromkeys(scores, 0.0), [], [], []
+    for k, ex in enumerate(items[warmup:], warmup):
+        span, stats, sec = infill(model, method, cfg, tok, ex, device, settings, right)
+        text = tok.decode([t for t in span if t != tok.mask_id])
+        verdicts = {key: float(score(text, ex)) for key, score in scores.items()}
+        for key, value in verdicts.items():
+            totals[key] += value
         rates.append(len(span) / sec)
         steps.append(stats["tokens_per_step"])
+        records.append({"index": k, "left": tok.decode(ex["left"]), "right": tok.decode(ex["right"]),
+                        "reply": text, "answer": ex["answer"], "scores": verdicts})
     n = max(len(rates), 1)
     return {**{k: v / n for k, v in totals.items()}, "tokens_per_step": sum(steps) / n,
-            "tokens_per_s": sum(rates) / n, "n": len(rates)}
+            "tokens_per_s": sum(rates) / n, "n": len(rates), "warmup": warmup, "records": records}
 
 
 def rouge_scores():
@@ -200,18 +209,24 @@ SPAN_SCORES = {   # exact: the filled span equals the reference; answer_right: t
 
 
 def evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings: Settings,
-             sentences=1, warmup=0, span="step"):
+             sentences=1, warmup=0, span="step", recipe="h100", throughput_run=False):
     """eval.py --task rocstories | infill on a task: the infilling items of the task, then evaluate_infill.
-    The metrics carry the span kind."""
+    The metrics carry the span kind; ROCStories' the sentences and the official recipe (data/rocstories.py
+    RECIPES: its sampler options, and whether the right context is cached); a throughput run (the
+    official's, timed after warmup) is scored by nothing (no ROUGE)."""
     if task_name == "rocstories":
-        items, scores = data.examples(tok, examples, sentences), rouge_scores()
-    elif config["data"] != "arith":
+        settings = dataclasses.replace(settings, options=data.sampler_options(tok, method, sentences, recipe))
+        m = evaluate_infill(model, method, cfg, tok, data.examples(tok, examples, sentences), config, device,
+                            {} if throughput_run else rouge_scores(), settings, warmup,
+                            data.RECIPES[recipe]["right_cached"])
+        return {"sentences": sentences, "recipe": recipe, **m,
+                **({"throughput_run": True} if throughput_run else {})}
+    if config["data"] != "arith":
         raise ValueError(f"--task infill masks a span of the shipped arith task or of a text corpus; this "
                          f"checkpoint was trained on {config['data']}")
-    else:
-        items, scores = arith_items(examples, tok, span), SPAN_SCORES[span]
-    m = evaluate_infill(model, method, cfg, tok, items, config, device, scores, settings, warmup)
-    return m if task_name == "rocstories" else {"span": span, **m}
+    m = evaluate_infill(model, method, cfg, tok, arith_items(examples, tok, span), config, device,
+                        SPAN_SCORES[span], settings, warmup)
+    return {"span": span, **m}
 
 
 # ---------------------------------------------------------------------------- a text corpus: a word or a line

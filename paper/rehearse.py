@@ -14,7 +14,9 @@ What stands in for what:
   names, a release config.json, tokenizer.json), the DiT ones (owt:*, lm1b:*) with backbone.* names (adaLN on
   where the releases have it); Qwen/Qwen3-1.7B-Base (config.json, model.safetensors, tokenizer.json: what
   finetune-gsm8k starts from), Qwen/Qwen3-0.6B-Base (CNN/DM's tokenizer), google-bert/bert-base-uncased
-  (LM1B's vocab.txt), and openai/gsm8k in the datasets cache (read by reproduce-gsm8k and its lm-eval lines).
+  (LM1B's vocab.txt), openai/gsm8k in the datasets cache (read by reproduce-gsm8k and its lm-eval lines), and,
+  with transformers installed, gpt2-large and answerdotai/ModernBERT-large (Table 4's scorers: tiny random
+  models, GPT-2's own tokenizer).
 - Tokenizers: Qwen3's tokenizer.json with its 26 special tokens at their real ids and 151,643 BPE entries
   without merges (text encodes byte by byte); BERT's vocab.txt of 30,522 entries; GPT-2's own files, rebuilt
   byte for byte from the ranks the test-only package openai-whisper ships (tiktoken checks their sha256) into
@@ -30,7 +32,9 @@ but results/ and out/, so what a target writes lands in DIR, never in the reposi
 and TRAIN_EXTRA (appended to the eval.py / timed eval.py / train.py lines; argparse keeps a flag's last value)
 make each run small: --device cpu, batch 2, 8 new tokens, 1 warm-up example and 2 timed, a 1-layer model in
 place of a --preset (a fine-tuning run keeps its stand-in's shape), 2 steps. NGPU=2: the torchrun lines start
-two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9; the lists of checkpoints are the Makefile's. Each
+two CPU processes (gloo). GSM8K_TAUS is cut to inf 0.9, Table 4 to 4 samples of 60 tokens (1 timed after
+1); the lists of checkpoints are the Makefile's. A target that refuses by design (REFUSES:
+reproduce-gsm8k-likelihood, whose eval data was never released) passes when it fails with its line. Each
 target's output goes to DIR/logs/TARGET.log.
 """
 import json
@@ -56,18 +60,27 @@ TRAIN = FINETUNE + ' --preset "" --n-layer 1 --n-embd 16 --n-head 2'   # from sc
 # (a fine-tuning run takes its shape from --init-from, which refuses shape flags: its stand-in is tiny)
 # target -> the make variables it runs with here ({data}: DIR/data)
 TARGETS = {
+    "smoke-gsm8k": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "SMOKE_N": "2"},
     "reproduce-gsm8k": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "GSM8K_TAUS": "inf 0.9"},
     "finetune-gsm8k": {"TRAIN_EXTRA": FINETUNE, "GSM8K_DIR": "{data}/gsm8k"},   # reproduce-gsm8k: the Hub's
     "train-cnndm": {"TRAIN_EXTRA": TRAIN, "CNNDM_DIR": "{data}/cnndm"},
     "reproduce-cnndm": {"EVAL_EXTRA": GENERATE, "TIMED_EXTRA": TIMED, "CNNDM_DIR": "{data}/cnndm"},
     "reproduce-infill": {"EVAL_EXTRA": CPU, "TIMED_EXTRA": TIMED, "ROCSTORIES_DIR": "{data}/rocstories"},
+    # 4 samples of 60 tokens scored (the official filter redraws 50 or fewer), throughput runs of 1 after 1
+    "reproduce-unconditional": {"EVAL_EXTRA": EVAL + " --max-new-tokens 60", "TIMED_EXTRA": "--warmup 1 -n 1",
+                                "UNCOND_N": "4", "OWT_DIR": "{data}/owt"},
+    "reproduce-gsm8k-likelihood": {},
     "reproduce-likelihood": {"EVAL_EXTRA": EVAL, "LIMIT": "2", "OWT_DIR": "{data}/owt",
                              "LM1B_DIR": "{data}/lm1b"},
     "reproduce-mcqa": {"EVAL_EXTRA": EVAL, "LIMIT": "2", "MCQA_DIR": "{data}/mcqa"},
     "train-owt": {"TRAIN_EXTRA": TRAIN, "NGPU": "2", "OWT_DIR": "{data}/owt"},
     "train-lm1b": {"TRAIN_EXTRA": TRAIN, "NGPU": "2", "LM1B_DIR": "{data}/lm1b"},
 }
-LISTS = ("GSM8K_CKPTS", "CNNDM_CKPTS", "INFILL_CKPTS", "OWT_CKPTS", "LM1B_CKPTS")   # the released keys used
+LISTS = ("GSM8K_CKPTS", "CNNDM_CKPTS", "INFILL_CKPTS", "OWT_CKPTS", "LM1B_CKPTS", "UNCOND_CKPTS",
+         "LM1B_UNCOND_CKPTS")                                                       # the released keys used
+# A target that refuses by design, in one line that starts so (its reason: docs/paper.md): passes if it does
+REFUSES = {"reproduce-gsm8k-likelihood": "error: the paper's GSM8K likelihood is measured on the official "
+                                         "distillation eval split"}
 
 
 # ----------------------------------------------------------------------------- the folder and the environment
@@ -221,6 +234,8 @@ def run_target(target: str, root: str, variables: dict, lock=None) -> tuple[bool
         lines = [line.strip() for line in f if line.strip()]
     last = next((line for line in reversed(lines) if line.startswith("error:")), None) or \
         next((line for line in reversed(lines) if not line.startswith("make")), "")
+    if target in REFUSES:                         # passes by refusing, in its own line
+        return proc.returncode != 0 and last.startswith(REFUSES[target]), seconds, last
     return proc.returncode == 0, seconds, last
 
 
@@ -249,8 +264,10 @@ def report(results: dict, root: str) -> tuple[list[str], int]:
     lines = []
     for target, (ok, seconds, last) in results.items():
         log = os.path.join(root, "logs", target + ".log")
-        lines.append(f"{'PASS' if ok else 'FAIL'}  {target:22s} {seconds:6.0f} s" +
-                     ("" if ok else f"  {last[:200]}  (log: {log})"))
+        lines.append(f"{'PASS' if ok else 'FAIL'}  {target:26s} {seconds:6.0f} s" +
+                     (f"  (refuses, as it should: {last.removeprefix('error: ')[:110]}...)"
+                      if ok and target in REFUSES else
+                      "" if ok else f"  {last[:200]}  (log: {log})"))
     failed = [t for t, (ok, _, _) in results.items() if not ok]
     lines.append(f"rehearsal: {len(results) - len(failed)} of {len(results)} targets pass" +
                  (f"; failing: {', '.join(failed)}" if failed else ""))

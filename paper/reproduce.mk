@@ -7,12 +7,15 @@
 EVAL_EXTRA ?=
 TIMED_EXTRA ?=
 TRAIN_EXTRA ?=
-.PHONY: reproduce-gsm8k finetune-gsm8k train-cnndm reproduce-cnndm reproduce-infill reproduce-likelihood reproduce-mcqa
+.PHONY: smoke-gsm8k reproduce-gsm8k finetune-gsm8k train-cnndm reproduce-cnndm reproduce-infill reproduce-likelihood \
+  reproduce-mcqa reproduce-unconditional reproduce-gsm8k-likelihood
 
 # ---- GSM8K with Qwen3-1.7B-Base, as in the paper: a CUDA GPU, and the Hugging Face Hub for the weights,
-# the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl). Last, lm-eval's own gsm8k
-# task (eval.py --task lm-eval, 0-shot, tau = inf; always openai/gsm8k from the Hub): its strict-match / flexible-extract
-# per checkpoint in results/gsm8k-harness/, beside our strict_match / flexible_match in results/gsm8k/NAME-inf.json.
+# the tokenizer and openai/gsm8k (or GSM8K_DIR=folder holding GSM8K's train.jsonl and test.jsonl). Each accuracy run
+# scores every reply four ways (official_accuracy, the official printed rule, is the one results/gsm8k.md puts beside the
+# paper's) and keeps them in NAME-TAU.jsonl (eval.py --replies). Last, lm-eval's own gsm8k task (eval.py --task lm-eval,
+# 0-shot, tau = inf; always openai/gsm8k from the Hub): its strict-match / flexible-extract and the official printed
+# accuracy per checkpoint in results/gsm8k-harness/, beside ours in results/gsm8k/NAME-inf.json.
 GSM8K_DIR ?=
 GSM8K_TAUS ?= inf 0.99 0.95 0.9 0.85 0.8 0.75 0.7 0.65 0.6
 GSM8K_CKPTS ?= gsm8k:ar gsm8k:bd3lm-s4 gsm8k:bd3lm-s16 gsm8k:setdlm-smax8 gsm8k:setdlm-smax32
@@ -23,23 +26,48 @@ GSM8K_DATA = $(if $(GSM8K_DIR),--data-dir $(GSM8K_DIR))
 METHOD_SETTINGS = $(if $(filter setdiffusion,$(M)),--smax $(1))$(if $(filter bd3lm,$(M)),--block-size $(2))
 NEED_GPU = $(PY) -c "import sys, torch; torch.cuda.is_available() or sys.exit('error: make $@ needs a CUDA GPU and access to the Hugging Face Hub')"
 
+# A smoke run before the sweep (docs/paper.md, the runbook): per checkpoint, SMOKE_N problems of the accuracy run at its
+# batch 16 (tau 0.9; AR inf) and SMOKE_N timed after 2 warm-up, one round; each line prints the peak GPU memory and
+# tokens/s, results/gsm8k-smoke.md tables them. Minutes per checkpoint.
+SMOKE_N ?= 16
+smoke-gsm8k:  ## before make reproduce-gsm8k: a few problems per checkpoint at the sweep's settings, peak GPU memory and tokens/s each (GPU, minutes)
+	@$(NEED_GPU)
+	mkdir -p results/gsm8k-smoke
+	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); t=$$( [ $$n = ar ] && echo inf || echo 0.9 ); \
+	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --limit $(SMOKE_N) \
+	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n.json --replies results/gsm8k-smoke/$$n.jsonl \
+	    $(EVAL_EXTRA) && \
+	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 2 \
+	    --limit $$(( $(SMOKE_N) + 2 )) --rounds 1 --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n-tput.json \
+	    $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
+	$(PY) -m paper.results results/gsm8k-smoke.md results/gsm8k-smoke/*.json
+
 reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoints: accuracy (FHT commit order) and tokens/s (left to right) per tau, as the official scripts (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/gsm8k
 	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); for t in $(GSM8K_TAUS); do \
 	  if [ $$n = ar ] && [ $$t != inf ]; then continue; fi; \
 	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --max-new-tokens 1024 \
-	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json $(EVAL_EXTRA) && \
+	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json --replies results/gsm8k/$$n-$$t.jsonl $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 50 --limit 250 \
 	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k --plot results/gsm8k.png
 	mkdir -p results/gsm8k-harness
 	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
-	  --commit-order fht --official --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json $(EVAL_EXTRA) || exit 1; done
+	  --commit-order fht --official --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json \
+	  --replies results/gsm8k-harness/$$n.jsonl $(EVAL_EXTRA) || exit 1; done
 
-# The paper's recipe (the official GSM8K fine-tuning config): lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16
-# autocast, EMA 0.9999, clip 1.0; betas (0.9, 0.98) are train.py's own. --weight-decay 1.0: torch's AdamW
-# multiplies the decay by the lr, the official (composer) DecoupledAdamW does not, so 1.0 at lr 1e-5 is its 1e-5.
+# The paper's GSM8K likelihood (the official run_likelihood_eval_gsm8k.sh) is measured on the official distillation eval
+# split, Qwen3-32B-AWQ replies the official code reads from outputs/distillation/Qwen3-32B-AWQ/gsm8k_eval; neither those
+# replies nor the script that wrote them were released, so there is nothing to measure it on.
+reproduce-gsm8k-likelihood:  ## the paper's GSM8K likelihood: refused in one line, its eval data was never released
+	@echo "error: the paper's GSM8K likelihood is measured on the official distillation eval split (Qwen3-32B-AWQ replies, outputs/distillation/Qwen3-32B-AWQ/gsm8k_eval in the official code), which was never released, nor the script that made it; eval.py --ckpt gsm8k:NAME --task likelihood measures GSM8K's own test solutions instead, a different number" >&2; exit 1
+
+# The recipe the released checkpoints' run names state (lr1e-5_bsz1_warm100ba_alphaf0.5_max-dur75000ba_amp_bf16), and the
+# official AR and BD3-LM GSM8K scripts: lr 1e-5, 100 warm-up steps, cosine to 0.5 lr, batch 1, 75k steps, bf16 autocast,
+# EMA 0.9999, clip 1.0; betas (0.9, 0.98) are train.py's own. The official Set Diffusion script at HEAD says lr 1e-6 and
+# batch 16 instead (docs/paper.md). --weight-decay 1.0: torch's AdamW multiplies the decay by the lr, the official
+# (composer) DecoupledAdamW does not, so 1.0 at lr 1e-5 is its 1e-5.
 finetune-gsm8k:  ## fine-tune Qwen3-1.7B-Base on GSM8K as the paper did, M=ar|mdlm|bd3lm|setdiffusion (GPU, days)
 	@$(NEED_GPU)
 	$(PY) train.py --model $(M) --init-from Qwen/Qwen3-1.7B-Base --data gsm8k $(GSM8K_DATA) --seq-len 1024 \
@@ -67,24 +95,40 @@ train-cnndm:  ## train M=ar|mdlm|bd3lm|setdiffusion on CNN/DailyMail from scratc
 	  --max-iters 500000 $(call METHOD_SETTINGS,32,16) --max-new-tokens 180 --eval-limit 100 --save-every 10000 \
 	  --out-dir out/cnndm-$(M) $(TRAIN_EXTRA)
 
-reproduce-cnndm:  ## ROUGE-1/2/L (1000 test articles) and tokens/s (1000 after 50 warm-up) of the released CNN/DM models (GPU)
+# ROUGE over the whole test split, as the official (MAX_EVAL_SAMPLES=null: 11,490 articles; CNNDM_LIMIT=N: the first N, a
+# quick look), replies kept in NAME.jsonl; tokens/s as the official's timed run (1000 after 50 warm-up).
+CNNDM_LIMIT ?= 0
+reproduce-cnndm:  ## ROUGE-1/2/L (all 11,490 test articles) and tokens/s (1000 after 50 warm-up) of the released CNN/DM models (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/cnndm
 	for c in $(CNNDM_CKPTS); do n=$${c#cnndm:}; \
-	  $(PY) eval.py --ckpt $$c --task cnndm --official --limit 1000 --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
-	    --json results/cnndm/$$n.json $(EVAL_EXTRA) && \
+	  $(PY) eval.py --ckpt $$c --task cnndm --official --limit $(CNNDM_LIMIT) --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
+	    --json results/cnndm/$$n.json --replies results/cnndm/$$n.jsonl $(EVAL_EXTRA) && \
 	  $(PY) eval.py --ckpt $$c --task throughput --official --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
 	    --json results/cnndm/$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/cnndm.md results/cnndm/*.json
 
-reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models (SD W 32, MDLM one block), ROUGE + tokens/s (GPU)
+# ROUGE from an untimed run over all 1,871 stories (the official's ROUGE: its timed run exits before it; INFILL_LIMIT=N: the
+# first N, a quick look), replies kept; tokens/s from the official's timed run (--throughput-run: 1000 after 50 warm-up,
+# scored by nothing). Each under both official recipes (INFILL_RECIPES; data/rocstories.py): h100, its H100 wrapper
+# (penalty 1.2 counting the right context, Set Diffusion caching it first), and suite, its suite runner's rows (penalty
+# 1.1 for one sentence, 1.5 for three, the right context neither counted nor cached); the paper does not say which.
+INFILL_LIMIT ?= 0
+INFILL_RECIPES ?= h100 suite
+INFILL_SENTENCES ?= 1 3
+reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models under both official recipes, ROUGE (all stories) + tokens/s (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/infill
 	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
-	  for s in 1 3; do $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --data-dir $(ROCSTORIES_DIR) \
-	    --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
-	$(PY) -m paper.results results/infill.md results/infill/*.json
+	  for r in $(INFILL_RECIPES); do for s in $(INFILL_SENTENCES); do \
+	  $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --recipe $$r --data-dir $(ROCSTORIES_DIR) \
+	    --warmup 0 --limit $(INFILL_LIMIT) $$w --json results/infill/$$n-$$s-$$r.json --replies results/infill/$$n-$$s-$$r.jsonl \
+	    $(EVAL_EXTRA) && \
+	  $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --recipe $$r --data-dir $(ROCSTORIES_DIR) \
+	    --throughput-run --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s-$$r-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) \
+	    || exit 1; done; done; done
+	$(PY) -m paper.results results/infill.md results/infill/*.json --infill
 
 # ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official
 # eval scripts run them (OWT batch 16). A CUDA GPU and the Hub (weights; Skylion007/openwebtext,
@@ -96,14 +140,20 @@ OWT_DIR ?=
 LM1B_DIR ?=
 MCQA_DIR ?=
 LIMIT ?= 0
+# The official eval's precision: its composer trainer's amp_bf16 (bfloat16 autocast, the log-softmax in float32);
+# LIKELIHOOD_PRECISION=fp32 runs all in float32. Set Diffusion's schedule is smax = 2d, the official bare script's (its
+# suite runner passed smax = d for OWT: not run here, docs/paper.md says why).
+LIKELIHOOD_PRECISION ?= amp_bf16
 
 reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints -> results/likelihood.md (GPU + Hub)
 	@$(NEED_GPU)
 	mkdir -p results/likelihood
 	for c in $(OWT_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data owt --batch-size 16 --limit $(LIMIT) \
-	  $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json $(EVAL_EXTRA) || exit 1; done
+	  --precision $(LIKELIHOOD_PRECISION) $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json \
+	  $(EVAL_EXTRA) || exit 1; done
 	for c in $(LM1B_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
-	  $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json $(EVAL_EXTRA) || exit 1; done
+	  --precision $(LIKELIHOOD_PRECISION) $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json \
+	  $(EVAL_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/likelihood.md results/likelihood/*.json
 
 reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoints -> results/mcqa.md (GPU + Hub)
@@ -113,6 +163,32 @@ reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoi
 	  $(PY) eval.py --ckpt $$c --task $$t --batch-size 32 --limit $(LIMIT) $(if $(MCQA_DIR),--data-dir $(MCQA_DIR)/$$t) \
 	    --json results/mcqa/$${c#owt:}-$$t.json $(EVAL_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/mcqa.md results/mcqa/*.json
+
+# ---- Table 4: unconditional OWT samples of AR (p 0.90, no penalty, stop 0.005), BD3-LM S = 16 and Set Diffusion smax 32
+# (W 16; p 0.95, penalty 1.05, stop 0.01), data/owt.py's preset: UNCOND_N samples from BOS (the official 1000, 1023 new
+# tokens each, redrawn by the official filter) scored by generative perplexity under PPL_MODEL (GPT-2 Large) and MAUVE
+# against the OWT validation rows (--mauve-ref owt: mean and std over the official's 5 subsets of 1000, ModernBERT-large
+# features), replies kept; then the official's throughput runs (200 timed after 50 warm-up, drawn whole, scored by
+# nothing), of these and of every LM1B release (its preset: penalty 1.05; MDLM one block of 128). A CUDA GPU and the Hub
+# (the checkpoints, gpt2-large, answerdotai/ModernBERT-large, Skylion007/openwebtext or OWT_DIR); transformers and
+# mauve-text.
+UNCOND_CKPTS ?= owt:ar owt:bd3lm-s16 owt:setdlm-smax32
+LM1B_UNCOND_CKPTS ?= $(LM1B_CKPTS)
+UNCOND_N ?= 1000
+PPL_MODEL ?= gpt2-large
+reproduce-unconditional:  ## Table 4 (OWT samples: MAUVE with its bootstrap, gen. perplexity, entropy, tokens/s) and LM1B's unconditional tokens/s (GPU + Hub)
+	@$(NEED_GPU)
+	mkdir -p results/unconditional
+	for c in $(UNCOND_CKPTS); do n=$${c#owt:}; \
+	  $(PY) eval.py --ckpt $$c --task unconditional -n $(UNCOND_N) --warmup 0 --ppl-model $(PPL_MODEL) --mauve-ref owt \
+	    $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/unconditional/owt-$$n.json --replies results/unconditional/owt-$$n.jsonl \
+	    $(EVAL_EXTRA) && \
+	  $(PY) eval.py --ckpt $$c --task unconditional --throughput-run -n 200 --warmup 50 --json results/unconditional/owt-$$n-tput.json \
+	    $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
+	for c in $(LM1B_UNCOND_CKPTS); do n=$${c#lm1b:}; w=$$(case $$n in mdlm) echo --mdlm-block 128;; esac); \
+	  $(PY) eval.py --ckpt $$c --task unconditional --throughput-run -n 200 --warmup 50 $$w \
+	    --json results/unconditional/lm1b-$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
+	$(PY) -m paper.results results/unconditional.md results/unconditional/*.json --generation
 
 # ---- OWT and LM1B from scratch, the official recipe: DiT 12 x 768 (--preset dit-owt / dit-lm1b), lr 3e-4 constant after
 # 2500 warm-up steps, AdamW betas (0.9, 0.999), no weight decay, clip 1.0, bf16, global batch 512, no EMA, FlexAttention

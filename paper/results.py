@@ -9,10 +9,11 @@
 
 `table` lists each file's metrics, one row per file (sampler settings left out); `summarize` (--pareto) merges
 the accuracy and throughput files of a threshold sweep into a Pareto table, with the paper's numbers beside
-ours (its plot: accuracy against tokens/step); `sweep` (--sweep) tabulates Set Diffusion's smax sweep;
-`generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional files
-(generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per threshold:
-the paper's OWT generation table) into two tables.
+ours (--paper gsm8k: the official printed accuracy beside the paper's, the other scorers labelled; its plot:
+accuracy against tokens/step, the paper's points beside ours); `sweep` (--sweep) tabulates Set Diffusion's
+smax sweep; `generation` (--generation) puts a corpus run's likelihood files (bits/char) and unconditional
+files (generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE, entropy and speed per
+threshold: the paper's OWT generation table) into two tables.
 
 Under each table, the environments the runs were measured in and their checkpoints trained in (their JSON's
 "environment" and "ckpt_environment": common/environment.py), with how many runs each. Runs from different
@@ -162,15 +163,24 @@ def table(paths: list[str], out_md: str) -> str:
     return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md, runs)
 
 
+OFFICIAL = "official_accuracy"                   # the accuracy a --paper table compares with the paper's
+OTHERS = [("accuracy", "lenient: first \\boxed{}, as a number"), ("strict_match", "lm-eval strict-match"),
+          ("flexible_match", "lm-eval flexible-extract")]     # GSM8K's other scorers, beside it, labelled
+
+
 def summarize(paths, out_md, out_png=None, paper=None, mixed=False):
     """Merge accuracy and throughput JSONs (one per eval.py run) into one table (and plot) of accuracy vs
-    speed per checkpoint and threshold; with paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} the paper's
-    numbers stand beside ours. A row's files come from one commit unless mixed (one_commit)."""
+    speed per checkpoint and threshold. With paper = {ckpt: {tau: (tokens/step, tokens/s, acc %)}} (GSM8K)
+    the accuracy is the official printed rule's (official_accuracy: the one the paper's compares with), each
+    of ours beside the paper's, speed vs AR too (the ratio, comparable across GPUs where tokens/s is not),
+    then the other scorers, labelled; the plot draws the paper's points beside ours. A row's files come from
+    one commit unless mixed (one_commit)."""
+    acc = OFFICIAL if paper else "accuracy"
     rows = {}
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
         check_keys(path, m, ("tokens_per_s", "tokens_per_s_std") if m["task"] == "throughput"
-                   else ("accuracy", "tokens_per_step"))
+                   else (acc, "tokens_per_step"))
         tau = m.get("threshold", math.inf)
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str) or not isinstance(tau, (int, float)):
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, threshold {tau!r}: not an "
@@ -182,32 +192,45 @@ def summarize(paths, out_md, out_png=None, paper=None, mixed=False):
             row.update(tokens_per_s=m["tokens_per_s"], std=m["tokens_per_s_std"],
                        lo=m.get("tokens_per_s_min"), hi=m.get("tokens_per_s_max"))
         else:
-            row.update(accuracy=m["accuracy"], tokens_per_step=m["tokens_per_step"], task=m["task"],
-                       n=m.get("n"), file=path)
+            row.update(accuracy=m[acc], tokens_per_step=m["tokens_per_step"], task=m["task"],
+                       n=m.get("n"), file=path, others={k: m.get(k) for k, _ in OTHERS})
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
     one_commit([(f"{r['ckpt']} at τ {r['tau']:g}", r["runs"]) for r in rows], mixed)
     ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in method(r["model"]).KNOBS   # AR:
                      and "tokens_per_s" in r), None)                                      # one token a step
+    paper_ar = next((pts[math.inf][1] for c, pts in (paper or {}).items()
+                     if c.endswith(":ar") and math.inf in pts), None)
     nan = float("nan")
-    head = ["checkpoint", "tau", "accuracy", "tokens/step", "tokens/s (batch 1)", "speed vs AR"]
-    head += ["paper: accuracy", "tokens/step", "tokens/s"] if paper else []
+    head = (["checkpoint", "tau", "accuracy (official rule)", "paper: accuracy", "tokens/step",
+             "paper: tokens/step", "tokens/s (batch 1)", "paper: tokens/s", "speed vs AR",
+             "paper: speed vs AR", *(name for _, name in OTHERS)] if paper else
+            ["checkpoint", "tau", "accuracy", "tokens/step", "tokens/s (batch 1)", "speed vs AR"])
     body = []
     for r in rows:
         speed = r.get("tokens_per_s", nan)
-        cells = [r["ckpt"], f"{r['tau']:g}", f"{r.get('accuracy', nan):.3f}",
-                 f"{r.get('tokens_per_step', nan):.2f}",
-                 spread_of(r), f"{speed / ar_speed if ar_speed else nan:.2f}x"]
-        if paper:
-            x, tput, acc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
-            cells += [f"{acc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}"]
-        body.append(cells)
+        ours = [f"{r.get('accuracy', nan):.3f}", f"{r.get('tokens_per_step', nan):.2f}", spread_of(r),
+                f"{speed / ar_speed if ar_speed else nan:.2f}x"]
+        if not paper:
+            body.append([r["ckpt"], f"{r['tau']:g}", *ours])
+            continue
+        x, tput, pacc = paper.get(r["ckpt"], {}).get(r["tau"], (nan, nan, nan))
+        theirs = [f"{pacc / 100:.3f}", f"{x:.2f}", f"{tput:.1f}",
+                  f"{tput / paper_ar if paper_ar else nan:.2f}x"]
+        others = [f"{v:.3f}" if isinstance(v, (int, float)) else "" for v in r.get("others", {}).values()]
+        body.append([r["ckpt"], f"{r['tau']:g}", *[c for pair in zip(ours, theirs) for c in pair], *others])
     if out_png and not any("accuracy" in r for r in rows):
         raise ValueError(f"--plot {out_png} draws accuracy against tokens/step: none of the files is an "
                          f"accuracy run (add them, or drop --plot)")
-    print(write(markdown_table(head, body), out_md, [m for r in rows for m in r["runs"]]))
+    text = markdown_table(head, body)
+    if paper:
+        text = ("Accuracy: the official printed rule (data/gsm8k.py official_match: the text after the first "
+                "`boxed{` up to the next `}`, string-equal to the gold), the one beside the paper's; the "
+                "other scorers, labelled, last. Speed vs AR: each run's tokens/s over AR's, ours and the "
+                "paper's (its GPU is unconfirmed: compare the ratios).\n\n" + text)
+    print(write(text, out_md, [m for r in rows for m in r["runs"]]))
     plt = pyplot() if out_png else None
     if plt:
-        plot_pareto(plt, rows, out_png)
+        plot_pareto(plt, rows, out_png, paper)
 
 
 def spread_of(r: dict) -> str:
@@ -219,11 +242,12 @@ def spread_of(r: dict) -> str:
     return f"{r.get('tokens_per_s', nan):.1f} ± {r.get('std', nan):.1f}"
 
 
-def plot_pareto(plt, rows: list[dict], out_png: str):
-    """Accuracy vs tokens/step (exact, unlike tokens/s), one line per checkpoint, tau beside each point.
-    A checkpoint whose best accuracy is more than 0.3 below the best one's (MDLM on the shipped task) gets its
-    own panel, so that the y range of the main panel separates the others. The title names the task, the
-    scorer and the runs."""
+def plot_pareto(plt, rows: list[dict], out_png: str, paper: dict | None = None):
+    """Accuracy vs tokens/step (exact, unlike tokens/s), one line per checkpoint, tau beside each point; with
+    paper (GSM8K), the paper's points of each checkpoint as a dashed line of open markers in its colour, and
+    the accuracy the official printed rule's. A checkpoint whose best accuracy is more than 0.3 below the best
+    one's (MDLM on the shipped task) gets its own panel, so that the y range of the main panel separates the
+    others. The title names the task, the scorer and the runs."""
     curves, runs = {}, {}
     for r in rows:
         if "accuracy" in r:
@@ -241,13 +265,26 @@ def plot_pareto(plt, rows: list[dict], out_png: str):
             xs, ys, taus = zip(*sorted(curves[c]))
             ax.plot(xs, ys, "o-", label=c, color=colours[c])
             labels[-1].append([(x, y, tau_text(tau)) for x, y, tau in zip(xs, ys, taus)])
-        finish_axes(ax, "tokens/step", "accuracy")
+            theirs = sorted((x, acc / 100) for x, _, acc in (paper or {}).get(c, {}).values())
+            if theirs:               # a label starting "_" has no legend entry: PAPER_LINE's grey one
+                ax.plot(*zip(*theirs), "o--", color=colours[c], markerfacecolor="none", alpha=0.8,
+                        label=f"_paper: {c}")
+        if paper and k == 0:
+            ax.plot([], [], "o--", color="0.4", markerfacecolor="none", label=PAPER_LINE)
+        finish_axes(ax, "tokens/step", "accuracy (official rule)" if paper else "accuracy")
     task, n = next((r["task"], r["n"]) for r in rows if "accuracy" in r)
+    scorer = ([f"scorer: {task}'s official_match (the official printed accuracy) on {n} held-out problems "
+               f"(the other scorers: the table)", "dashed, open: the paper's points in each checkpoint's "
+               "colour (the official plotting script's; its tokens/step from throughput runs)"]
+              if paper else [f"scorer: {task}'s is_correct on {n} held-out problems"])
     title(fig, f"{task}: accuracy against tokens per step, τ (the confidence threshold) beside each point",
-          f"scorer: {task}'s is_correct on {n} held-out problems", seeds_note(runs))
+          *scorer, seeds_note(runs))
     for ax, series in zip(axes[0], labels):
         place_labels(ax, series)
     save_figure(fig, out_png)
+
+
+PAPER_LINE = "the paper's (dashed, open)"        # the legend entry of the paper's points
 
 
 def tau_text(tau: float) -> str:
@@ -291,7 +328,8 @@ def title(fig, *lines: str):
     for ax in fig.axes:
         for h, name in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(name, h)
-    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=len(handles), fontsize=8)
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(len(handles), 4),
+               fontsize=8)
     fig.canvas.draw()
     fig.set_layout_engine("none")
 
@@ -407,9 +445,10 @@ def generation(paths, out_md, out_png=None, mixed=False) -> str:
         m["file"] = path                                   # the figure names the folders its runs came from
         if m["task"] == "unconditional":
             check_keys(path, m, ("entropy", "tokens_per_step", "tokens_per_s", "n"), "an unconditional")
-            if not any(s[0] in m for s in SCORERS):
+            if not any(s[0] in m for s in SCORERS) and not m.get("throughput_run"):
                 raise ValueError(f"{path} holds none of {', '.join(s[0] for s in SCORERS)}: an unconditional "
-                                 f"run scored by --ref-ckpt, --ppl-model or --mauve-ref")
+                                 f"run scored by --ref-ckpt, --ppl-model or --mauve-ref (or a "
+                                 f"--throughput-run)")
             tau = m.get("threshold", math.inf)
             if not isinstance(tau, (int, float)):
                 raise ValueError(f"{path}: threshold {tau!r} is not a number")
@@ -454,23 +493,43 @@ SCORERS = [("gen_ppl", "gen. perplexity", "ref_ckpt", "generative perplexity und
 def unconditional_table(samples: dict) -> str:
     """The unconditional runs' table: a column per score that some run has (generative perplexity under the
     --ref-ckpt AR model, under the --ppl-model Hugging Face LM, MAUVE; a single run's MAUVE with its std over
-    the 5 subsets), then entropy and speed; the caption names the scoring models."""
-    every = [r for runs in samples.values() for r in runs]
+    the 5 subsets), then entropy and speed; the caption names the scoring models. A throughput run
+    (--throughput-run: the official's, samples drawn whole and scored by nothing) gives its row's tokens/step
+    and tokens/s ("timed n" its samples); the scores and entropy come from the scored runs."""
+    parts = {k: split_timed(runs) for k, runs in samples.items()}
+    every = [r for scored, _ in parts.values() for r in scored]
     scores = [s for s in SCORERS if any(s[0] in r for r in every)]
-    head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step", "tokens/s "
-                                                                                                "(batch 1)",
-            "samples", "seeds"]
-    body = [[label, f"{-tau:g}",
-             *(spread(runs, k, ".3f") + (f" ± {runs[0]['mauve_std']:.3f}" if k == "mauve" and len(runs) == 1
-                                        and "mauve_std" in runs[0] else "") for k, _, _, _ in scores),
-             spread(runs, "entropy", ".3f"), spread(runs, "tokens_per_step", ".2f"),
-             spread(runs, "tokens_per_s", ".1f")
-             + (f" ± {runs[0].get('tokens_per_s_std', float('nan')):.1f}" if len(runs) == 1 else ""),
-             spread(runs, "n", ".0f"), len(runs)] for (_, label, tau), runs in sorted(samples.items())]
+    timed = any(t for _, t in parts.values())
+    head = ["checkpoint", "tau", *(name for _, name, _, _ in scores), "entropy", "tokens/step",
+            "tokens/s (batch 1)", "samples", *["timed n"] * timed, "seeds"]
+    body = []
+    order = lambda kv: (not kv[1][0], corpus_of(kv[0][1]), kv[0])   # noqa: E731 (scored rows first)
+    for (_, label, tau), (scored, t) in sorted(parts.items(), key=order):
+        fast = t or scored
+        body.append([label, f"{-tau:g}",
+                     *(spread(scored, k, ".3f") + (f" ± {scored[0]['mauve_std']:.3f}" if k == "mauve"
+                                                   and len(scored) == 1 and "mauve_std" in scored[0] else "")
+                       for k, _, _, _ in scores),
+                     spread(scored or t, "entropy", ".3f"), spread(fast, "tokens_per_step", ".2f"),
+                     spread(fast, "tokens_per_s", ".1f")
+                     + (f" ± {fast[0].get('tokens_per_s_std', float('nan')):.1f}" if len(fast) == 1 else ""),
+                     spread(scored, "n", ".0f"), *[spread(t, "n", ".0f")] * timed, len(scored or t)])
     caption = [phrase.format(", ".join(dict.fromkeys(str(r.get(source, "?")) for r in every if k in r)))
                for k, _, source, phrase in scores]
-    return (f"Unconditional samples from BOS ({'; '.join(caption)}; entropy in nats)\n\n"
-            + markdown_table(head, body))
+    timing = ("; tokens/s from the throughput runs (timed n after their warm-up, drawn whole, unscored) "
+              "where a row has one" if timed else "")
+    return (f"Unconditional samples from BOS ({'; '.join(caption) or 'unscored'}; entropy in nats"
+            f"{timing})\n\n" + markdown_table(head, body))
+
+
+def corpus_of(label: str) -> str:
+    """The corpus of a released key ("owt" of owt:ar), which groups a table's rows; "" for a folder."""
+    return label.split(":", 1)[0] if ":" in label else ""
+
+
+def split_timed(runs: list[dict]) -> tuple[list, list]:
+    """(the runs that scored, the throughput runs: eval.py --throughput-run, timed and scored by nothing)."""
+    return [r for r in runs if not r.get("throughput_run")], [r for r in runs if r.get("throughput_run")]
 
 
 SWEEP = [("accuracy, τ=∞", "acc-inf", "accuracy"), ("accuracy, τ=0.9", "acc-0.9", "accuracy"),
@@ -635,19 +694,21 @@ def scorer_of(key: str, runs: list[dict]) -> str:
 
 
 def infill(paths, out_md, mixed=False) -> str:
-    """eval.py --task infill and rocstories runs (make infill, make infill-shakespeare) as one markdown table:
-    a row per span kind and checkpoint name (spans step, number, word, line, then ROCStories; methods in
-    ORDER), with exact match, answer_right (the shipped task's step span), char accuracy and ROUGE-L (text
-    spans), tokens/step and tokens/s at batch 1; a metric column no run has is left out. Runs of one
-    checkpoint name in several folders (seeds) make one row: the mean, with [min, max] where the seeds
-    differ."""
+    """eval.py --task infill and rocstories runs (make infill, make infill-shakespeare, make reproduce-infill)
+    as one markdown table: a row per span kind and checkpoint name (spans step, number, word, line, then
+    ROCStories per sentences and recipe; methods in ORDER), with exact match, answer_right (the shipped
+    task's step span), char accuracy and ROUGE (text spans, ROCStories), tokens/step and tokens/s at batch 1;
+    a metric column no run has is left out. Runs of one checkpoint name in several folders (seeds) make one
+    row: the mean, with [min, max] where the seeds differ. A ROCStories throughput run (eval.py
+    --throughput-run, the official's timed run, scored by nothing) gives its row's tokens/step and tokens/s
+    ("timed n" its count); the scores come from the runs that scored them (make reproduce-infill: all
+    stories, untimed). A row's runs come from one commit unless mixed (one_commit)."""
     spans = ["step", "number", "operand", "verb", "word", "line", "rocstories"]   # the spans' order in the
                                                                                   # table
-    metrics = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"),
-               ("op_right", "op_right", ".3f"),
-               ("char acc.", "char_accuracy", ".3f"), ("ROUGE-L", "rougeL", ".3f"),
-               ("tokens/step", "tokens_per_step", ".2f"), ("tokens/s (batch 1)", "tokens_per_s", ".1f"),
-               ("n", "n", ".0f")]
+    scores = [("exact", "exact", ".3f"), ("answer_right", "answer_right", ".3f"),
+              ("op_right", "op_right", ".3f"), ("char acc.", "char_accuracy", ".3f"),
+              ("ROUGE-1", "rouge1", ".3f"), ("ROUGE-2", "rouge2", ".3f"), ("ROUGE-L", "rougeL", ".3f")]
+    speed = [("tokens/step", "tokens_per_step", ".2f"), ("tokens/s (batch 1)", "tokens_per_s", ".1f")]
     groups = {}
     for path in paths:
         m = read_run(path, ("task", "model", "ckpt"))
@@ -659,15 +720,22 @@ def infill(paths, out_md, mixed=False) -> str:
         if m["model"] not in ORDER or not isinstance(m["ckpt"], str) or span not in spans:
             raise ValueError(f"{path}: model {m['model']!r}, ckpt {m['ckpt']!r}, span {span!r}: not an "
                              f"eval.py --json file of an infill run")
-        key = (spans.index(span), ORDER.index(m["model"]), label_of(m["ckpt"]))
+        kind = (f"rocstories-{m.get('sentences', 1)} ({m.get('recipe', 'h100')})" if span == "rocstories"
+                else span)
+        key = (spans.index(span), kind, ORDER.index(m["model"]), label_of(m["ckpt"]))
         groups.setdefault(key, []).append(m)
     if not groups:
         raise ValueError("no eval.py --json file given")
-    one_commit([(f"{spans[key[0]]} {key[2]}", runs) for key, runs in groups.items()], mixed)
-    columns = [c for c in metrics if any(c[1] in r for runs in groups.values() for r in runs)]
-    head = ["span", "checkpoint"] + [name for name, _, _ in columns] + ["seeds"]
-    body = [[spans[span], label] + [spread(runs, key, fmt) for _, key, fmt in columns] + [len(runs)]
-            for (span, _, label), runs in sorted(groups.items())]
+    one_commit([(f"{kind} {label}", runs) for (_, kind, _, label), runs in groups.items()], mixed)
+    parts = {k: split_timed(runs) for k, runs in groups.items()}
+    columns = [c for c in scores if any(c[1] in r for scored, _ in parts.values() for r in scored)]
+    timed = any(t for _, t in parts.values())
+    head = (["span", "checkpoint"] + [name for name, _, _ in columns + speed] + ["n"] + ["timed n"] * timed
+            + ["seeds"])
+    body = [[kind, label] + [spread(scored, key, fmt) for _, key, fmt in columns]
+            + [spread(t or scored, key, fmt) for _, key, fmt in speed] + [spread(scored, "n", ".0f")]
+            + [spread(t, "n", ".0f")] * timed + [len(scored or t)]
+            for (_, kind, _, label), (scored, t) in sorted(parts.items())]
     text = write(markdown_table(head, body), out_md, [m for runs in groups.values() for m in runs])
     print(text)
     return text

@@ -53,6 +53,7 @@ def build(root: str, keys: list[str]) -> None:
     for i, key in enumerate(k for k in keys if k in RELEASED):
         released(hf, key, tokenizer, torch.Generator().manual_seed(i))
     gpt2_files(os.path.join(root, "tiktoken"))
+    scorers(hf, os.path.join(root, "tiktoken"))
     gsm8k(hf, os.path.join(data, "gsm8k"), rng)
     cnndm(os.path.join(data, "cnndm"), rng)
     rocstories(os.path.join(data, "rocstories"), rng)
@@ -241,6 +242,46 @@ def released(hf: str, key: str, tokenizer: dict, g: torch.Generator) -> None:
         "noise_config": noise, **({"block_size": block} if method == "bd3lm" else {}),
         "tokenization_config": {"vocab_size": V, "mask_token_id": mask, "pad_token_id": pad,
                                 "bos_token_id": bos, "eos_token_id": eos}})
+
+
+# ----------------------------------------------------------------------------- Table 4's scoring models
+
+def scorers(hf: str, tiktoken_dir: str) -> None:
+    """The models make reproduce-unconditional scores with, when transformers is installed (and GPT-2's files
+    were rebuilt: gpt2_files): gpt2-large (generative perplexity; GPT-2's own tokenizer, from the rebuilt
+    encoder.json and vocab.bpe, so the samples' own ids are scored) and answerdotai/ModernBERT-large (MAUVE's
+    features; a WordPiece over bert_vocab), each a tiny random model in the Hub layout save_pretrained
+    writes."""
+    if importlib.util.find_spec("transformers") is None:
+        return
+    files = {name: os.path.join(tiktoken_dir, hashlib.sha1((GPT2_URL + name).encode()).hexdigest())
+             for name in ("encoder.json", "vocab.bpe")}
+    if not all(map(os.path.isfile, files.values())):
+        return
+    import transformers
+    torch.manual_seed(0)
+    d = hub_repo(hf, "gpt2-large")
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=50257, n_positions=1024, n_embd=16, n_layer=1, n_head=2, bos_token_id=50256,
+        eos_token_id=50256)).save_pretrained(d)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    with open(files["encoder.json"], encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(files["vocab.bpe"], encoding="utf-8") as f:
+        merges = [tuple(line.split(" ")) for line in f.read().split("\n")[1:] if line]
+    bpe = Tokenizer(models.BPE(vocab, merges))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<|endoftext|>",
+                                         eos_token="<|endoftext|>").save_pretrained(d)
+    d = hub_repo(hf, "answerdotai/ModernBERT-large")
+    words = bert_vocab()
+    transformers.ModernBertModel(transformers.ModernBertConfig(
+        vocab_size=len(words), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=1024, pad_token_id=0, cls_token_id=101,
+        sep_token_id=102, bos_token_id=101, eos_token_id=102, global_attn_every_n_layers=1)
+    ).save_pretrained(d)
+    transformers.BertTokenizerFast(vocab={w: i for i, w in enumerate(words)}).save_pretrained(d)
 
 
 # ----------------------------------------------------------------------------- data sets

@@ -123,21 +123,29 @@ def test_gsm8k_prompt_target_and_loading(tmp_path, monkeypatch):
 BOXED = "She sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\nThe final answer is $\\boxed{18}$."
 DOLLARS = "The total is $\\boxed{\\$1,234}$."
 _ = ...                                                   # not checked
-SCORES = [  # (reply, gold, extract_answer, is_correct (the first \boxed{}), lm-eval's strict, flexible match)
-    (BOXED, "18", "18", True, True, True), (BOXED, "19", _, False, False, _),
-    ("first \\boxed{5}, then \\boxed{7}", "5", _, True, _, _),                 # the first box counts
-    ("She makes 9 * 2 = 18 dollars a day, so the answer is 18.", "18", None, False, False, True),   # the last
-    ("It is 18, not 17.", "18", _, _, _, False),                                                    # number
-    (DOLLARS, "1234", "1234", True, False, _),            # harness quirk: '#### \$1,234' is no strict number
-    (DOLLARS, "1,234", _, True, _, True), ("The total is $\\boxed{1,234}$.", "1234", _, _, True, _),
-    ("\\boxed{-3}", "-3", _, True, True, _), ("\\boxed{3}", "-3", _, False, _, _),
-    ("\\boxed{12.50}", "12.5", "12.5", True, False, _),                           # lm-eval compares strings
-    ("\\boxed{18.00}", "18", "18", _, _, _), ("\\boxed{18.0}", "18", _, True, _, _),
-    ("\\boxed{18.}", "18", "18", _, _, _), ("\\boxed{10}", "10", "10", _, _, _),
-    ("\\boxed{100}", "100", "100", _, _, _), ("so $\\boxed{\\frac{1}{2}}$", "0.5", "1/2", True, _, _),
-    ("\\boxed{25\\%}", "25", "25", _, _, _), ("\\boxed{\\text{18}}", "18", "18", _, _, _),
-    ("I am not sure.", "72", None, False, False, False), ("", "72", None, False, _, _),
-    ("\\boxed{7", "72", None, False, _, _), ("no box<|im_end|>\\boxed{72}", "72", None, False, _, _),
+SCORES = [  # (reply, gold, extract_answer, is_correct (the first \boxed{}), lm-eval's strict, flexible match,
+    #          official_match (the official printed accuracy: the text to the first '}', a string))
+    (BOXED, "18", "18", True, True, True, True), (BOXED, "19", _, False, False, _, False),
+    ("first \\boxed{5}, then \\boxed{7}", "5", _, True, _, _, True),          # the first box counts
+    ("She makes 9 * 2 = 18 dollars a day, so the answer is 18.", "18", None, False, False, True, False),
+    ("It is 18, not 17.", "18", _, _, _, False, False),                           # the last number
+    (DOLLARS, "1234", "1234", True, False, _, False),     # harness quirk: '#### \$1,234' is no strict number
+    (DOLLARS, "1,234", _, True, _, True, False),
+    ("The total is $\\boxed{1,234}$.", "1234", _, _, True, _, False),
+    ("\\boxed{-3}", "-3", _, True, True, _, True), ("\\boxed{3}", "-3", _, False, _, _, False),
+    ("\\boxed{12.50}", "12.5", "12.5", True, False, _, False),                  # lm-eval compares strings
+    ("\\boxed{18.00}", "18", "18", _, _, _, False), ("\\boxed{18.0}", "18", _, True, _, _, False),
+    ("\\boxed{18.}", "18", "18", _, _, _, False), ("\\boxed{10}", "10", "10", _, _, _, True),
+    ("\\boxed{100}", "100", "100", _, _, _, True),
+    ("so $\\boxed{\\frac{1}{2}}$", "0.5", "1/2", True, _, _, False),
+    ("\\boxed{25\\%}", "25", "25", _, _, _, False), ("\\boxed{\\text{18}}", "18", "18", _, _, _, False),
+    ("I am not sure.", "72", None, False, False, False, False), ("", "72", None, False, _, _, False),
+    ("\\boxed{7", "72", None, False, _, _, False),
+    ("no box<|im_end|>\\boxed{72}", "72", None, False, _, _, False),
+    # the three replies the lenient rule counts and the official does not (1080: GSM8K's own gold text)
+    ("\\boxed{1,080}", "1080", "1080", True, _, _, False), ("\\boxed{1080.00}", "1080", _, True, _, _, False),
+    ("\\boxed{\\$1080}", "1080", _, True, _, _, False), ("\\boxed{1,080}", "1,080", _, True, _, _, True),
+    ("\\boxed{72} and \\boxed{7}", "72", _, True, _, _, True), ("$\\boxed{72 }$", "72", _, True, _, _, False),
 ]
 
 
@@ -145,7 +153,7 @@ SCORES = [  # (reply, gold, extract_answer, is_correct (the first \boxed{}), lm-
 def test_gsm8k_scores(row):
     reply, gold, *want = row
     got = [gsm8k.extract_answer(reply), gsm8k.is_correct(reply, gold), gsm8k.strict_match(reply, gold),
-           gsm8k.flexible_match(reply, gold)]
+           gsm8k.flexible_match(reply, gold), gsm8k.official_match(reply, gold)]
     assert [g if w is not _ else _ for g, w in zip(got, want)] == want
 
 

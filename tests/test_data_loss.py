@@ -123,18 +123,24 @@ def test_a_results_file_cut_by_a_full_disk_leaves_the_earlier_one_whole(tmp_path
     big = {"task": "arith", "model": "ar", "ckpt": "out/ar", "accuracy": 0.5, "samples": ["x" * 100] * 2000}
     (tmp_path / "runs" / "a.json").write_text(json.dumps({**{k: v for k, v in big.items() if k != "samples"},
                                                         "note": "y" * 9000}))
-    for name in ("m.json", "t.md"):
+    for name in ("m.json", "t.md", "r.jsonl"):
         (tmp_path / name).write_bytes(EARLIER)
     with disk_fills_after(4096):
         with pytest.raises(SystemExit) as e:
             evaluate.write_json(SimpleNamespace(json=str(tmp_path / "m.json"), device="cpu"), big)
         with pytest.raises(SystemExit) as t:
             results.main([str(tmp_path / "t.md"), str(tmp_path / "runs" / "a.json")])
+        with pytest.raises(SystemExit) as r:                # eval.py --replies: the same
+            evaluate.write_replies(SimpleNamespace(replies=str(tmp_path / "r.jsonl")),
+                                   [{"index": i, "reply": "x" * 100} for i in range(2000)])
     assert str(e.value.code) == (f"error: cannot write --json {tmp_path / 'm.json'} (File too large); the "
                                  f"table above holds the same metrics")
     assert str(t.value.code) == f"error: cannot write {tmp_path / 't.md'} {KEPT}"
+    assert str(r.value.code) == (f"error: cannot write --replies {tmp_path / 'r.jsonl'} (File too large); "
+                                 f"the earlier file, if any, is as it was")
     assert (tmp_path / "m.json").read_bytes() == EARLIER == (tmp_path / "t.md").read_bytes()
-    assert sorted(os.listdir(tmp_path)) == ["m.json", "runs", "t.md"]
+    assert (tmp_path / "r.jsonl").read_bytes() == EARLIER
+    assert sorted(os.listdir(tmp_path)) == ["m.json", "r.jsonl", "runs", "t.md"]
 
 
 @pytest.mark.parametrize("saver", ["paper.results", "sample.py --plot"])
@@ -168,10 +174,12 @@ def test_a_results_path_that_is_no_regular_file_is_written_in_place(tmp_path, mo
     log = tmp_path / "all.log"
     log.write_bytes(EARLIER)
     inode = os.stat(log).st_ino
-    code = "from data.files import replaced\nwith replaced('/dev/stdout') as f:\n    f.write('{}\\n')\n"
-    with open(log, "ab") as out:
+    code = ("from data.files import replaced\nwith replaced('/dev/stdout') as f:\n    f.write('{}\\n')\n"
+            "import eval, types\n"
+            "eval.write_replies(types.SimpleNamespace(replies='/dev/stdout'), [{'i': 1}])\n")
+    with open(log, "ab") as out:                         # --json and --replies /dev/stdout alike
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, stdout=out, check=True, timeout=60)
-    assert log.read_bytes() == EARLIER + b"{}\n" and os.stat(log).st_ino == inode
+    assert log.read_bytes() == EARLIER + b'{}\n{"i": 1}\n' and os.stat(log).st_ino == inode
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)               # a process reading it
@@ -278,7 +286,7 @@ MIXED = "rerun one at the other's commit, or pass --mixed-commits to merge them"
     ([{"task": "unconditional", "model": "bd3lm", "ckpt": "x", "entropy": 3.0, "tokens_per_step": 1.0,
        "tokens_per_s": 5.0, "n": 4}], "--generation",
      "{0} holds none of gen_ppl, gen_ppl_hf, mauve: an unconditional run scored by --ref-ckpt, --ppl-model "
-     "or --mauve-ref"),
+     "or --mauve-ref (or a --throughput-run)"),
     ([{**INFILL, "environment": {"commit": "a" * 40}},
       {**INFILL, "ckpt": "s2/ar", "environment": {"commit": "b" * 40}}],
      "--infill", "{0} and {1} make one row (step ar) but were measured at different commits (aaaaaaa and "

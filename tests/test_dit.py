@@ -217,16 +217,16 @@ def owt_dit(tmp_path, name, yes_bias=None, V=50258, adaln=False):
 
 
 def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
-    """AR's NLL is the cross-entropy by hand (position 0, the clean BOS, not counted); Set Diffusion's bound
-    leaves EOS out (the official exclusions)."""
+    """AR's NLL is the cross-entropy by hand in float32 (--precision fp32; position 0, the clean BOS, not
+    counted); Set Diffusion's bound leaves EOS out (the official exclusions)."""
     d = tmp_path / "owt"
     d.mkdir()
     write_jsonl(d / "train.jsonl", [{"text": f"Story {i}: the quick brown fox jumps over the lazy dog, then "
                                              "naps in the sun."} for i in range(12)])
     ar_dir = owt_dit(tmp_path, "owt-ar")
     m = eval_json(tmp_path, ["--ckpt", ar_dir, "--task", "likelihood", "--data", "owt", "--data-dir", str(d),
-                             "--batch-size", "3"])
-    assert "sequences of 32 tokens, batch size 3, dtype torch.float32" in capsys.readouterr().out
+                             "--batch-size", "3", "--precision", "fp32"])
+    assert "sequences of 32 tokens, batch size 3, dtype torch.float32, fp32" in capsys.readouterr().out
     from data import owt
     rows = torch.from_numpy(owt.load("validation", str(d), gpt2, L=32).astype("int64"))
     with torch.no_grad():

@@ -1,6 +1,7 @@
 """CNN/DM, ROCStories infilling, the shipped task's infill spans and unconditional samples, end to end on tiny
 checkpoints (conftest's random_ckpts) and tiny data files in the real formats."""
 import importlib.util
+import json
 import math
 import os
 import sys
@@ -136,16 +137,53 @@ def test_rocstories_load_and_spans(tmp_path):
 
 
 @needs_rouge
-@pytest.mark.parametrize("name, sentences", [("ar", 3), ("mdlm", 1), ("bd3lm", 3), ("setdiffusion", 1)])
-def test_rocstories_eval_every_method(tmp_path, random_ckpts, capsys, name, sentences):
-    """MDLM and BD3-LM in paper mode (--official: their official infilling fills the whole span)."""
+@pytest.mark.parametrize("name, sentences, recipe", [
+    ("ar", 3, "h100"), ("mdlm", 1, "suite"), ("bd3lm", 3, "h100"), ("setdiffusion", 1, "h100"),
+    ("setdiffusion", 3, "suite")])
+def test_rocstories_eval_every_method(tmp_path, random_ckpts, capsys, name, sentences, recipe):
+    """MDLM and BD3-LM in paper mode (--official: their official infilling fills the whole span); each of the
+    official's two recipes; --replies holds each scored story (its ROUGE == the metric's mean)."""
     write_cloze(tmp_path)
     official = ["--official"] if name in ("mdlm", "bd3lm") else []
     m = eval_json(tmp_path, ["--ckpt", str(random_ckpts / name), "--task", "rocstories", "--sentences",
-                             str(sentences), "--data-dir", str(tmp_path), "--warmup", "1", *official])
+                             str(sentences), "--data-dir", str(tmp_path), "--warmup", "1", *official,
+                             "--recipe", recipe, "--replies", str(tmp_path / "r.jsonl")])
     assert m["n"] == 1 and 0 <= m["rougeL"] <= 1 and m["tokens_per_s"] > 0 and m["official"] == bool(official)
+    assert (m["recipe"], m["sentences"], m["warmup"]) == (recipe, sentences, 1)
     assert ("AR cannot infill: it continues from the left context only" in capsys.readouterr().out) == (
         name == "ar")
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [1]
+    assert records[0]["answer"] == (STORY[2] if sentences == 1 else " ".join(STORY[1:4]))
+    assert records[0]["scores"] == {k: m[k] for k in ("rouge1", "rouge2", "rougeL")}
+
+
+def test_rocstories_recipes_are_the_officials_two(random_ckpts, monkeypatch):
+    """h100 (the H100 wrapper): penalty 1.2, the visible context counted (the pad id by AR alone); suite (the
+    suite runner's rows): 1.1 for one sentence, 1.5 for three, the right context neither counted nor, for Set
+    Diffusion, seen: its sampler is given the left context alone and fills the span's length after it, where
+    the h100 recipe's and MDLM's under the suite's get the whole story with the span's [MASK]s."""
+    from common import checkpoint
+    want = {("h100", 1): 1.2, ("h100", 3): 1.2, ("suite", 1): 1.1, ("suite", 3): 1.5}
+    ex = rocstories.examples(TOK, [STORY], 1)[0]
+    story = ex["left"] + [TOK.mask_id] * len(ex["span"]) + ex["right"]
+    for name in ("ar", "mdlm", "setdiffusion"):
+        model, method, cfg, _ = checkpoint.load(str(random_ckpts / name))
+        for (recipe, sentences), penalty in want.items():
+            o = rocstories.sampler_options(TOK, method, sentences, recipe)
+            context = recipe == "h100" or name in ("ar", "setdiffusion")        # the left context counted
+            pad = -1 if name == "ar" or (recipe, name) == ("suite", "setdiffusion") else TOK.pad_id
+            assert (o.repetition_penalty, o.penalize_context, o.pad_id) == (penalty, context, pad)
+        given, real = [], method.generate
+        monkeypatch.setattr(method, "generate", lambda m, p, c, s, *a, **k: (given.append(
+            (p[0].tolist(), s.max_new_tokens)), real(m, p, c, s, *a, **k))[1])
+        for recipe in ("h100", "suite"):
+            settings = Settings(0, math.inf, options=rocstories.sampler_options(TOK, method, 1, recipe))
+            infill.infill(model, method, cfg, TOK, ex, "cpu", settings,
+                          rocstories.RECIPES[recipe]["right_cached"])
+        alone = (ex["left"], len(ex["span"]))
+        assert given == [alone, alone] if name == "ar" else [(story, 0), alone] if name == "setdiffusion" \
+            else [(story, 0), (story, 0)], name
 
 
 @needs_rouge

@@ -226,8 +226,15 @@ def test_eval_lm_eval_equals_our_scores(corpus_ckpts, m, tmp_path, capsys, monke
     tasks = ["--tasks", "tiny_mc,tiny_gen,tiny_txt", "--include-path", include]
     evaluate.main(["--ckpt", str(corpus_ckpts / m), "--task", "lm-eval", *tasks, "--batch-size", "2",
                    "--mdlm-block", "4", "--device", "cpu", "--limit", "3", "--num-fewshot", "0", "--json",
-                   str(tmp_path / "m.json")])
-    assert seen["limit"] == 3 and seen["num_fewshot"] == 0
+                   str(tmp_path / "m.json"), "--replies", str(tmp_path / "r.jsonl")])
+    assert seen["limit"] == 3 and seen["num_fewshot"] == 0 and seen["log_samples"]
+    logged = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]   # --replies:
+    counts = json.loads((tmp_path / "m.json").read_text())["n_samples"]                      # each document
+    assert sorted((r["task"], r["index"]) for r in logged) == [(t, i) for t in sorted(counts)
+                                                                for i in range(counts[t]["effective"])]
+    gen = [r for r in logged if r["task"] == "tiny_gen"]
+    assert [r["resps"][0][0] for r in gen] == replies[:3] and [r["scores"]["exact_match"] for r in gen] == \
+        [1.0, 1.0, 0.0]
     table = capsys.readouterr().out
     assert f"| {m} | tiny_mc | none | acc |" in table and f"| {m} | tiny_txt | none | bits_per_byte |" in \
         table
@@ -264,6 +271,7 @@ def test_official_gsm8k_prompt_stop_and_rewrite(corpus_ckpts, monkeypatch):
                                              {"until": ["Question:"]}, doc=doc, task=t)
                                      for t in ("gsm8k", "other")])
     assert got == ["so #### 18", "so $\\boxed{18}$. "]
+    assert s.official == {("gsm8k", 0): ("so $\\boxed{18}$. Question: next", True)}   # the printed accuracy
     assert seen[0][0] is gsm8k and seen[0][1] == [s.tok.encode(gsm8k.make_prompt(doc["question"]))]
     assert seen[1][1] == [s.tok.encode_text("Question: Janet has 3 ducks.\nAnswer:")]
 
@@ -302,6 +310,37 @@ def test_gsm8k_scores_equal_lm_eval_filters():
                   for i, s in zip(insts, solutions)]
         assert [ours[f["name"]](r, gsm8k.gold_answer(s)) for r, s in zip(REPLIES, solutions)] == theirs
         assert any(theirs) and not all(theirs)
+
+
+def official_printed(result: str, doc_answer: str) -> bool:
+    """The official printed accuracy, its lines transcribed (setdlms 549f0bb scripts/eval/harness_eval.py
+    ~502-528; lm-eval's gsm8k `until`, then <|eot_id|> and the Qwen tokenizer's EOS)."""
+    for until in ["Question:", "</s>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"]:
+        if until:
+            result = result.split(until)[0]
+    predicted_ans = None
+    if "boxed{" in result:
+        predicted_ans = result.split("boxed{")[1].split("}")[0]
+    ground_truth_ans = doc_answer.split("### ")[1]
+    return predicted_ans is not None and ground_truth_ans == predicted_ans
+
+
+def test_gsm8k_official_match_is_the_printed_accuracy():
+    """data/gsm8k.py's official_match == the official lines on every reply above and the three the lenient
+    rule counts ('\\boxed{1,080}', '\\boxed{1080.00}', '\\boxed{\\$1080}' against 1080), against GSM8K's whole
+    solution; the answer it compares is the one the official rewrite writes after '#### '."""
+    replies = REPLIES + ["\\boxed{1,080}", "\\boxed{1080.00}", "\\boxed{\\$1080}", "$\\boxed{1080}$ dollars",
+                         "\\boxed{72}<|endoftext|>\\boxed{5}"]
+    golds = GOLDS + ["1080"] * 4 + ["72"]
+    solutions = [f"Some reasoning.\n#### {g}" for g in golds]
+    theirs = [official_printed(r, s) for r, s in zip(replies, solutions)]
+    assert [gsm8k.official_match(r, gsm8k.gold_answer(s)) for r, s in zip(replies, solutions)] == theirs
+    assert theirs[-5:] == [False, False, False, True, True] and any(theirs[:len(REPLIES)])
+    assert [gsm8k.is_correct(r, "1080") for r in replies[-5:-2]] == [True] * 3      # ours counts them
+    for r in replies:                                           # the rewrite: '#### ' + the compared text
+        if "boxed{" in r.split("<|im_end|>")[0]:
+            assert gsm8k.harness_rewrite(r).endswith("#### " + r.split("boxed{")[1].split("}")[0]
+                                                     .replace("$\\", ""))
 
 
 # ----------------------------------------------------------------------------- bad input

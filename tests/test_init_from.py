@@ -169,9 +169,9 @@ def test_init_from_what_cannot_carry_over_is_one_line_and_writes_nothing(sources
 
 # ----------------------------------------------------------------------------- make finetune-mini's table
 
-def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
+def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None, total=None):
     """An eval.py --json file <name>.json (and <name>-nll.json), and a train.py log <name>.log (progress
-    every 10 steps)."""
+    every 10 steps; of a run of `total` steps, default the last logged one)."""
     write_json(os.path.join(folder, name + ".json"), {"task": "arith", "model": name.split("-")[0], "n": 200,
                "threshold": 0.8, "accuracy": accuracy, "tokens_per_step": tokens_per_step})
     if nll is not None:
@@ -179,8 +179,8 @@ def fake_run(folder, name, accuracy, tokens_per_step, losses, nll=None):
                    {"task": "likelihood", "model": name.split("-")[0], "nll": nll, "n": 500})
     with open(os.path.join(folder, name + ".log"), "w") as f:
         f.write("note: a line that is not progress\n")
-        f.writelines(f"step {10 * (i + 1)}/{10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 tok/s | "
-                     f"00:01 elapsed, 00:02 left\n" for i, x in enumerate(losses))
+        f.writelines(f"step {10 * (i + 1)}/{total or 10 * len(losses)} | loss {x:.4f} | lr 6.70e-05 | 900 "
+                     f"tok/s | 00:01 elapsed, 00:02 left\n" for i, x in enumerate(losses))
         f.write("held-out accuracy 0.500 on 20 problems\n")
 
 
@@ -195,15 +195,23 @@ def test_finetune_table_is_each_starts_seeds_and_the_gain_seed_by_seed(tmp_path)
                                         ("setdiffusion-scratch-s1", 0.4, 2.0, [3.0, 2.0], 0.25),
                                         ("setdiffusion-scratch-s2", 0.9, 2.5, [3.0, 1.5], 0.25)]:
         fake_run(tmp_path, name, acc, tps, losses, nll)
+    # a run that stopped at step 10 of 20 (killed, not resumed): named, left out of the means and the gains;
+    # a resumed one whose log holds step 10 twice: the later line
+    fake_run(tmp_path, "setdiffusion-scratch-s3", 0.0, 9.0, [9.0], 9.0, total=20)
+    fake_run(tmp_path, "setdiffusion-pretrained-s3", 0.99, 3.0, [4.0, 9.0], None, total=30)   # saved at 10
+    with open(tmp_path / "setdiffusion-pretrained-s3.log", "a") as f:
+        f.write("resuming from step 10 of ...\nstep 20/30 | loss 3.0000 | x\nstep 30/30 | loss 1.0000 | x\n")
     md, png = str(tmp_path / "t.md"), str(tmp_path / "t.png")
     paper.finetune.main([md, *map(str, sorted(tmp_path.glob("*.json"))), "--logs", str(tmp_path),
                          "--plot", png])
     rows = open(md).read().splitlines()
-    assert rows[2] == ("| setdiffusion | pretrained | 1,2 | 60.0 [50.0, 70.0] | 3.25 [3.00, 3.50] | "
-                       "0.400 [0.300, 0.500] | 0.750 [0.500, 1.000] | -5.0 [-20.0, +10.0] |")
-    assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 |  | 0.250 | +5.0 |"
+    assert rows[0].endswith("| pretrained − scratch, accuracy points (same seed) | stopped early (left out) "
+                            "|")
+    assert rows[2] == ("| setdiffusion | pretrained | 1,2,3 | 73.0 [50.0, 99.0] | 3.17 [3.00, 3.50] | "
+                       "0.400 [0.300, 0.500] | 0.833 [0.500, 1.000] | -5.0 [-20.0, +10.0] |  |")
+    assert rows[3] == "| setdiffusion | pretrained-samelr | 2 | 95.0 | 3.00 |  | 0.250 | +5.0 |  |"
     assert rows[4] == ("| setdiffusion | scratch | 1,2 | 65.0 [40.0, 90.0] | 2.25 [2.00, 2.50] | 0.250 | "
-                       "1.750 [1.500, 2.000] |  |")
+                       "1.750 [1.500, 2.000] |  | s3 at step 10/20 |")
     assert os.path.getsize(png) > 0
 
 
@@ -237,3 +245,32 @@ def test_finetune_table_refuses_what_is_not_a_run_in_one_line(tmp_path, case, me
     got = error_of(paper.finetune.main, [*table, *runs, "--logs", str(tmp_path)])
     assert got == "error: " + message.format(d=tmp_path)
     assert snapshot(tmp_path) == before
+
+
+def test_finetune_mini_resumes_a_run_that_stopped_early_and_trains_nothing_finished(tmp_path):
+    """make finetune-mini (its command lines recorded by a stand-in python): the pretraining finished, so not
+    run; a run whose checkpoint stopped before its last step (a Ctrl-C or SIGTERM save: config.json's step
+    below run.max_iters) is resumed, its log appended; a finished one is not trained again; a missing one is
+    trained; every run is evaluated where its results are not newer than its checkpoint."""
+    import subprocess
+    import sys
+    from helpers import ROOT
+    out, seen = tmp_path / "out", tmp_path / "argv"
+    for name, step in (("pretrain", 2500), ("ar-pretrained-s1", 5), ("ar-scratch-s1", 800)):
+        os.makedirs(out / name)
+        write_json(str(out / name / "config.json"), {"step": step, "run": {"max_iters": 800 if name[0] == "a"
+                                                                           else 2500}})
+    fake = tmp_path / "py"
+    fake.write_text(f'#!/bin/sh\nif [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
+                    f'echo "$*" >> {seen}\n')
+    fake.chmod(0o755)
+    subprocess.run(["make", "--no-print-directory", "-C", ROOT, "finetune-mini", f"PY={fake}",
+                    "NEED_EXTRAS=:", f"FT_OUT={out}", f"FT_RESULTS={tmp_path / 'res'}", "FT_SEEDS=1",
+                    "FT_CONTROL_SEEDS="],
+                   check=True, capture_output=True, timeout=120)
+    lines = seen.read_text().splitlines()
+    trained = [line.split("--out-dir ")[1] for line in lines if line.startswith("train.py")]
+    assert f"{out}/ar-pretrained-s1 --resume" in trained and f"{out}/pretrain" not in " ".join(trained)
+    assert not any(t.startswith(f"{out}/ar-scratch-s1") for t in trained)
+    assert f"{out}/setdiffusion-scratch-s1" in trained                         # absent: trained
+    assert sum(line.startswith("eval.py") for line in lines) == 2 * 8          # accuracy and NLL, 8 runs

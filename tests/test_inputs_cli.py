@@ -25,7 +25,8 @@ TEMPERATURE = "the temperature must be a finite number >= 0 (0 = greedy)"
 WARMUP = "--warmup {} leaves no example to {}: only 2 example(s) are evaluated; raise --limit above " \
          "--warmup (or lower --warmup)"
 UNCONDITIONAL = "--task unconditional needs --ref-ckpt DIR, an AR checkpoint trained on the same data (it " \
-                "scores the samples), --ppl-model NAME (a Hugging Face causal LM) or --mauve-ref FILE"
+                "scores the samples), --ppl-model NAME (a Hugging Face causal LM) or --mauve-ref FILE; or " \
+                "--throughput-run, which scores nothing"
 TASKS = "arith, cnndm, gsm8k, infill, lm-eval, rocstories, throughput"
 PLOT = "--plot draws the order of one prompt: add --show-order, and --prompt or none"
 FIT = "prompt 1 has {} tokens, and with --max-new-tokens {} that is {}, more than the model's context " \
@@ -131,6 +132,28 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("eval", "none", "--task throughput --rounds 1000000000",
      "--rounds must be at most 100 (the paper's 3), got 1000000000"),
     ("eval", "none", "--task piqa --mc-samples 0", "--mc-samples must be at least 1, got 0"),
+    # --replies: a file as --json is, beside it; the paper recipes' flags where they act
+    ("eval", "sd", "--limit 2 --replies {t}", "--replies {t} is a folder: give a file name in it"),
+    ("eval", "sd", "--limit 2 --replies {t}/no/such/r.jsonl", "--replies {t}/no/such/r.jsonl: the folder "
+                                                              "{t}/no/such does not exist; create it first"),
+    ("eval", "sd", "--limit 2 --replies {ck}/ar/config.json",
+     "--replies {ck}/ar/config.json would replace a file of the checkpoint in {ck}/ar: give another name"),
+    ("eval", "sd", "--limit 2 --json {t}/m.json --replies {t}/m.json", "--replies {t}/m.json is the --json "
+     "file too: give each its own name (the replies go beside the metrics, e.g. {t}/m.jsonl)"),
+    ("eval", "none", "--task likelihood --replies r.jsonl", "--replies does not apply to --task likelihood: "
+     "it goes with --task arith, cnndm, gsm8k, infill, lm-eval, rocstories, unconditional"),
+    ("eval", "none", "--task arith --recipe suite", "--recipe does not apply to --task arith: it goes with "
+                                                    "--task rocstories"),
+    ("eval", "none", "--task arith --precision fp32", "--precision does not apply to --task arith: it goes "
+                                                      "with --task likelihood"),
+    ("eval", "none", "--task throughput --throughput-run", "--throughput-run does not apply to --task "
+     "throughput: it goes with --task rocstories, unconditional"),
+    ("eval", "none", "--task unconditional --throughput-run --ppl-model g", "--ppl-model scores samples and "
+     "--throughput-run scores none (its samples are drawn whole, with no stop rule): run them as two eval.py "
+     "commands"),
+    ("eval", "none", "--task unconditional --throughput-run --data-dir d", "--data-dir goes with --task "
+     "unconditional only with --mauve-ref owt (or another corpus: its held-out rows, read from --data-dir, "
+     "are MAUVE's references)"),
 ]
 
 

@@ -439,11 +439,18 @@ def test_gsm8k_finetune_from_qwen3_evaluate_and_summarize(qwen_files, tmp_path, 
         assert config["method_config"]["mask_id"] == 151660 and checkpoint.load_train_state(ckpt)["step"] == 2
         model, _, cfg, _ = checkpoint.load(ckpt)
         assert model.embed_tokens.weight.shape == (QWEN3_VOCAB, 16) and cfg.mask_id == 151660
+        replies = out.replace(".json", ".jsonl")
         evaluate.main(["--ckpt", ckpt, "--task", "gsm8k", "--limit", "2", "--json", out, *data,
-                       "--max-new-tokens", "8"])
+                       "--max-new-tokens", "8", "--replies", replies])
         m = json.loads(open(out).read())
-        assert {"task", "model", "accuracy", "strict_match", "flexible_match", "tokens_per_step",
-                "tokens_per_s", "nfe", "n"} <= set(m)
+        assert {"task", "model", "accuracy", "official_accuracy", "strict_match", "flexible_match",
+                "tokens_per_step", "tokens_per_s", "nfe", "n"} <= set(m)
+        lines = [json.loads(line) for line in open(replies)]            # one per problem, each verdict
+        scorers = ["accuracy", "official_accuracy", "strict_match", "flexible_match"]
+        assert [r["index"] for r in lines] == [0, 1] and [r["answer"] for r in lines] == ["7", "11"]
+        assert all(list(r["scores"]) == list(r["extracted"]) == scorers and "<|im_start|>user" in r["prompt"]
+                   for r in lines)
+        assert all(sum(r["scores"][k] for r in lines) / 2 == m[k] for k in scorers)
         assert m["task"] == "gsm8k" and m["model"] == method and m["n"] == 2 and 0 <= m["accuracy"] <= 1
         assert m["threshold"] == "inf" and m["tokens_per_step"] >= 1 and m["nfe"] >= 1   # standard JSON
         evaluate.main(["--ckpt", ckpt, "--task", "throughput", "--warmup", "1", "--limit", "3", "--json",
@@ -453,6 +460,7 @@ def test_gsm8k_finetune_from_qwen3_evaluate_and_summarize(qwen_files, tmp_path, 
         jsons += [out, tput]
     paper.results.main([str(tmp_path / "gsm8k.md"), *jsons, "--pareto", "--paper", "gsm8k"])
     table = (tmp_path / "gsm8k.md").read_text()
-    assert "paper: accuracy" in table and "| ar | inf |" in table and "| setdiffusion | inf |" in table
+    assert "| accuracy (official rule) | paper: accuracy |" in table and "| ar | inf |" in table
+    assert "| setdiffusion | inf |" in table
     assert "1.00x" in table                                          # AR's speed relative to itself
     assert "| ar | inf |" in capsys.readouterr().out

@@ -18,23 +18,31 @@ from helpers import error_of, snapshot
 from paper import rehearse, standins
 
 # target -> its variables here beside the rehearsal's (rehearse.TARGETS): one or two checkpoints of each list,
-# 4 new tokens at the lines' own batch sizes, ROCStories' one story timed (MDLM's 1024-wide steps over GPT-2's
-# vocabulary are slow); each training target with another method, in float32 (bf16 autocast is slow on a CPU)
+# 4 new tokens at the lines' own batch sizes, ROCStories' one story and one sentence count (MDLM's 1024-wide
+# steps over GPT-2's vocabulary are slow), 2 unconditional samples of 8 tokens as drawn (top-p sorts GPT-2's
+# vocabulary at every query); each training target with another method, in float32 (bf16 autocast is slow on
+# a CPU)
 FEW = {"EVAL_EXTRA": "--device cpu --threads 1 --max-new-tokens 4"}
 FP32 = {"TRAIN_EXTRA": rehearse.TRAIN + " --dtype float32"}
 SMALL = {
+    "smoke-gsm8k": {"GSM8K_CKPTS": "gsm8k:ar", "SMOKE_N": "1", **FEW},
     "reproduce-gsm8k": {"GSM8K_CKPTS": "gsm8k:setdlm-smax8", "GSM8K_TAUS": "0.9", **FEW},
     "finetune-gsm8k": {"TRAIN_EXTRA": rehearse.FINETUNE + " --dtype float32"},
     "train-cnndm": {"M": "bd3lm", **FP32},
     "reproduce-cnndm": {"CNNDM_CKPTS": "cnndm:bd3lm-s4", **FEW},
-    "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm", "TIMED_EXTRA": "--warmup 0 --limit 1"},
+    "reproduce-infill": {"INFILL_CKPTS": "owt:setdlm-smax32 owt:mdlm", "TIMED_EXTRA": "--warmup 0 --limit 1",
+                         "INFILL_LIMIT": "1", "INFILL_SENTENCES": "1"},
+    "reproduce-unconditional": {"UNCOND_CKPTS": "owt:setdlm-smax32", "LM1B_UNCOND_CKPTS": "lm1b:ar",
+                                "UNCOND_N": "2",
+                                "EVAL_EXTRA": rehearse.EVAL + " --max-new-tokens 8 --no-redraw"},
     "reproduce-likelihood": {"OWT_CKPTS": "owt:ar", "LM1B_CKPTS": "lm1b:mdlm lm1b:setdlm-smax8"},
     "reproduce-mcqa": {"OWT_CKPTS": "owt:bd3lm-s4"},
     "train-owt": {"NGPU": "1", "M": "ar", **FP32},
     "train-lm1b": {"NGPU": "1", "M": "mdlm", **FP32},
 }
 WHISPER = importlib.util.find_spec("whisper") is not None       # GPT-2's ranks offline (the OWT targets)
-GPT2 = {"reproduce-infill", "reproduce-likelihood", "reproduce-mcqa", "train-owt"}
+GPT2 = {"reproduce-infill", "reproduce-likelihood", "reproduce-mcqa", "train-owt", "reproduce-unconditional"}
+SCORERS = all(importlib.util.find_spec(m) for m in ("transformers", "mauve"))    # Table 4's (test-only)
 
 # Each recorded command line run as its process would run it, in one process: a script as __main__ with its
 # argv, python -m, python -c, a torchrun line as its train.py alone (one process; make rehearse starts two);
@@ -85,7 +93,7 @@ def rehearsal(tmp_path_factory):
                    for k in value.split()})
     standins.build(root, keys + ["gsm8k:setdlm-smax9", "out/mine"])      # no release: no stand-in, no error
     lines = {t: rehearse.commands(t, work, rehearse.make_variables(t, root, v)) for t, v in SMALL.items()
-             if WHISPER or t not in GPT2}
+             if (WHISPER or t not in GPT2) and (SCORERS or t != "reproduce-unconditional")}
     with open(os.path.join(root, "lines.json"), "w") as f:
         json.dump(lines, f)
     proc = subprocess.run([sys.executable, "-c", REPLAY, os.path.join(root, "lines.json"),
@@ -101,6 +109,8 @@ def test_every_target_runs_its_exact_lines_on_the_stand_ins(rehearsal, target):
     """The target's command lines, as make expands them with the rehearsal's variables, all run to the end."""
     if target in GPT2 and not WHISPER:
         pytest.skip("the test-only package openai-whisper ships GPT-2's ranks")
+    if target == "reproduce-unconditional" and not SCORERS:
+        pytest.skip("Table 4's scorers need the test-only packages transformers and mauve-text")
     _, lines, results = rehearsal
     error = results[target]["error"]
     assert error is None, error
@@ -109,9 +119,9 @@ def test_every_target_runs_its_exact_lines_on_the_stand_ins(rehearsal, target):
 
 def test_the_lines_are_the_makefiles_with_the_extras_last_writing_in_the_folder(rehearsal):
     """EVAL_EXTRA / TRAIN_EXTRA come last on every eval.py / train.py line, after the recipe's own flags, and
-    TIMED_EXTRA after them on the lines that read --warmup; the train-owt/train-lm1b lines carry their own
-    smax and block size (not make smax's list), and finetune-gsm8k starts from Qwen3-1.7B-Base. What the
-    targets write stays in the rehearsal's folder."""
+    TIMED_EXTRA after them on the timed lines (--task throughput, --throughput-run); the train-owt/train-lm1b
+    lines carry their own smax and block size (not make smax's list), and finetune-gsm8k starts from
+    Qwen3-1.7B-Base. What the targets write stays in the rehearsal's folder."""
     root, lines, _ = rehearsal
     for target, cmds in lines.items():
         given = rehearse.make_variables(target, root, SMALL[target])
@@ -119,7 +129,7 @@ def test_the_lines_are_the_makefiles_with_the_extras_last_writing_in_the_folder(
             if "train.py" in argv:
                 assert " ".join(argv).endswith(given["TRAIN_EXTRA"].replace('""', "")), (target, argv)
             elif "eval.py" in argv:
-                timed = argv[argv.index("--task") + 1] in ("throughput", "rocstories")
+                timed = argv[argv.index("--task") + 1] == "throughput" or "--throughput-run" in argv
                 extra = given["EVAL_EXTRA"] + (" " + given["TIMED_EXTRA"] if timed else "")
                 assert " ".join(argv).endswith(extra), (target, argv)
     tail = lambda t: next(a for a in lines[t] if "train.py" in a)                  # noqa: E731
@@ -148,6 +158,22 @@ def test_the_report_names_a_failing_target(tmp_path):
     assert lines[1].startswith("PASS  train-owt")
     assert (lines[2], status) == ("rehearsal: 1 of 2 targets pass; failing: reproduce-gsm8k", 1)
     assert os.path.isdir(work)
+
+
+def test_a_target_that_refuses_passes_by_its_line(tmp_path):
+    """make reproduce-gsm8k-likelihood refuses (its eval data was never released): the rehearsal passes it
+    when it fails with that line, and fails it when it runs."""
+    rehearse.prepare(str(tmp_path / "r"))
+    ok, _, last = rehearse.run_target("reproduce-gsm8k-likelihood", str(tmp_path / "r"), {})
+    assert ok and last.startswith(rehearse.REFUSES["reproduce-gsm8k-likelihood"]) and "never released" in last
+    lines, status = rehearse.report({"reproduce-gsm8k-likelihood": (ok, 0.0, last)}, str(tmp_path / "r"))
+    assert "refuses, as it should: the paper's GSM8K likelihood" in lines[0] and status == 0
+    rehearse.REFUSES["smoke-gsm8k"] = "error: a refusal"         # a target that should refuse and does not
+    try:
+        ok, _, _ = rehearse.run_target("smoke-gsm8k", str(tmp_path / "r"), {"PY": "true"})
+    finally:
+        del rehearse.REFUSES["smoke-gsm8k"]
+    assert not ok
 
 
 def test_the_folder_is_never_one_it_did_not_build(tmp_path):

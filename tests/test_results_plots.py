@@ -36,6 +36,48 @@ def test_pareto_panels_put_a_far_lower_method_apart_and_plot_accuracy_against_to
     assert labels == ["0.9", "0.9", "τ=∞", "τ=∞", "τ=∞"]                         # tau at every point
 
 
+def test_the_gsm8k_table_and_figure_put_the_official_accuracy_beside_the_papers(tmp_path, monkeypatch):
+    """--paper gsm8k: the accuracy compared with the paper's is official_accuracy (the official printed rule),
+    each of ours beside the paper's (speed vs AR as both ratios), the lenient and lm-eval scorers last,
+    labelled; the figure draws the paper's points of each checkpoint beside ours, and says whose accuracy."""
+    from data.gsm8k import PAPER_RESULTS
+    runs = [{"task": "gsm8k", "model": m, "ckpt": f"gsm8k:{name}", "threshold": tau, "accuracy": 0.7,
+             "official_accuracy": 0.6, "strict_match": 0.5, "flexible_match": 0.4, "tokens_per_step": tps,
+             "n": 1319} for m, name in (("ar", "ar"), ("setdiffusion", "setdlm-smax8"))
+            for tau, tps in ((math.inf, 1.0), (0.9, 1.9)) if m != "ar" or tau == math.inf]
+    runs += [{"task": "throughput", "model": m, "ckpt": f"gsm8k:{name}", "threshold": tau,
+              "tokens_per_s": tps, "tokens_per_s_std": 1.0} for m, name, tau, tps in
+             (("ar", "ar", math.inf, 50.0), ("setdiffusion", "setdlm-smax8", 0.9, 75.0))]
+    paths = write_runs(tmp_path, runs)
+    draw = lambda: results.summarize(paths, str(tmp_path / "t.md"), str(tmp_path / "p.png"),  # noqa: E731
+                                     PAPER_RESULTS)
+    if HAS_MPL:
+        fig = drawn_figure(monkeypatch, draw)
+        assert [ax.get_ylabel() for ax in fig.axes] == ["accuracy (official rule)"]
+        lines = {line.get_label(): line for line in fig.axes[0].lines}      # the paper's: one legend entry
+        assert set(lines) == {"gsm8k:ar", "gsm8k:setdlm-smax8", "_paper: gsm8k:ar",
+                              "_paper: gsm8k:setdlm-smax8", results.PAPER_LINE}
+        assert list(lines["gsm8k:setdlm-smax8"].get_ydata()) == [0.6, 0.6]              # ours: official rule
+        assert lines["_paper: gsm8k:setdlm-smax8"].get_ydata()[0] == pytest.approx(0.6641)  # τ = ∞, x = 1
+        assert lines["_paper: gsm8k:setdlm-smax8"].get_linestyle() == "--"
+        assert "official_match (the official printed accuracy) on 1319" in fig._suptitle.get_text()
+    else:
+        draw = lambda: results.summarize(paths, str(tmp_path / "t.md"), None, PAPER_RESULTS)   # noqa: E731
+        draw()
+    table = (tmp_path / "t.md").read_text().splitlines()
+    head = table[2]
+    assert head.startswith("| checkpoint | tau | accuracy (official rule) | paper: accuracy | tokens/step | "
+                           "paper: tokens/step | tokens/s (batch 1) | paper: tokens/s | speed vs AR | paper: "
+                           "speed vs AR | lenient: first \\boxed{}, as a number | lm-eval strict-match | "
+                           "lm-eval flexible-extract |")
+    assert "| gsm8k:setdlm-smax8 | 0.9 | 0.600 | 0.657 | 1.90 | 1.95 | 75.0 ± 1.0 | 87.5 | 1.50x | " \
+           "1.58x | 0.700 | 0.500 | 0.400 |" in table
+    with pytest.raises(ValueError, match="lacks 'official_accuracy'"):
+        results.summarize(write_runs(tmp_path / "old", [{k: v for k, v in runs[0].items()
+                                                        if k != "official_accuracy"}]),
+                          str(tmp_path / "t.md"), None, PAPER_RESULTS)
+
+
 def drawn_figure(monkeypatch, draw):
     """The matplotlib figure that draw() saves (not written to disk)."""
     saved = []

@@ -21,11 +21,12 @@ TOK = byte_tokenizer()
 @pytest.mark.parametrize("method", list(METHODS))
 def test_likelihood_of_a_text_checkpoint_reports_bits_per_char_and_is_its_default_task(corpus_ckpts, tmp_path,
                                                                                         method, capsys):
-    """AR's NLL is the exact one by hand; with no --task a corpus checkpoint reports its likelihood; --data
-    takes another text."""
+    """AR's NLL is the exact one by hand in float32 (--precision fp32); the default, the official eval's
+    bfloat16 autocast, within a percent of it; with no --task a corpus checkpoint reports its likelihood;
+    --data takes another text."""
     run = corpus_ckpts
     m = eval_json(tmp_path, ["--ckpt", str(run / method), "--task", "likelihood", "--data-dir",
-                             str(run / "cache")])
+                             str(run / "cache"), "--precision", "fp32"])
     rows = textfile.load("test", str(run / "richard.txt"), str(run / "cache"), TOK, 32)
     assert m["data"] == f"text:{run / 'richard.txt'}" and m["model"] == method
     assert m["n"] == len(rows) and m["tokens"] == len(rows) * 31            # position 0, the BOS, not counted
@@ -40,7 +41,8 @@ def test_likelihood_of_a_text_checkpoint_reports_bits_per_char_and_is_its_defaul
     default = eval_json(tmp_path, ["--ckpt", str(run / method), "--data-dir", str(run / "cache")])
     head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| task |"))
     assert head.startswith("| task | model | nll | perplexity |") and default["model"] == method
-    assert default["nll"] == m["nll"]
+    assert (m["precision"], default["precision"]) == ("fp32", "amp_bf16")
+    assert default["nll"] == pytest.approx(m["nll"], rel=1e-2) and default["nll"] != m["nll"]
     assert default["task"] == f"text:{run / 'richard.txt'}" and "bits_per_char" in default
     other = tmp_path / "other.txt"
     other.write_text((run / "richard.txt").read_text()[::-1], encoding="utf-8")
@@ -175,6 +177,20 @@ def test_generation_table_of_hugging_face_scorers_alone_and_of_seeds_with_their_
     assert importlib.util.find_spec("matplotlib") is None or os.path.getsize(tmp_path / "t.png") > 0
     alone = results.generation(paths[:1], str(tmp_path / "one.md")).splitlines()
     assert alone[-5].startswith("| setdiffusion | 0.9 | 40.000 | 0.800 ± 0.010 | 5.000 |")
+    # make reproduce-unconditional: a throughput run (--throughput-run) gives its row's speed, not a seed;
+    # one without a scored run is a row of its own, after the scored ones
+    timed = write_runs(tmp_path / "timed", [
+        {"task": "unconditional", "model": "setdiffusion", "ckpt": "out/s0/setdiffusion", "threshold": 0.9,
+         "entropy": 4.0, "tokens_per_step": 3.0, "tokens_per_s": 50.0, "tokens_per_s_std": 2.0, "n": 200,
+         "throughput_run": True},
+        {"task": "unconditional", "model": "ar", "ckpt": "lm1b:ar", "threshold": math.inf, "entropy": 4.5,
+         "tokens_per_step": 1.0, "tokens_per_s": 70.0, "tokens_per_s_std": 1.0, "n": 200,
+         "throughput_run": True}])
+    both = results.generation(paths[:1] + timed, str(tmp_path / "two.md")).splitlines()
+    assert both[0].endswith("tokens/s from the throughput runs (timed n after their warm-up, drawn whole, "
+                            "unscored) where a row has one)")
+    assert both[-6:-4] == ["| setdiffusion | 0.9 | 40.000 | 0.800 ± 0.010 | 5.000 | 3.00 | 50.0 ± 2.0 | 8 | "
+                         "200 | 1 |", "| lm1b:ar | inf |  |  | 4.500 | 1.00 | 70.0 ± 1.0 |  | 200 | 1 |"]
     runs = []
     for seed, (nll, ppl) in enumerate(((1.2, 5.0), (1.4, 7.0), (1.3, 6.0))):
         ckpt = f"out/s{seed}/ar"

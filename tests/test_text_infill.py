@@ -174,3 +174,25 @@ def test_infill_table_merges_seed_folders_orders_spans_and_methods_drops_empty_c
     paths = [infill_run(tmp_path / "a", "mdlm", "word", exact=0.5, char_accuracy=0.6)]
     head = results.infill(paths, str(tmp_path / "t.md")).splitlines()[0]
     assert head == "| span | checkpoint | exact | char acc. | tokens/step | tokens/s (batch 1) | n | seeds |"
+
+
+def test_the_rocstories_rows_are_per_sentences_and_recipe_with_tokens_per_s_of_the_timed_run(tmp_path):
+    """make reproduce-infill: a row per sentences and recipe (never the seeds of one another); its ROUGE from
+    the untimed run over every story, its tokens/s from the throughput run (timed, scored by nothing)."""
+    def story(name, sentences, recipe, timed, n, tps, **rouge):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"task": "rocstories", "model": "setdiffusion",
+                                    "ckpt": "owt:setdlm-smax32", "sentences": sentences, "recipe": recipe,
+                                    "tokens_per_step": 1.0, "tokens_per_s": tps, "n": n,
+                                    **({"throughput_run": True} if timed else {}), **rouge}))
+        return str(path)
+    paths = [story("1", 1, "h100", False, 1871, 5.0, rouge1=0.3, rouge2=0.1, rougeL=0.2),
+             story("1-tput", 1, "h100", True, 1000, 40.0),
+             story("3-suite", 3, "suite", False, 1871, 6.0, rouge1=0.4, rouge2=0.2, rougeL=0.3)]
+    lines = results.infill(paths, str(tmp_path / "t.md")).splitlines()
+    assert lines[0] == ("| span | checkpoint | ROUGE-1 | ROUGE-2 | ROUGE-L | tokens/step | "
+                        "tokens/s (batch 1) | n | timed n | seeds |")
+    assert lines[2:] == ["| rocstories-1 (h100) | owt:setdlm-smax32 | 0.300 | 0.100 | 0.200 | 1.00 | 40.0 | "
+                         "1871 | 1000 | 1 |",
+                         "| rocstories-3 (suite) | owt:setdlm-smax32 | 0.400 | 0.200 | 0.300 | 1.00 | 6.0 | "
+                         "1871 |  | 1 |"]
