@@ -65,21 +65,6 @@ class ModelConfig:
             raise ValueError("norm_bias needs norm='layer' (RMSNorm has no bias)")
 
 
-# Named model shapes (train.py --preset). cnndm: the official from-scratch CNN/DM model, the Qwen3-0.6B-Base
-# config with width 256, MLP 768 and 28 layers; heads, KV heads, head_dim, vocabulary, tying, theta inherited.
-# dit-owt / dit-lm1b: the paper's OWT and LM1B DiT (12 x 768, 12 heads, LayerNorm, GELU MLP 4D, RoPE 1e4, an
-# untied output layer with a bias) for GPT-2 + [MASK] and bert-base-uncased; adaLN off, as the official
-# trains these methods (its dropout 0.1 and zero-initialised output layer are not reproduced).
-DIT = dict(n_layer=12, n_head=12, n_kv_head=12, n_embd=768, intermediate_size=3072, rope_theta=10000.0,
-           qk_norm=False, tie_embeddings=False, norm="layer", mlp="gelu", norm_eps=1e-5, lm_head_bias=True)
-PRESETS = {
-    "cnndm": dict(vocab_size=151936, n_layer=28, n_embd=256, intermediate_size=768, n_head=16, head_dim=128,
-                  n_kv_head=8, rope_theta=1e6, tie_embeddings=True),
-    "dit-owt": dict(vocab_size=50258, **DIT),
-    "dit-lm1b": dict(vocab_size=30522, **DIT),
-}
-
-
 # ----------------------------------------------------------------------------- masks
 # A layout's mask is a FlexAttention mask_mod(b, h, q_idx, kv_idx) -> bool, which may index tensors it closes
 # over (padding, streams, blocks); the model turns it into a dense mask or a BlockMask (layout_mask).
@@ -260,9 +245,9 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=cfg.lm_head_bias)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        # Two switches the scripts set; the method files never see them.
         self.flex = False     # mask_mods as FlexAttention BlockMasks, not dense masks (train.py on CUDA)
-        self.step = None      # static_decoding(): the function that runs static-shape steps (maybe compiled)
-        self.storage = None   # its KV storage, reused across calls of the same shape
+        self.static = None    # a StaticDecoding (static_decoding(): eval.py/sample.py --compile), or None
         self.apply(self._init_weights)
         for name, p in self.named_parameters():   # scaled init of the residual projections (GPT-2)
             if name.endswith(("o_proj.weight", "down_proj.weight")):
@@ -285,10 +270,8 @@ class Transformer(nn.Module):
             mask = layout_mask(mask, B, T, start + T, idx.device, self.flex)
         if mask is None and start > 0 and T > 1:     # causal after a prefix (is_causal is top-left)
             mask = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(start)
-        if self.step is None:
-            x = self.hidden(idx, pos, mask, cache)
-        else:                                        # static-shape decoding (the last section)
-            x = static_hidden(self, idx, pos, mask, cache)
+        run = self.hidden if self.static is None else self.static.hidden    # static shapes: the last section
+        x = run(idx, pos, mask, cache)                                       # (B, T, C)
         if last is not None:
             x = x[:, -last:]
         return self.lm_head(x)                       # (B, T or last, V)
@@ -304,8 +287,8 @@ class Transformer(nn.Module):
     def new_cache(self, batch_size: int, max_len: int, slots: int) -> KVCache:
         """A KVCache for a sampler whose steps feed at most `slots` tokens (prefill aside); a StaticKVCache
         with static decoding on."""
-        if self.step is not None:
-            return StaticKVCache(self, batch_size, max_len, slots)
+        if self.static is not None:
+            return StaticKVCache(self.static, batch_size, max_len, slots)
         return KVCache(len(self.layers), batch_size, max_len)
 
     def num_params(self) -> int:
@@ -321,6 +304,22 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, beta2: floa
                               {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, beta2))
 
 
+# ----------------------------------------------------------------------------- backbone presets
+# Named model shapes (train.py --preset). cnndm: the official from-scratch CNN/DM model, the Qwen3-0.6B-Base
+# config with width 256, MLP 768 and 28 layers; heads, KV heads, head_dim, vocabulary, tying, theta inherited.
+# dit-owt / dit-lm1b: the paper's OWT and LM1B DiT (12 x 768, 12 heads, LayerNorm, GELU MLP 4D, RoPE 1e4, an
+# untied output layer with a bias) for GPT-2 + [MASK] and bert-base-uncased; adaLN off, as the official
+# trains these methods (its dropout 0.1 and zero-initialised output layer are not reproduced).
+DIT = dict(n_layer=12, n_head=12, n_kv_head=12, n_embd=768, intermediate_size=3072, rope_theta=10000.0,
+           qk_norm=False, tie_embeddings=False, norm="layer", mlp="gelu", norm_eps=1e-5, lm_head_bias=True)
+PRESETS = {
+    "cnndm": dict(vocab_size=151936, n_layer=28, n_embd=256, intermediate_size=768, n_head=16, head_dim=128,
+                  n_kv_head=8, rope_theta=1e6, tie_embeddings=True),
+    "dit-owt": dict(vocab_size=50258, **DIT),
+    "dit-lm1b": dict(vocab_size=30522, **DIT),
+}
+
+
 # ----------------------------------------------------------------------------- static-shape decoding
 # For speed only (eval.py/sample.py --compile), as gpt-fast does: every cached step is padded to the sampler's
 # fixed number of slots and attends to the whole preallocated cache under a validity mask, so one
@@ -328,44 +327,56 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, beta2: floa
 # change, and eager and static steps give the same tokens (tests/test_static.py).
 
 def static_decoding(model: Transformer, compile: bool = False, mode: str | None = None) -> Transformer:
-    """Static-shape steps for every sampler, and cache-less forwards (MDLM) through the same function;
-    compile=True compiles it (mode="reduce-overhead" adds CUDA graphs). model.step = None undoes it."""
+    """Static-shape steps for every sampler, and cache-less forwards (MDLM) through the same function:
+    model.static = StaticDecoding(...); compile=True compiles it (mode="reduce-overhead" adds CUDA graphs).
+    model.static = None undoes it."""
     if compile:      # one graph per shape: (batch, slots) per sampler, MDLM's canvas widths, eval batches;
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # then eager
-    model.step = torch.compile(model.hidden, mode=mode, dynamic=False) if compile else model.hidden
+    model.static = StaticDecoding(model, compile, mode)
     return model
 
 
-def static_hidden(model: Transformer, idx, pos, mask, cache):
-    """model.hidden through model.step: a cached step of T <= slots tokens padded to the cache's slots, or a
-    forward without a cache as it is; a prefill (T > slots) runs eagerly."""
-    T = idx.shape[1]
-    if cache is None:
-        return model.step(idx, pos, mask, None)
-    if not isinstance(cache, StaticKVCache) or T > cache.slots:
-        return model.hidden(idx, pos, mask, cache)
-    if mask is None:                                 # causal (T = 1 or no prefix)
-        mask = torch.ones(T, cache.length + T, dtype=torch.bool, device=idx.device).tril(cache.length)
-    x = model.step(*cache.pad(idx, pos, mask), cache)[:, cache.slots - T:]
-    cache.write = None
-    return x
+class StaticDecoding:
+    """The static-shape state of one model, in one place: `step`, the function that runs a padded step
+    (model.hidden, compiled or not), and `storage`, the KV storage every StaticKVCache of one shape shares
+    (so one compiled graph serves every step of every call)."""
+
+    def __init__(self, model: Transformer, compile: bool, mode: str | None):
+        self.model, self.storage = model, None
+        self.step = torch.compile(model.hidden, mode=mode, dynamic=False) if compile else model.hidden
+
+    def hidden(self, idx, pos, mask, cache):
+        """model.hidden through self.step: a cached step of T <= slots tokens padded to the cache's slots, or
+        a forward without a cache as it is; a prefill (T > slots) runs eagerly."""
+        T = idx.shape[1]
+        if cache is None:
+            return self.step(idx, pos, mask, None)
+        if not isinstance(cache, StaticKVCache) or T > cache.slots:
+            return self.model.hidden(idx, pos, mask, cache)
+        if mask is None:                             # causal (T = 1 or no prefix)
+            mask = torch.ones(T, cache.length + T, dtype=torch.bool, device=idx.device).tril(cache.length)
+        x = self.step(*cache.pad(idx, pos, mask), cache)[:, cache.slots - T:]
+        cache.write = None
+        return x
 
 
 class StaticKVCache(KVCache):
     """A KVCache over fixed storage, max_len rows then `slots` scratch rows, shared by every cache of the same
-    shape (model.storage), so one compiled graph serves every step of every call."""
+    shape (static.storage), so one compiled graph serves every step of every call."""
 
-    def __init__(self, model: Transformer, batch_size: int, max_len: int, slots: int):
+    def __init__(self, static: StaticDecoding, batch_size: int, max_len: int, slots: int):
+        model = static.model
         super().__init__(len(model.layers), batch_size, -(-max_len // 256) * 256)   # max_len rounded up
         self.slots, w = slots, model.embed_tokens.weight
         dtype = (torch.get_autocast_dtype(w.device.type) if torch.is_autocast_enabled(w.device.type)
                  else w.dtype)
         shape = (batch_size, model.cfg.n_kv_head, self.max_len + slots, model.cfg.head_dim)
-        if model.storage is None or model.storage[0][0].shape != shape or model.storage[0][0].dtype != dtype:
-            model.storage = tuple([w.new_zeros(shape, dtype=dtype) for _ in model.layers] for _ in "kv")
-            for t in model.storage[0] + model.storage[1]:
+        held = static.storage
+        if held is None or held[0][0].shape != shape or held[0][0].dtype != dtype:
+            static.storage = tuple([w.new_zeros(shape, dtype=dtype) for _ in model.layers] for _ in "kv")
+            for t in static.storage[0] + static.storage[1]:
                 torch._dynamo.mark_static_address(t)  # CUDA graphs: the cache is not copied in every step
-        self.k, self.v = model.storage
+        self.k, self.v = static.storage
         self.write = None                          # during a padded step: (slots,) storage rows of its tokens
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):

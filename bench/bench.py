@@ -58,7 +58,7 @@ def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     out = decode(dit, mods, cfgs, DECODE["batches"][:2 if quick else 3], quick, "")
     model.static_decoding(dit, compile=True)            # static shapes + torch.compile
     out |= decode(dit, mods, cfgs, DECODE["batches"][:2], quick, " compiled")
-    dit.step = None
+    dit.static = dit.step = None                         # static decoding off (.step: older trees)
     for kind in ("", " compiled"):
         if f"decode ar batch 1{kind}: ms/forward" in out:
             out[f"ratio Set Diffusion / AR ms/forward, batch 1{kind}"] = \

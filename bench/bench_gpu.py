@@ -13,7 +13,7 @@ Decode (--parts decode): bfloat16 weights, a 150-token prompt (GSM8K's length), 
   the shape of a tau = 0.9 step (compiled Set Diffusion: 4 clean + 4 query slots).
 Modes (--modes), for each batch size in turn (batch 1 in every mode first), torch._dynamo.reset() between
 them:
-- eager: dynamic shapes (model.step = None), the default sampler path;
+- eager: dynamic shapes (model.static = None), the default sampler path;
 - static: static_decoding(model): every cached step padded to a fixed number of slots, run eagerly;
 - compiled: static_decoding(model, compile=True): torch.compile, one graph per (method, batch);
 - cudagraphs: static_decoding(model, compile=True, mode="reduce-overhead"): that graph as a CUDA graph.
@@ -86,7 +86,7 @@ def set_mode(model, mode: str):
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     if mode == "eager":
-        model.step = None
+        model.static = None
     else:
         static_decoding(model, compile=mode != "static",
                         mode="reduce-overhead" if mode == "cudagraphs" else None)
@@ -309,7 +309,7 @@ def run_decode(out, args, lists, dev, start):
             c = torch._dynamo.utils.counters
             out["graphs"][f"{mode}, batch {B}"] = {"graphs": c["stats"]["unique_graphs"],
                                                    "cudagraph_skips": c["inductor"]["cudagraph_skips"]}
-    model.step = None
+    model.static = None
     torch._dynamo.reset()
 
 

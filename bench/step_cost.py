@@ -47,15 +47,15 @@ def instrument(model) -> dict:
 
 def measure(mods, cfgs, model, spent, rounds: int, new: int, kinds: dict) -> dict:
     """{(method, kind): {ms_step, ms_forward, ms_head, ms_sampler, nfe}}: medians over rounds, methods and
-    kinds interleaved. kinds: {name: model.step}: None eager, else static_decoding's (compiled) step."""
+    kinds interleaved. kinds: {name: model.static}: None eager, else static_decoding's (compiled) steps."""
     prompt = torch.randint(0, 4096, (1, DECODE["prompt"]), generator=torch.Generator().manual_seed(0))
     runs = {(m, k): [] for m in METHODS for k in kinds}
     for m, k in runs:                                                    # warm-up (compiles)
-        model.step = kinds[k]
+        model.static = kinds[k]
         mods[m].generate(model, prompt, cfgs[m], Settings(new))
     for _ in range(rounds):
         for m, k in runs:
-            model.step = kinds[k]
+            model.static = kinds[k]
             spent["forward"] = spent["head"] = 0.0
             t0 = time.process_time()
             _, stats = mods[m].generate(model, prompt, cfgs[m], Settings(new))
@@ -63,7 +63,7 @@ def measure(mods, cfgs, model, spent, rounds: int, new: int, kinds: dict) -> dic
             run = {"ms_step": total, "ms_forward": spent["forward"], "ms_head": spent["head"],
                    "ms_sampler": total - spent["forward"]}
             runs[m, k].append({key: 1000 * v / nfe for key, v in run.items()} | {"nfe": nfe})
-    model.step = None
+    model.static = None
     return {mk: {key: statistics.median(r[key] for r in rs) for key in rs[0]} for mk, rs in runs.items()}
 
 
@@ -92,7 +92,7 @@ def main(argv=None):
     spent = instrument(net)
     kinds = {"eager": None}
     if args.compile:             # eval.py --compile's static-shape steps, compiled (one graph per method)
-        kinds["compiled"] = model_py.static_decoding(net, compile=True).step
+        kinds["compiled"] = model_py.static_decoding(net, compile=True).static
     with torch.no_grad():
         out = measure(mods, cfgs, net, spent, args.rounds, args.new, kinds)
     from common.metrics import markdown_table

@@ -200,7 +200,7 @@ def test_cached_decoding_equals_naive_recompute(name, mode):
                 assert torch.equal(tokens[b, P - len(p):], x[0]), (b, tokens[b].tolist(), x[0].tolist())
                 assert torch.equal(stats["step"][b, P - len(p):], step[0]), b
     finally:
-        inner.step = None
+        inner.static = None
         torch._dynamo.reset()
 
 

@@ -29,9 +29,9 @@ def test_static_steps_equal_dynamic_steps(name):
             st_tokens, st_stats = run(name, model, batch, prompt_mask)
             assert torch.equal(st_tokens, tokens) and torch.equal(st_stats["step"], stats["step"])
             assert st_stats["nfe"] == stats["nfe"]
-        assert name == "mdlm" or inner.storage is not None
+        assert name == "mdlm" or inner.static.storage is not None
     finally:
-        inner.step = None
+        inner.static = None
 
 
 def test_static_step_logits_equal_dynamic_logits():
@@ -42,7 +42,7 @@ def test_static_step_logits_equal_dynamic_logits():
     mask[:, :, :3, 4:] = torch.ones(3, 5, dtype=torch.bool).tril()
     out = []
     for static in (False, True):
-        model.step = model.hidden if static else None
+        model.static = static_decoding(model).static if static else None
         cache = model.new_cache(2, 16, slots=8)
         with torch.no_grad():
             model(x[:, :4], cache=cache)
@@ -50,7 +50,7 @@ def test_static_step_logits_equal_dynamic_logits():
             out.append(model(x[:, 4:], mask=mask, cache=cache, last=2))
             cache.commit(3)
             out.append(model(x[:, 7:8], cache=cache))                # reads the committed rows
-    model.step = None
+    model.static = None
     torch.testing.assert_close(out[2], out[0])
     torch.testing.assert_close(out[3], out[1])
 
@@ -71,5 +71,5 @@ def test_compiled_equals_eager_one_graph():
             assert torch.equal(tokens, want[name][0]) and torch.equal(stats["step"], want[name][1]["step"])
         assert counters["stats"]["unique_graphs"] == 4                 # one per method
     finally:
-        inner.step = None
+        inner.static = None
         torch._dynamo.reset()
