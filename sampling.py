@@ -88,9 +88,9 @@ def choose(logits, temperature=0.0, generator=None, track=None, draw=None):
         drawn = probs.reshape(-1, probs.shape[-1]) if draw is None else probs[draw]     # (n, V)
         y = torch.multinomial(drawn, 1, generator=generator).squeeze(-1)                # (n,)
         y = y.view(probs.shape[:-1]) if draw is None else probs.argmax(-1).masked_scatter(draw, y)
-    else:
-        y = probs.argmax(-1)                                                      # as the official
-    return y, probs.gather(-1, y[..., None]).squeeze(-1)
+        return y, probs.gather(-1, y[..., None]).squeeze(-1)
+    conf, y = probs.max(-1)        # the official's argmax: the first of equal maxima (max: one pass, not two)
+    return y, conf
 
 
 def confident(conf, candidates, threshold: float):
@@ -148,7 +148,7 @@ class Picker:
         logits = logits.float()
         logits[..., self.mask_id] = float("-inf")                              # never predict [MASK]
         if track is None and s.temperature == 0 and logits.shape[1] == 1:     # AR greedy: no softmax needed
-            return logits.argmax(-1), candidates.clone()
+            return logits.max(-1)[1], candidates.clone()                      # argmax, in half its time
         at(track, self.canvas, cols)
         y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
         if s.official and conf.shape[1] > 1:          # paper mode: the official's order among tied tokens

@@ -340,9 +340,10 @@ def step_mask(cache_ok, new_ok, W: int):
 
 def gather_slots(chosen, key):
     """Indices of the True entries of chosen (B, K), sorted by key (B, K), left-aligned: (idx, ok) (B, n)."""
-    n = int(chosen.sum(1).max())
+    count = chosen.sum(1, keepdim=True)                                                    # (B, 1)
+    n = int(count.max())
     idx = torch.argsort(key.masked_fill(~chosen, math.inf), dim=1, stable=True)[:, :n]   # (B, n)
-    return idx, torch.arange(n, device=chosen.device) < chosen.sum(1, keepdim=True)
+    return idx, torch.arange(n, device=chosen.device) < count
 
 
 @torch.no_grad()
@@ -366,7 +367,7 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     cache = step_cache(model, B, C, int(masked.sum(1).max()), W, settings.threshold)
     cache_ok, cache_pos = prefill(model, tokens, pos, real & ~masked, cache)      # (B, K) valid entries
     paper_crop = settings.official and settings.seq_len        # paper mode: the official cache crop past L
-    crop = Crop(settings.seq_len, settings.commit_order, B, dev) if paper_crop else None
+    crop = Crop(settings.seq_len, settings.commit_order, cache_pos) if paper_crop else None
     decoded_at = torch.full_like(tokens, -1)            # (B, C + W) the row's forward that decoded a column
     live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
     forwards, done = 0, ~masked.any(1)                  # a row with nothing to decode is done at once
@@ -386,11 +387,10 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         if crop is None:
             mask = step_mask(cache_ok, commit_ok, W)                       # (B, 1, n + W, cache + n + W)
         else:
-            cache_ok, mask = crop(cache_ok, cache_pos, commit_ok, cand, inp_pos)
+            cache_ok, mask = crop(cache_ok, commit_ok, cand, inp_pos)
         logits = model(inp, inp_pos, mask, cache, last=W)                  # (B, W, V)
         cache.commit(commit_cols.shape[1])                                 # keep the clean, drop the queries
         cache_ok = torch.cat([cache_ok, commit_ok], 1)
-        cache_pos = torch.cat([cache_pos, inp_pos[:, :commit_cols.shape[1]]], 1)
         y, dec = pick(logits, win, cand, draw=cand)    # (B, W); sampled: one draw per query
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
         decoded_at.scatter_(1, win, torch.where(dec, live_forwards[:, None], decoded_at.gather(1, win)))
@@ -521,13 +521,16 @@ class Crop:
     from positions instead (_semantic_attention_base): an input at position q sees the keys at positions k
     with k <= q when both are < L, k < q - L when only q >= L, none of its own stream otherwise, and the
     queries see only themselves among queries; a committed input then also sees the [MASK] queries left of
-    it. crop(cache_ok, cache_pos, commit_ok, cand, inp_pos) -> cache_ok, mask (step_mask's layout)."""
+    it. crop(cache_ok, commit_ok, cand, inp_pos) -> cache_ok, mask (step_mask's layout); it keeps the cache
+    entries' positions itself (the prefill's, then each step's committed inputs')."""
 
-    def __init__(self, L, commit_order: str, B: int, device):
-        self.L, self.fht = L, commit_order == "fht"
-        self.semantic = torch.zeros(B, 1, 1, 1, dtype=torch.bool, device=device)   # rows cropped by position
+    def __init__(self, L, commit_order: str, cache_pos):
+        self.L, self.fht, self.pos = L, commit_order == "fht", cache_pos                 # pos (B, K)
+        self.semantic = torch.zeros(cache_pos.shape[0], 1, 1, 1, dtype=torch.bool,
+                                    device=cache_pos.device)                       # rows cropped by position
 
-    def __call__(self, cache_ok, cache_pos, commit_ok, cand, inp_pos):
+    def __call__(self, cache_ok, commit_ok, cand, inp_pos):
+        cache_pos = self.pos
         drop = (cache_ok.sum(1) + commit_ok.sum(1) + cand.sum(1) - self.L).clamp(min=0)    # (B,)
         # the order entries go in: by position ("fht") or by storage, the oldest first; invalid ones last
         key = cache_pos if self.fht else torch.arange(cache_ok.shape[1], device=cache_ok.device).expand(
@@ -539,6 +542,7 @@ class Crop:
             self.semantic |= (drop > 0)[:, None, None, None]
             mask = torch.where(self.semantic, self.by_position(cache_ok, cache_pos, commit_ok, cand, inp_pos),
                                mask)
+        self.pos = torch.cat([cache_pos, inp_pos[:, :commit_ok.shape[1]]], 1)    # with the inputs committed
         return cache_ok, mask
 
     def by_position(self, cache_ok, cache_pos, commit_ok, cand, inp_pos):

@@ -754,9 +754,9 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
     assert torch.equal(ours, official_setdiffusion(model, prompt, N, W, 10 ** 6, math.inf, T))
     assert not torch.equal(ours, official_setdiffusion(model, prompt, N, W, L, math.inf, T))
     # which entries go, on literals: 6 cached (one a step committed out of position order), 1 + 2 inputs, L 5
-    crop = sd.Crop(5, commit_order, 1, "cpu")
+    crop = sd.Crop(5, commit_order, torch.tensor([[0, 1, 2, 5, 3, 4]]))
     one = lambda n: torch.ones(1, n, dtype=torch.bool)  # noqa: E731
-    ok, _ = crop(one(6), torch.tensor([[0, 1, 2, 5, 3, 4]]), one(1), one(2), torch.tensor([[6, 7, 8]]))
+    ok, _ = crop(one(6), one(1), one(2), torch.tensor([[6, 7, 8]]))
     assert ok.int().tolist() == [[0, 0, 0, 1, 0, 1] if commit_order == "fht" else [0, 0, 0, 0, 1, 1]]
 
 
