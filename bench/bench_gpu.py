@@ -24,13 +24,14 @@ give the paper's measured tokens/s (its GSM8K Pareto data, H100, batch 1: AR 55.
 tau 0.9: 87.47 at 1.95 tokens/step) and the implied tokens/s = the paper's tokens/step * 1000 / our ms/step
 (our step at a trained model's tokens per step: an assumption that the step's cost does not depend on how many
 of its tokens decode). Train (--parts train): train.py's CUDA step (float32 weights, bfloat16 autocast,
-FlexAttention masks, the model not compiled, AdamW, gradient clipping at 1) at GSM8K's shape: --train-batch
-rows of L = 1024 (--train-len), a 150-token prompt, a 250-token answer, the rest padding (the losses trim it);
-one warm-up step, then --train-steps timed steps (median). tokens/s counts prompt + answer tokens; fed
-tokens/s the tokens the forwards take (BD3-LM [x0 | xt]: 2x; Set Diffusion: the clean stream + the answer's
-[MASK] stream). MFU = model FLOP/s / the GPU's peak dense bf16 FLOP/s (PEAK_BF16, or --peak-tflops); a forward
-of B x T tokens counts B T (6 N + 12 n_layer n_head head_dim T) FLOPs for forward + backward (PaLM, appendix
-B; N = parameters, the tied output head included; attention counted dense).
+FlexAttention masks, AdamW, gradient clipping at 1; with --train-compile the model compiled as train.py
+--compile compiles it, make gpu-check's setting) at GSM8K's shape: --train-batch rows of L = 1024
+(--train-len), a 150-token prompt, a 250-token answer, the rest padding (the losses trim it); one warm-up
+step, then --train-steps timed steps (median). tokens/s counts prompt + answer tokens; fed tokens/s the tokens
+the forwards take (BD3-LM [x0 | xt]: 2x; Set Diffusion: the clean stream + the answer's [MASK] stream). MFU =
+model FLOP/s / the GPU's peak dense bf16 FLOP/s (PEAK_BF16, or --peak-tflops); a forward of B x T tokens
+counts B T (6 N + 12 n_layer n_head head_dim T) FLOPs for forward + backward (PaLM, appendix B; N =
+parameters, the tied output head included; attention counted dense).
 --budget: a case is not started when the seconds so far plus the slowest case of its mode so far would pass it
 (decoding's cases: the budget less --train-reserve, when training follows); skipped cases are listed. A case
 that fails prints one line and the run goes on; --json is rewritten after every result.
@@ -157,8 +158,10 @@ def train_step(model, opt, method: str, batch, gen, autocast):
     opt.zero_grad(set_to_none=True)
 
 
-def time_train(model, opt, method: str, batch, steps: int, peak) -> dict:
-    """One warm-up step, then `steps` timed ones: the median step's tokens/s, fed tokens/s, FLOP/s and MFU."""
+def time_train(model, opt, method: str, batch, steps: int, peak, compile: bool = False) -> dict:
+    """One warm-up step, then `steps` timed ones: the median step's tokens/s, fed tokens/s, FLOP/s and MFU.
+    The forwards a step feeds are read in an eager step (the warm-up, or one before it when compiling);
+    compile: the model as train.py --compile compiles it, the warm-up step its compile."""
     dev = batch[0].device
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16) if dev.type == "cuda" else torch.autocast(
         "cpu", enabled=False)
@@ -168,16 +171,21 @@ def time_train(model, opt, method: str, batch, steps: int, peak) -> dict:
                                            with_kwargs=True)
     try:
         warm = timed(dev, train_step, model, opt, method, batch, gen, autocast)[1]
-        fed.clear()
-        secs = [timed(dev, train_step, model, opt, method, batch, gen, autocast)[1] for _ in range(steps)]
     finally:
         hook.remove()
+    if compile:
+        torch._dynamo.reset()
+        run = torch.compile(model, dynamic=True)                    # as train.py --compile
+        warm = timed(dev, train_step, run, opt, method, batch, gen, autocast)[1]
+    else:
+        run = model
+    secs = [timed(dev, train_step, run, opt, method, batch, gen, autocast)[1] for _ in range(steps)]
     sec = statistics.median(secs)
-    flops = sum(flops_per_forward(model.cfg, model.num_params(), B, T) for B, T in fed) / steps
+    flops = sum(flops_per_forward(model.cfg, model.num_params(), B, T) for B, T in fed)
     tokens = int((~batch[2]).sum())
-    return {"method": method, "batch": batch[0].shape[0], "seq_len": batch[0].shape[1], "tokens": tokens,
-            "fed_tokens": sum(B * T for B, T in fed) // steps, "ms_per_step": 1000 * sec,
-            "tokens_per_s": tokens / sec, "fed_tokens_per_s": sum(B * T for B, T in fed) / steps / sec,
+    return {"method": method, "compiled": compile, "batch": batch[0].shape[0], "seq_len": batch[0].shape[1],
+            "tokens": tokens, "fed_tokens": sum(B * T for B, T in fed), "ms_per_step": 1000 * sec,
+            "tokens_per_s": tokens / sec, "fed_tokens_per_s": sum(B * T for B, T in fed) / sec,
             "tflops_per_step": flops / 1e12, "tflops_per_s": flops / sec / 1e12,
             "mfu": flops / sec / peak if peak else None, "warmup_s": warm, "seconds": secs}
 
@@ -213,6 +221,8 @@ def parse_args(argv):
     p.add_argument("--parts", default="decode,train", help="decode, train or both (comma-separated)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, run in this order")
     p.add_argument("--modes", default="eager,compiled", help=f"decode modes, comma-separated, of {MODES}")
+    p.add_argument("--train-compile", action="store_true", help="train with the model compiled as train.py "
+                   "--compile does (torch.compile(model, dynamic=True)); the warm-up step is its compile")
     p.add_argument("--batch", default="1,8", help="decode batch sizes, comma-separated")
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--prompt", type=int, default=150, help="decode prompt length in tokens")
@@ -327,7 +337,7 @@ def run_train(out, args, lists, dev, start):
     out["train_peak_flops"], out["train_params"], cost = peak, model.num_params(), {}
     for method in lists["methods"]:
         attempt(out, "train", {"method": method},
-                lambda: time_train(model, opt, method, batch, args.train_steps, peak),
+                lambda: time_train(model, opt, method, batch, args.train_steps, peak, args.train_compile),
                 cost, start, args.budget)
         save(out, args.json)
 

@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = ["-m", "pytest", "-n", "0", "-v", "-p", "no:cacheprovider", "-rfE", "--durations=0",
          "--durations-min=0", "tests/test_gpu.py"]                  # -n 0: one process (pytest.ini's is 2)
 BENCH = ["-m", "bench.bench_gpu", "--parts", "decode,train", "--modes", "eager,cudagraphs", "--batch", "1,8",
-         "--repeats", "2", "--train-batch", "8", "--train-steps", "3"]
+         "--repeats", "2", "--train-batch", "8", "--train-steps", "3", "--train-compile"]
 DRY = ["-m", "bench.bench_gpu", "--parts", "decode,train", "--device", "cpu", "--tiny", "--new-tokens", "3",
        "--prompt", "4", "--repeats", "1", "--dtype", "float32", "--modes", "eager", "--batch", "1,2",
        "--train-len", "32", "--train-prompt", "8", "--train-answer", "12", "--train-batch", "2",

@@ -118,3 +118,14 @@ def test_compiled_decoding_equals_eager(name, trained, capsys):
         out[bool(flags)] = capsys.readouterr().out
         assert bool(counters["stats"]["unique_graphs"]) == bool(flags)     # compiled only with --compile
     assert out[True] == out[False] and out[False].count("\n") > 12
+
+
+def test_bench_gpu_trains_compiled_as_train_py():
+    """make gpu-check's training rows (bench_gpu --train-compile) on this CPU, tiny: the compiled step runs,
+    the row says so, and it feeds the eager step's tokens."""
+    from bench import bench_gpu
+    tiny = ["--device", "cpu", "--tiny", "--parts", "train", "--train-len", "32", "--train-prompt", "8",
+            "--train-answer", "12", "--train-batch", "2", "--train-steps", "1", "--methods", "setdiffusion"]
+    rows = {c: bench_gpu.main(tiny + ["--train-compile"] * c)["train"] for c in (False, True)}
+    assert [r["compiled"] for r in rows[False] + rows[True]] == [False, True]
+    assert rows[True][0]["fed_tokens"] == rows[False][0]["fed_tokens"] == 2 * 32
