@@ -16,6 +16,7 @@ paper.results.
 import importlib
 import math
 import sys
+import types
 
 # first, before torch loads OpenMP: a short spin wait (common/threads.py)
 from common import threads  # noqa: F401
@@ -57,6 +58,9 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
     corpus = get_corpus(name)
     if task_name not in ("likelihood", "infill", name, corpus.NAME):
         raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
+    recipes = getattr(corpus, "RECIPES", None)                  # owt and lm1b: the official two
+    recipe = eval_args.recipe(args, recipes, f"the likelihood of {corpus.NAME}") if task_name != "infill" \
+        else None
     own = corpus.NAME == config["data"]           # its training corpus: the tokenizer it was trained with
     tok = paper("zeroshot").checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER,
                                               f"--data {name}")
@@ -66,13 +70,26 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
                                              corpus.NAME, args.span or "word", args.limit, args.warmup)
     rows = rows[:args.limit] if args.limit else rows
     print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, "
-          f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}, {args.precision}")
+          f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}, {args.precision}"
+          + (f", the official {recipe} recipe" if recipe else ""))
     with autocast(args, device):
-        m = evaluate_likelihood(model, method, cfg, tok, rows, config["seq_len"], device, args.batch_size,
-                                args.seed, exclusions, encode_fn=corpus.batch)
+        m = evaluate_likelihood(model, recipe_method(method, cfg, recipes, recipe), cfg, tok, rows,
+                                config["seq_len"], device, args.batch_size, args.seed, exclusions,
+                                encode_fn=corpus.batch)
     bpc = bits_per_char(m["nll"], tok)
     return {**m, **({"bits_per_char": bpc} if bpc is not None else {}), "data": corpus.NAME,
-            "batch_size": args.batch_size, "precision": args.precision}
+            "batch_size": args.batch_size, "precision": args.precision,
+            **({"recipe": recipe} if recipe else {})}
+
+
+def recipe_method(method, cfg, recipes: dict | None, recipe: str | None):
+    """The method a corpus likelihood scores with: the method itself, or under a recipe whose Set Diffusion
+    orders are drawn at the official max_block_size = d (data/owt.py RECIPES "suite"), Set Diffusion with its
+    nll taken from its last section (setdiffusion.suite_nll). Only a method with an smax has that schedule:
+    the official passes MAX_BLOCK_SIZE to its Set Diffusion models alone."""
+    if recipe is None or recipes[recipe]["smax"] == "2d" or "smax" not in type(cfg).__dataclass_fields__:
+        return method
+    return types.SimpleNamespace(**{**vars(method), "nll": method.suite_nll})
 
 
 def autocast(args, device):
@@ -136,6 +153,8 @@ def main(argv=None):
         data_name = config["data"] if task_name in ("likelihood", "throughput", "infill") else task_name
         data = get_task(data_name, config.get("data_options") if data_name == config["data"] else None)
         tok = get_tokenizer(config["tokenizer"])
+        args.recipe = eval_args.recipe(args, data.RECIPES if task_name == "rocstories" else None,
+                                       f"--task {task_name}" + f" on {data_name}" * (data_name != task_name))
         examples = data.load("test", args.data_dir)
         settings = sampler_settings(args, config, method, cfg, sampler_preset(data_name, tok, method))
         examples = examples[:args.limit] if args.limit else examples

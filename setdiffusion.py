@@ -57,7 +57,8 @@ those of the smallest positions, and then reads its mask at positions: Crop). Pa
 takes the official's pick among tied confidences, its low-confidence stop (no check after the last [MASK])
 and an infilling penalty's context (the KV cache's tokens: official_context). settings.commit_order "fht"
 (the official accuracy runs') commits a step's tokens by decreasing first-hitting time, drawn from a schedule
-of its own (fht_key); the default "l2r", left to right, is the official sampler's default.
+of its own (fht_key); the default "l2r", left to right, is the official sampler's default. The official
+suite runner's OWT likelihood draws its orders at max_block_size = d, not the paper's 2d: suite_nll.
 
 Beyond the paper (off by default; the section before the last): cfg.infill, a fraction of the rows trained
 in an infilling order. 0 is the paper's loss, draw for draw.
@@ -206,14 +207,16 @@ def denoise(model, x0, sigma, target, cfg: SetDiffusionConfig, pad_mask, first=0
     return model(tokens[:, keep], pos[:, keep], kept, last=end - first)          # (B, end - first, V)
 
 
-def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None, span=None):
+def target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude=None, span=None, sigma=None):
     """-log p of every target under one sampled order: nll (B, n) (0 off counted targets) and the counted
     targets (B, n), both in sigma order over the ranks that hold a target in some row. `exclude` (B, L):
-    targets kept in the order but not counted. span (B, L): infilling rows (the --infill section)."""
+    targets kept in the order but not counted. span (B, L): infilling rows (the --infill section). sigma
+    (B, L): an order drawn by the caller (the last section's suite_nll), else one drawn here."""
     prompt_mask, pad_mask, _ = defaults(x0, prompt_mask, pad_mask)
     prompt_mask = prompt_mask if span is None else prompt_mask & ~span           # a span's prompt is a target
     target = ~(prompt_mask | pad_mask)
-    sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator, span)          # (B, L)
+    if sigma is None:
+        sigma = order(x0, cfg.smax, prompt_mask, pad_mask, generator, span)      # (B, L)
     n_prompt, n_target = prompt_mask.sum(1), target.sum(1)                       # (B,)
     # The ranks [first, end) that hold a target in some row. Where no row holds one (prompts of one length,
     # or padding alone) they keep one rank, counted nowhere: a forward needs a query (last=0 keeps all slots).
@@ -485,17 +488,52 @@ def fht_times(batch_size: int, N: int, W: int, d: float, generator=None, device=
     orders: 8 at L 128, smax 8; 18 at L 128, smax 16)."""
     L = max(seq_len or N, N)
     smax = min(2 * W, L)
-    d = min(d, smax)
-    A = d / (2 * L)                                          # the model's area, over L positions
+    loc, b, k = official_schedule(L, min(d, smax), smax, device)
+    E = torch.empty(batch_size, N, dtype=torch.float64, device=device).exponential_(generator=generator)
+    return loc[L - N:] + b * (-torch.expm1(-E / k))                                # (B, N) the last N
+
+
+def official_schedule(L: int, d: float, smax: float, device=None):
+    """The official staggered schedule (StaggeredNoise.init_schedule) over L positions, with its own d
+    (desired_block_size) and smax (max_block_size): A = d / 2L, b = smax / (L + smax - 1), k = A / (b - A),
+    except at d in {1, smax}, its other branch: k = 1, b = 2A. At smax = 2d it is the paper's `schedule`.
+    loc (L,) float64, b, k."""
+    A = d / (2 * L)                                          # the area, over L positions
     if d in (1, smax):                                       # the official schedule's branch: a linear curve
         b, k = 2 * A, 1.0
-    else:                                                    # d < smax <= L, so A < b: k > 0
+    else:                                                    # d < smax <= L (both callers): A < b, k > 0
         b = smax / (L + smax - 1)
         k = A / (b - A)
-    j = torch.arange(L - N, L, dtype=torch.float64, device=device)                # the last N positions
-    loc = (1 - b) * (1 - j / max(L - 1, 1))                                        # (N,)
-    E = torch.empty(batch_size, N, dtype=torch.float64, device=device).exponential_(generator=generator)
-    return loc + b * (-torch.expm1(-E / k))                                        # (B, N)
+    j = torch.arange(L, dtype=torch.float64, device=device)
+    return (1 - b) * (1 - j / max(L - 1, 1)), b, k                                 # (L,), b, k
+
+
+# The likelihood of the official suite runner's OWT rows (eval.py --task likelihood --data owt --recipe suite,
+# data/owt.py RECIPES). Its Set Diffusion targets pass the likelihood script MAX_BLOCK_SIZE = d, where the
+# script alone (and the paper's schedule, and LM1B's runs) take 2d: max_block_size = d is the schedule's other
+# branch, k = 1 and b = 2A = d / L, whose supports overlap within d (L - 1) / (L - d) positions, about d
+# rather than smax = 2d: orders nearer left to right than the ones the model was trained on. No smax of the
+# paper's schedule gives it (its d is smax / 2), so nll takes it here, as a drawn order (target_nll's sigma).
+
+def suite_nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=None, generator=None,
+              exclude=None):
+    """nll (the same arguments and result) with sigma drawn from the suite runner's schedule (suite_order)."""
+    prompt_mask, pad_mask, _ = defaults(x0, prompt_mask, pad_mask)
+    sigma = suite_order(x0, cfg.smax / 2, prompt_mask, pad_mask, generator)      # (B, L)
+    nll_i, target_s = target_nll(model, x0, cfg, prompt_mask, pad_mask, generator, exclude, sigma=sigma)
+    return nll_i.sum(1), target_s.sum(1)
+
+
+def suite_order(x0, d: float, prompt_mask, pad_mask, generator=None):
+    """order (sigma (B, L): the prompt first, targets by decreasing T, padding last) with T drawn from the
+    official schedule at max_block_size = d (official_schedule(L, d, d): k = 1, b = d / L), as the official
+    draws it (compute_first_hitting_times over the row's L positions)."""
+    B, L = x0.shape
+    loc, b, k = official_schedule(L, d, d, x0.device)
+    E = torch.empty(B, L, dtype=torch.float64, device=x0.device).exponential_(generator=generator)
+    T = loc + b * (-torch.expm1(-E / k))                                           # (B, L)
+    T = T.masked_fill(prompt_mask, math.inf).masked_fill(pad_mask, -math.inf)
+    return torch.argsort(T, dim=1, descending=True, stable=True)
 
 
 def official_context(pick, win, dec):

@@ -98,11 +98,14 @@ def paper_groups(p: argparse.ArgumentParser):
     g = p.add_argument_group("paper tasks: rocstories, hellaswag/piqa/siqa, lm-eval (paper/infill.py, "
                              "zeroshot.py, harness.py)")
     g.add_argument("--sentences", type=int, default=1, choices=[1, 3], help="rocstories: sentences to infill")
-    g.add_argument("--recipe", choices=["h100", "suite"], default="h100",
-                   help="rocstories: the official recipe (it holds two; data/rocstories.py): h100, its H100 "
-                        "wrapper (repetition penalty 1.2 counting the right context, Set Diffusion caching "
-                        "the right context first) or suite, its suite runner's rows (penalty 1.1 for one "
-                        "sentence, 1.5 for three, the right context not counted, nor cached)")
+    g.add_argument("--recipe", choices=["h100", "script", "suite"], default=None,
+                   help="the official recipe where the official code holds two (default: the first). "
+                        "rocstories (data/rocstories.py): h100, its H100 wrapper (repetition penalty 1.2 "
+                        "counting the right context, Set Diffusion caching the right context first) or "
+                        "suite, its suite runner's rows (penalty 1.1 for one sentence, 1.5 for three, the "
+                        "right context not counted, nor cached). likelihood of owt or lm1b (data/owt.py): "
+                        "script, its likelihood script (Set Diffusion's smax = 2d) or suite, its suite "
+                        "runner's rows (OWT's Set Diffusion at max_block_size = d; LM1B's as the script)")
     g.add_argument("--mc-samples", "--samples", dest="samples", type=int, default=1,
                    help="hellaswag/piqa/siqa, "
                    "lm-eval: NELBO draws averaged per option (1 = the official), noise seeded per request")
@@ -118,7 +121,7 @@ def paper_groups(p: argparse.ArgumentParser):
 SAMPLED = ("rocstories", "infill", "throughput", "unconditional", "lm-eval")
 READERS = {"data_dir": set(TASKS) - {"lm-eval"}, "n": {"unconditional"},
            "replies": {*ACCURACY, "rocstories", "infill", "unconditional", "lm-eval"},
-           "precision": {"likelihood"}, "recipe": {"rocstories"},
+           "precision": {"likelihood"}, "recipe": {"rocstories", "likelihood"},
            "throughput_run": {"rocstories", "unconditional"},
            "no_redraw": {"unconditional"}, "samples": {*MCQA, "lm-eval"}, "rounds": {"throughput"},
            "limit": set(TASKS) - {"unconditional"}, "batch_size": set(TASKS) - {"rocstories", "infill"},
@@ -168,6 +171,20 @@ def check(args):
                   f"--task {args.task}" if args.task else "the checkpoint's own task (no --task)", "--task ")
     if args.task == "unconditional":
         check_scorers(args)
+
+
+def recipe(args, recipes: dict | None, where: str) -> str | None:
+    """--recipe where a run reads it: one of recipes (a data module's RECIPES, the first the default); None
+    where there are none (where: the run, in the line). A recipe not there: ValueError, one line."""
+    if recipes is None:
+        if args.recipe:
+            raise ValueError(f"--recipe {args.recipe}: {where} has no official recipes (--task rocstories "
+                             f"and the likelihood of owt and lm1b have)")
+        return None
+    name = args.recipe or next(iter(recipes))
+    if name not in recipes:
+        raise ValueError(f"--recipe {name} is not a recipe of {where}: choose {', '.join(recipes)}")
+    return name
 
 
 def check_scorers(args):

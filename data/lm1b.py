@@ -11,7 +11,8 @@ lm1b-bert-kuleshov-group-lm1b-mdlm_<split>_L128.bin for a release's own copy of 
 checked against its own tokenizer, so the 8 releases of make reproduce-likelihood each build theirs).
 
 Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N,
-L); batch() makes the methods' batch. No generation: no SCORES, is_correct or is_finished.
+L); batch() makes the methods' batch. No generation: no SCORES, is_correct or is_finished. RECIPES: the
+official likelihood's two recipes (eval.py --recipe), which agree on LM1B.
 """
 import os
 import re
@@ -66,6 +67,18 @@ def bos(tok) -> int:
 
 
 batch = corpus.batch
+
+
+# ----------------------------------------------------------------------------- the likelihood's recipes
+
+# data/owt.py's two recipes, which agree on LM1B: the suite runner's LM1B rows (build_lm1b_ppl_env) pass no
+# MAX_BLOCK_SIZE, so both run run_likelihood_eval_lm1b.sh's default, Set Diffusion's smax = 2d.
+RECIPES = {
+    "script": {"smax": "2d", "about": "the official likelihood script (run_likelihood_eval_lm1b.sh): Set "
+                                      "Diffusion's orders at smax = 2d, the paper's schedule"},
+    "suite": {"smax": "2d", "about": "the official suite runner's rows (repro_suite_runner.py), which on "
+                                     "LM1B pass the script no MAX_BLOCK_SIZE: smax = 2d, as the script"},
+}
 
 
 # ----------------------------------------------------------------------------- the paper's sampler preset

@@ -11,7 +11,8 @@ Skylion007/openwebtext (its parquet conversion), or --data-dir with a local copy
 Of the task interface: NAME, SEQ_LEN, TOKENIZER, and load(split, data_dir), which returns the token rows (N,
 L) instead of prompt/target examples; batch() turns rows into the methods' (x0, prompt_mask, pad_mask). There
 is no generation here, so no SCORES, is_correct or is_finished (train.py and generation accuracy do not
-apply).
+apply). RECIPES: the official likelihood's two recipes (eval.py --recipe), which differ in Set Diffusion's
+orders.
 """
 import os
 
@@ -51,6 +52,25 @@ def bos(tok) -> int:
 
 
 batch = corpus.batch
+
+
+# ----------------------------------------------------------------------------- the likelihood's recipes
+
+# The official code holds two OWT likelihood recipes, and the paper does not say which gave its OWT
+# perplexities: make reproduce-likelihood runs both (eval.py --recipe). They differ in Set Diffusion's order
+# schedule alone (the official passes MAX_BLOCK_SIZE to its Set Diffusion models only), "smax" the official
+# max_block_size: "2d", the paper's schedule (setdiffusion.order), or "d", the schedule's other branch (k = 1,
+# b = 2A = d / L: setdiffusion.suite_nll). "about": the recipe in the likelihood table's note
+# (paper/results.py).
+RECIPES = {
+    # bash_scripts/run_likelihood_eval_owt.sh run by itself: MAX_BLOCK_SIZE unset, so 2d
+    "script": {"smax": "2d", "about": "the official likelihood script (run_likelihood_eval_owt.sh): Set "
+                                      "Diffusion's orders at smax = 2d, the paper's schedule"},
+    # scripts/eval/repro_suite_runner.py's OWT rows (build_owt_ppl_env): MAX_BLOCK_SIZE = the target's
+    # max_window_size, which its Set Diffusion targets set to d
+    "suite": {"smax": "d", "about": "the official suite runner's rows (repro_suite_runner.py): Set "
+                                    "Diffusion's orders at max_block_size = d (k = 1, b = d / L)"},
+}
 
 
 # ----------------------------------------------------------------------------- the paper's sampler preset

@@ -141,16 +141,21 @@ LM1B_DIR ?=
 MCQA_DIR ?=
 LIMIT ?= 0
 # The official eval's precision: its composer trainer's amp_bf16 (bfloat16 autocast, the log-softmax in float32);
-# LIKELIHOOD_PRECISION=fp32 runs all in float32. Set Diffusion's schedule is smax = 2d, the official bare script's (its
-# suite runner passed smax = d for OWT: not run here, docs/paper.md says why).
+# LIKELIHOOD_PRECISION=fp32 runs all in float32. Set Diffusion's OWT likelihood under both official recipes
+# (LIKELIHOOD_RECIPES; data/owt.py RECIPES), as the paper does not say which gave its numbers: script, the likelihood
+# script's smax = 2d (the paper's schedule; owt-NAME.json), and suite, its suite runner's rows, max_block_size = d
+# (owt-NAME-suite.json); results/likelihood.md labels each row with its recipe. The other methods, and LM1B, are the
+# same under both: run once (script).
 LIKELIHOOD_PRECISION ?= amp_bf16
+LIKELIHOOD_RECIPES ?= script suite
 
-reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints -> results/likelihood.md (GPU + Hub)
+reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints (OWT Set Diffusion under both official recipes) -> results/likelihood.md (GPU + Hub)
 	@$(NEED_GPU)
 	mkdir -p results/likelihood
-	for c in $(OWT_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data owt --batch-size 16 --limit $(LIMIT) \
-	  --precision $(LIKELIHOOD_PRECISION) $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/likelihood/owt-$${c#owt:}.json \
-	  $(EVAL_EXTRA) || exit 1; done
+	for c in $(OWT_CKPTS); do n=$${c#owt:}; rs=$$(case $$n in *setdlm*|*setdiffusion*) echo $(LIKELIHOOD_RECIPES);; *) echo script;; esac); \
+	  for r in $$rs; do $(PY) eval.py --ckpt $$c --task likelihood --data owt --recipe $$r --batch-size 16 --limit $(LIMIT) \
+	    --precision $(LIKELIHOOD_PRECISION) $(if $(OWT_DIR),--data-dir $(OWT_DIR)) \
+	    --json results/likelihood/owt-$$n$$([ $$r = script ] || echo -$$r).json $(EVAL_EXTRA) || exit 1; done; done
 	for c in $(LM1B_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
 	  --precision $(LIKELIHOOD_PRECISION) $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json \
 	  $(EVAL_EXTRA) || exit 1; done

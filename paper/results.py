@@ -28,7 +28,7 @@ import sys
 
 from common import environment, standard_json
 from common.methods import method
-from data import get_task
+from data import get_corpus, get_task
 from data.files import figure_format, replaced
 from common.metrics import markdown_table
 
@@ -160,7 +160,26 @@ def table(paths: list[str], out_md: str) -> str:
     if not keys:
         raise ValueError(f"{', '.join(paths)}: no metric to tabulate (eval.py --json writes the task, the "
                          f"model and its metrics)")
-    return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]), out_md, runs)
+    return write(markdown_table(keys, [[m.get(k, "") for k in keys] for m in runs]) + recipes_note(runs),
+                 out_md, runs)
+
+
+def recipes_note(runs: list[dict]) -> str:
+    """Under a table of likelihood runs that name an official recipe (eval.py --recipe; make
+    reproduce-likelihood runs OWT's Set Diffusion under both): what each recipe is (its corpus' RECIPES)."""
+    named = dict.fromkeys((r.get("data"), r["recipe"]) for r in runs
+                          if r.get("task") == "likelihood" and "recipe" in r)
+    if not named:
+        return ""
+    about = []
+    for data, recipe in named:
+        recipes = get_corpus(data).RECIPES if data in ("owt", "lm1b") else {}
+        if recipe not in recipes:
+            raise ValueError(f"a likelihood run of {data!r} names the recipe {recipe!r}, not one of that "
+                             f"corpus' official recipes: pass the files eval.py --json wrote")
+        about.append(f"- {recipe} ({data}): {recipes[recipe]['about']}")
+    return ("\n\nrecipe: the official code's two likelihood recipes, which differ in Set Diffusion's orders "
+            "alone; the paper does not say which gave its numbers.\n" + "\n".join(about))
 
 
 OFFICIAL = "official_accuracy"                   # the accuracy a --paper table compares with the paper's

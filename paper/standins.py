@@ -211,8 +211,9 @@ def dit_tensors(V: int, adaln: bool, g: torch.Generator) -> dict:
 
 def released(hf: str, key: str, tokenizer: dict, g: torch.Generator) -> None:
     """The released checkpoint of key (e.g. gsm8k:bd3lm-s4, lm1b:setdlm-smax8) under its Hub name, as the
-    official push code writes it: torch.save'd pytorch_model.bin, a config.json of the denoiser (architecture,
-    length, backbone, tokenization and noise configs), and the tokenizer's files."""
+    official push code writes it: torch.save'd pytorch_model.bin (Set Diffusion's with its
+    static_attention_mask buffer beside the weights), a config.json of the denoiser (architecture, length,
+    backbone, tokenization and noise configs), and the tokenizer's files."""
     from common.pretrained import RELEASED, name_number
     task, name = key.split(":")
     method = name.split("-")[0]
@@ -235,6 +236,8 @@ def released(hf: str, key: str, tokenizer: dict, g: torch.Generator) -> None:
             f.write("\n".join(bert_vocab()) + "\n")
     smax, block = name_number(name, r"smax(\d+)"), name_number(name, r"s(\d+)")
     noise = {"desired_block_size": smax // 2, "max_block_size": L} if smax else {}
+    if method == "setdlm":               # a buffer beside the weights, which the loader must skip by name
+        state["static_attention_mask"] = static_attention_mask(L)
     arch, model_type = ARCH[method]
     torch.save(state, os.path.join(d, "pytorch_model.bin"))
     write_json(os.path.join(d, "config.json"), {
@@ -242,6 +245,15 @@ def released(hf: str, key: str, tokenizer: dict, g: torch.Generator) -> None:
         "noise_config": noise, **({"block_size": block} if method == "bd3lm" else {}),
         "tokenization_config": {"vocab_size": V, "mask_token_id": mask, "pad_token_id": pad,
                                 "bos_token_id": bos, "eos_token_id": eos}})
+
+
+def static_attention_mask(L: int) -> torch.Tensor:
+    """The official Set Diffusion denoiser's static_attention_mask buffer, (2L, 2L) bool: its two-stream mask
+    (SetDLM._block_mask) over [x0 | xt], which its sdpa backend registers as a buffer and its push code,
+    unlike MDLM's and BD3-LM's, keeps in the state dict (not in skip_params_for_push)."""
+    i = torch.arange(2 * L)
+    xq, xk, q, k = i[:, None] >= L, i[None, :] >= L, i[:, None] % L, i[None, :] % L
+    return ((q == k) & (xq == xk)) | (xq & ~xk & (q > k)) | (~xq & ~xk & (q >= k))
 
 
 # ----------------------------------------------------------------------------- Table 4's scoring models

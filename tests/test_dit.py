@@ -234,10 +234,25 @@ def test_eval_owt_likelihood_ar_exact_and_setdiffusion(tmp_path, gpt2, capsys):
                              reduction="none")
     assert m["n"] == len(rows) > 1 and m["tokens"] == ce.numel() and math.isclose(m["nll"], ce.mean().item(),
                                                                                    rel_tol=1e-5)
-    m = eval_json(tmp_path, ["--ckpt", owt_dit(tmp_path, "owt-setdlm-d4"), "--task", "likelihood", "--data",
-                             "owt", "--data-dir", str(d)])
+    assert m["recipe"] == "script" and eval_json(tmp_path, [
+        "--ckpt", ar_dir, "--task", "likelihood", "--data", "owt", "--data-dir", str(d), "--batch-size", "3",
+        "--precision", "fp32", "--recipe", "suite"])["nll"] == m["nll"]          # AR: one likelihood in both
+    sd_dir = owt_dit(tmp_path, "owt-setdlm-d4")
+    m = eval_json(tmp_path, ["--ckpt", sd_dir, "--task", "likelihood", "--data", "owt", "--data-dir", str(d)])
     assert m["model"] == "setdiffusion" and m["data"] == "owt" and math.isfinite(m["perplexity"])
     assert m["exclusions"] == "official" and m["tokens"] == int((rows[:, 1:] != 50256).sum())
+    # Set Diffusion's two recipes: nll (smax = 2d) and suite_nll (max_block_size = d), seed 0, one batch
+    model, method, cfg = checkpoint.load(sd_dir)[:3]
+    batch = owt.batch(gpt2, rows, 32)
+    exclude = (rows == 50256) | (torch.arange(32) == 0)
+    for recipe, nll in (("script", method.nll), ("suite", method.suite_nll)):
+        m = eval_json(tmp_path, ["--ckpt", sd_dir, "--task", "likelihood", "--data", "owt", "--data-dir",
+                                 str(d), "--precision", "fp32", "--recipe", recipe])
+        with torch.no_grad():
+            total, n = nll(model, rows, cfg, batch["prompt_mask"], batch["pad_mask"],
+                           torch.Generator().manual_seed(0), exclude)
+        assert m["recipe"] == recipe and m["tokens"] == n.sum()
+        assert math.isclose(m["nll"], (total.sum() / n.sum()).item(), rel_tol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["owt-ar", "owt-setdlm-d4"])
@@ -301,6 +316,10 @@ def test_mcqa_prompts_as_the_official_script(tmp_path):
     ("owt-mdlm", "--task siqa --data-dir {t}/nope", "no such folder"),
     ("owt-ar-1000", "--task likelihood --data owt", "the model's vocabulary has 1000 tokens but the gpt2 "
                                                     "tokenizer 50258"),
+    ("owt-setdlm-d4", "--task likelihood --data owt --recipe h100",
+     "--recipe h100 is not a recipe of the likelihood of owt: choose script, suite"),
+    ("owt-setdlm-d4", "--task likelihood --data shakespeare --recipe suite",
+     "--recipe suite: the likelihood of shakespeare has no official recipes"),
 ])
 def test_eval_of_a_release_with_what_it_cannot_read_is_one_line(tmp_path, request, ckpt, flags, message):
     if ckpt.startswith("owt"):
@@ -346,3 +365,31 @@ def test_results_table_is_one_row_per_file_without_sampler_settings(tmp_path):
         "| task | model | nll | n |", "|---|---|---|---|", "| likelihood | ar | 0.5 | 3 |",
         "| likelihood | mdlm | 0.75 | 3 |", "", "Environments (docs/usage.md#reproducing-a-result):",
         "- measured: 2 runs, not recorded", "- trained: 2 runs, not recorded"]       # files of no record
+
+
+def test_likelihood_table_labels_each_row_with_its_recipe(tmp_path):
+    """make reproduce-likelihood's table: a Set Diffusion checkpoint's rows under the two recipes, each
+    labelled in the recipe column, and under the table what each recipe is (data/owt.py, data/lm1b.py
+    RECIPES); a recipe its corpus does not have is refused in one line."""
+    from paper.results import table
+    paths = []
+    for name, data, recipe, nll in (("owt-sd", "owt", "script", 3.25), ("owt-sd-suite", "owt", "suite", 3.5),
+                                    ("lm1b-sd", "lm1b", "script", 4.0)):
+        paths.append(str(tmp_path / f"{name}.json"))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"task": "likelihood", "model": "setdiffusion",
+                                                           "nll": nll, "data": data, "recipe": recipe}))
+    lines = table(paths, str(tmp_path / "t.md")).splitlines()
+    assert lines[:5] == ["| task | model | nll | data | recipe |", "|---|---|---|---|---|",
+                         "| likelihood | setdiffusion | 3.25 | owt | script |",
+                         "| likelihood | setdiffusion | 3.5 | owt | suite |",
+                         "| likelihood | setdiffusion | 4 | lm1b | script |"]
+    assert lines[7:10] == ["- script (owt): the official likelihood script (run_likelihood_eval_owt.sh): Set "
+                           "Diffusion's orders at smax = 2d, the paper's schedule",
+                           "- suite (owt): the official suite runner's rows (repro_suite_runner.py): Set "
+                           "Diffusion's orders at max_block_size = d (k = 1, b = d / L)",
+                           "- script (lm1b): the official likelihood script (run_likelihood_eval_lm1b.sh): "
+                           "Set Diffusion's orders at smax = 2d, the paper's schedule"]
+    (tmp_path / "bad.json").write_text(json.dumps({"task": "likelihood", "model": "ar", "nll": 1.0,
+                                                   "data": "owt", "recipe": "h100"}))
+    with pytest.raises(ValueError, match="names the recipe 'h100', not one of that corpus' official recipes"):
+        table([str(tmp_path / "bad.json")], str(tmp_path / "t.md"))

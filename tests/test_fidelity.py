@@ -273,6 +273,84 @@ def test_fht_commit_times_are_the_last_n_entries_of_the_context_long_schedule():
     torch.testing.assert_close(-key[:, P:], T_n, rtol=0, atol=1e-12)
 
 
+def official_staggered(L, d, max_block_size):
+    """The official StaggeredNoise(block_size=L, desired_block_size=d, max_block_size, length=L), as its
+    init_schedule computes it: (loc (L,), b, k)."""
+    desired_area = 1 / (2 * (L / d))
+    if d not in [1, max_block_size]:
+        b = max_block_size / (L + max_block_size - 1)
+        k = desired_area / (b - desired_area)
+    else:
+        k = 1.0
+        b = desired_area * (k + 1) / k
+    return torch.linspace(0.0, 1.0 - b, L, dtype=torch.float64).flip(0), b, k
+
+
+def official_permutation(to_permute, d, max_block_size, generator):
+    """The official sample_permutation_order (its staggered path; one row of block_size = L a sequence):
+    compute_first_hitting_times' T = loc + b (1 - exp(-E / k)), +inf before the first target, -inf after the
+    last, argsort descending and stable."""
+    B, L = to_permute.shape
+    loc, b, k = official_staggered(L, d, max_block_size)
+    is_beginning = (to_permute.cumsum(-1) == 0) & (~to_permute[:, :1])
+    is_end = (to_permute.flip(-1).cumsum(-1) == 0).flip(-1) & (~to_permute[:, -1:])
+    E = torch.empty(B, L, dtype=torch.float64).exponential_(generator=generator)
+    T = loc[None, :] + b * -torch.expm1(-E / k)
+    T = torch.where(is_beginning, float("inf"), T)
+    T = torch.where(is_end, -float("inf"), T)
+    return torch.argsort(T, dim=-1, stable=True, descending=True)
+
+
+@pytest.mark.parametrize("L, d", [(48, 4), (40, 3), (32, 8), (24, 1)])
+def test_likelihood_orders_are_the_official_schedules_of_both_recipes(L, d):
+    """eval.py --recipe script: the official likelihood script's max_block_size = 2d, the paper's order
+    (order at smax = 2d); --recipe suite: the suite runner's max_block_size = d (suite_order), the official
+    schedule's other branch (k = 1, b = d / L). Each the official permutation, draw for draw; at d = 1 (smax
+    2) the two are one schedule."""
+    x0, prompt_mask, pad_mask = random_rows(L, [1, 4, 2], [L, L - 3, L - 7], seed=3)
+    target = ~(prompt_mask | pad_mask)
+    g = lambda: torch.Generator().manual_seed(11)                                   # noqa: E731
+    script = sd.order(x0, 2 * d, prompt_mask, pad_mask, g())
+    suite = sd.suite_order(x0, d, prompt_mask, pad_mask, g())
+    assert torch.equal(script, official_permutation(target, d, 2 * d, g()))
+    assert torch.equal(suite, official_permutation(target, d, d, g()))
+    _, b, k = official_staggered(L, d, d)
+    assert math.isclose(b, d / L) and k == 1.0
+    assert torch.equal(suite, script) == (d == 1)
+
+
+def test_suite_nll_is_the_nll_of_the_suite_runners_order():
+    """suite_nll: -log p(x0 | sigma) of the order the official suite runner draws (one forward per target over
+    its clean predecessors), excluded targets left out of the count."""
+    model, L, d = tiny_model(11), 10, 2
+    x0, prompt_mask, pad_mask = random_rows(L, [1, 3], [L, L - 2])
+    cfg, target = sd.SetDiffusionConfig(MASK, 2 * d), ~(prompt_mask | pad_mask)
+    sigma = official_permutation(target, d, d, torch.Generator().manual_seed(5))
+    nll, n = sd.suite_nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5))
+    torch.testing.assert_close(nll, naive_order_nll(model, x0, sigma, target), rtol=1e-4, atol=1e-4)
+    assert torch.equal(n, target.sum(1))
+    exclude = x0 == int(x0[0, 5])
+    _, m = sd.suite_nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(5), exclude)
+    assert torch.equal(m, (target & ~exclude).sum(1))
+
+
+def test_the_likelihood_takes_the_suite_schedule_only_when_asked(monkeypatch):
+    """nll and loss call nothing from the last section (every name there made to fail); suite_nll, which
+    eval.py --recipe suite takes in nll's place, calls into it."""
+    suite_nll = sd.suite_nll
+
+    def fail(*args, **kwargs):
+        raise LookupError("the reproduction section was called")
+    for name in reproduction_section(sd):
+        monkeypatch.setattr(sd, name, fail)
+    model, cfg = tiny_model(11), sd.SetDiffusionConfig(MASK, 4)
+    x0, prompt_mask, pad_mask = random_rows(10, [1, 3], [10, 8])
+    sd.nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(0))
+    sd.loss(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(0))
+    with pytest.raises(LookupError):
+        suite_nll(model, x0, cfg, prompt_mask, pad_mask, torch.Generator().manual_seed(0))
+
+
 def reproduction_section(mod) -> set:
     """The names of the functions and classes a method file takes from a method file's last section
     ("reproduction only"): its own, and those it imports (bd3lm's official_count from mdlm)."""

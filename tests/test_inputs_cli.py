@@ -143,7 +143,11 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
     ("eval", "none", "--task likelihood --replies r.jsonl", "--replies does not apply to --task likelihood: "
      "it goes with --task arith, cnndm, gsm8k, infill, lm-eval, rocstories, unconditional"),
     ("eval", "none", "--task arith --recipe suite", "--recipe does not apply to --task arith: it goes with "
-                                                    "--task rocstories"),
+                                                    "--task likelihood, rocstories"),
+    ("eval", "sd", "--task likelihood --recipe suite", "--recipe suite: --task likelihood on arith has no "
+     "official recipes (--task rocstories and the likelihood of owt and lm1b have)"),
+    ("eval", "sd", "--task rocstories --recipe script", "--recipe script is not a recipe of --task "
+     "rocstories: choose h100, suite"),
     ("eval", "none", "--task arith --precision fp32", "--precision does not apply to --task arith: it goes "
                                                       "with --task likelihood"),
     ("eval", "none", "--task throughput --throughput-run", "--throughput-run does not apply to --task "

@@ -7,12 +7,14 @@ runs every target whole, one process per command line."""
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
+import torch
 
 from helpers import error_of, snapshot
 from paper import rehearse, standins
@@ -35,7 +37,8 @@ SMALL = {
     "reproduce-unconditional": {"UNCOND_CKPTS": "owt:setdlm-smax32", "LM1B_UNCOND_CKPTS": "lm1b:ar",
                                 "UNCOND_N": "2",
                                 "EVAL_EXTRA": rehearse.EVAL + " --max-new-tokens 8 --no-redraw"},
-    "reproduce-likelihood": {"OWT_CKPTS": "owt:ar", "LM1B_CKPTS": "lm1b:mdlm lm1b:setdlm-smax8"},
+    "reproduce-likelihood": {"OWT_CKPTS": "owt:ar owt:setdlm-smax8",                  # both recipes
+                             "LM1B_CKPTS": "lm1b:mdlm lm1b:setdlm-smax8"},
     "reproduce-mcqa": {"OWT_CKPTS": "owt:bd3lm-s4"},
     "train-owt": {"NGPU": "1", "M": "ar", **FP32},
     "train-lm1b": {"NGPU": "1", "M": "mdlm", **FP32},
@@ -135,6 +138,8 @@ def test_the_lines_are_the_makefiles_with_the_extras_last_writing_in_the_folder(
     tail = lambda t: next(a for a in lines[t] if "train.py" in a)                  # noqa: E731
     assert "--smax" not in tail("train-owt") and "--block-size" not in tail("train-lm1b")   # AR, MDLM
     assert tail("finetune-gsm8k")[tail("finetune-gsm8k").index("--init-from") + 1] == "Qwen/Qwen3-1.7B-Base"
+    flag = lambda name: tail("finetune-gsm8k")[tail("finetune-gsm8k").index(name) + 1]    # noqa: E731 (first)
+    assert (flag("--lr"), flag("--batch-size")) == ("1e-5", "1")        # the release's run names' recipe
     work = os.path.join(root, "work")
     assert os.path.isfile(os.path.join(work, "results", "gsm8k.md"))
     assert os.path.isfile(os.path.join(work, "out", "gsm8k-setdiffusion", "config.json"))
@@ -303,6 +308,34 @@ def test_the_qwen3_stand_in_has_the_real_ids_and_lm_eval_takes_its_padded_vocabu
             151669
     with pytest.raises(ValueError, match="vocabulary has 151000 tokens but"):
         checked_tokenizer(config, model(151000), config["tokenizer"], "--task lm-eval")
+
+
+def test_set_diffusion_stand_ins_carry_the_mask_buffer_the_loader_skips(rehearsal, tmp_path):
+    """As the official push code writes a Set Diffusion release: its static_attention_mask buffer, the (2L,
+    2L) two-stream mask (setdiffusion.attention_mask), beside the weights; MDLM's, BD3-LM's and AR's leave it
+    out. The loader skips it by name (common/pretrained.py RELEASE_BUFFERS) and refuses the same tensor under
+    a name it does not know."""
+    import setdiffusion
+    from common import checkpoint
+    from common.pretrained import RELEASED
+    root = rehearsal[0]
+    def folder(key):
+        return os.path.join(root, "hf", "hub", "models--" + RELEASED[key].replace("/", "--"), "snapshots",
+                            standins.REV)
+    for key, L in (("gsm8k:setdlm-smax8", 1024), ("owt:setdlm-smax32", 1024), ("lm1b:setdlm-smax8", 128),
+                   ("lm1b:mdlm", None), ("cnndm:bd3lm-s4", None), ("gsm8k:ar", None)):
+        state = torch.load(os.path.join(folder(key), "pytorch_model.bin"), weights_only=True)
+        if L is None:
+            assert "static_attention_mask" not in state, key
+        else:
+            assert torch.equal(state["static_attention_mask"], setdiffusion.attention_mask(None, L)), key
+    mine = shutil.copytree(folder("lm1b:setdlm-smax8"), tmp_path / "lm1b-setdlm-smax8")
+    assert checkpoint.load(str(mine))[3]["method_config"]["smax"] == 8            # the buffer skipped
+    state = torch.load(mine / "pytorch_model.bin", weights_only=True)
+    state["attention_mask"] = state.pop("static_attention_mask")
+    torch.save(state, mine / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="unknown tensor 'attention_mask'"):
+        checkpoint.load(str(mine))
 
 
 def test_lm1b_releases_each_cache_their_own_rows(tmp_path):
