@@ -17,17 +17,18 @@ import importlib
 import math
 import sys
 
-# first, before torch loads OpenMP: a short spin wait (common/threads.py)
-from common import threads  # noqa: F401
+# first, before torch loads OpenMP: a short spin wait (common/cli.py)
+from common import cli
 
 import torch
 
-from common import environment, eval_args, standard_json
-from common.cli import check_window, load_for_inference, no_examples_left
-from common.runtime import pick_device
+from common import eval_args, runs
+from common.checkpoint import json_dump, json_dumps
+from common.eval_args import load_for_inference, no_examples_left
+from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, markdown_table, run_record,
+                            window_used)
+from common.throughput import evaluate_throughput
 from data.files import replaced
-from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
-                            markdown_table, run_record, window_used)
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from data.mcqa import NAMES as MCQA
 from sampling import Settings, check_threshold
@@ -92,7 +93,7 @@ def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:
     threshold = args.threshold if given["threshold"] else sampler.get("threshold", math.inf)
     window = args.window if given["window"] else sampler.get("window", 0)
     check_threshold(threshold, "--threshold" if given["threshold"] else "config.json's sampler.threshold")
-    check_window(window, method, cfg, "--window" if given["window"] else "config.json's sampler.window")
+    cli.check_window(window, method, cfg, "--window" if given["window"] else "config.json's sampler.window")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else sampler.get("max_new_tokens", 64)
     return Settings(max_new, threshold, args.temperature, window, args.commit_order, args.mdlm_block,
                     args.official, config["seq_len"], options)
@@ -208,12 +209,12 @@ def peak_memory() -> dict:
 
 def write_json(args, m: dict):
     """--json: the metrics printed above, with every setting and the environment that measured them
-    (common/environment.py), as one standard JSON file (tau = inf as "inf"; a failed write is one line)."""
+    (common/runs.py), as one standard JSON file (tau = inf as "inf"; a failed write is one line)."""
     if args.json:
-        m = {**m, "environment": environment.record(pick_device(args.device))}
+        m = {**m, "environment": runs.environment(cli.pick_device(args.device))}
         try:
             with replaced(args.json) as f:               # whole or not at all: the earlier file stays
-                standard_json.dump(m, f, indent=2)
+                json_dump(m, f, indent=2)
         except OSError as e:
             sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); "
                      "the table above holds the same metrics")
@@ -227,12 +228,11 @@ def write_replies(args, records: list | None):
         try:
             with replaced(args.replies) as f:
                 for r in records:
-                    f.write(standard_json.dumps(r, ensure_ascii=False, default=str) + "\n")
+                    f.write(json_dumps(r, ensure_ascii=False, default=str) + "\n")
         except OSError as e:
             sys.exit(f"error: cannot write --replies {args.replies} ({e.strerror}); the earlier file, if "
                      f"any, is as it was")
 
 
 if __name__ == "__main__":
-    from common.cli import run
-    run(main, "eval.py")              # Ctrl-C: one line, exit code 130
+    cli.run(main, "eval.py")              # Ctrl-C: one line, exit code 130

@@ -18,13 +18,13 @@ import argparse
 import math
 import sys
 
-# first, before torch loads OpenMP: a short spin wait (common/threads.py)
-from common import threads  # noqa: F401
+# first, before torch loads OpenMP: a short spin wait (common/cli.py)
+from common import cli
 
 from common import order_plot
-from common.cli import (check_nonnegative, check_positive, check_window, load_for_inference, refuse_unused,
-                        speed_args)
-from common.replies import respond
+from common.cli import check_nonnegative, check_positive, check_window, refuse_unused
+from common.eval_args import load_for_inference, speed_args
+from common.metrics import respond
 from data import get_corpus, get_task, get_tokenizer, is_corpus
 from data.prompts import batches, encode_prompts, prompt_texts
 from sampling import SamplerOptions, Settings, check, check_temperature, check_threshold
@@ -132,5 +132,4 @@ def decode(args, ckpt: str):
 
 
 if __name__ == "__main__":
-    from common.cli import run
-    run(main, "sample.py")              # Ctrl-C: one line, exit code 130
+    cli.run(main, "sample.py")              # Ctrl-C: one line, exit code 130

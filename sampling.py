@@ -402,7 +402,7 @@ def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens:
     """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
     (stop_entropy > 0 and new tokens to generate), and in paper mode (official) the low-confidence rule
     (stop_confidence > 0), else stop itself, so nothing changes with the options off. A stop that is already
-    an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not wrapped."""
+    an EntropyStop (common/unconditional.py's, which reads its cut) is bound, not wrapped."""
     wanted = track is not None and (track.opt.stop_entropy > 0 or official and track.opt.stop_confidence > 0)
     if not wanted or max_new_tokens == 0:
         return stop

@@ -25,7 +25,7 @@ matplotlib is optional: it is imported only here, when a picture is asked for.
 import dataclasses
 import math
 
-from common.cli import check_output_file
+from common.eval_args import check_output_file
 from data.files import figure_format, replaced
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's colours, one per step (cycled)

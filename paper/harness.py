@@ -47,7 +47,7 @@ import torch
 
 from common.cli import check_nonnegative
 from data import gsm8k
-from common.replies import respond
+from common.metrics import respond
 from sampling import Settings
 from paper import zeroshot
 

@@ -34,7 +34,7 @@ import re
 
 import torch
 
-from common.replies import timed
+from common.metrics import timed
 from data import arith
 from sampling import Settings
 

@@ -13,7 +13,7 @@ import ar
 import bd3lm
 import sampling
 from sampling import SamplerOptions, Settings, at, confident, decode, process, start
-from common import replies
+from common import metrics, unconditional
 import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
@@ -379,11 +379,11 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
     reply = tok.encode("x ") + [M] + tok.encode(" \\boxed{4}") + [M] * 3
     rows = torch.tensor([[0, 0] + prompt + reply, [0, 0] + prompt + [M] * len(reply)])
     prompt_mask = torch.arange(P)[None].expand(2, P) >= 2
-    stop = replies.stop_rule(tok, gsm8k, prompt_mask)
+    stop = metrics.stop_rule(tok, gsm8k, prompt_mask)
     end = torch.tensor([P + len(reply), P + len(reply)])
     assert stop(rows, end).tolist() == [True, False]
     assert stop(rows, end - 4).tolist() == [False, False]                    # the box ends after the window
-    ar_stop = replies.stop_rule(tok, gsm8k, prompt_mask, eos=True)
+    ar_stop = metrics.stop_rule(tok, gsm8k, prompt_mask, eos=True)
     rows[1, P] = tok.eos_id
     assert ar_stop(rows, end).tolist() == [True, True]
 
@@ -962,7 +962,7 @@ def test_official_stop_hook_equals_the_official_criteria_on_random_checks():
                              stop_entropy=entropy, stop_entropy_window=w)
         tokens = torch.full((1, C), MASK)
         tokens[0, 0] = 3
-        eos = replies.eos_stop(0, max(m, 1), MASK)
+        eos = unconditional.eos_stop(0, max(m, 1), MASK)
         hook = sampling.EntropyStop(eos)
         track = start(opt, tokens.clone(), torch.ones(1, C, dtype=torch.bool), MASK)
         hook.attach(track, tokens[:, :1], None, MASK, official=True)

@@ -3,7 +3,7 @@ reply, titled with the method and its settings (its bad flags are rows of test_i
 import pytest
 import torch
 
-from common import methods, order_plot
+from common import checkpoint, order_plot
 from data import get_tokenizer
 import sample
 from sampling import Settings
@@ -40,8 +40,8 @@ def test_titles_name_the_method_and_its_settings_and_a_panel_draws_a_row_to_its_
     """Row 1: its own prompt (after the left padding), its reply to EOS; tokens decoded after EOS (MDLM's
     padding) are not drawn but count as tokens and steps."""
     def title(name, **settings):
-        return order_plot.title(name, methods.config_class(name)(mask_id=1), Settings(**settings),
-                                methods.method(name).KNOBS)
+        return order_plot.title(name, checkpoint.CONFIGS[name](mask_id=1), Settings(**settings),
+                                checkpoint.METHODS[name].KNOBS)
     assert title("ar", threshold=0.8) == "AR"                                  # AR reads no threshold
     assert title("mdlm", threshold=0.8) == "MDLM, τ 0.8, block 32"
     assert title("bd3lm") == "BD3-LM, block size 4, τ ∞"

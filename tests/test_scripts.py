@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import ar
-from common import methods, saving
+from common import checkpoint
 import eval as evaluate
 import train
 from helpers import ROOT, TINY, killed_in_step, usage_error
@@ -35,7 +35,8 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
     plain = run_train(tmp_path / "a", *args)
     assert run_train(tmp_path / "b", *args, "--keep-every", "2") == plain
     kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
-    assert all(saving.step_of(str(d)) == k and not (d / "train_state.pt").exists() for k, d in kept.items())
+    assert all(checkpoint.step_of(str(d)) == k and not (d / "train_state.pt").exists()
+               for k, d in kept.items())
     killed_in_step(monkeypatch, 3)                      # the same run, saved at step 2, stopped in step 3
     with pytest.raises(KeyboardInterrupt):
         run_train(tmp_path / "c", *args, "--save-every", "2")
@@ -116,10 +117,10 @@ def test_eval_passes_the_context_and_official_to_the_samplers(random_ckpts, monk
     --official, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official block count."""
     seen = {}
     for m in ("setdiffusion", "mdlm", "bd3lm"):
-        def spy(*a, _real=methods.method(m).generate, _m=m, **k):
+        def spy(*a, _real=checkpoint.METHODS[m].generate, _m=m, **k):
             seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
-        monkeypatch.setattr(methods.method(m), "generate", spy)
+        monkeypatch.setattr(checkpoint.METHODS[m], "generate", spy)
         evaluate.main(["--ckpt", str(random_ckpts / m), "--limit", "1", "--official", "--commit-order", "fht",
                        "--max-new-tokens", "8"])
     assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
@@ -165,11 +166,11 @@ def test_import_graph_no_script_imports_a_script_no_circle_and_no_import_up_the_
     needs only the method files; the library modules form no import circle; every import, at the top of a file
     or inside a function, goes down the layers (LAYERS)."""
     scripts = {"train", "sample", "eval"}
-    library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.replies", "common.metrics",
-               "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data",
-               "paper.generation", "paper.infill", "paper.zeroshot", "paper.results", "paper.harness",
-               "paper.speed", "common.credentials", "common.eval_args", "common.train_args", "common.threads",
-               "data.files", "data.prompts", "common.weights"]
+    library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.cli", "common.checkpoint",
+               "common.runs", "common.metrics", "common.eval_args", "common.init_from", "common.distributed",
+               "common.throughput", "common.unconditional", "common.order_plot", "common.credentials",
+               "common.pretrained", "data", "data.files", "data.prompts", "paper.generation", "paper.infill",
+               "paper.zeroshot", "paper.results", "paper.harness", "paper.speed"]
     for name in [*scripts, *library]:
         assert not (local_imports(module_path(name)) & scripts), name
     assert not {n for n in closure("sample", top=True) | closure("eval", top=True) if n.startswith("paper")}
