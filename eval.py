@@ -13,7 +13,6 @@ scored by an AR checkpoint, a Hugging Face causal LM, MAUVE), hellaswag, piqa, s
 in their own groups of --help; docs/usage.md has a command for each. Tables of several --json files: python -m
 paper.results.
 """
-import importlib
 import math
 import sys
 
@@ -40,11 +39,6 @@ def get_args(argv=None):
     return eval_args.parser(__doc__).parse_args(argv)
 
 
-def paper(name: str):
-    """A paper task's module (paper/NAME.py), imported only when a run needs it."""
-    return importlib.import_module(f"paper.{name}")
-
-
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str,
                     settings: Settings | None = None) -> dict:
     """--data owt|lm1b|shakespeare|text:PATH (or a checkpoint trained on one): the likelihood of the corpus'
@@ -59,12 +53,13 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
     if task_name not in ("likelihood", "infill", name, corpus.NAME):
         raise ValueError(f"--data {name} goes with --task likelihood, not --task {task_name}")
     own = corpus.NAME == config["data"]           # its training corpus: the tokenizer it was trained with
-    tok = paper("zeroshot").checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER,
-                                              f"--data {name}")
+    from paper.zeroshot import checked_tokenizer     # paper/: imported only when a run needs it
+    tok = checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER, f"--data {name}")
     rows = corpus.load("test", args.data_dir, tok, config["seq_len"])
     if task_name == "infill":
-        return paper("infill").evaluate_text(model, method, cfg, tok, rows, config, device, settings,
-                                             corpus.NAME, args.span or "word", args.limit, args.warmup)
+        from paper.infill import evaluate_text
+        return evaluate_text(model, method, cfg, tok, rows, config, device, settings, corpus.NAME,
+                             args.span or "word", args.limit, args.warmup)
     rows = rows[:args.limit] if args.limit else rows
     print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, "
           f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}, {args.precision}")
@@ -104,9 +99,11 @@ def main(argv=None):
     try:
         eval_args.check(args)
         if args.task == "lm-eval":               # --tasks, --include-path, --num-fewshot; lm-eval installed
-            paper("harness").check_args(args)
+            from paper import harness
+            harness.check_args(args)
         if args.task == "unconditional":         # the scorers' packages installed
-            paper("hf_metrics").check_installed(bool(args.ppl_model), bool(args.mauve_ref))
+            from paper import hf_metrics
+            hf_metrics.check_installed(bool(args.ppl_model), bool(args.mauve_ref))
         device, model, method, cfg, config = load_for_inference(args)
         task_name = args.task or config["data"]
         if args.replies and task_name not in eval_args.READERS["replies"]:
@@ -116,18 +113,21 @@ def main(argv=None):
         exclusions = args.nll_exclusions or ("official" if "source" in config else "none")
         if task_name == "unconditional":
             settings = sampler_settings(args, config, method, cfg)
-            m = paper("generation").run(args, model, method, cfg, config, device, settings)
+            from paper import generation
+            m = generation.run(args, model, method, cfg, config, device, settings)
             return report(args, config, method, cfg, task_name, m, settings, sampled=True)
         if task_name == "lm-eval":               # lm-eval-harness tasks: one row per task, filter and metric
-            head, rows, m = paper("harness").run(args, model, method, cfg, config, device, exclusions,
-                                                 sampler_settings(args, config, method, cfg))
+            from paper import harness
+            head, rows, m = harness.run(args, model, method, cfg, config, device, exclusions,
+                                        sampler_settings(args, config, method, cfg))
             print(markdown_table(head, rows))
             records = m.pop("records")
             write_json(args, {"task": task_name, "model": config["method"], "ckpt": args.ckpt,
                               "commit_order": args.commit_order, **m})
             return write_replies(args, records)
         if task_name in MCQA:
-            m = paper("zeroshot").evaluate(args, task_name, model, method, cfg, config, device, exclusions)
+            from paper import zeroshot
+            m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, cfg, task_name, m)
         # a corpus (ROCStories is a task of the OWT models too)
         if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):
@@ -155,9 +155,10 @@ def measure(args, task_name, data_name, data, examples, model, method, cfg, tok,
     """The metrics of a task's test examples: infilling, likelihood, throughput or generation accuracy."""
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
-        return paper("infill").evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
-                                        settings, args.sentences, args.warmup, args.span or "step",
-                                        args.recipe, args.throughput_run)
+        from paper import infill
+        return infill.evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings,
+                               args.sentences, args.warmup, args.span or "step", args.recipe,
+                               args.throughput_run)
     if task_name == "likelihood":
         with autocast(args, device):
             m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device,

@@ -43,11 +43,14 @@ BLOCKS = {"DiT block (LayerNorm, GELU MLP 4D)": dict(norm="layer", mlp="gelu", q
 def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     """Time everything with the modules of source tree `src`; returns {item: value}."""
     sys.path.insert(0, src)
-    import importlib
     import torch
     torch.set_num_threads(threads)
+    import ar
+    import bd3lm
+    import mdlm
     import model
-    mods = {m: importlib.import_module(m) for m in METHODS}
+    import setdiffusion
+    mods = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
     cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
             "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4),
             "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
