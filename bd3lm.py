@@ -59,6 +59,7 @@ class BD3LMConfig:
 KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "seq_len", "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
+MASK_STREAMS = 2      # training's dense attention mask spans k L positions: [x0 | xt]
 
 
 # ----------------------------------------------------------------------------- noising

@@ -58,6 +58,7 @@ KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "offic
                    "options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
+MASK_STREAMS = 1      # training's dense attention mask spans k L positions: xt alone
 
 
 # ----------------------------------------------------------------------------- noising

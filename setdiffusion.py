@@ -113,6 +113,7 @@ KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "comm
                    "official", "options"})
 EXACT_NLL = False  # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible token on both sides cached first
+MASK_STREAMS = 2      # training's dense attention mask spans k L positions: [x0 | MASK] in sigma order
 
 
 # ----------------------------------------------------------------------------- ordering

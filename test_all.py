@@ -260,8 +260,8 @@ def test_sampler_equals_its_reference(name, threshold):
 
 def test_one_sampler_interface():
     """Every method's generate and generate_reference take the same parameters, in the same order; what
-    differs between methods is data on the method (its KNOBS, EXACT_NLL, CAN_INFILL, HF_GENERATE,
-    OFFICIAL_EXCLUDES)."""
+    differs between methods is data on the method (its KNOBS, EXACT_NLL, CAN_INFILL, MASK_STREAMS,
+    HF_GENERATE, OFFICIAL_EXCLUDES)."""
     import inspect
     names = {f: [list(inspect.signature(getattr(m, f)).parameters) for m, _, _ in METHODS.values()]
              for f in ("generate", "generate_reference", "loss", "nll", "mask_mod", "attention_mask")}
@@ -269,10 +269,12 @@ def test_one_sampler_interface():
         assert all(p == params[0] for p in params), (f, params)
     assert names["generate"][0] == ["model", "prompt", "cfg", "settings", "prompt_mask", "stop", "generator"]
     fields = set(Settings.__dataclass_fields__)
-    for mod, _, _ in METHODS.values():
+    for mod, cfg, _ in METHODS.values():
         assert mod.KNOBS <= fields and {"max_new_tokens", "options"} <= mod.KNOBS
         flags = ("EXACT_NLL", "CAN_INFILL", "HF_GENERATE", "OFFICIAL_EXCLUDES")
         assert {type(getattr(mod, k)) for k in flags} == {bool}
+        # the dense training mask train.py's memory check counts: MASK_STREAMS x L wide (AR's: none, causal)
+        assert mod.attention_mask(cfg, 5).shape == (5 * (mod.MASK_STREAMS or 1),) * 2
 
 
 @pytest.mark.parametrize("name", list(METHODS))

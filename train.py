@@ -71,10 +71,11 @@ def setup(args, device, flex: bool = False):
     cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
                                    block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
                                    infill_len=args.infill_len, infill_added=args.infill_added)
-    cli.check_window(args.window, *checkpoint.method_of({"method": args.model, "method_config": cfg}))
+    method = checkpoint.METHODS[args.model]
+    cli.check_window(args.window, method, checkpoint.CONFIGS[args.model](**cfg))
     shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
-        check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
+        check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, method, flex)
     if not is_corpus(args.data):                       # the examples, sized before they or a model are made
         examples = task.load("train", args.data_dir)
         check_examples_fit(len(examples), seq_len, task.SEQ_LEN)

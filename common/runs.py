@@ -193,17 +193,16 @@ def memory_of(device: str) -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else math.inf
 
 
-def check_fits(cfg: ModelConfig, device: str, seq_len: int, batch_size: int, method: str, flex: bool = False):
+def check_fits(cfg: ModelConfig, device: str, seq_len: int, batch_size: int, method, flex: bool = False):
     """Refuse, before anything is allocated, a run that needs more than this machine's memory (the GPU's on
     CUDA): the weights, gradients and AdamW state (16 bytes a parameter) and at least one micro-batch's
     activations: its float32 logits (4 bytes x batch x L x vocabulary) and, with dense masks (not
-    FlexAttention), the bool attention mask, batch x (2L)^2 bytes over [x0 | xt] (BD3-LM, Set Diffusion),
-    batch x L^2 (MDLM), none for AR (causal attention needs no mask)."""
+    FlexAttention), the method's bool attention mask, batch x (k L)^2 bytes (k: its MASK_STREAMS)."""
     D, hd = cfg.n_embd, cfg.head_dim
     per_layer = D * hd * (cfg.n_head + 2 * cfg.n_kv_head) + hd * cfg.n_head * D + \
         3 * D * cfg.intermediate_size
     params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * per_layer   # qkv, o, MLP
-    streams = 0 if flex else {"ar": 0, "mdlm": 1}.get(method, 2)
+    streams = 0 if flex else method.MASK_STREAMS
     activations = 4 * batch_size * seq_len * cfg.vocab_size + batch_size * (streams * seq_len) ** 2
     memory, gib = memory_of(device), 2 ** 30
     if 16 * params > memory:
