@@ -30,7 +30,7 @@ from common.throughput import evaluate_throughput
 from data.files import replaced
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from data.mcqa import NAMES as MCQA
-from sampling import Settings, check_threshold
+from sampling import PaperMode, Settings, check_threshold
 
 TASKS = eval_args.TASKS
 
@@ -90,8 +90,9 @@ def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:
     check_threshold(threshold, "--threshold" if given["threshold"] else "config.json's sampler.threshold")
     cli.check_window(window, method, cfg, "--window" if given["window"] else "config.json's sampler.window")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else sampler.get("max_new_tokens", 64)
-    return Settings(max_new, threshold, args.temperature, window, args.commit_order, args.mdlm_block,
-                    args.official, config["seq_len"], options)
+    return Settings(max_new, threshold, args.temperature, setdiffusion_window=window,
+                    setdiffusion_commit_order=args.commit_order, mdlm_block=args.mdlm_block,
+                    paper=PaperMode(args.official, config["seq_len"], options))
 
 
 def main(argv=None):
@@ -185,12 +186,13 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     official for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds
     every setting."""
     records = m.pop("records", None)
-    threshold, window = ((settings.threshold, window_used(settings.window, method, cfg)) if settings
-                         else (math.inf, 0))
+    threshold, window = ((settings.threshold, window_used(settings.setdiffusion_window, method, cfg))
+                         if settings else (math.inf, 0))
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
                       args.official), **m, **peak_memory()}
-    applies = {k: sampled and k in method.KNOBS
-               for k in ("threshold", "window", "commit_order", "official")}
+    knobs = {"threshold": "threshold", "window": "setdiffusion_window",      # the row's names: the KNOBS'
+             "commit_order": "setdiffusion_commit_order", "official": "paper.official"}
+    applies = {k: sampled and knob in method.KNOBS for k, knob in knobs.items()}
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores",
                                       "ckpt_environment")

@@ -356,7 +356,7 @@ def held_out(model, method, cfg, tok, task, args, device, config, show):
         return validate(model, method, cfg, tok, task, args, device, config, show)
     model.eval()
     examples = task.load("test", args.data_dir)[:args.eval_limit]
-    settings = Settings(args.max_new_tokens, args.threshold, window=args.window, seq_len=config["seq_len"])
+    settings = Settings(args.max_new_tokens, args.threshold, setdiffusion_window=args.window)
     m = evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)
     score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
     print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "

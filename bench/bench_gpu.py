@@ -95,8 +95,8 @@ def set_mode(model, mode: str):
 def decode(model, method: str, prompt, N: int, threshold: float = 0.9) -> dict:
     """One greedy generate call of the method; its stats."""
     mod, cfg = method_of(method, model.cfg.vocab_size - 1)
-    return mod.generate(model, prompt, cfg, Settings(N, threshold,
-                                                     window=4 if "window" in mod.KNOBS else 0))[1]
+    window = 4 if "setdiffusion_window" in mod.KNOBS else 0
+    return mod.generate(model, prompt, cfg, Settings(N, threshold, setdiffusion_window=window))[1]
 
 
 def time_decode(model, method: str, prompt, N: int, repeats: int, threshold: float):

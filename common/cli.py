@@ -109,9 +109,9 @@ from sampling import check_threshold  # noqa: E402
 # ----------------------------------------------------------------------------- range checks the scripts share
 
 def check_window(window: int, method, cfg, name: str = "--window") -> int:
-    """A window given to a method without one (all but Set Diffusion: "window" not in its KNOBS) is refused;
-    its range is the method's own rule (SetDiffusionConfig.window)."""
-    if window and "window" not in method.KNOBS:
+    """A window given to a method without one (all but Set Diffusion: "setdiffusion_window" not in its KNOBS)
+    is refused; its range is the method's own rule (SetDiffusionConfig.window)."""
+    if window and "setdiffusion_window" not in method.KNOBS:
         raise ValueError(f"{name} {window}: only Set Diffusion has a window")
     return cfg.window(window, name) if window else window
 
@@ -141,7 +141,8 @@ def check_nonnegative(name: str, value: int, zero: str = "") -> int:
 # check_window's.
 PARENTS = {"infill_len": "infill", "infill_added": "infill", "top_p": "temperature"}
 SETTINGS = {"smax": "smax", "block_size": "block_size", "nelbo": "nelbo", "infill": "infill",
-            "infill_len": "infill", "infill_added": "infill", "window": "window", "threshold": "threshold"}
+            "infill_len": "infill", "infill_added": "infill", "window": "setdiffusion_window",
+            "threshold": "threshold"}
 FLAGS = {"n": "-n", "samples": "--mc-samples"}          # a flag whose name is not --dest-with-dashes
 
 

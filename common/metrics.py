@@ -161,7 +161,7 @@ def bits_per_char(nll: float, tok) -> float | None:
 
 def window_used(window: int, method, cfg) -> int:
     """The Set Diffusion window a run decodes with: the one given, else smax / 2; 0 for the other methods."""
-    return cfg.window(window) if "window" in method.KNOBS else 0
+    return cfg.window(window) if "setdiffusion_window" in method.KNOBS else 0
 
 
 def run_record(config: dict, ckpt: str, task: str, threshold=math.inf, window=0, commit_order="l2r",

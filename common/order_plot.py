@@ -112,9 +112,10 @@ def title(name: str, cfg, settings, knobs) -> str:
         if f.name != "mask_id" and (f.type in (int, "int") or value != f.default):
             parts.append(f"{f.name.replace('_', ' ')} {shown(value)}")
     defaults = type(settings)()
-    for knob, label in (("threshold", "τ"), ("block", "block"), ("window", "W"), ("commit_order", "commit")):
+    for knob, label in (("threshold", "τ"), ("mdlm_block", "block"), ("setdiffusion_window", "W"),
+                        ("setdiffusion_commit_order", "commit")):
         value = getattr(settings, knob)
-        if knob in knobs and (knob in ("threshold", "block") or value != getattr(defaults, knob)):
+        if knob in knobs and (knob in ("threshold", "mdlm_block") or value != getattr(defaults, knob)):
             parts.append(f"{label} {shown(value)}")
     return ", ".join(parts)
 

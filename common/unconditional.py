@@ -49,7 +49,7 @@ def draw(model, method, cfg, tok, settings: Settings, device, generator, stops=T
     before the first start columns stays). raw: every generated token up to where the sampler stopped,
     [MASK]s removed (what the official measures a sample's entropy on). text: ids decoded. stops=False: no
     stop hook (the official throughput runs': every token drawn; the options' own stops are the caller's)."""
-    options = settings.options
+    options = settings.paper.options
     prompt = torch.tensor([[tok.eos_id]], device=device)              # BOS = EOS (GPT-2, Qwen3, bytes)
     start = max(options.stop_min_tokens if options else 0, 1)           # EOS before start does not stop a row
     eos = eos_stop(tok.eos_id, start, tok.mask_id)

@@ -211,7 +211,8 @@ def run(args, model, method, cfg, config: dict, device, settings: Settings) -> d
     options = sampler_preset(corpus, tok, method)             # LM1B's own options, else OWT's (Table 4)
     if args.throughput_run:                 # the official throughput runs: no stopping criteria at all
         options = dataclasses.replace(options, stop_confidence=0.0, stop_entropy=0.0)
-    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=options)
+    settings = dataclasses.replace(settings, max_new_tokens=max_new,
+                                   paper=dataclasses.replace(settings.paper, options=options))
     m = evaluate_unconditional(model, method, cfg, tok, scorers["ref"], args.n, settings, device, args.seed,
                                args.warmup, redraw=redraw, stops=not args.throughput_run)
     ids = m.pop("sample_ids")

@@ -67,11 +67,11 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
     from common.metrics import evaluate_accuracy
     from data import get_task, get_tokenizer
     from paper import infill
-    from sampling import Settings
+    from sampling import PaperMode, Settings
     model, method, cfg, config = load(folder, device)
     task, tok = get_task(config["data"]), get_tokenizer(config["tokenizer"])
     examples = task.load("test")[:limit]
-    settings = Settings(64, math.inf, seq_len=config["seq_len"])
+    settings = Settings(64, math.inf, paper=PaperMode(seq_len=config["seq_len"]))
     m = {"accuracy": evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)["accuracy"]}
     for span in spans:
         items = infill.arith_items(examples, tok, span)

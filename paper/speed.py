@@ -19,7 +19,7 @@ import sys
 from common import checkpoint
 from common.cli import check_nonnegative, check_positive, pick_device
 from data import get_task, get_tokenizer, is_corpus, sampler_preset
-from sampling import Settings, check_threshold
+from sampling import PaperMode, Settings, check_threshold
 from common.metrics import markdown_table, run_record, window_used
 from common.runs import environment
 from common.throughput import interleaved_throughput
@@ -51,8 +51,9 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
         tau = tau if tau is not None else config.get("sampler", {}).get("threshold", math.inf)
         tok = get_tokenizer(config["tokenizer"])
         window = window_used(0, method, cfg)
-        settings = Settings(max_new, tau, window=window, seq_len=config["seq_len"],
-                            options=sampler_preset(config["data"], tok, method))
+        settings = Settings(max_new, tau, setdiffusion_window=window,
+                            paper=PaperMode(seq_len=config["seq_len"],
+                                            options=sampler_preset(config["data"], tok, method)))
         name = f"{os.path.basename(os.path.normpath(ckpt))}-{tau:g}"
         if name in runs:
             raise ValueError(f"run {spec} is given twice")

@@ -46,8 +46,8 @@ def test_titles_name_the_method_and_its_settings_and_a_panel_draws_a_row_to_its_
     assert title("mdlm", threshold=0.8) == "MDLM, τ 0.8, block 32"
     assert title("bd3lm") == "BD3-LM, block size 4, τ ∞"
     assert title("setdiffusion", threshold=0.9) == "Set Diffusion, smax 8, τ 0.9"
-    assert title("setdiffusion", window=2, commit_order="fht") == ("Set Diffusion, smax 8, τ ∞, W 2, "
-                                                                  "commit fht")
+    assert title("setdiffusion", setdiffusion_window=2, setdiffusion_commit_order="fht") == (
+        "Set Diffusion, smax 8, τ ∞, W 2, commit fht")
     tok = get_tokenizer("bytes")
     E, M = tok.eos_id, tok.mask_id
     tokens = torch.tensor([[97, 98, 99, 10, 49, 50, E, M],             # row 0: prompt "abc\n", reply "12"

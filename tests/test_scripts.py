@@ -123,8 +123,9 @@ def test_eval_passes_the_context_and_official_to_the_samplers(random_ckpts, monk
         monkeypatch.setattr(checkpoint.METHODS[m], "generate", spy)
         evaluate.main(["--ckpt", str(random_ckpts / m), "--limit", "1", "--official", "--commit-order", "fht",
                        "--max-new-tokens", "8"])
-    assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
-    assert seen["mdlm"].official and seen["mdlm"].seq_len == 128 and seen["bd3lm"].official
+    sd, md, bd = seen["setdiffusion"], seen["mdlm"], seen["bd3lm"]
+    assert sd.paper.seq_len == 128 and sd.setdiffusion_commit_order == "fht"
+    assert md.paper.official and md.paper.seq_len == 128 and bd.paper.official
     assert "official" in capsys.readouterr().out                    # the row names the setting
 
 
