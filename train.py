@@ -1,6 +1,6 @@
 """Train any of the four methods. With no flag but --model it trains on the shipped arithmetic task on a
-laptop CPU (3,000 steps: about 15 minutes on 2 cores; --max-iters 400 shows a first result in 2), then prints
-held-out accuracy and one sample.
+laptop CPU (3,000 steps: about 15 minutes on 2 idle cores; --max-iters 400 shows a first result in 2), then
+prints held-out accuracy and one sample.
 
     python train.py --model setdiffusion
     python train.py --model bd3lm --block-size 4 --max-iters 3000 --out-dir out/bd3lm
