@@ -162,6 +162,30 @@ def closure(name: str, top: bool = False) -> set:
     return seen
 
 
+# What a default training run loads besides the root's card files and data/, from sys.modules after a 2-step
+# run (docs/reading.md gives the same command): the rest of common/ is imported where a flag asks for it.
+LOADS = """
+import os, runpy, sys
+sys.argv = "train.py --model setdiffusion --max-iters 2 --eval-limit 2 --out-dir {out}".split()
+runpy.run_path("train.py", run_name="__main__")
+card = ("model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "train", "sample", "eval")
+here = [os.path.relpath(f) for f in (getattr(m, "__file__", None) or "" for m in list(sys.modules.values()))
+        if f.startswith(os.getcwd() + os.sep)]
+rest = sorted(f for f in here if not f.startswith("data" + os.sep) and f[:-3] not in card)
+print(len(rest), sum(len(open(f).readlines()) for f in rest), *rest)
+"""
+
+
+def test_a_default_training_run_loads_at_most_five_support_files(tmp_path):
+    """`train.py --model setdiffusion` loads at most 5 files (1,600 lines) outside the card files and data/:
+    common/'s training stories; --init-from, FSDP, .env, weight reading and the released checkpoints stay
+    out of a default run."""
+    out = subprocess.run([sys.executable, "-c", LOADS.format(out=tmp_path / "run")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300).stdout.split("\n")[-2].split()
+    files, lines, names = int(out[0]), int(out[1]), out[2:]
+    assert files <= 5 and lines <= 1600 and all(n.startswith("common" + os.sep) for n in names), out
+
+
 def test_import_graph_no_script_imports_a_script_no_circle_and_no_import_up_the_layers():
     """No module imports a script; sample.py and eval.py import nothing of paper/ when they load; test_all.py
     needs only the method files; the library modules form no import circle; every import, at the top of a file
