@@ -122,12 +122,16 @@ def test_permutation_equivariance():
     torch.testing.assert_close(out, model(x, pos, mask)[:, perm])
 
 
-def test_cache_overflow_and_bad_config():
-    model = tiny_model()
-    with pytest.raises(ValueError, match="overflow"):
-        model(torch.zeros(1, 5, dtype=torch.long), cache=KVCache(2, 1, 4))
-    with pytest.raises(ValueError):
-        ModelConfig(n_head=4, n_kv_head=3)
+# the guards of the model and the samplers: a new one is a row (what is called, the error's words)
+GUARDS = [(lambda: tiny_model()(torch.zeros(1, 5, dtype=torch.long), cache=KVCache(2, 1, 4)), "overflow"),
+          (lambda: ModelConfig(n_head=4, n_kv_head=3), "n_head")]
+
+
+@pytest.mark.parametrize("bad, words", GUARDS)
+def test_bad_input_is_refused_in_one_line(bad, words):
+    with pytest.raises(ValueError, match=words) as e:
+        bad()
+    assert "\n" not in str(e.value)
 
 
 # ----------------------------------------------------------------------------- masks
