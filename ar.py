@@ -41,9 +41,10 @@ class ARConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "temperature", "options"})   # the Settings fields generate reads
+KNOBS = frozenset({"max_new_tokens", "temperature", "paper.options"})   # the Settings fields generate reads
 EXACT_NLL = True      # nll is the exact -log p(x0); the diffusion methods' nll is a bound
 CAN_INFILL = False    # generate cannot fill [MASK]s inside the prompt: it only continues the prompt
+MASK_STREAMS = 0      # training's dense attention mask spans k L positions ((k L)^2 bools): none, causal
 
 
 # ----------------------------------------------------------------------------- ordering: left to right

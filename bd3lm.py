@@ -13,7 +13,7 @@ Objective: MDLM's (masked-token cross-entropy in training, 1/t-weighted NELBO at
 Limits: S = 1 gives AR's attention pattern (each query sees the strict clean prefix); S = L is one block,
 which is MDLM. Set Diffusion replaces the fixed contiguous blocks by flexible sets (paper §3).
 Paper: Set Diffusion §5 baseline (S in {4, 8, 16}); Arriola et al., ICLR 2025.
-Differences from the official code, and paper mode (settings.official, eval.py --official; the last
+Differences from the official code, and paper mode (settings.paper.official, eval.py --official; the last
 section), which does as the official: the official counts max_new_tokens from the start of the block holding
 the prompt's end (align_inputs_to_blocks: p mod S fewer; official_count), where ours generates N; past the
 context L its cache drops its oldest entries and renumbers the inputs after them (crop_left), where ours keeps
@@ -56,9 +56,11 @@ class BD3LMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "official", "seq_len", "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "paper.official", "paper.seq_len",
+                   "paper.options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True  # [MASK]s inside the prompt are filled, block by block (a block sees the blocks left of it)
+MASK_STREAMS = 2      # training's dense attention mask spans k L positions: [x0 | xt]
 
 
 # ----------------------------------------------------------------------------- noising
@@ -206,12 +208,13 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
     count, cache crop and infilling: the last section."""
     B, P = prompt.shape
     N, S, dev = settings.max_new_tokens, cfg.block_size, prompt.device
-    if settings.official and official_infilling(prompt, prompt_mask, cfg.mask_id, N):
+    official = settings.paper.official                                   # paper mode (the last section)
+    if official and official_infilling(prompt, prompt_mask, cfg.mask_id, N):
         return official_infill(model, prompt, cfg, settings, prompt_mask, stop, generator)   # paper mode
     tokens, real, _, col0, new = block_canvas(prompt, prompt_mask, N, S, cfg.mask_id)     # (B, C)
-    gen = official_count(real, new, S) if settings.official else real     # (B, C) to decode; paper mode fewer
+    gen = official_count(real, new, S) if official else real     # (B, C) to decode; paper mode fewer
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1          # E: after the last column to decode
-    L = settings.seq_len if settings.official else None                  # paper mode: the cache crop past L
+    L = settings.paper.seq_len if official else None                    # paper mode: the cache crop past L
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     cache = model.new_cache(B, C, slots=2 * S)   # slot j holds column j; a step feeds <= 2 blocks
     seen = real[:, :col0]                                                # (B, col0) the prompt to cache
@@ -240,7 +243,7 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
             logits = model(tokens[:, lo:e], pos, mask, cache, last=S)                     # (B, S, V)
             cache.commit(s - lo)                                 # keep lo..s-1, drop this block's entries
             seen = torch.cat([seen, real[:, lo:s]], 1)
-            draw = real[:, s:e] if settings.official else None   # paper mode: the official's random stream
+            draw = real[:, s:e] if official else None   # paper mode: the official's random stream
             y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand, draw)
             done |= pick.stopped
             tokens[:, s:e] = torch.where(dec, y, tokens[:, s:e])
@@ -261,7 +264,7 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
 # The official BD3-LM fills the [MASK]s of a prompt [left | MASK * n | right] (ROCStories) by another
 # algorithm than the block-left infilling of `generate`: the prompt's whole blocks, [MASK]s and right context
 # included, are cached first, and each block of the span is decoded at the positions AFTER that cache.
-# generate(settings.official) calls it when the prompt holds [MASK]s.
+# generate(settings.paper.official) calls it when the prompt holds [MASK]s.
 
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
@@ -312,10 +315,10 @@ def official_infill(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_
     positions 0, 1, ...; then the blocks of S columns from the one holding the first [MASK] (as many as hold
     one) are decoded in turn: a block's tokens sit at the positions right after the cache (not their own),
     see the whole cache and each other, and the confidence rule decodes its [MASK]s; a finished block is
-    then appended to the cache by a forward of its own. With settings.seq_len = L the oldest cache entries
-    go before a forward would pass L (crop_left). `stop` is checked after each block, up to its end."""
+    then appended to the cache by a forward of its own. With settings.paper.seq_len = L the oldest cache
+    entries go before a forward would pass L (crop_left). `stop` is checked after each block, to its end."""
     B, P = prompt.shape
-    S, m, L, dev = cfg.block_size, cfg.mask_id, settings.seq_len, prompt.device
+    S, m, L, dev = cfg.block_size, cfg.mask_id, settings.paper.seq_len, prompt.device
     tokens, real, _ = canvas(prompt, prompt_mask, 0, m)                          # (B, P) left-padded
     tokens, real = torch.nn.functional.pad(tokens, (0, S), value=m), torch.nn.functional.pad(real, (0, S))
     lead, length = (~real[:, :P]).sum(1), real.sum(1)                           # (B,) left padding, p

@@ -13,36 +13,31 @@ scored by an AR checkpoint, a Hugging Face causal LM, MAUVE), hellaswag, piqa, s
 in their own groups of --help; docs/usage.md has a command for each. Tables of several --json files: python -m
 paper.results.
 """
-import importlib
 import math
 import sys
 import types
 
-# first, before torch loads OpenMP: a short spin wait (common/threads.py)
-from common import threads  # noqa: F401
+# first, before torch loads OpenMP: a short spin wait (common/cli.py)
+from common import cli
 
 import torch
 
-from common import environment, eval_args, standard_json
-from common.cli import check_window, load_for_inference, no_examples_left
-from common.runtime import pick_device
+from common import eval_args, runs
+from common.checkpoint import json_dump, json_dumps
+from common.eval_args import load_for_inference, no_examples_left
+from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, markdown_table, run_record,
+                            window_used)
+from common.throughput import evaluate_throughput
 from data.files import replaced
-from common.metrics import (bits_per_char, evaluate_accuracy, evaluate_likelihood, evaluate_throughput,
-                            markdown_table, run_record, window_used)
 from data import CORPORA, get_corpus, get_task, get_tokenizer, is_corpus, sampler_preset
 from data.mcqa import NAMES as MCQA
-from sampling import Settings, check_threshold
+from sampling import PaperMode, Settings, check_threshold
 
 TASKS = eval_args.TASKS
 
 
 def get_args(argv=None):
     return eval_args.parser(__doc__).parse_args(argv)
-
-
-def paper(name: str):
-    """A paper task's module (paper/NAME.py), imported only when a run needs it."""
-    return importlib.import_module(f"paper.{name}")
 
 
 def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, device, exclusions: str,
@@ -62,12 +57,13 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
     recipe = eval_args.recipe(args, recipes, f"the likelihood of {corpus.NAME}") if task_name != "infill" \
         else None
     own = corpus.NAME == config["data"]           # its training corpus: the tokenizer it was trained with
-    tok = paper("zeroshot").checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER,
-                                              f"--data {name}")
+    from paper.zeroshot import checked_tokenizer     # paper/: imported only when a run needs it
+    tok = checked_tokenizer(config, model, config["tokenizer"] if own else corpus.TOKENIZER, f"--data {name}")
     rows = corpus.load("test", args.data_dir, tok, config["seq_len"])
     if task_name == "infill":
-        return paper("infill").evaluate_text(model, method, cfg, tok, rows, config, device, settings,
-                                             corpus.NAME, args.span or "word", args.limit, args.warmup)
+        from paper.infill import evaluate_text
+        return evaluate_text(model, method, cfg, tok, rows, config, device, settings, corpus.NAME,
+                             args.span or "word", args.limit, args.warmup)
     rows = rows[:args.limit] if args.limit else rows
     print(f"{name} held-out split: {len(rows)} sequences of {rows.shape[1]} tokens, "
           f"batch size {args.batch_size}, dtype {next(model.parameters()).dtype}, {args.precision}"
@@ -109,10 +105,11 @@ def sampler_settings(args, config: dict, method, cfg, options=None) -> Settings:
     threshold = args.threshold if given["threshold"] else sampler.get("threshold", math.inf)
     window = args.window if given["window"] else sampler.get("window", 0)
     check_threshold(threshold, "--threshold" if given["threshold"] else "config.json's sampler.threshold")
-    check_window(window, method, cfg, "--window" if given["window"] else "config.json's sampler.window")
+    cli.check_window(window, method, cfg, "--window" if given["window"] else "config.json's sampler.window")
     max_new = args.max_new_tokens if args.max_new_tokens is not None else sampler.get("max_new_tokens", 64)
-    return Settings(max_new, threshold, args.temperature, window, args.commit_order, args.mdlm_block,
-                    args.official, config["seq_len"], options)
+    return Settings(max_new, threshold, args.temperature, setdiffusion_window=window,
+                    setdiffusion_commit_order=args.commit_order, mdlm_block=args.mdlm_block,
+                    paper=PaperMode(args.official, config["seq_len"], options))
 
 
 def main(argv=None):
@@ -120,9 +117,11 @@ def main(argv=None):
     try:
         eval_args.check(args)
         if args.task == "lm-eval":               # --tasks, --include-path, --num-fewshot; lm-eval installed
-            paper("harness").check_args(args)
+            from paper import harness
+            harness.check_args(args)
         if args.task == "unconditional":         # the scorers' packages installed
-            paper("hf_metrics").check_installed(bool(args.ppl_model), bool(args.mauve_ref))
+            from paper import hf_metrics
+            hf_metrics.check_installed(bool(args.ppl_model), bool(args.mauve_ref))
         device, model, method, cfg, config = load_for_inference(args)
         task_name = args.task or config["data"]
         if args.replies and task_name not in eval_args.READERS["replies"]:
@@ -132,18 +131,21 @@ def main(argv=None):
         exclusions = args.nll_exclusions or ("official" if "source" in config else "none")
         if task_name == "unconditional":
             settings = sampler_settings(args, config, method, cfg)
-            m = paper("generation").run(args, model, method, cfg, config, device, settings)
+            from paper import generation
+            m = generation.run(args, model, method, cfg, config, device, settings)
             return report(args, config, method, cfg, task_name, m, settings, sampled=True)
         if task_name == "lm-eval":               # lm-eval-harness tasks: one row per task, filter and metric
-            head, rows, m = paper("harness").run(args, model, method, cfg, config, device, exclusions,
-                                                 sampler_settings(args, config, method, cfg))
+            from paper import harness
+            head, rows, m = harness.run(args, model, method, cfg, config, device, exclusions,
+                                        sampler_settings(args, config, method, cfg))
             print(markdown_table(head, rows))
             records = m.pop("records")
             write_json(args, {"task": task_name, "model": config["method"], "ckpt": args.ckpt,
                               "commit_order": args.commit_order, **m})
             return write_replies(args, records)
         if task_name in MCQA:
-            m = paper("zeroshot").evaluate(args, task_name, model, method, cfg, config, device, exclusions)
+            from paper import zeroshot
+            m = zeroshot.evaluate(args, task_name, model, method, cfg, config, device, exclusions)
             return report(args, config, method, cfg, task_name, m)
         # a corpus (ROCStories is a task of the OWT models too)
         if args.data or (is_corpus(config["data"]) and task_name != "rocstories"):
@@ -173,9 +175,10 @@ def measure(args, task_name, data_name, data, examples, model, method, cfg, tok,
     """The metrics of a task's test examples: infilling, likelihood, throughput or generation accuracy."""
     stop_opts = {"im_end": True} if args.stop_on_im_end else {}
     if task_name in ("rocstories", "infill"):
-        return paper("infill").evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
-                                        settings, args.sentences, args.warmup, args.span or "step",
-                                        args.recipe, args.throughput_run)
+        from paper import infill
+        return infill.evaluate(task_name, data, examples, model, method, cfg, tok, config, device, settings,
+                               args.sentences, args.warmup, args.span or "step", args.recipe,
+                               args.throughput_run)
     if task_name == "likelihood":
         with autocast(args, device):
             m = evaluate_likelihood(model, method, cfg, tok, examples, config["seq_len"], device,
@@ -202,12 +205,13 @@ def report(args, config, method, cfg, task_name, m, settings: Settings | None = 
     official for MDLM and BD3-LM), stop_on_im_end where the task stops on it (im_end). The JSON holds
     every setting."""
     records = m.pop("records", None)
-    threshold, window = ((settings.threshold, window_used(settings.window, method, cfg)) if settings
-                         else (math.inf, 0))
+    threshold, window = ((settings.threshold, window_used(settings.setdiffusion_window, method, cfg))
+                         if settings else (math.inf, 0))
     m = {**run_record(config, args.ckpt, task_name, threshold, window, args.commit_order, args.stop_on_im_end,
                       args.official), **m, **peak_memory()}
-    applies = {k: sampled and k in method.KNOBS
-               for k in ("threshold", "window", "commit_order", "official")}
+    knobs = {"threshold": "threshold", "window": "setdiffusion_window",      # the row's names: the KNOBS'
+             "commit_order": "setdiffusion_commit_order", "official": "paper.official"}
+    applies = {k: sampled and knob in method.KNOBS for k, knob in knobs.items()}
     applies["stop_on_im_end"] = sampled and im_end
     keys = [k for k in m if k not in ("ckpt", "ref_ckpt", "samples", "method_config", "mauve_scores",
                                       "ckpt_environment")
@@ -227,12 +231,12 @@ def peak_memory() -> dict:
 
 def write_json(args, m: dict):
     """--json: the metrics printed above, with every setting and the environment that measured them
-    (common/environment.py), as one standard JSON file (tau = inf as "inf"; a failed write is one line)."""
+    (common/runs.py), as one standard JSON file (tau = inf as "inf"; a failed write is one line)."""
     if args.json:
-        m = {**m, "environment": environment.record(pick_device(args.device))}
+        m = {**m, "environment": runs.environment(cli.pick_device(args.device))}
         try:
             with replaced(args.json) as f:               # whole or not at all: the earlier file stays
-                standard_json.dump(m, f, indent=2)
+                json_dump(m, f, indent=2)
         except OSError as e:
             sys.exit(f"error: cannot write --json {args.json} ({e.strerror}); "
                      "the table above holds the same metrics")
@@ -246,12 +250,11 @@ def write_replies(args, records: list | None):
         try:
             with replaced(args.replies) as f:
                 for r in records:
-                    f.write(standard_json.dumps(r, ensure_ascii=False, default=str) + "\n")
+                    f.write(json_dumps(r, ensure_ascii=False, default=str) + "\n")
         except OSError as e:
             sys.exit(f"error: cannot write --replies {args.replies} ({e.strerror}); the earlier file, if "
                      f"any, is as it was")
 
 
 if __name__ == "__main__":
-    from common.cli import run
-    run(main, "eval.py")              # Ctrl-C: one line, exit code 130
+    cli.run(main, "eval.py")              # Ctrl-C: one line, exit code 130

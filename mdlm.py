@@ -16,7 +16,7 @@ position the reveal order is uniformly random, which is MDLM (paper §3, "unifor
 order-agnostic masked diffusion"). BD3-LM with one block (S = L) is exactly MDLM.
 Paper: baseline of Set Diffusion §5; sampler as the paper's GSM8K baseline: semi-autoregressive blocks of 32,
 a full bidirectional forward per step, no KV cache.
-Differences from the official code, and paper mode (settings.official with seq_len L, eval.py --official;
+Differences from the official code, and paper mode (settings.paper: official, seq_len L; eval.py --official;
 the last section): our sampler generates max_new_tokens new tokens and its canvas ends with the block holding
 the last of them; the official (align_inputs_to_blocks) counts them from the start of the block holding the
 prompt's end (p mod block fewer, or more: its last block also decodes the [MASK]s it pads the canvas with up
@@ -54,10 +54,11 @@ class MDLMConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "block", "official", "seq_len",
-                   "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "mdlm_block", "paper.official",
+                   "paper.seq_len", "paper.options"})
 EXACT_NLL = False     # nll is the NELBO, an upper bound on -log p(x0), one noise draw per call
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, seeing the visible tokens on both sides
+MASK_STREAMS = 1      # training's dense attention mask spans k L positions: xt alone
 
 
 # ----------------------------------------------------------------------------- noising
@@ -145,9 +146,10 @@ def loss(model, x0, cfg: MDLMConfig, prompt_mask=None, pad_mask=None, generator=
 @torch.no_grad()
 def generate_reference(model, prompt, cfg: MDLMConfig, settings: Settings):
     """The sampler as the method states it, to read first: batch 1, greedy, and every step one bidirectional
-    forward over the whole canvas [prompt | N [MASK]], decoding in the block (multiples of settings.block)
-    that holds the leftmost [MASK]. `generate` is this loop batched (test_all.py checks them equal)."""
-    S, m = settings.block, cfg.mask_id
+    forward over the whole canvas [prompt | N [MASK]], decoding in the block (multiples of
+    settings.mdlm_block) that holds the leftmost [MASK]. `generate` is this loop batched (test_all.py checks
+    them equal)."""
+    S, m = settings.mdlm_block, cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
     decoded_at, forwards = torch.full_like(x, -1), 0      # the forward that decoded a column; forwards run
     while (x == m).any():
@@ -208,7 +210,7 @@ def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     Returns tokens, real, pos (B, C), col0 (the first column to decode), new (B, N), gen (B, C) the columns
     to decode and seen (B, C) the columns attended to: both `real` here (paper mode's canvas,
     official_mdlm_canvas, decodes and attends to more)."""
-    N, S = settings.max_new_tokens, settings.block
+    N, S = settings.max_new_tokens, settings.mdlm_block
     tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, N, S, mask_id)   # (B, C)
     C = int(real.any(0).nonzero().max()) + 1           # after every row's last column: the rest is dead
     return tokens[:, :C], real[:, :C], pos[:, :C], col0, new, real[:, :C], real[:, :C]
@@ -216,18 +218,18 @@ def mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
 
 @torch.no_grad()
 def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=None, stop=None, generator=None):
-    """Semi-autoregressive: decode blocks of settings.block positions left to right, aligned to multiples of
-    the block (the first block also holds the prompt's tail, as block_canvas lays it out); inside a block,
+    """Semi-autoregressive: decode blocks of settings.mdlm_block positions left to right, aligned to multiples
+    of the block (the first block also holds the prompt's tail, as block_canvas lays it out); inside a block,
     one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
     [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
     the visible tokens right of them count). Paper mode's canvas and window: the last section."""
     B, P = prompt.shape
-    S, dev = settings.block, prompt.device
-    layout = official_mdlm_canvas if settings.official else mdlm_canvas   # paper mode: the official canvas
+    S, dev, paper = settings.mdlm_block, prompt.device, settings.paper     # paper mode: the last section
+    layout = official_mdlm_canvas if paper.official else mdlm_canvas     # paper mode: the official canvas
     tokens, real, pos, col0, new, gen, seen = layout(prompt, prompt_mask, settings, cfg.mask_id)   # (B, C)
     C, E = tokens.shape[1], int(gen.any(0).nonzero().max()) + 1       # E: after the last column to decode
     mask = with_padding(attention_mask(cfg, C, dev), ~seen)                        # (B, 1, C, C)
-    slide = settings.official and bool((real.sum(1) > settings.seq_len).any())    # paper mode, p + N > L
+    slide = paper.official and bool((real.sum(1) > paper.seq_len).any())    # paper mode, p + N > L
     pick = Picker(settings, tokens, gen, cfg.mask_id, prompt, prompt_mask, stop, generator)
     decoded_at = torch.full_like(tokens, -1)            # (B, C) the row's forward that decoded a column
     live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
@@ -240,7 +242,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
             if not cand.any():                                         # the block is done in every live row
                 break
             if slide:                                   # paper mode: an L-wide window at positions 0..L-1
-                logits = official_window(model, tokens, seen, s, S, settings.seq_len)[:, :e - s]
+                logits = official_window(model, tokens, seen, s, S, paper.seq_len)[:, :e - s]
             else:
                 logits = model(tokens, pos, mask, last=C - s)[:, :e - s]             # (B, e-s, V)
             y, dec = pick(logits, torch.arange(s, e, device=dev).expand(B, -1), cand)
@@ -260,7 +262,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
 
 # ----------------------------------------------------------------------------- reproduction only
 
-# MDLM as the official code runs the released checkpoints (settings.official, eval.py --official): its
+# MDLM as the official code runs the released checkpoints (settings.paper.official, eval.py --official): its
 # new-token count, its canvas padded with [MASK] to the context L, its L-wide window once p + N > L.
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
@@ -269,16 +271,16 @@ OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclud
 def official_mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):
     """mdlm_canvas in paper mode: the official layout for released checkpoints. max_new_tokens counts from the
     start of the block holding the prompt's end (official_count: ceil(N / block) blocks), the canvas is
-    padded with [MASK] to the context length settings.seq_len (required), every column attended to, and the
-    last block decodes that padding too (new has S ceil(N/S) columns: the output holds them, [MASK] where
+    padded with [MASK] to the context length settings.paper.seq_len (required), every column attended to, and
+    the last block decodes that padding too (new has S ceil(N/S) columns: the output holds them, [MASK] where
     nothing was decoded); with p + N > L each forward sees an L-wide window (official_window)."""
-    N, S = settings.max_new_tokens, settings.block
-    if settings.seq_len is None:
+    N, S = settings.max_new_tokens, settings.mdlm_block
+    if settings.paper.seq_len is None:
         raise ValueError("official needs seq_len: the official MDLM canvas is padded to the context "
                          "length")
     tokens, real, pos, col0, new = block_canvas(prompt, prompt_mask, S * math.ceil(N / S), S, mask_id)
     within = real & (torch.arange(real.shape[1], device=real.device) < new[:, :1] + N) if N else real
-    tokens, pos, seen = official_canvas(tokens, within, settings.seq_len, mask_id)     # (B, C')
+    tokens, pos, seen = official_canvas(tokens, within, settings.paper.seq_len, mask_id)     # (B, C')
     real = torch.nn.functional.pad(real, (0, tokens.shape[1] - real.shape[1]))
     # the [MASK]s to decode: ceil(N/S) blocks of the canvas (its padding too); infilling: the prompt's only
     gen = official_count(seen, new[:, :N], S) if N else real

@@ -18,16 +18,16 @@ import argparse
 import math
 import sys
 
-# first, before torch loads OpenMP: a short spin wait (common/threads.py)
-from common import threads  # noqa: F401
+# first, before torch loads OpenMP: a short spin wait (common/cli.py)
+from common import cli
 
 from common import order_plot
-from common.cli import (check_nonnegative, check_positive, check_window, load_for_inference, refuse_unused,
-                        speed_args)
-from common.replies import respond
+from common.cli import check_nonnegative, check_positive, check_window, refuse_unused
+from common.eval_args import load_for_inference, speed_args
+from common.metrics import respond
 from data import get_corpus, get_task, get_tokenizer, is_corpus
 from data.prompts import batches, encode_prompts, prompt_texts
-from sampling import SamplerOptions, Settings, check, check_temperature, check_threshold
+from sampling import PaperMode, SamplerOptions, Settings, check, check_temperature, check_threshold
 
 
 def parser() -> argparse.ArgumentParser:
@@ -113,8 +113,9 @@ def decode(args, ckpt: str):
                              0 if default else max_new, method.CAN_INFILL, config["method"])
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
-    settings = Settings(max_new, args.threshold, args.temperature, args.window, args.commit_order, seq_len=L,
-                        options=options)
+    settings = Settings(max_new, args.threshold, args.temperature, setdiffusion_window=args.window,
+                        setdiffusion_commit_order=args.commit_order,
+                        paper=PaperMode(seq_len=L, options=options))
     nfe, n, tps, panel = 0, 0, 0.0, None
     for i, chunk, room in batches(ids, args.batch_size, max_new, L, default):
         settings.max_new_tokens = room
@@ -132,5 +133,4 @@ def decode(args, ckpt: str):
 
 
 if __name__ == "__main__":
-    from common.cli import run
-    run(main, "sample.py")              # Ctrl-C: one line, exit code 130
+    cli.run(main, "sample.py")              # Ctrl-C: one line, exit code 130

@@ -1,8 +1,9 @@
 """Logits -> tokens, for all four samplers. The core comes first; it is all a reader of the methods needs:
 
     Settings   how to decode: what every method's generate(model, prompt, cfg, settings, prompt_mask, stop,
-               generator) takes; a method reads the fields named in its KNOBS (data on the method, not a
-               branch on its name).
+               generator) takes: the fields every sampler reads, those one method reads named for it, and the
+               paper mode's (PaperMode) grouped apart; a method reads the fields named in its KNOBS (data on
+               the method, not a branch on its name).
     choose     logits -> a token and its confidence: the probability under the final distribution, computed as
                the official `_generate_unconditional` does (exp(logits - logsumexp) in float32).
     confident  the confidence rule of the diffusion samplers: decode the most confident candidate plus every
@@ -14,11 +15,11 @@
 
 A token's confidence is its probability under the final distribution (penalties, temperature, nucleus), so
 the diffusion samplers' threshold rule and their top-1 pick use the same number. The last sections are for
-reproduction only (settings.official, paper mode): the official's pick among tied confidences, its
+reproduction only (settings.paper.official, paper mode): the official's pick among tied confidences, its
 low-confidence stop and an infilling penalty's context, where they differ from the rules above.
 """
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,19 +27,28 @@ import torch
 # ----------------------------------------------------------------------------- the core
 
 @dataclass
+class PaperMode:
+    """What only reproducing the paper needs (the method files' last sections, docs/fidelity.md); all off by
+    default, and a learner's run never sets it."""
+    official: bool = False          # decode as the official code: block alignment, BD3-LM infilling, penalty
+                                    # counts, cache crop (released checkpoints; eval.py --official)
+    seq_len: int | None = None      # the model's context L: the official cache crop past L, MDLM's official
+                                    # canvas width, Set Diffusion's "fht" schedule
+    options: "SamplerOptions | None" = None   # the paper presets' penalties, nucleus and stops; None = off
+
+
+@dataclass
 class Settings:
     """How to decode: the one argument every method's generate takes beside the prompt. A method reads the
-    fields in its KNOBS and ignores the rest (AR decodes one token per step whatever the threshold)."""
+    fields in its KNOBS ("paper.official" for a PaperMode field) and ignores the rest (AR decodes one token
+    per step whatever the threshold)."""
     max_new_tokens: int = 64        # N new tokens after the prompt ([MASK]s inside the prompt are filled too)
     threshold: float = math.inf     # tau: decode the top-1 plus every token with p >= tau (inf: one per step)
     temperature: float = 0.0        # 0 = greedy
-    window: int = 0                 # Set Diffusion: W positions predicted per step; 0 = smax // 2
-    commit_order: str = "l2r"       # Set Diffusion: commit a step's tokens left to right, or "fht" (by T)
-    block: int = 32                 # MDLM: the semi-autoregressive block width (the paper's GSM8K baseline)
-    official: bool = False          # decode as the official code: block alignment, BD3-LM infilling, penalty
-                                    # counts, cache crop (released checkpoints; docs/fidelity.md)
-    seq_len: int | None = None      # the model's context L: the "fht" schedule, MDLM's official canvas width
-    options: "SamplerOptions | None" = None   # the paper presets' penalties, nucleus and stops; None = off
+    setdiffusion_window: int = 0    # Set Diffusion: W positions predicted per step; 0 = smax // 2
+    setdiffusion_commit_order: str = "l2r"   # Set Diffusion: commit a step's tokens left to right, or "fht"
+    mdlm_block: int = 32            # MDLM: the semi-autoregressive block width (the paper's GSM8K baseline)
+    paper: PaperMode = field(default_factory=PaperMode)     # reproduction only
 
 
 def check_settings(s: Settings):
@@ -49,12 +59,12 @@ def check_settings(s: Settings):
         raise ValueError(f"max new tokens must be >= 0, got {s.max_new_tokens}")
     check_threshold(s.threshold)
     check_temperature(s.temperature)
-    if s.block < 1:
-        raise ValueError(f"the MDLM block must be >= 1, got {s.block}")
-    if s.commit_order not in ("l2r", "fht"):
-        raise ValueError(f"commit order must be 'l2r' or 'fht', got {s.commit_order!r}")
-    if s.options is not None:
-        check(s.options, s.temperature)
+    if s.mdlm_block < 1:
+        raise ValueError(f"the MDLM block must be >= 1, got {s.mdlm_block}")
+    if s.setdiffusion_commit_order not in ("l2r", "fht"):
+        raise ValueError(f"commit order must be 'l2r' or 'fht', got {s.setdiffusion_commit_order!r}")
+    if s.paper.options is not None:
+        check(s.paper.options, s.temperature)
 
 
 def check_threshold(tau: float, name: str = "the threshold") -> float:
@@ -132,11 +142,11 @@ class Picker:
                  generator=None):
         check_settings(settings)
         self.settings, self.canvas, self.mask_id, self.generator = settings, canvas, mask_id, generator
-        self.track = start(settings.options, canvas, real, mask_id)                # None: no options
-        if settings.official:
+        self.track = start(settings.paper.options, canvas, real, mask_id)          # None: no options
+        if settings.paper.official:
             infill_context(self.track, canvas, real, prompt, prompt_mask, mask_id)
         self.stop = entropy_stop(stop, self.track, prompt, prompt_mask, mask_id, settings.max_new_tokens,
-                                 settings.official)
+                                 settings.paper.official)
         self.none_stopped = torch.zeros(canvas.shape[0], dtype=torch.bool, device=canvas.device)
 
     @property
@@ -151,11 +161,11 @@ class Picker:
             return logits.max(-1)[1], candidates.clone()                      # argmax, in half its time
         at(track, self.canvas, cols)
         y, conf = choose(process(logits, track), s.temperature, self.generator, track, draw)   # (B, K)
-        if s.official and conf.shape[1] > 1:          # paper mode: the official's order among tied tokens
+        if s.paper.official and conf.shape[1] > 1:    # paper mode: the official's order among tied tokens
             decoded = official_confident(conf, candidates, s.threshold, draw)
         else:
             decoded = confident(conf, candidates, s.threshold)
-        if s.official:                                # paper mode: the stop hook applies the official rule
+        if s.paper.official:                          # paper mode: the stop hook applies the official rule
             remember(track, conf, cols, decoded, draw)
         else:
             early_stop(track, conf, decoded)
@@ -402,7 +412,7 @@ def entropy_stop(stop, track, prompt, prompt_mask, mask_id: int, max_new_tokens:
     """The stop hook a sampler uses: stop with the entropy rule added when its options ask for it
     (stop_entropy > 0 and new tokens to generate), and in paper mode (official) the low-confidence rule
     (stop_confidence > 0), else stop itself, so nothing changes with the options off. A stop that is already
-    an EntropyStop (common/replies.unconditional's, which reads its cut) is bound, not wrapped."""
+    an EntropyStop (common/unconditional.py's, which reads its cut) is bound, not wrapped."""
     wanted = track is not None and (track.opt.stop_entropy > 0 or official and track.opt.stop_confidence > 0)
     if not wanted or max_new_tokens == 0:
         return stop

@@ -50,12 +50,12 @@ model still predicts x_j at a [MASK] query placed at position j, not from a shif
 every position to share one schedule (no stagger), all orders would be equally likely: MDLM's order-agnostic
 limit. Fixed contiguous sets whose members attend to each other: BD3-LM, whose mask at S = 1 is this one.
 
-Differences from the official code, and paper mode (settings.official, eval.py --official; the last section):
+Differences from the official code, and paper mode (settings.paper, eval.py --official; the last section):
 our sampler runs a batch (each row its own window; the official asserts batch size 1) and its KV cache keeps
 every entry, where the official drops entries past the context L (the oldest, or under its FHT commit order
 those of the smallest positions, and then reads its mask at positions: Crop). Paper mode does that too, and
 takes the official's pick among tied confidences, its low-confidence stop (no check after the last [MASK])
-and an infilling penalty's context (the KV cache's tokens: official_context). settings.commit_order "fht"
+and an infilling penalty's context (the KV cache's tokens: official_context). The commit order "fht"
 (the official accuracy runs') commits a step's tokens by decreasing first-hitting time, drawn from a schedule
 of its own (fht_key); the default "l2r", left to right, is the official sampler's default. The official
 suite runner's OWT likelihood draws its orders at max_block_size = d, not the paper's 2d: suite_nll.
@@ -110,10 +110,11 @@ class SetDiffusionConfig:
 
 
 # What the scripts need to know of a method is data here, never a branch on its name.
-KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "window", "commit_order", "seq_len",
-                   "official", "options"})
+KNOBS = frozenset({"max_new_tokens", "threshold", "temperature", "setdiffusion_window",
+                   "setdiffusion_commit_order", "paper.seq_len", "paper.official", "paper.options"})
 EXACT_NLL = False  # nll is -log p(x0 | sigma) for one sampled order: a bound only in expectation over sigma
 CAN_INFILL = True     # [MASK]s inside the prompt are filled, every visible token on both sides cached first
+MASK_STREAMS = 2      # training's dense attention mask spans k L positions: [x0 | MASK] in sigma order
 
 
 # ----------------------------------------------------------------------------- ordering
@@ -266,7 +267,7 @@ def generate_reference(model, prompt, cfg: SetDiffusionConfig, settings: Setting
     picks the tokens to decode, and they are committed left to right. `generate` is this loop with a KV cache,
     a batch and options; test_all.py checks them equal token for token and step for step.
     """
-    W, m = cfg.window(settings.window), cfg.mask_id
+    W, m = cfg.window(settings.setdiffusion_window), cfg.mask_id
     x = torch.cat([prompt, prompt.new_full((1, settings.max_new_tokens), m)], 1)   # (1, C) the canvas
     C, dev = x.shape[1], x.device
     clean = [c for c in range(C) if x[0, c] != m]  # committed columns, in commit order
@@ -359,18 +360,18 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
     step (clean) | masked positions of the window]; the clean ones are committed to the cache, left to right,
     the queries' entries dropped. `stop` is checked every W steps, on the canvas up to the window's end.
     The hooks of paper mode and of the "fht" commit order call into the last section."""
-    W, N = cfg.window(settings.window), settings.max_new_tokens
-    B, dev = prompt.shape[0], prompt.device
+    W, N = cfg.window(settings.setdiffusion_window), settings.max_new_tokens
+    B, dev, paper = prompt.shape[0], prompt.device, settings.paper          # paper mode: the last section
     tokens, real, pos, C = window_canvas(prompt, prompt_mask, N, cfg.mask_id, W)   # (B, C + W)
     masked = (tokens == cfg.mask_id) & real                                    # (B, C + W) still to decode
     pick = Picker(settings, tokens, real, cfg.mask_id, prompt, prompt_mask, stop, generator)
     key = torch.arange(C + W, dtype=torch.float64, device=dev).expand(B, -1)       # (B, C + W) commit order
-    if settings.commit_order == "fht":            # by first-hitting time instead, drawn once (last section)
-        key = fht_key(key, masked, W, cfg.smax / 2, generator, settings.seq_len)
+    if settings.setdiffusion_commit_order == "fht":  # by first-hitting time, drawn once (last section)
+        key = fht_key(key, masked, W, cfg.smax / 2, generator, paper.seq_len)
     cache = step_cache(model, B, C, int(masked.sum(1).max()), W, settings.threshold)
     cache_ok, cache_pos = prefill(model, tokens, pos, real & ~masked, cache)      # (B, K) valid entries
-    paper_crop = settings.official and settings.seq_len        # paper mode: the official cache crop past L
-    crop = Crop(settings.seq_len, settings.commit_order, cache_pos) if paper_crop else None
+    paper_crop = paper.official and paper.seq_len        # paper mode: the official cache crop past L
+    crop = Crop(paper.seq_len, settings.setdiffusion_commit_order, cache_pos) if paper_crop else None
     decoded_at = torch.full_like(tokens, -1)            # (B, C + W) the row's forward that decoded a column
     live_forwards = torch.zeros(B, dtype=torch.long, device=dev)       # (B,) the forwards a row was live in
     forwards, done = 0, ~masked.any(1)                  # a row with nothing to decode is done at once
@@ -398,13 +399,13 @@ def generate(model, prompt, cfg: SetDiffusionConfig, settings: Settings, prompt_
         tokens.scatter_(1, win, torch.where(dec, y, tokens.gather(1, win)))
         decoded_at.scatter_(1, win, torch.where(dec, live_forwards[:, None], decoded_at.gather(1, win)))
         masked.scatter_(1, win, masked.gather(1, win) & ~dec)
-        if settings.official:                       # paper mode: the official's infilling penalty context
+        if paper.official:                          # paper mode: the official's infilling penalty context
             official_context(pick, win, dec)
         live_forwards += cand.any(1)
         forwards += 1
         done |= pick.stopped | ~masked.any(1)
         # every W steps (paper mode: not after the last [MASK], where the official loop has ended)
-        check = forwards > 1 and (forwards - 1) % W == 0 and (not settings.official or masked.any())
+        check = forwards > 1 and (forwards - 1) % W == 0 and (not paper.official or masked.any())
         if pick.stop is not None and check:
             left = torch.where(masked.any(1), masked.float().argmax(1), C)   # (B,) a finished row: its end
             done |= pick.stop(tokens[:, :C], (left + W).clamp(max=C))       # the window's end, in the canvas
@@ -463,7 +464,7 @@ OFFICIAL_EXCLUDES = True
 
 
 def fht_key(key, masked, W: int, d: float, generator=None, seq_len: int | None = None):
-    """settings.commit_order "fht", the official accuracy runs' (setdlm_fht_cache_order): the commit key
+    """Commit order "fht", the official accuracy runs' (setdlm_fht_cache_order): the commit key
     (B, C) of generate (the columns: left to right) with each masked (target) column's key minus its
     first-hitting time, drawn once per generation (fht_times), so that a step's tokens are committed by
     decreasing T, as training's clean stream lists a set. ("l2r", the default, is the official sampler's
@@ -552,7 +553,7 @@ def official_context(pick, win, dec):
 
 
 class Crop:
-    """The official KV cache past the model's context L (generate with settings.official and seq_len L):
+    """The official KV cache past the model's context L (generate in paper mode with seq_len L):
     before a step whose inputs (the tokens it commits and its window's [MASK] queries) would take
     the cache past L, the official drops entries: the oldest (commit order "l2r"), or those of the smallest
     positions ("fht": its position ledger). After its first "fht" crop, the official builds that row's mask

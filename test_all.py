@@ -13,7 +13,7 @@ import bd3lm
 import mdlm
 import setdiffusion as sd
 from model import KVCache, ModelConfig, Transformer
-from sampling import Settings
+from sampling import PaperMode, Settings
 
 # ----------------------------------------------------------------------- tiny models (tests/ imports these)
 
@@ -53,7 +53,7 @@ def causal(n):
 # name -> (method module, its config, the Settings fields the tests decode it with)
 METHODS = {
     "ar": (ar, ar.ARConfig(MASK), {}),
-    "mdlm": (mdlm, mdlm.MDLMConfig(MASK), {"block": 4}),
+    "mdlm": (mdlm, mdlm.MDLMConfig(MASK), {"mdlm_block": 4}),
     "bd3lm": (bd3lm, bd3lm.BD3LMConfig(MASK, 4), {}),
     "setdiffusion": (sd, sd.SetDiffusionConfig(MASK, 6), {}),
 }
@@ -122,12 +122,16 @@ def test_permutation_equivariance():
     torch.testing.assert_close(out, model(x, pos, mask)[:, perm])
 
 
-def test_cache_overflow_and_bad_config():
-    model = tiny_model()
-    with pytest.raises(ValueError, match="overflow"):
-        model(torch.zeros(1, 5, dtype=torch.long), cache=KVCache(2, 1, 4))
-    with pytest.raises(ValueError):
-        ModelConfig(n_head=4, n_kv_head=3)
+# the guards of the model and the samplers: a new one is a row (what is called, the error's words)
+GUARDS = [(lambda: tiny_model()(torch.zeros(1, 5, dtype=torch.long), cache=KVCache(2, 1, 4)), "overflow"),
+          (lambda: ModelConfig(n_head=4, n_kv_head=3), "n_head")]
+
+
+@pytest.mark.parametrize("bad, words", GUARDS)
+def test_bad_input_is_refused_in_one_line(bad, words):
+    with pytest.raises(ValueError, match=words) as e:
+        bad()
+    assert "\n" not in str(e.value)
 
 
 # ----------------------------------------------------------------------------- masks
@@ -260,19 +264,22 @@ def test_sampler_equals_its_reference(name, threshold):
 
 def test_one_sampler_interface():
     """Every method's generate and generate_reference take the same parameters, in the same order; what
-    differs between methods is data on the method (its KNOBS, EXACT_NLL, CAN_INFILL, HF_GENERATE,
-    OFFICIAL_EXCLUDES)."""
+    differs between methods is data on the method (its KNOBS, EXACT_NLL, CAN_INFILL, MASK_STREAMS,
+    HF_GENERATE, OFFICIAL_EXCLUDES)."""
     import inspect
     names = {f: [list(inspect.signature(getattr(m, f)).parameters) for m, _, _ in METHODS.values()]
              for f in ("generate", "generate_reference", "loss", "nll", "mask_mod", "attention_mask")}
     for f, params in names.items():
         assert all(p == params[0] for p in params), (f, params)
     assert names["generate"][0] == ["model", "prompt", "cfg", "settings", "prompt_mask", "stop", "generator"]
-    fields = set(Settings.__dataclass_fields__)
-    for mod, _, _ in METHODS.values():
-        assert mod.KNOBS <= fields and {"max_new_tokens", "options"} <= mod.KNOBS
+    paper = {f"paper.{f}" for f in PaperMode.__dataclass_fields__}          # paper mode's: "paper.official"
+    fields = set(Settings.__dataclass_fields__) - {"paper"} | paper
+    for mod, cfg, _ in METHODS.values():
+        assert mod.KNOBS <= fields and {"max_new_tokens", "paper.options"} <= mod.KNOBS
         flags = ("EXACT_NLL", "CAN_INFILL", "HF_GENERATE", "OFFICIAL_EXCLUDES")
         assert {type(getattr(mod, k)) for k in flags} == {bool}
+        # the dense training mask train.py's memory check counts: MASK_STREAMS x L wide (AR's: none, causal)
+        assert mod.attention_mask(cfg, 5).shape == (5 * (mod.MASK_STREAMS or 1),) * 2
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -299,7 +306,8 @@ def test_commits_are_prefixes_of_drawable_orders(window):
     model, out_of_order = Jitter(tiny_model(7), 2), 0
     for seed, threshold in ((0, 0.3), (1, 0.1)):
         prompt = torch.randint(0, MASK, (4, 3), generator=torch.Generator().manual_seed(seed))
-        step = sd.generate(model, prompt, cfg, Settings(24, threshold, window=window))[1]["step"][:, 3:]
+        settings = Settings(24, threshold, setdiffusion_window=window)
+        step = sd.generate(model, prompt, cfg, settings)[1]["step"][:, 3:]
         i, j = torch.triu_indices(24, 24, 1)                          # every pair of columns i < j
         early = step[:, j] < step[:, i]                               # (B, pairs) j decoded before i
         assert ((j - i)[None].expand_as(early)[early] < cfg.smax).all()
@@ -353,7 +361,8 @@ def test_setdiffusion_reference_logits_equal_generate(window):
         torch.manual_seed(4)
         model = QueryLogits(Jitter(Transformer(ModelConfig(vocab_size=V, n_layer=2, n_head=4, n_kv_head=2,
                                                            n_embd=32)).eval()))
-        runs.append((*sampler(model, prompt, cfg, Settings(12, 0.2, window=window)), model.steps))
+        settings = Settings(12, 0.2, setdiffusion_window=window)
+        runs.append((*sampler(model, prompt, cfg, settings), model.steps))
     (tokens, stats, fast), (x, ref_stats, ref) = runs
     assert torch.equal(tokens, x) and torch.equal(stats["step"], ref_stats["step"])
     assert len(fast) == len(ref) == stats["nfe"] and (window or 1 < stats["tokens_per_step"] < 3)

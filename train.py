@@ -1,6 +1,6 @@
 """Train any of the four methods. With no flag but --model it trains on the shipped arithmetic task on a
-laptop CPU (3,000 steps: about 15 minutes on 2 cores; --max-iters 400 shows a first result in 2), then prints
-held-out accuracy and one sample.
+laptop CPU (3,000 steps: about 15 minutes on 2 idle cores; --max-iters 400 shows a first result in 2), then
+prints held-out accuracy and one sample.
 
     python train.py --model setdiffusion
     python train.py --model bd3lm --block-size 4 --max-iters 3000 --out-dir out/bd3lm
@@ -21,25 +21,26 @@ Each step's randomness (which examples, which noise or order) comes from a gener
 import contextlib
 import copy
 import math
+import signal
 import sys
+import time
 
-from common import threads  # first, before torch loads OpenMP: a short spin wait (common/threads.py)
+from common import cli  # first, before torch loads OpenMP: a short spin wait (common/cli.py)
 
+import numpy as np
 import torch
 
-from common import checkpoint, methods, saving
-from common import credentials, environment, runs, train_args
-from common.cli import check_window
+from common import checkpoint, runs
+from common.metrics import bits_per_char, evaluate_accuracy, evaluate_likelihood
+from common.runs import check_examples_fit, check_fits, flex_on, init_distributed
 from data import custom, encode, get_corpus, get_task, get_tokenizer, is_corpus
-from common.metrics import held_out
 from model import PRESETS, ModelConfig, Transformer, make_optimizer
-from common.runtime import (Progress, check_examples_fit, check_fits, finite, flex_on, init_distributed,
-                            interrupts, shard, shard_optimizer_state, stop_run)
+from sampling import Settings
 
 
 def get_args(argv=None):
-    """train.py's arguments (their definitions: common/train_args.py, shared with cluster/slurm.py)."""
-    return train_args.parse(argv, train_args.parser(__doc__))
+    """train.py's arguments (their definitions: common/cli.py, shared with cluster/slurm.py)."""
+    return cli.parse_train(argv, cli.train_parser(__doc__))
 
 
 def lr_at(step, args):
@@ -61,15 +62,20 @@ def setup(args, device, flex: bool = False):
                         custom.options_from_args(args) if args.data.startswith(custom.PREFIXES) else None)
     tok = get_tokenizer(args.tokenizer or task.TOKENIZER)
     seq_len = args.seq_len or task.SEQ_LEN
-    start = runs.start_from(args, tok, seq_len) if args.init_from else None  # what cannot carry over: refused
+    start = record = None
+    if args.init_from:                       # what cannot carry over is refused here, before any data
+        from common import init_from
+        start = init_from.start_from(args, tok, seq_len)
+        record = init_from.start_record(start)
     # the method's settings, checked by its config (against seq_len too) and its window, before any data
-    cfg = methods.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
-                                block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
-                                infill_len=args.infill_len, infill_added=args.infill_added)
-    check_window(args.window, *methods.method_of({"method": args.model, "method_config": cfg}))
+    cfg = checkpoint.method_config(args.model, tok.mask_id, seq_len, smax=args.smax,
+                                   block_size=args.block_size, nelbo=args.nelbo, infill=args.infill,
+                                   infill_len=args.infill_len, infill_added=args.infill_added)
+    method = checkpoint.METHODS[args.model]
+    cli.check_window(args.window, method, checkpoint.CONFIGS[args.model](**cfg))
     shape = None if start else model_shape(args, tok)
     if shape is not None:                              # before any data or weights are allocated
-        check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, args.model, flex)
+        check_fits(ModelConfig(**shape), device, seq_len, args.batch_size, method, flex)
     if not is_corpus(args.data):                       # the examples, sized before they or a model are made
         examples = task.load("train", args.data_dir)
         check_examples_fit(len(examples), seq_len, task.SEQ_LEN)
@@ -98,7 +104,7 @@ def setup(args, device, flex: bool = False):
     if args.data.startswith(custom.PREFIXES):       # what rebuilds the same task from the checkpoint alone
         config["data_options"] = task.OPTIONS
     if start:
-        config["init_from"] = runs.start_record(start)
+        config["init_from"] = record
     return task, tok, train, model, config
 
 
@@ -108,7 +114,7 @@ def model_shape(args, tok) -> dict:
     2 --n-embd 64 --n-head 4); a width or head count given derives the MLP (4 x width) and the head size
     anew, and --n-kv-head defaults to the heads, as without a preset. A preset whose vocabulary is smaller
     than the tokenizer's is refused (ValueError)."""
-    given = {k: getattr(args, k) for k in train_args.SHAPE if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in cli.SHAPE if getattr(args, k) is not None}
     shape = dict(PRESETS[args.preset]) if args.preset else {"vocab_size": tok.vocab_size}
     if {"n_embd", "n_head"} & given.keys():
         for derived in ("intermediate_size", "head_dim"):
@@ -163,16 +169,16 @@ def main(argv=None):
     args = get_args(argv)
     with contextlib.ExitStack() as held:                  # the --out-dir lock, released however main ends
         try:
-            train_args.check(args)
-            threads.set_threads(args.threads)
-            credentials.load_dotenv()                 # HF_TOKEN, WANDB_API_KEY from .env
+            cli.check_train(args)
+            cli.set_threads(args.threads)
+            cli.load_credentials()                    # HF_TOKEN, WANDB_API_KEY from .env
             ddp, rank, world, device = init_distributed(args)
             if args.fsdp and not ddp:
                 raise ValueError("--fsdp shards the model over several processes: start them with torchrun "
                                  "--nproc_per_node=N train.py ... (N >= 2), or drop --fsdp")
             master = rank == 0
             if master:
-                held.enter_context(saving.claim(args.out_dir, args.resume, lock=not args.no_lock))
+                held.enter_context(checkpoint.claim(args.out_dir, args.resume, lock=not args.no_lock))
             flex = flex_on(args.attention, device)
             wandb = import_wandb(args, master)
             first = ddp and is_corpus(args.data)            # rank 0 builds (or fetches) a corpus' cache first
@@ -186,22 +192,23 @@ def main(argv=None):
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
                 runs.check_resume(args.out_dir, config, state["step"], args.max_iters)
-            elif master and saving.newest(args.out_dir):
+            elif master and checkpoint.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces "
                       f"it (--resume would continue it)", file=sys.stderr)
-            config["environment"] = environment.record(device)    # the commit, versions, device, lock
+            config["environment"] = runs.environment(device)      # the commit, versions, device, lock
             if state is not None:                                 # resumed: where its earlier steps were made
-                config.update(environment.earlier(runs.saved_config(saving.resolve(args.out_dir)),
-                                                  config["environment"]))
+                config.update(runs.earlier_environments(runs.saved_config(checkpoint.resolve(args.out_dir)),
+                                                        config["environment"]))
             if wandb is not None:
                 wandb.init(project=args.wandb, config=vars(args))
-            method, cfg = methods.method_of(config)
+            method, cfg = checkpoint.method_of(config)
             model = model.to(device)
             ema = copy.deepcopy(model).requires_grad_(False) if args.ema > 0 else None
             start = runs.restore(state, model, ema, args.out_dir) if state is not None else 0
             if master:                               # --keep-every's folders, claimed as --out-dir is
                 runs.check_snapshots(args.out_dir, config, start, args.max_iters, args.keep_every)
             if args.fsdp:
+                from common.distributed import shard, shard_optimizer_state
                 shard(model, ema)
                 if master:
                     print(f"FSDP2: weights, gradients and optimizer state sharded over {world} processes")
@@ -219,7 +226,7 @@ def main(argv=None):
         with interrupts() as stop:
             try:
                 losses = loop(model, opt, ema, start, stop, run)
-            except saving.SaveError as e:         # a full disk: the last complete checkpoint is kept
+            except checkpoint.SaveError as e:         # a full disk: the last complete checkpoint is kept
                 sys.exit(f"error: {e}")
         try:
             if master:                                # FSDP's model is in shards: evaluate the saved one
@@ -298,10 +305,10 @@ def loop(model, opt, ema, start, stop, run):
             if not finite(model, ema, reduce=args.fsdp):          # FSDP: every rank gathers, rank 0 writes
                 stop_run(f"the weights are not finite after step {step}", args.out_dir)
             if saves or signalled:
-                saving.save(args.out_dir, model, {**run["config"], "step": done},
+                checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
                                 {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
             if keeps:                                             # weights only, beside --out-dir
-                saving.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
+                checkpoint.save(f"{args.out_dir}-step{done}", model, {**run["config"], "step": done},
                                 eval_model=ema, write=master)
         if signalled:
             progress.close()
@@ -339,6 +346,127 @@ def read_back(pending, first, run):
             stop_run(f"loss is {loss / world} at step {step}", run["args"].out_dir)
     return [loss / world for loss, _ in values], any(flag > 0 for _, flag in values)
 
+
+# ----------------------------------------------------------------------------- held-out evaluation
+
+def held_out(model, method, cfg, tok, task, args, device, config, show):
+    """train.py's periodic and final evaluation: held-out accuracy (and one sample) with the sampler flags
+    given to train.py (args); on a corpus, the validation NLL instead (validate). Returns the metrics."""
+    if is_corpus(config["data"]):
+        return validate(model, method, cfg, tok, task, args, device, config, show)
+    model.eval()
+    examples = task.load("test", args.data_dir)[:args.eval_limit]
+    settings = Settings(args.max_new_tokens, args.threshold, setdiffusion_window=args.window)
+    m = evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)
+    score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
+    print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "
+          f"{m['tokens_per_step']:.2f} tokens/step")
+    if show:
+        print("sample:\n" + examples[0]["prompt"] + m["completions"][0])
+    model.train()
+    return m
+
+
+def validate(model, method, cfg, tok, task, args, device, config, show):
+    """Validation NLL per token on --eval-limit held-out rows, spread evenly over the split: exact for AR, the
+    bound of each diffusion method's nll() (MDLM/BD3-LM: the 1/t-weighted NELBO; Set Diffusion: one sampled
+    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not
+    counted."""
+    model.eval()
+    rows = task.load("test", args.data_dir, tok, config["seq_len"])
+    pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
+    m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
+                            batch_size=args.batch_size, seed=0, encode_fn=task.batch)
+    bound = "exact" if method.EXACT_NLL else "a bound"
+    bpc = bits_per_char(m["nll"], tok)
+    per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
+    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity "
+          f"{m['perplexity']:.3f}{per_char}, on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} "
+          "tokens)")
+    if show:
+        print(f"samples: python sample.py --ckpt {args.out_dir} (continues BOS)")
+    model.train()
+    return m
+
+
+# --------------------------------------------------------------------- a NaN stops the run, a signal ends it
+
+def stop_run(what: str, out_dir: str):
+    """A NaN/inf stops the run: say where the last complete (finite) checkpoint is, if there is one."""
+    d = checkpoint.newest(out_dir)
+    where = f"the last good checkpoint (step {checkpoint.step_of(d)}) is in {d}" if d else \
+        "no checkpoint was saved"
+    print(f"\n{what}: stopping; {where}", file=sys.stderr)
+    sys.exit(1)
+
+
+def finite(*models, reduce: bool = False) -> bool:
+    """Every weight finite; a sharded (FSDP) model checks its own shards and, with reduce, agrees with the
+    other ranks (all must stop together)."""
+    ok = all(bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+             for m in models if m is not None for p in m.parameters())
+    if reduce:
+        t = torch.tensor(float(ok), device=next(models[0].parameters()).device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        ok = bool(t.item())
+    return ok
+
+
+@contextlib.contextmanager
+def interrupts():
+    """Ctrl-C (SIGINT) or SIGTERM end the run after the current step (under DDP after the next step that
+    every rank reads back, so that all stop together), which is saved: yields a dict whose "signal" is set
+    then. A second Ctrl-C stops at once (the last save stays complete)."""
+    stop = {"signal": None}
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+        signal.signal(signum, signal.SIG_DFL)
+    try:
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:                                   # not the main thread: keep the default handlers
+        previous = {}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class Progress:
+    """Training progress, one update per log interval. On a terminal: tqdm's own bar (steps, rate, elapsed
+    and ETA) with the interval's loss, lr and tokens/s beside it. Elsewhere (a log file, a pipe): one plain
+    line per interval and no carriage returns, which a log would collect into one long line."""
+
+    def __init__(self, start: int, total: int, master: bool):
+        from tqdm import tqdm
+        self.format_interval = tqdm.format_interval
+        self.master, self.start, self.total = master, start, total
+        self.bar = tqdm(initial=start, total=total, unit="step", dynamic_ncols=True,
+                        disable=not (master and sys.stderr.isatty()))
+        self.t0 = self.last = time.time()
+
+    def step(self):
+        """One optimizer step done: the bar counts it (host only, nothing waits for the device)."""
+        self.bar.update(1)
+
+    def log(self, done: int, loss: float, lr: float, tokens: int):
+        """The interval ending after step `done` (1-based): its mean loss, the lr, its tokens per second."""
+        now = time.time()
+        rate, self.last = tokens / max(now - self.last, 1e-9), now
+        if not self.master:
+            return
+        if not self.bar.disable:
+            self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:.0f}")
+            return
+        left = (now - self.t0) / (done - self.start) * (self.total - done)
+        print(f"step {done}/{self.total} | loss {loss:.4f} | lr {lr:.2e} | {rate:.0f} tok/s | "
+              f"{self.format_interval(now - self.t0)} elapsed, {self.format_interval(left)} left",
+              file=sys.stderr, flush=True)
+
+    def close(self):
+        self.bar.close()
+
+
 if __name__ == "__main__":
-    from common.cli import run
-    run(main, "train.py", "nothing was saved")       # before the training loop (which saves, then exits)
+    cli.run(main, "train.py", "nothing was saved")       # before the training loop (which saves, then exits)

@@ -9,7 +9,7 @@ import argparse
 import statistics
 import time
 
-from common import threads  # before torch: the scripts' short OpenMP spin (common/threads.py)
+from common import cli  # before torch: the scripts' short OpenMP spin (common/cli.py)
 
 import torch
 
@@ -26,7 +26,7 @@ def main(argv=None):
                    help="torch threads (0 = the cores other jobs leave free)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     args = p.parse_args(argv)
-    threads.set_threads(args.threads)
+    cli.set_threads(args.threads)
     torch.manual_seed(0)
     dit = model.Transformer(model.ModelConfig(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097,
                                               norm="layer", mlp="gelu", qk_norm=False,

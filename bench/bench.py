@@ -6,7 +6,7 @@
 Every claim "x times faster" in the README is a ratio from one run of this script: each source tree runs in
 its own worker process (this file, run with that tree first on sys.path: it imports that tree's model.py and
 method files, so its top imports only the standard library). A reference tree must have today's interface
-(sampling.Settings, common.metrics.evaluate_throughput, model.static_decoding: f1c58be and later). The workers
+(sampling.Settings, model.static_decoding: f1c58be and later). The workers
 alternate (ref, new, ref, new, ...) `--rounds` times, and each number is the median over rounds. Shapes
 (CPU-sized; --quick shrinks them):
 - decode: a 16-token prompt + 96 new tokens, tau = inf (one token per step), batch 1, 8 and 32, the tiny
@@ -43,11 +43,14 @@ BLOCKS = {"DiT block (LayerNorm, GELU MLP 4D)": dict(norm="layer", mlp="gelu", q
 def worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     """Time everything with the modules of source tree `src`; returns {item: value}."""
     sys.path.insert(0, src)
-    import importlib
     import torch
     torch.set_num_threads(threads)
+    import ar
+    import bd3lm
+    import mdlm
     import model
-    mods = {m: importlib.import_module(m) for m in METHODS}
+    import setdiffusion
+    mods = {"ar": ar, "mdlm": mdlm, "bd3lm": bd3lm, "setdiffusion": setdiffusion}
     cfgs = {"ar": mods["ar"].ARConfig(4096), "mdlm": mods["mdlm"].MDLMConfig(4096),
             "bd3lm": mods["bd3lm"].BD3LMConfig(4096, 4),
             "setdiffusion": mods["setdiffusion"].SetDiffusionConfig(4096, 8)}
@@ -145,7 +148,7 @@ def shipped(model, pareto, quick):
     Diffusion at tau = 0.9 against AR, tokens/s ratio and tokens per step, eager and compiled."""
     import sampling
     from common import checkpoint
-    from common.metrics import evaluate_throughput
+    from common.throughput import evaluate_throughput
     from data import get_task, get_tokenizer
     out, n, rate = {}, 8 if quick else 40, {}
     for m, tau in (("ar", float("inf")), ("setdiffusion", 0.9)):
@@ -172,8 +175,8 @@ def run_worker(src: str, quick: bool, threads: int, pareto: str) -> dict:
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=src)
     if r.returncode != 0:
         sys.exit(f"error: the benchmark worker for {src} failed: {r.stderr.strip().splitlines()[-1:]}")
-    from common import standard_json                     # this tree's (not at the top: see main)
-    return standard_json.loads(r.stdout.strip().splitlines()[-1])
+    from common.checkpoint import json_loads             # this tree's (not at the top: see main)
+    return json_loads(r.stdout.strip().splitlines()[-1])
 
 
 def checkout(commit: str, into: str) -> str:
@@ -201,8 +204,9 @@ def main(argv=None):
     if args.worker:
         print(json.dumps(worker(args.worker, args.quick, args.threads, args.pareto), allow_nan=False))
         return
-    from common import environment, standard_json   # this tree's (not at the top: a worker imports another
+    from common.checkpoint import json_dump         # this tree's (not at the top: a worker imports another
     from common.metrics import markdown_table       # tree's)
+    from common.runs import environment
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"new": ROOT} | ({args.ref: checkout(args.ref, tmp)} if args.ref else {})
         runs = {name: [] for name in trees}
@@ -220,7 +224,7 @@ def main(argv=None):
     print(markdown_table(["item", *names, *(["new / ref"] if args.ref else [])], rows))
     if args.json:
         with open(args.json, "w") as f:             # each tree's rounds, and what measured them
-            standard_json.dump({**runs, "environment": environment.record("cpu")}, f, indent=1)
+            json_dump({**runs, "environment": environment("cpu")}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,9 @@ import ar
 import bd3lm
 import mdlm
 import setdiffusion
-from common import environment, standard_json
-from common.replies import timed
-from common.metrics import markdown_table
+from common.checkpoint import json_dump
+from common.metrics import markdown_table, timed
+from common.runs import environment
 from model import ModelConfig, Transformer, make_optimizer, static_decoding
 from sampling import Settings
 
@@ -96,8 +96,8 @@ def set_mode(model, mode: str):
 def decode(model, method: str, prompt, N: int, threshold: float = 0.9) -> dict:
     """One greedy generate call of the method; its stats."""
     mod, cfg = method_of(method, model.cfg.vocab_size - 1)
-    return mod.generate(model, prompt, cfg, Settings(N, threshold,
-                                                     window=4 if "window" in mod.KNOBS else 0))[1]
+    window = 4 if "setdiffusion_window" in mod.KNOBS else 0
+    return mod.generate(model, prompt, cfg, Settings(N, threshold, setdiffusion_window=window))[1]
 
 
 def time_decode(model, method: str, prompt, N: int, repeats: int, threshold: float):
@@ -296,7 +296,7 @@ def save(out: dict, path):
     if path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as f:
-            standard_json.dump(out, f, indent=1)
+            json_dump(out, f, indent=1)
 
 
 def run_decode(out, args, lists, dev, start):
@@ -324,7 +324,7 @@ def run_decode(out, args, lists, dev, start):
 
 
 def run_train(out, args, lists, dev, start):
-    from common.runtime import flex_on
+    from common.runs import flex_on
     torch.manual_seed(0)
     with torch.device(dev):
         model = Transformer(ModelConfig(**(TINY if args.tiny else QWEN3_1_7B))).train()   # float32 weights
@@ -352,7 +352,7 @@ def main(argv=None) -> dict:
     start, dev = time.perf_counter(), torch.device(args.device)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     out = {"argv": argv, "device": name, "torch": torch.__version__, "cuda": torch.version.cuda,
-           "environment": environment.record(args.device),
+           "environment": environment(args.device),
            "dtype": args.dtype, "tiny": args.tiny, "prompt": args.prompt, "new_tokens": args.new_tokens,
            "threshold": args.threshold, "repeats": args.repeats, "decode": [], "train": [], "failures": [],
            "skipped": [], "graphs": {}, "sd_over_ar": {}, "paper": PAPER}

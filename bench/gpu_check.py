@@ -32,7 +32,7 @@ import time
 import torch
 
 from bench.bench_gpu import decode_table, train_table
-from common import standard_json
+from common.checkpoint import json_load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = ["-m", "pytest", "-n", "0", "-v", "-p", "no:cacheprovider", "-rfE", "--durations=0",
@@ -220,7 +220,7 @@ def main(argv=None) -> dict:
         state["bench"] |= run([sys.executable, *cmd], left(), env)
         if os.path.exists(path):
             with open(path) as f:
-                state["bench"]["result"] = standard_json.load(f)
+                state["bench"]["result"] = json_load(f)
     write()
     print(f"\nwrote {args.out} ({state['elapsed']:.0f} s)")
     return state

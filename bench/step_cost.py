@@ -21,7 +21,8 @@ import time
 import torch
 
 from bench.bench import DECODE, METHODS
-from common import environment, standard_json
+from common.checkpoint import json_dump
+from common.runs import environment
 from sampling import Settings
 
 SHAPE = dict(n_layer=4, n_embd=256, n_head=4, n_kv_head=4, vocab_size=4097, norm="layer", mlp="gelu",
@@ -106,9 +107,9 @@ def main(argv=None):
                           "step vs AR", "forward vs AR"], rows))
     if args.json:
         with open(args.json, "w") as f:
-            standard_json.dump({"threads": args.threads, "rounds": args.rounds, "new": args.new,
-                                **{f"{m} {k}": r for (m, k), r in out.items()},
-                                "environment": environment.record("cpu")}, f, indent=2)
+            json_dump({"threads": args.threads, "rounds": args.rounds, "new": args.new,
+                       **{f"{m} {k}": r for (m, k), r in out.items()},
+                       "environment": environment("cpu")}, f, indent=2)
     return out
 
 

@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from common import environment, methods, standard_json
+from common.checkpoint import CONFIGS, METHODS, json_dump
+from common.runs import environment
 from data import encode, get_task, get_tokenizer
 from model import ModelConfig, Transformer, make_optimizer
 
@@ -48,8 +49,8 @@ def tokens_per_s(model, opt, method, cfg, data, g) -> float:
 
 def measure(name: str, tok, args) -> dict:
     """{"eager": [tokens/s per round], "compiled": [...]} of one method."""
-    method = methods.method(name)
-    cfg = methods.config_class(name)(mask_id=tok.mask_id)                  # the defaults train.py uses
+    method = METHODS[name]
+    cfg = CONFIGS[name](mask_id=tok.mask_id)                  # the defaults train.py uses
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=tok.vocab_size, **SHAPE)).train()
     opt = make_optimizer(model, 1e-4, 0.1, 0.98)
@@ -79,7 +80,7 @@ def main(argv=None):
         sys.exit("error: --rounds, --steps, --batch-size and --threads must be at least 1")
     torch.set_num_threads(args.threads)
     tok = get_tokenizer("bytes")
-    out = {name: measure(name, tok, args) for name in methods.NAMES}
+    out = {name: measure(name, tok, args) for name in METHODS}
     from common.metrics import markdown_table
     rows = []
     for name, r in out.items():
@@ -89,8 +90,7 @@ def main(argv=None):
     print(markdown_table(["method", "eager tokens/s", "compiled tokens/s", "compiled / eager"], rows))
     if args.json:
         with open(args.json, "w") as f:
-            standard_json.dump({"args": vars(args), **out, "environment": environment.record("cpu")}, f,
-                               indent=1)
+            json_dump({"args": vars(args), **out, "environment": environment("cpu")}, f, indent=1)
     return out
 
 

@@ -13,7 +13,7 @@ with a recipe in paper/reproduce.mk (RECIPES: owt and lm1b 512, cnndm 128, gsm8k
 global batch the same way, or is refused in one line naming it (never trained at another batch unasked);
 --global-batch 0 runs --grad-accum as given. A requeued job (#SBATCH --requeue) restarts the same command:
 when --out-dir already holds a complete checkpoint, --resume is added, and training continues from its newest
-complete save. train.py's arguments are read with train.py's own parser (common/train_args.py): --model=ar,
+complete save. train.py's arguments are read with train.py's own parser (common/cli.py): --model=ar,
 --batch-size=8, an abbreviated flag and the default --out-dir out/<model> mean here what they mean to
 train.py.
 
@@ -27,8 +27,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # train.py's folder, where torchrun runs
 sys.path.insert(0, ROOT)
-from common import saving  # noqa: E402  (the repository root, whatever the working folder)
-from common.train_args import parse, parser  # noqa: E402  (train.py's own flags)
+from common import checkpoint  # noqa: E402  (the repository root, whatever the working folder)
+from common import cli  # noqa: E402  (train.py's own flags)
 
 
 # The global batch (sequences per optimizer step, all processes) of each recipe of paper/reproduce.mk, by
@@ -85,13 +85,13 @@ def parse_train(argv: list[str]):
     """train.py's arguments as train.py reads them (its parser, its defaults), except --grad-accum: None when
     not given. A bad one (or a --batch-size or --grad-accum below 1) is a ValueError (one line), here, before
     any node starts."""
-    p = parser()
+    p = cli.train_parser()
     p.set_defaults(grad_accum=None)
 
     def error(message):
         raise ValueError(f"train.py's arguments: {message}")
     p.error = error
-    args = parse(argv, p)
+    args = cli.parse_train(argv, p)
     for flag, value in (("--batch-size", args.batch_size), ("--grad-accum", args.grad_accum)):
         if value is not None and value < 1:          # the batch arithmetic below divides by them
             raise ValueError(f"train.py's arguments: {flag} must be at least 1, got {value}")
@@ -165,7 +165,7 @@ def command(train_args: list[str], env, gpus: int = 0, port: int = 29500,
         train_args = recipe_batch(train_args, int(nodes) * G)
     elif global_batch:
         train_args = with_grad_accum(train_args, global_batch, int(nodes) * G)
-    if not args.resume and saving.newest(os.path.join(ROOT, args.out_dir)):
+    if not args.resume and checkpoint.newest(os.path.join(ROOT, args.out_dir)):
         train_args = [*train_args, "--resume"]                 # a requeued job continues its run
     return ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(G), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", env["SLURM_JOB_ID"], "train.py", *train_args]

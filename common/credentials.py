@@ -19,7 +19,6 @@ import re
 import sys
 
 KEYS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "WANDB_API_KEY")
-DOTENV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".env")
 
 # python-dotenv's grammar (its dotenv/parser.py): [export ]KEY [= VALUE] [# comment], VALUE 'single', "double"
 # or unquoted (not starting with a quote: an unclosed quote makes the entry unparseable, as there)
@@ -78,7 +77,7 @@ def read(path: str) -> dict:
     return dict(dotenv_values(stream=io.StringIO(text)))
 
 
-def load_dotenv(path: str = DOTENV) -> list[str]:
+def load_dotenv(path: str) -> list[str]:
     """Set each of KEYS that the file defines (non-empty) and the environment lacks; returns the names set
     (not their values). No file: nothing to do. Nothing in the file stops a run (module docstring)."""
     if not os.path.exists(path):

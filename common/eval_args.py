@@ -1,17 +1,23 @@
-"""eval.py's command line: its flags, grouped as --help shows them (the paper tasks' in their own groups), and
-their checks before anything is loaded. Nothing of paper/ is imported here: eval.py imports a paper task's
-module only when --task names it.
+"""eval.py's command line, and what eval.py and sample.py share before any work: eval.py's flags, grouped as
+--help shows them (the paper tasks' in their own groups), their checks before anything is loaded, and the
+checkpoint loaded in --dtype with --compile. Nothing of paper/ is imported here: eval.py imports a paper
+task's module only when --task names it. The checks all three scripts share: common/cli.py.
 
-    parser(description)      the ArgumentParser
-    check(args)              range checks, and a flag given to a task that does not read it refused (one line)
+    parser(description) / check(args)     eval.py's flags; range checks, a flag a task does not read refused
+    load_for_inference(args)              --threads, --device, the checkpoint in --dtype with --compile
+    check_output_file(path, flag)         an output file (--json, --replies, --plot) that can be written
 """
 import argparse
 import os
 
-from common import saving
-from common.cli import check_nonnegative, check_output_file, check_positive, refuse_unused, speed_args
+import torch
+
+from common import checkpoint
+from common.cli import (check_nonnegative, check_positive, load_credentials, pick_device, refuse_unused,
+                        set_threads)
 from data import files, is_corpus
 from data.mcqa import NAMES as MCQA
+from model import static_decoding
 from sampling import check_temperature, check_threshold
 
 ACCURACY = ("arith", "gsm8k", "cnndm")                       # generation accuracy of a task
@@ -155,7 +161,7 @@ def check(args):
         if path:
             check_output_file(path, flag)
             folder = os.path.dirname(path) or "."
-            if os.path.basename(path) in saving.FILES and saving.complete(folder):
+            if os.path.basename(path) in checkpoint.FILES and checkpoint.complete(folder):
                 raise ValueError(f"{flag} {path} would replace a file of the checkpoint in {folder}: give "
                                  f"another name")
     if args.json and args.replies and os.path.abspath(args.json) == os.path.abspath(args.replies) \
@@ -206,3 +212,73 @@ def check_scorers(args):
     if args.data_dir and not (args.mauve_ref and is_corpus(args.mauve_ref)):
         raise ValueError("--data-dir goes with --task unconditional only with --mauve-ref owt (or another "
                          "corpus: its held-out rows, read from --data-dir, are MAUVE's references)")
+
+
+# ----------------------------------------------------------------------------- eval.py's and sample.py's
+
+def check_output_file(path: str, flag: str = "--json") -> str:
+    """An output file that will be written at the end: a stream or device (written in place) this process
+    may write, or a file it may write (not write-protected) in an existing folder it may write (the file is
+    replaced through a temporary file there; a symlink's is the folder it leads to)."""
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path} is a folder: give a file name in it")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path} is write-protected: make it writable (chmod u+w) or give another "
+                         f"file")
+    if files.stream(path):
+        return path
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else path) or "."
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag} {path}: the folder {folder} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: the folder {folder} is not writable")
+    return path
+
+
+def no_examples_left(warmup: int, n: int) -> str:
+    return (f"--warmup {warmup} leaves no example to measure: only {n} example(s) are evaluated; "
+            f"raise --limit above --warmup (or lower --warmup)")
+
+
+def speed_args(p):
+    """--compile, --dtype and --threads, shared by eval.py and sample.py."""
+    p.add_argument("--compile", action="store_true", help="static-shape decoding compiled with torch.compile "
+                   "(CUDA graphs on CUDA); the first calls pay the compile time")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="weights and activations (the official evaluation runs float32)")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0 = the cores other jobs "
+                   "leave free, by the load average; with a short OpenMP spin wait either way: "
+                   "common/cli.py)")
+
+
+def load_for_inference(args):
+    """What eval.py and sample.py do before any work with a checkpoint: --threads, HF_TOKEN from a .env (a
+    gated Hub checkpoint), --device checked against the machine, the checkpoint loaded, in --dtype, with
+    --compile. Returns (device, model, method module, method config, config dict); a bad value is a ValueError
+    (one line)."""
+    set_threads(args.threads)
+    load_credentials()
+    device = pick_device(args.device)
+    model, method, cfg, config = checkpoint.load(args.ckpt, device)
+    return device, prepare(model, args, device), method, cfg, config
+
+
+def prepare(model, args, device):
+    """The loaded model in --dtype, with --compile's static-shape decoding."""
+    model = model.to(getattr(torch, args.dtype))
+    if args.compile:
+        static_decoding(model, compile=True, mode="reduce-overhead" if device.startswith("cuda") else None)
+    return model
+
+
+def unconditional_tokens(max_new_tokens, seq_len: int) -> int:
+    """eval.py --task unconditional's number of new tokens: --max-new-tokens, or seq_len - 1 (all that fits
+    after the BOS token); a number that does not fit is a ValueError (one line)."""
+    max_new = max_new_tokens if max_new_tokens is not None else seq_len - 1
+    if max_new < 1:
+        raise ValueError(f"--task unconditional with --max-new-tokens {max_new}: it samples from BOS alone, "
+                         f"so give --max-new-tokens 1 or more (default: seq_len - 1 = {seq_len - 1})")
+    if 1 + max_new > seq_len:
+        raise ValueError(f"--max-new-tokens {max_new} and the BOS token are more than the model's context "
+                         f"(seq_len={seq_len}): at most {seq_len - 1} new tokens fit")
+    return max_new

@@ -1,29 +1,102 @@
-"""What the scripts measure (train.py's held-out evaluation, eval.py, bench/): a task's scores with
-tokens/step and tokens/s, throughput at batch 1 (the paper's protocol), the likelihood of held-out targets or
-corpus rows, and the markdown table every result is printed as.
+"""What the scripts measure: replies to prompts, a task's scores, the likelihood of held-out text, and the
+markdown table every result is printed as. The samplers live in the method files and the logits -> tokens
+rules in sampling.py; this file connects them to prompts, tasks and clocks.
 
-    evaluate_accuracy / evaluate_throughput  the task's scores / tokens/s at batch 1 (median of rounds)
-    interleaved_throughput(runs, ...)        several runs' batch-1 tokens/s, timed in turn, in one measurement
+    respond(model, method, cfg, tok, task, prompts, device, settings)
+                                             replies to a batch of prompts, left-padded, decoded by the
+                                             method's generate with the task's stop rule
+    evaluate_accuracy(...)                   the task's scores (accuracy first), tokens/step and tokens/s
     evaluate_likelihood(model, method, ...)  NLL per token of a task's targets or a corpus' rows
-    held_out(model, ..., args, ...)          train.py's evaluation: held-out accuracy, or a corpus' validation
-                                             NLL
-    bits_per_char(nll, tok)                  nats/token as bits/char of a byte-level model
-    window_used(window, method, cfg)         the Set Diffusion window a run decodes with (default smax / 2)
-    run_record(config, ckpt, task, ...)      the settings every result JSON starts with (eval.py,
-                                             paper/speed.py)
+    run_record(config, ckpt, task, ...)      the settings every result JSON starts with
     markdown_table(head, rows)               one table format for eval.py, paper/results.py and bench/
+
+Throughput at batch 1 (the paper's protocol): common/throughput.py; samples from BOS alone:
+common/unconditional.py.
 """
 import math
-import sys
+import time
 
-import numpy as np
 import torch
 
-from common.cli import no_examples_left
-from data import encode, is_corpus
-from common.replies import respond
+from data import encode
 from sampling import Settings
 
+
+# ----------------------------------------------------------------------------- replies to prompts
+
+def pad_prompts(tok, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt batch for the samplers: (prompt (B, P), prompt_mask (B, P) True = real token)."""
+    P = max(len(i) for i in ids)
+    prompt = torch.full((len(ids), P), tok.pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros(len(ids), P, dtype=torch.bool)
+    for b, row in enumerate(ids):
+        if row:
+            prompt[b, P - len(row):], prompt_mask[b, P - len(row):] = torch.tensor(row), True
+    return prompt, prompt_mask
+
+
+def timed(device, fn, *args, **kw):
+    """(fn(*args, **kw), its wall-clock seconds); on CUDA the device is synchronised before and after, so the
+    seconds hold the queued kernels too."""
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def completion_ids(tok, row):
+    """Generated ids of one row after the prompt: [MASK]s removed, cut at the first EOS."""
+    ids = [i for i in row.tolist() if i != tok.mask_id]
+    return ids[:ids.index(tok.eos_id)] if tok.eos_id in ids else ids
+
+
+def stop_rule(tok, task, prompt_mask, eos=False, **opts):
+    """The samplers' stopping hook stop(tokens, end) -> (B,) bool, where tokens (B, P + N) is [left-padded
+    prompt | canvas] and end (B,) the column each row is decided up to (a window's or block's end).
+    A task with `stop(ids, tok, **opts)` (GSM8K: the official criteria) sees the whole sequence so far,
+    [MASK]s included; otherwise `is_finished` sees the decoded reply before its first [MASK]. eos=True also
+    stops a row at <|endoftext|>, as Hugging Face generate does for the official AR runs. task None (a corpus
+    checkpoint in sample.py): a row stops at an EOS in its reply before the first [MASK]."""
+    P = prompt_mask.shape[1]
+    first = (~prompt_mask).sum(1).tolist()                        # each row's first real column
+
+    def stop(tokens, end):
+        done = []
+        for row, s, e in zip(tokens.tolist(), first, end.tolist()):
+            reply = row[P:e]
+            decided = reply[:reply.index(tok.mask_id)] if tok.mask_id in reply else reply   # before its
+                                                                                            # first [MASK]
+            if eos and tok.eos_id in reply:
+                done.append(True)
+            elif task is None:
+                done.append(tok.eos_id in decided)
+            elif hasattr(task, "stop"):
+                done.append(task.stop(row[s:e], tok, **opts))
+            else:
+                done.append(task.is_finished(tok.enc.decode([i for i in decided if i < tok.vocab_size])))
+        return torch.tensor(done, device=tokens.device)
+    return stop
+
+
+def respond(model, method, cfg, tok, task, prompts, device, settings: Settings, seed=0, stop_opts=None):
+    """Replies to a list of prompts: strings (special-token text encoded as the token), or token id lists
+    (sample.py's, encoded as it chose), decoded with method.generate under settings. task: the stop rule's
+    (stop_rule; None: stop at EOS). Returns completions, stats and seconds."""
+    ids = prompts if prompts and not isinstance(prompts[0], str) else tok.encode_batch(prompts)
+    prompt, prompt_mask = (t.to(device) for t in pad_prompts(tok, ids))
+    stop = stop_rule(tok, task, prompt_mask, eos=method.HF_GENERATE, **(stop_opts or {})) \
+        if settings.max_new_tokens else None    # only [MASK]s to fill: nothing to stop (MDLM/BD3-LM's needs
+                                                # N > 0)
+    g = torch.Generator(device=device).manual_seed(seed)
+    (tokens, stats), seconds = timed(device, method.generate, model, prompt, cfg, settings, prompt_mask,
+                                     stop, g)
+    texts = [tok.decode(completion_ids(tok, row)) for row in tokens[:, prompt.shape[1]:]]
+    return texts, {**stats, "tokens": tokens}, seconds
+
+
+# ----------------------------------------------------------------------------- scores and likelihood
 
 def evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings: Settings, batch_size=32,
                       seed=0, stop_opts=None):
@@ -58,69 +131,6 @@ def reply_record(task, index: int, example: dict, reply: str, verdicts: dict) ->
             **({"extracted": extracted} if extracted else {}), "scores": verdicts}
 
 
-def evaluate_throughput(model, method, cfg, tok, task, examples, device, settings: Settings, warmup=5,
-                        batch_size=16, stop_opts=None, rounds=3):
-    """Tokens/s at batch size 1 after `warmup` examples (the paper's protocol), repeated for `rounds` rounds:
-    the median round and the range over rounds (interleaved_throughput with one run); then at batch_size."""
-    run = {"model": model, "method": method, "cfg": cfg, "tok": tok, "task": task, "settings": settings,
-           "stop_opts": stop_opts}
-    prompts = [e["prompt"] for e in examples]
-    m = interleaved_throughput({"run": run}, prompts, device, warmup, rounds)["run"]
-    measured = prompts[warmup:][:batch_size]
-    for _ in range(2):                      # the first batched call warms up (and compiles) that shape
-        _, stats, sec = respond(model, method, cfg, tok, task, measured, device, settings,
-                                stop_opts=stop_opts)
-    return {**m, "tokens_per_s_batched": int(stats["n_gen"].sum()) / sec, "batch_size": len(measured)}
-
-
-def interleaved_throughput(runs: dict, prompts: list, device, warmup=5, rounds=3) -> dict:
-    """Batch-1 tokens/s of several runs compared in one measurement: each run decodes the first `warmup`
-    prompts untimed, then, `rounds` times over, every measured prompt is decoded by every run in turn (the
-    order rotated by prompt), so that a slow phase of a shared machine falls on all runs alike. A round's
-    figure is the paper's: the mean over prompts of each sample's tokens / seconds. Per run: the median round
-    (tokens_per_s), the rounds' range (tokens_per_s_min, _max), the per-sample spread of the median round
-    (tokens_per_s_std), tokens per step and forward passes. runs: {name: {model, method, cfg, tok, task,
-    settings, stop_opts}}."""
-    from tqdm import tqdm
-    if len(prompts) <= warmup:
-        raise ValueError(no_examples_left(warmup, len(prompts)))
-    names, measured = list(runs), prompts[warmup:]
-    rates = {n: [[] for _ in range(rounds)] for n in names}        # run -> round -> per-sample tokens/s
-    steps, nfe = {n: [] for n in names}, dict.fromkeys(names, 0)
-
-    def one(n, prompt, seed):
-        r = runs[n]
-        return respond(r["model"], r["method"], r["cfg"], r["tok"], r["task"], [prompt], device,
-                       r["settings"], seed, r.get("stop_opts"))
-    with tqdm(total=len(names) * (warmup + rounds * len(measured)), desc="throughput", unit="run",
-              file=sys.stderr, disable=None, dynamic_ncols=True) as bar:
-        for p in prompts[:warmup]:
-            for n in names:
-                one(n, p, 0)
-                bar.update()
-        for k in range(rounds):
-            for j, p in enumerate(measured):
-                for n in names[j % len(names):] + names[:j % len(names)]:
-                    _, stats, sec = one(n, p, j)
-                    rates[n][k].append(int(stats["n_gen"].sum()) / sec)
-                    if k == 0:
-                        steps[n].append(stats["tokens_per_step"])
-                        nfe[n] += stats["nfe"]
-                    bar.update()
-    return {n: round_summary(rates[n], steps[n], nfe[n]) for n in names}
-
-
-def round_summary(rates: list, steps: list, nfe: int) -> dict:
-    """rates: per round, each sample's tokens/s -> the median round's mean, the rounds' range, that round's
-    per-sample standard deviation; with the mean tokens/step and the forward passes of one round."""
-    means = [sum(r) / len(r) for r in rates]
-    k = sorted(range(len(means)), key=means.__getitem__)[(len(means) - 1) // 2]     # the (lower) median round
-    std = (sum((x - means[k]) ** 2 for x in rates[k]) / len(rates[k])) ** 0.5
-    return {"tokens_per_s": means[k], "tokens_per_s_min": min(means), "tokens_per_s_max": max(means),
-            "tokens_per_s_std": std, "rounds": len(means), "tokens_per_step": sum(steps) / len(steps),
-            "nfe": nfe, "n": len(rates[k])}
-
-
 @torch.no_grad()
 def evaluate_likelihood(model, method, cfg, tok, examples, seq_len, device, batch_size=32, seed=0,
                         exclusions="none", encode_fn=encode):
@@ -147,53 +157,11 @@ def bits_per_char(nll: float, tok) -> float | None:
     return nll / math.log(2) if tok.name == "bytes" else None
 
 
-# ----------------------------------------------------------------------------- train.py's evaluation
-
-def held_out(model, method, cfg, tok, task, args, device, config, show):
-    """train.py's periodic and final evaluation: held-out accuracy (and one sample) with the sampler flags
-    given to train.py (args); on a corpus, the validation NLL instead (validate). Returns the metrics."""
-    if is_corpus(config["data"]):
-        return validate(model, method, cfg, tok, task, args, device, config, show)
-    model.eval()
-    examples = task.load("test", args.data_dir)[:args.eval_limit]
-    settings = Settings(args.max_new_tokens, args.threshold, window=args.window, seq_len=config["seq_len"])
-    m = evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)
-    score = next(iter(task.SCORES))                     # accuracy, or ROUGE-1 for summaries
-    print(f"\nheld-out {score} {m[score]:.3f} on {m['n']} problems, "
-          f"{m['tokens_per_step']:.2f} tokens/step")
-    if show:
-        print("sample:\n" + examples[0]["prompt"] + m["completions"][0])
-    model.train()
-    return m
-
-
-def validate(model, method, cfg, tok, task, args, device, config, show):
-    """Validation NLL per token on --eval-limit held-out rows, spread evenly over the split: exact for AR, the
-    bound of each diffusion method's nll() (MDLM/BD3-LM: the 1/t-weighted NELBO; Set Diffusion: one sampled
-    order), with a fixed noise seed so that successive evaluations compare. Position 0 (BOS) is not
-    counted."""
-    model.eval()
-    rows = task.load("test", args.data_dir, tok, config["seq_len"])
-    pick = np.unique(np.linspace(0, len(rows) - 1, min(len(rows), args.eval_limit)).round().astype(np.int64))
-    m = evaluate_likelihood(model, method, cfg, tok, rows[pick], config["seq_len"], device,
-                            batch_size=args.batch_size, seed=0, encode_fn=task.batch)
-    bound = "exact" if method.EXACT_NLL else "a bound"
-    bpc = bits_per_char(m["nll"], tok)
-    per_char = f", {bpc:.4f} bits/char (bits per byte)" if bpc is not None else ""
-    print(f"\nvalidation NLL {m['nll']:.4f} nats/token ({bound}), perplexity "
-          f"{m['perplexity']:.3f}{per_char}, on {len(pick)} of {len(rows)} held-out rows ({m['tokens']} "
-          "tokens)")
-    if show:
-        print(f"samples: python sample.py --ckpt {args.out_dir} (continues BOS)")
-    model.train()
-    return m
-
-
 # ----------------------------------------------------------------------------- results as JSON and markdown
 
 def window_used(window: int, method, cfg) -> int:
     """The Set Diffusion window a run decodes with: the one given, else smax / 2; 0 for the other methods."""
-    return cfg.window(window) if "window" in method.KNOBS else 0
+    return cfg.window(window) if "setdiffusion_window" in method.KNOBS else 0
 
 
 def run_record(config: dict, ckpt: str, task: str, threshold=math.inf, window=0, commit_order="l2r",

@@ -25,7 +25,7 @@ matplotlib is optional: it is imported only here, when a picture is asked for.
 import dataclasses
 import math
 
-from common.cli import check_output_file
+from common.eval_args import check_output_file
 from data.files import figure_format, replaced
 
 COLOURS = [31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96]     # a terminal's colours, one per step (cycled)
@@ -112,9 +112,10 @@ def title(name: str, cfg, settings, knobs) -> str:
         if f.name != "mask_id" and (f.type in (int, "int") or value != f.default):
             parts.append(f"{f.name.replace('_', ' ')} {shown(value)}")
     defaults = type(settings)()
-    for knob, label in (("threshold", "τ"), ("block", "block"), ("window", "W"), ("commit_order", "commit")):
+    for knob, label in (("threshold", "τ"), ("mdlm_block", "block"), ("setdiffusion_window", "W"),
+                        ("setdiffusion_commit_order", "commit")):
         value = getattr(settings, knob)
-        if knob in knobs and (knob in ("threshold", "block") or value != getattr(defaults, knob)):
+        if knob in knobs and (knob in ("threshold", "mdlm_block") or value != getattr(defaults, knob)):
             parts.append(f"{label} {shown(value)}")
     return ", ".join(parts)
 

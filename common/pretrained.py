@@ -116,7 +116,7 @@ def fetch(path: str) -> tuple[str, str, dict]:
     """A checkpoint named by a released key (RELEASED), a Hub repo id or a local directory -> (source: the
     repo id or the directory, the directory holding config.json and the weights, config.json as read). From
     the Hub the configs come first, so a base model or another architecture is refused before any weight is
-    downloaded; a config.json that is not an object comes back as it is (schema.check_config's one
+    downloaded; a config.json that is not an object comes back as it is (checkpoint.check_config's one
     line)."""
     if ":" in path and not os.path.exists(path):
         if path not in RELEASED:

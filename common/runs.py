@@ -1,28 +1,32 @@
-"""Which run a checkpoint is, and the checks that keep runs apart: train.py --resume continues only the run a
-checkpoint holds, and --keep-every's snapshots (<out_dir>-stepN) are written only where nothing else is.
+"""One run of train.py: which run it is and what it runs on; and the environment every result records.
 
-    identity(args, world)                  config.json's "run": the flags that make a run another run
-    differences(saved, config)             what tells a checkpoint's run from this one's, in words
-    check_resume(out_dir, config, step, max_iters)   --resume refused in one line when it is another run
-                                                     or has nothing left to train
-    restore / restore_optimizer            a train state's weights and optimizer, or one line
-    check_snapshots(out_dir, config, start, max_iters, every)   --keep-every's names claimed before training
-    start_from(args, tok, seq_len)         --init-from: our checkpoint or a Qwen3, what cannot carry over
-                                           refused in one line; start_record, config.json's "init_from"
+    identity(args, world)               config.json's "run": the flags that make a run another run
+    check_resume / restore / restore_optimizer   --resume continues only the run a checkpoint holds, exactly
+    check_snapshots(out_dir, ...)       --keep-every's <out_dir>-stepN written only where nothing else is
+    init_distributed(args)              (ddp, rank, world size, device): torchrun's processes, or one
+    check_fits / check_examples_fit     a run too large for this machine refused before anything is allocated
+    environment(device)                 what produced a result: commit, versions, device, lock (every result
+                                        file and config.json hold it)
 
-A config.json holds the method, its settings, the model, the tokenizer and the data; "run" adds the seed, the
-optimiser and its schedule, the global batch and the starting weights (RECIPE), and --max-iters, which is
-recorded but not compared: --resume may raise it to train on. A checkpoint of an older version, without a
-setting or without "run", is compared on what it has.
+Runs differ by config.json's method, settings, model, tokenizer, data and "run" (RECIPE: seed, optimiser,
+schedule, global batch, starting weights; --max-iters is recorded, not compared: --resume may raise it); an
+older version's checkpoint is compared on what it has. --init-from: common/init_from.py; several processes:
+common/distributed.py.
 """
+import functools
+import hashlib
 import json
+import math
 import os
+import platform
 import re
+import subprocess
 
-from common import checkpoint, methods, saving, schema, train_args
-from common.cli import PARENTS
-from common.weights import load_safetensors, load_weights
-from model import PRESETS, ModelConfig
+import torch
+
+from common import checkpoint
+from common.cli import PARENTS, pick_device
+from model import ModelConfig
 
 RECIPE = ("seed", "lr", "final_lr", "warmup", "weight_decay", "beta2", "grad_clip", "ema", "global_batch",
           "init_from")
@@ -41,8 +45,8 @@ def identity(args, world: int) -> dict:
 def effective(name: str, settings: dict) -> dict:
     """A method's settings as they act: one that refines a setting which is off (PARENTS: --infill-len with
     --infill 0, as an older version wrote it) counts as its default."""
-    mc = methods.method_config(name, **settings)
-    fields = methods.config_class(name).__dataclass_fields__
+    mc = checkpoint.method_config(name, **settings)
+    fields = checkpoint.CONFIGS[name].__dataclass_fields__
     for child, parent in PARENTS.items():
         if child in mc and parent in mc and mc[parent] == fields[parent].default:
             mc[child] = fields[child].default
@@ -69,14 +73,14 @@ def differences(saved: dict, config: dict) -> list[str]:
 def saved_config(d: str) -> dict:
     path = os.path.join(d, "config.json")
     with open(path, encoding="utf-8") as f:
-        return schema.check_config(json.load(f), path)
+        return checkpoint.check_config(json.load(f), path)
 
 
 def check_resume(out_dir: str, config: dict, step: int, max_iters: int):
     """--resume continues the same run, and trains: the checkpoint's run must be the flags' (its config.json:
     method, settings, model, data, seed, optimiser, batch), and --max-iters beyond its step, or it is one line
     naming what differs."""
-    d = saving.resolve(out_dir)
+    d = checkpoint.resolve(out_dir)
     # the start first: without the run's --init-from, the shape flags' defaults differ too
     diff = sorted(differences(saved_config(d), config), key=lambda line: not line.startswith("run.init_from"))
     if diff:
@@ -91,10 +95,11 @@ def check_resume(out_dir: str, config: dict, step: int, max_iters: int):
 def restore(state, model, ema, out_dir) -> int:
     """Load a train_state's weights (and the EMA weights of model.safetensors) for --resume; returns the step.
     The optimizer's state follows with restore_optimizer (train.py --fsdp shards the model in between)."""
+    from common.weights import load_safetensors, load_weights
     try:
         load_weights(model, state["model"])
         if ema is not None:
-            ema_file = os.path.join(saving.resolve(out_dir), "model.safetensors")
+            ema_file = os.path.join(checkpoint.resolve(out_dir), "model.safetensors")
             load_weights(ema, load_safetensors(ema_file))
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise ValueError(cannot_resume(out_dir, e)) from None
@@ -110,7 +115,7 @@ def restore_optimizer(state, opt, out_dir):
 
 
 def cannot_resume(out_dir: str, e: Exception) -> str:
-    return (f"cannot resume from {saving.resolve(out_dir)}: its train state does not fit "
+    return (f"cannot resume from {checkpoint.resolve(out_dir)}: its train state does not fit "
             f"({str(e).splitlines()[0][:100]}); start again without --resume")
 
 
@@ -138,14 +143,14 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
                          f"{max_iters} (--max-iters), none a multiple of {every}: lower --keep-every, or "
                          f"drop it")
     for n, path in sorted(snapshots(out_dir).items()):
-        real = saving.resolved(path)
-        why = saving.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
+        real = checkpoint.resolved(path)
+        why = checkpoint.not_ours(real) or (not os.path.isdir(os.path.dirname(real) or ".") and
                                             f"it leads into {os.path.dirname(real)}, which does not exist")
         if why and n % every == 0 and start < n <= max_iters:
             raise ValueError(f"--keep-every {every} writes step {n} to {path}, which is not a checkpoint "
                              f"directory written by train.py ({why}): move it away, or choose another "
                              f"--out-dir")
-        if why or not saving.complete(path):
+        if why or not checkpoint.complete(path):
             continue
         diff = differences(saved_config(path), config)
         if diff:
@@ -154,140 +159,207 @@ def check_snapshots(out_dir: str, config: dict, start: int, max_iters: int, ever
                              f"away, or choose another --out-dir")
 
 
-# ------------------------------------------------------------------ where a run starts (train.py --init-from)
-# A run starts from our own checkpoint (any method, a training folder or a --keep-every snapshot: its eval
-# weights) or from a Qwen3. Only the transformer carries over: the method, its settings, the optimizer and the
-# step are the new run's. What the weights cannot serve is refused before any data or weights are read here
-# (check_start); config.json records where the run started (start_record).
+# ----------------------------------------------------------------------------- processes
 
-GIVE = ("give a folder train.py wrote (--out-dir, or a --keep-every snapshot OUT-stepN) or a Qwen3 model "
-        "(Hub id or folder)")
-
-
-def our_start(path: str, config: dict) -> dict:
-    """--init-from our checkpoint, whose config.json (schema.check_config'd) is `config`."""
-    return {"path": path, "format": "ours", "model": ModelConfig(**config["model"]),
-            "method": config["method"], "step": config.get("step"), "data": config["data"],
-            "tokenizer": config["tokenizer"], "seq_len": config["seq_len"]}
-
-
-def qwen3_start(path: str) -> dict:
-    """--init-from a Hugging Face Qwen3 (Hub id or folder), from its config.json alone (no weight is read or
-    downloaded before check_start): its context is max_position_embeddings."""
-    from common.pretrained import qwen3_config     # only for a Qwen3: its conversion code
-    from data.hub import hub_dir
+def init_distributed(args):
+    """(ddp, rank, world size, device): torchrun's environment (one process per device), or one process.
+    Processes started by hand with WORLD_SIZE wait at most --dist-timeout seconds for each other."""
     try:
-        d = hub_dir(path, ["config.json"])
-    except FileNotFoundError as e:
-        raise ValueError(f"--init-from {e}") from None
+        world, rank, local = (int(os.environ.get(k, d)) for k, d in (("WORLD_SIZE", "1"), ("RANK", "0"),
+                                                                     ("LOCAL_RANK", "0")))
+    except ValueError:
+        raise ValueError("WORLD_SIZE, RANK and LOCAL_RANK must be whole numbers "
+                         "(torchrun sets them)") from None
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"WORLD_SIZE={world}, RANK={rank}: need WORLD_SIZE >= 1 and 0 <= RANK < WORLD_SIZE "
+                         f"(torchrun --nproc_per_node=N train.py ... sets them)")
+    device = pick_device(args.device)
+    if world > 1:
+        device = f"cuda:{local}" if device == "cuda" else device
+        from common.distributed import rendezvous
+        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                                             **rendezvous(world, rank, args.dist_timeout))
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+    return world > 1, rank, world, device
+
+
+# ----------------------------------------------------------------------------- memory, before allocation
+
+def memory_of(device: str) -> float:
+    """Bytes of memory here: the GPU's on CUDA, else the machine's (inf where unknown)."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else math.inf
+
+
+def check_fits(cfg: ModelConfig, device: str, seq_len: int, batch_size: int, method, flex: bool = False):
+    """Refuse, before anything is allocated, a run that needs more than this machine's memory (the GPU's on
+    CUDA): the weights, gradients and AdamW state (16 bytes a parameter) and at least one micro-batch's
+    activations: its float32 logits (4 bytes x batch x L x vocabulary) and, with dense masks (not
+    FlexAttention), the method's bool attention mask, batch x (k L)^2 bytes (k: its MASK_STREAMS)."""
+    D, hd = cfg.n_embd, cfg.head_dim
+    per_layer = D * hd * (cfg.n_head + 2 * cfg.n_kv_head) + hd * cfg.n_head * D + \
+        3 * D * cfg.intermediate_size
+    params = cfg.vocab_size * D * (1 if cfg.tie_embeddings else 2) + cfg.n_layer * per_layer   # qkv, o, MLP
+    streams = 0 if flex else method.MASK_STREAMS
+    activations = 4 * batch_size * seq_len * cfg.vocab_size + batch_size * (streams * seq_len) ** 2
+    memory, gib = memory_of(device), 2 ** 30
+    if 16 * params > memory:
+        raise ValueError(f"a model of {params / 1e9:.1f}B parameters needs about {16 * params / gib:.0f} GiB "
+                         f"to train, more than the {memory / gib:.0f} GiB here: make it smaller")
+    if 16 * params + activations > memory:
+        raise ValueError(f"--seq-len {seq_len} and --batch-size {batch_size} need at least "
+                         f"{activations / gib:,.0f} GiB of activations a micro-batch beside the "
+                         f"{16 * params / gib:,.1f} GiB of weights and optimizer state, more than the "
+                         f"{memory / gib:,.0f} GiB here: lower --seq-len or --batch-size")
+
+
+def check_examples_fit(n: int, seq_len: int, default: int):
+    """A task's training examples are encoded whole (data.encode: int64 tokens and two bool masks, 10 bytes a
+    position): refuse, before allocating them, more than this machine's memory."""
+    need, memory = 10 * n * seq_len, memory_of("cpu")
+    if need > memory:
+        raise ValueError(f"the {n:,} training examples at --seq-len {seq_len} take {need / 2**30:,.0f} GiB "
+                         f"encoded, more than the {memory / 2**30:,.0f} GiB here: lower --seq-len (0 = the "
+                         f"task's {default})")
+
+
+def flex_on(attention: str, device: str) -> bool:
+    """--attention -> whether the methods' training masks are FlexAttention BlockMasks (Transformer.flex)."""
+    if attention == "flex" and not device.startswith("cuda"):
+        raise ValueError(f"--attention flex needs a CUDA device, not {device} (FlexAttention has no backward "
+                         f"on CPU): use --attention sdpa or auto")
+    return attention == "flex" or attention == "auto" and device.startswith("cuda")
+
+
+# ----------------------------------------------------------------------------- what produced a result
+# train.py's config.json and every results file (eval.py --json, paper.speed, paper.infill_curve, bench/) hold
+# `"environment": environment(device)`, and python -m paper.results prints it under each table, so that two
+# tables made months apart can be told apart and either made again (docs/usage.md#reproducing-a-result):
+#
+#   {"commit": "ed7a066...",      git's HEAD of this tree, None outside a git clone (or without git)
+#    "dirty": false,              tracked files changed since that commit, outside results/ (what runs write):
+#    "changed": [],               their names (the first 20), when dirty
+#    "python": "3.11.7", "torch": "2.13.0+cpu",
+#    "cuda": null,                the CUDA version torch was built with (null: a CPU build)
+#    "device": "cpu: AMD EPYC 7B13", "threads": 2,
+#    "lock": "lock/cpu-test.txt", the lock (lock/) whose every pin this Python's packages match, the largest
+#    "lock_sha256": "...",        tier first (test, extras, runtime), and that file's sha256;
+#    "lock_differs": []}          when none matches: the runtime lock of torch's build and the packages that
+#                                 differ from it ("numpy 2.4.5, locked 2.4.6"; the first 10)
+#
+# Git is asked only about this tree's own folder (a copy inside another repository records no commit).
+# Everything but the device is read once per process.
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))         # the tree: common/..
+TIERS = ("-test", "-extras", "")                           # lock/<build><tier>.txt, the largest first
+PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)\s*(?:;([^\\]*))?")   # name==version ; marker
+
+
+def git(*args: str) -> str | None:
+    """git's output in ROOT, or None where there is no git, no repository or it fails (never raises)."""
     try:
-        with open(os.path.join(d, "config.json")) as f:
-            hf = json.load(f)
-    except (OSError, ValueError, RecursionError) as e:              # RecursionError: nested too deep
-        raise ValueError(f"--init-from {path}: no checkpoint there ({type(e).__name__} reading "
-                         f"config.json): {GIVE}") from None
-    if isinstance(hf, dict) and "method" in hf:
-        raise ValueError(f"--init-from {path}: its config.json is train.py's, but no model.safetensors is "
-                         f"beside it: give a complete checkpoint (a save killed half-way leaves none)")
-    if not isinstance(hf, dict):
-        raise ValueError(f"--init-from {path}: config.json holds {type(hf).__name__}, not a model config: "
-                         f"{GIVE}")
+        out = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def source() -> dict:
+    """The commit, and whether (and where) the tracked files differ from it; Nones outside a git clone."""
+    top = git("rev-parse", "--show-toplevel")
+    commit = git("rev-parse", "HEAD")
+    if top is None or commit is None or os.path.realpath(top.strip()) != os.path.realpath(ROOT):
+        return {"commit": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    changed = [line[3:] for line in (status or "").splitlines() if line.strip()]
+    return {"commit": commit.strip(), "dirty": bool(changed) if status is not None else None,
+            **({"changed": changed[:20]} if changed else {})}
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_differences(path: str, installed: dict) -> list[str]:
+    """The pins of a lock file (uv's format: name==version ; marker) that apply here (their markers, read with
+    packaging where it is installed) and that the installed packages do not match: "name installed, locked
+    version"."""
     try:
-        model = qwen3_config(hf)
-    except ValueError as e:                        # a released checkpoint's, another architecture's
-        raise ValueError(f"--init-from {path}: {e}: {GIVE}") from None
-    return {"path": path, "format": "qwen3", "model": model, "tokenizer": "qwen3:",
-            "seq_len": hf.get("max_position_embeddings")}
+        from packaging.markers import Marker
+    except ImportError:                                   # packaging absent: the pins without a marker only
+        Marker = None
+    out = []
+    with open(path, encoding="utf-8") as f:
+        pins = [m for m in map(PIN.match, f) if m]
+    for m in pins:
+        name, version, marker = canonical(m[1]), m[2], (m[3] or "").strip()
+        if marker and (Marker is None or not Marker(marker).evaluate()):
+            continue
+        if installed.get(name) != version:
+            out.append(f"{name} {installed.get(name, 'absent')}, locked {version}")
+    return out
 
 
-def same_tokenizer(ours: str, theirs: str) -> bool:
-    """Whether two tokenizer names give the same ids: the same name, or two copies of Qwen3's (a Hub id and a
-    local folder; every Qwen3 size shares one tokenizer)."""
-    return ours == theirs or ours.startswith("qwen3:") and theirs.startswith("qwen3:")
+def installed_versions() -> dict:
+    """{canonical name: version} of the packages this Python imports (the first of a name on sys.path)."""
+    from importlib import metadata
+    installed = {}
+    for d in metadata.distributions():
+        installed.setdefault(canonical(d.metadata["Name"] or ""), d.version)
+    return installed
 
 
-def check_start(source: dict, tok, seq_len: int, asked: dict):
-    """Refuse (ValueError, one line) a start that cannot carry over: another tokenizer (its ids mean other
-    tokens), a vocabulary the embedding cannot hold, shape flags (asked: the ones given, e.g. {"n_layer": 6}
-    or {"preset": "cnndm"}) that ask another shape than the weights have, or a context longer than the
-    positions the weights were trained on (RoPE positions never seen)."""
-    where, cfg = f"--init-from {source['path']}", source["model"]
-    if not same_tokenizer(tok.name, source["tokenizer"]):
-        src = "a Qwen3 model" if source["format"] == "qwen3" else f"trained with the {source['tokenizer']} " \
-            "tokenizer"
-        fix = "qwen3:<that model>" if source["format"] == "qwen3" else source["tokenizer"]
-        raise ValueError(f"{where} is {src}, and this run's tokenizer is {tok.name}: the same ids would be "
-                         f"other tokens; pass --tokenizer {fix} (or start from a model of this tokenizer)")
-    if tok.vocab_size > cfg.vocab_size:
-        raise ValueError(f"{where} has {cfg.vocab_size} embedding rows, fewer than the {tok.vocab_size} "
-                         f"tokens of the {tok.name} tokenizer: start from a model of this tokenizer")
-    wanted = dict(PRESETS[asked["preset"]]) if asked.get("preset") else {}
-    wanted.update({k: v for k, v in asked.items() if k != "preset"})
-    if wanted.get("n_kv_head") == 0:                   # --n-kv-head 0: as many as the heads
-        wanted["n_kv_head"] = wanted.get("n_head", cfg.n_head)
-    differ = [k for k, v in wanted.items() if v != getattr(cfg, k)]
-    if differ:                       # every flag that differs; of a preset, its first field that does
-        flags = f"--preset {asked['preset']}" if asked.get("preset") else " ".join(
-            f"--{k.replace('_', '-')} {asked[k]}" for k in differ)
-        differ = differ[:1] if asked.get("preset") else differ
-        raise ValueError(f"{flags} asks for {train_args.shape_words(differ, wanted.get)}, and {where} has "
-                         f"{train_args.shape_words(differ, lambda k: getattr(cfg, k))}: the shape comes from "
-                         f"--init-from, so drop the shape flags (or start from a model of that shape)")
-    if source["seq_len"] and seq_len > source["seq_len"]:
-        raise ValueError(f"this run's context of {seq_len} tokens is longer than the {source['seq_len']} "
-                         f"positions {where} was trained on: pass --seq-len {source['seq_len']} or less, or "
-                         f"start from a model trained at this length")
+def lock(installed: dict | None = None) -> dict:
+    """The lock this Python's packages (installed: installed_versions()) match (see the comment above)."""
+    installed = installed_versions() if installed is None else installed
+    builds = ("cpu", "cuda") if torch.version.cuda is None else ("cuda", "cpu")
+    files = [f for f in (os.path.join("lock", f"{b}{t}.txt") for b in builds for t in TIERS)
+             if os.path.isfile(os.path.join(ROOT, f))]
+    if not files:
+        return {"lock": None}
+    name = next((f for f in files if not lock_differences(os.path.join(ROOT, f), installed)),
+                os.path.join("lock", f"{builds[0]}.txt"))        # none matches: the runtime lock, and how
+    with open(os.path.join(ROOT, name), "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    return {"lock": name, "lock_sha256": digest,
+            "lock_differs": lock_differences(os.path.join(ROOT, name), installed)[:10]}
 
 
-def start_record(source: dict) -> dict:
-    """config.json's "init_from": the path as given and, for our checkpoint, its method, step and data (a
-    resumed run keeps its own record)."""
-    if source.get("record"):
-        return source["record"]
-    keys = ("path", "format", "method", "step", "data") if source["format"] == "ours" else ("path", "format")
-    return {k: source[k] for k in keys}
+@functools.lru_cache(maxsize=None)
+def fixed() -> dict:
+    """What stays the same for the whole process: the source, the versions and the lock."""
+    return {**source(), "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, **lock()}
 
 
-def start_from(args, tok, seq_len) -> dict:
-    """--init-from: our checkpoint (any method; a training folder or a --keep-every snapshot) or a Qwen3, read
-    without its weights and checked against this run: a tokenizer, shape flags or context the weights cannot
-    serve is one line (check_start). With --resume the run's own checkpoint stands in for it (the train state
-    holds the weights), so a source moved or deleted since never stops a resume; check_resume compares the
-    run's "init_from" with the flag. Without --resume, this run's own --out-dir (whose first save would
-    replace the weights it starts from) and a released checkpoint's key are refused."""
-    own, d = saving.newest(args.out_dir), saving.newest(args.init_from)
-    if args.resume and own is not None:
-        config = saved_config(own)
-        start = {**our_start(args.init_from, config), "dir": own, "record": config.get("init_from")}
-        check_start(start, tok, seq_len, asked_shape(args))
-        return start
-    if os.path.realpath(args.init_from) == os.path.realpath(args.out_dir):
-        raise ValueError(f"--init-from {args.init_from} is this run's --out-dir, whose first save replaces "
-                         f"the weights it starts from: to continue that run, pass --resume with the flags "
-                         f"that wrote it; to start another from it, choose another --out-dir")
-    if d is None and ":" in args.init_from:
-        from common.pretrained import RELEASED
-        if args.init_from in RELEASED:
-            raise ValueError(f"--init-from {args.init_from} is a released checkpoint, which --init-from does "
-                             f"not take: {GIVE}, e.g. the Qwen3 it was fine-tuned from (eval.py --ckpt "
-                             f"{args.init_from} evaluates it)")
+@functools.lru_cache(maxsize=None)
+def device_name(device: str) -> str:
+    """"cuda: NVIDIA H100 80GB HBM3", "cpu: AMD EPYC 7B13", "mps: arm64": the kind, then the model."""
+    kind = torch.device(device).type
+    if kind == "cuda" and torch.cuda.is_available():
+        return f"cuda: {torch.cuda.get_device_name(torch.device(device))}"
+    model = ""
     try:
-        ours = d is not None and checkpoint.ours_on_disk(d)
-    except RecursionError:                        # a config.json nested too deep: qwen3_start's one line
-        ours = False
-    if ours:
-        if saving.locked(args.init_from):
-            lock = saving.resolved(args.init_from) + ".lock"
-            raise ValueError(f"--init-from {args.init_from} is being written by a running train.py (it holds "
-                             f"{lock}): its saves replace the weights as they are read; start from one of "
-                             f"its --keep-every snapshots ({args.init_from}-stepN), or when it has ended")
-        start = {**our_start(args.init_from, saved_config(d)), "dir": d}
-    else:
-        start = qwen3_start(args.init_from)
-    check_start(start, tok, seq_len, asked_shape(args))
-    return start
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{kind}: {model or platform.processor() or platform.machine()}"
 
 
-def asked_shape(args) -> dict:
-    """The shape flags given (train_args.parse: the others are None, the source's shape)."""
-    return {k: getattr(args, k) for k in ("preset", *train_args.SHAPE) if getattr(args, k) not in (None, "")}
+def environment(device="cpu") -> dict:
+    """The environment of a result measured (or a checkpoint trained) on `device`, as the docstring shows."""
+    return {**fixed(), "device": device_name(str(device)), "threads": torch.get_num_threads()}
+
+
+def earlier_environments(saved: dict, current: dict) -> dict:
+    """A resumed run's {"earlier_environments": [...]}: the saved checkpoint's own list, then its environment
+    with the step it reached ("until_step") where that differs from the current one; {} when there is none."""
+    past = list(saved.get("earlier_environments") or [])
+    env = saved.get("environment")
+    if isinstance(env, dict) and env != current:
+        past.append({**env, "until_step": saved.get("step")})
+    return {"earlier_environments": past} if past else {}

@@ -1,7 +1,7 @@
 """Results files written whole or not at all: eval.py --json, paper/results.py's tables and plots.
 
     with replaced("results/x.json") as f:  # a temporary file beside it, renamed over it when the block ends
-        standard_json.dump(m, f)          # common/standard_json.py: no Infinity or NaN token
+        json_dump(m, f)                   # common/checkpoint.py: no Infinity or NaN token
 
 The temporary file is created fresh in the target's own folder (so the rename is atomic: the same file
 system), flushed to disk, and renamed onto the target only when the block finishes; an error, a full disk or

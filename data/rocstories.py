@@ -84,7 +84,7 @@ def sampler_options(tok, method, sentences: int = 1, recipe: str = "h100") -> Sa
     diffusion samplers leave the pad id (GPT-2's EOS, the story's BOS and EOS) out of it; the official AR
     counts it."""
     r = RECIPES[recipe]
-    left_only = not r["right_cached"] and "window" in method.KNOBS
+    left_only = not r["right_cached"] and "setdiffusion_window" in method.KNOBS
     return SamplerOptions(repetition_penalty=r["penalty"][sentences],
                           penalize_context=r["penalize_right"] or method.HF_GENERATE or left_only,
                           pad_id=-1 if method.HF_GENERATE or left_only else tok.pad_id)

@@ -1,5 +1,5 @@
 """The paper's open-generation metrics (eval.py --task unconditional): samples from BOS alone
-(common/replies.py `unconditional`, with the official OWT options and stop rules) scored as the paper's Table
+(common/unconditional.py, with the official OWT options and stop rules) scored as the paper's Table
 4 scores them: a sample whose unigram entropy is < 4 nats or whose length is <= 50 tokens is redrawn
 (official_keep, the official uncond_gen_ppl.py filter; --no-redraw keeps them, `redrawn` counts them), and the
 scored text is the official's tokenizer.decode of its output, <|endoftext|> (the BOS) first and the
@@ -19,9 +19,9 @@ from collections import Counter
 
 import torch
 
-from common import checkpoint, methods
-from common.cli import unconditional_tokens
-from common.replies import Refused, unconditional
+from common import checkpoint
+from common.eval_args import unconditional_tokens
+from common.unconditional import Refused, unconditional
 from data import PRESETS, get_corpus, get_tokenizer, is_corpus, sampler_preset
 from sampling import Settings
 from paper import hf_metrics
@@ -39,7 +39,7 @@ def unigram_entropy(ids) -> float:
 def check_reference(config: dict, ref_config: dict, ref_path: str, max_new: int) -> None:
     """The --ref-ckpt that scores the samples must be AR (an exact likelihood), trained on the samples' data
     with their tokenizer, and hold the BOS and max_new tokens in its context (ValueError: one line)."""
-    if not methods.method(ref_config["method"]).EXACT_NLL:
+    if not checkpoint.METHODS[ref_config["method"]].EXACT_NLL:
         raise ValueError(f"--ref-ckpt {ref_path} is a {ref_config['method']} checkpoint: generative "
                          f"perplexity needs an AR model (its likelihood is exact); give an AR checkpoint "
                          f"trained on the same data")
@@ -211,7 +211,8 @@ def run(args, model, method, cfg, config: dict, device, settings: Settings) -> d
     options = sampler_preset(corpus, tok, method)             # LM1B's own options, else OWT's (Table 4)
     if args.throughput_run:                 # the official throughput runs: no stopping criteria at all
         options = dataclasses.replace(options, stop_confidence=0.0, stop_entropy=0.0)
-    settings = dataclasses.replace(settings, max_new_tokens=max_new, options=options)
+    settings = dataclasses.replace(settings, max_new_tokens=max_new,
+                                   paper=dataclasses.replace(settings.paper, options=options))
     m = evaluate_unconditional(model, method, cfg, tok, scorers["ref"], args.n, settings, device, args.seed,
                                args.warmup, redraw=redraw, stops=not args.throughput_run)
     ids = m.pop("sample_ids")

@@ -47,7 +47,7 @@ import torch
 
 from common.cli import check_nonnegative
 from data import gsm8k
-from common.replies import respond
+from common.metrics import respond
 from sampling import Settings
 from paper import zeroshot
 
@@ -411,7 +411,7 @@ def run(args, model, method, cfg, config: dict, device, exclusions: str, setting
     for (task, _), (_, right) in setup.official.items():
         official.setdefault(task, []).append(right)
     m = {"tasks": names, "lm_eval": version, "num_fewshot": args.num_fewshot, "limit": args.limit,
-         "samples": args.samples, "threshold": settings.threshold, "window": settings.window,
+         "samples": args.samples, "threshold": settings.threshold, "window": settings.setdiffusion_window,
          "max_new_tokens": settings.max_new_tokens,
          "results": results, "n_samples": out.get("n-samples", {}),
          **({"official_accuracy": {t: sum(v) / len(v) for t, v in official.items()}} if official else {}),

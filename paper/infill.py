@@ -34,7 +34,7 @@ import re
 
 import torch
 
-from common.replies import timed
+from common.metrics import timed
 from data import arith
 from sampling import Settings
 
@@ -48,7 +48,7 @@ def infill(model, method, cfg, tok, ex, device, settings: Settings, right: bool 
     KNOBS) when right is False, the official's cache_full_infill_context=false (its suite runner's infilling
     rows), where the right context is cached only once the span is decoded, so the span never sees it."""
     left, n = ex["left"], len(ex["span"])
-    sees_right = method.CAN_INFILL and (right or "window" not in method.KNOBS)
+    sees_right = method.CAN_INFILL and (right or "setdiffusion_window" not in method.KNOBS)
     ids = left + [tok.mask_id] * n + ex["right"] if sees_right else left
     settings = dataclasses.replace(settings, max_new_tokens=0 if sees_right else n)
     prompt = torch.tensor([ids], device=device)
@@ -215,7 +215,8 @@ def evaluate(task_name, data, examples, model, method, cfg, tok, config, device,
     RECIPES: its sampler options, and whether the right context is cached); a throughput run (the
     official's, timed after warmup) is scored by nothing (no ROUGE)."""
     if task_name == "rocstories":
-        settings = dataclasses.replace(settings, options=data.sampler_options(tok, method, sentences, recipe))
+        options = data.sampler_options(tok, method, sentences, recipe)
+        settings = dataclasses.replace(settings, paper=dataclasses.replace(settings.paper, options=options))
         m = evaluate_infill(model, method, cfg, tok, data.examples(tok, examples, sentences), config, device,
                             {} if throughput_run else rouge_scores(), settings, warmup,
                             data.RECIPES[recipe]["right_cached"])

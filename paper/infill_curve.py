@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from common import saving, threads  # noqa: F401  first, before torch loads OpenMP (common/threads.py)
-from common import environment, standard_json
+from common import cli  # first, before torch loads OpenMP (common/cli.py)
+from common import checkpoint, runs
 
 SET = "--model setdiffusion --smax 8"
 DEMO, SMAX_BUDGET = "--batch-size 16 --max-iters 3000", "--batch-size 32 --max-iters 2000"
@@ -67,11 +67,11 @@ def evaluate(folder: str, device: str, limit: int, spans) -> dict:
     from common.metrics import evaluate_accuracy
     from data import get_task, get_tokenizer
     from paper import infill
-    from sampling import Settings
+    from sampling import PaperMode, Settings
     model, method, cfg, config = load(folder, device)
     task, tok = get_task(config["data"]), get_tokenizer(config["tokenizer"])
     examples = task.load("test")[:limit]
-    settings = Settings(64, math.inf, seq_len=config["seq_len"])
+    settings = Settings(64, math.inf, paper=PaperMode(seq_len=config["seq_len"]))
     m = {"accuracy": evaluate_accuracy(model, method, cfg, tok, task, examples, device, settings)["accuracy"]}
     for span in spans:
         items = infill.arith_items(examples, tok, span)
@@ -87,12 +87,12 @@ def one(run: str, seed: int, args):
     """Train one run (unless its last checkpoint is there), then evaluate each kept step not yet in its
     JSON."""
     from data.files import replaced
-    threads.set_threads(args.threads)
+    cli.set_threads(args.threads)
     out = os.path.join(args.out_dir, f"{run}-s{seed}")
     cmd = [sys.executable, "train.py", *flags(run, seed, out, args.keep_every, args.train_flags),
            "--device", args.device, "--threads", str(args.threads)]
     iters = int(cmd[len(cmd) - 1 - cmd[::-1].index("--max-iters") + 1])        # the last one given wins
-    if saving.step_of(out) != iters:                                        # -1: none there yet
+    if checkpoint.step_of(out) != iters:                                        # -1: none there yet
         os.makedirs(args.out_dir, exist_ok=True)
         with open(out + ".log", "a") as log:
             failed = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -109,9 +109,9 @@ def one(run: str, seed: int, args):
                      SPANS if last else ("number",))
         rows.append({"run": run, "seed": seed, "step": step, "flags": RUNS[run][0], "device": args.device,
                      "n": args.limit if last else args.curve_limit, **m,
-                     "environment": environment.record(args.device)})
+                     "environment": runs.environment(args.device)})
         with replaced(path) as f:
-            standard_json.dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
+            checkpoint.json_dump(sorted(rows, key=lambda r: r["step"]), f, indent=1)
         print(f"{run} seed {seed} step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in m.items()),
               flush=True)
 
@@ -147,7 +147,7 @@ def side_by_side(jobs: list[tuple[str, int]], args):
 
 def read_rows(path: str) -> list[dict]:
     with open(path) as f:
-        return standard_json.load(f)
+        return checkpoint.json_load(f)
 
 
 def gather(out_dir: str) -> list[dict]:
@@ -259,7 +259,7 @@ def main(argv=None):
     rows = gather(args.out_dir)
     if not rows:
         sys.exit("error: nothing was measured")
-    for path, text in ((args.json, standard_json.dumps(rows, indent=1)), (args.md, table(rows))):
+    for path, text in ((args.json, checkpoint.json_dumps(rows, indent=1)), (args.md, table(rows))):
         with replaced(path) as f:
             f.write(text)
     plot(rows, args.plot, runs)

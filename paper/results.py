@@ -16,7 +16,7 @@ files (generative perplexity under an AR checkpoint or a Hugging Face LM, MAUVE,
 threshold: the paper's OWT generation table) into two tables.
 
 Under each table, the environments the runs were measured in and their checkpoints trained in (their JSON's
-"environment" and "ckpt_environment": common/environment.py), with how many runs each. Runs from different
+"environment" and "ckpt_environment": common/runs.py), with how many runs each. Runs from different
 commits are never merged into one row (seeds, or a Pareto point's accuracy and speed files) unless
 --mixed-commits says so; a file given twice, or a copy of another, counts once.
 """
@@ -26,8 +26,7 @@ import math
 import os
 import sys
 
-from common import environment, standard_json
-from common.methods import method
+from common.checkpoint import METHODS, json_dumps, json_load
 from data import get_corpus, get_task
 from data.files import figure_format, replaced
 from common.metrics import markdown_table
@@ -60,7 +59,7 @@ def read_run(path: str, needs=()) -> dict:
     not JSON, not a JSON object, or lacks one of the keys `needs`."""
     try:
         with open(path, encoding="utf-8") as f:
-            m = standard_json.load(f)                 # tau = inf as "inf" (or an older file's Infinity)
+            m = json_load(f)                 # tau = inf as "inf" (or an older file's Infinity)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -84,7 +83,7 @@ def distinct(paths: list[str]) -> list[str]:
     for path in paths:
         try:
             with open(path, "rb") as f:
-                key = standard_json.dumps(json.loads(f.read()), sort_keys=True)
+                key = json_dumps(json.loads(f.read()), sort_keys=True)
         except (OSError, ValueError, RecursionError):
             kept.append(path)                         # read_run names what is wrong with it
             continue
@@ -122,14 +121,35 @@ def one_commit(rows, mixed: bool = False):
                                  f"--mixed-commits to merge them")
 
 
+def environment_summary(env: dict | None) -> str:
+    """One line: "commit ed7a066 (changed: eval.py), Python 3.11.7, torch 2.13.0+cpu (CPU build), cpu: AMD
+    EPYC 7B13, 2 threads, lock lock/cpu-test.txt (sha256 1a2b3c4d)"; "not recorded" for None."""
+    if not isinstance(env, dict):
+        return "not recorded"
+    commit = env.get("commit")
+    parts = [f"commit {commit[:7]}" + (f" (changed: {', '.join(env.get('changed') or ['?'])})"
+                                       if env.get("dirty") else "") if commit else "no git commit"]
+    cuda = env.get("cuda")
+    parts += [f"Python {env.get('python')}",
+              f"torch {env.get('torch')} ({f'CUDA {cuda}' if cuda else 'CPU build'})",
+              str(env.get("device")), f"{env.get('threads')} threads"]
+    if env.get("lock"):
+        differs = "; ".join(env.get("lock_differs") or [])
+        parts.append(f"lock {env['lock']} (sha256 {str(env.get('lock_sha256'))[:8]}"
+                     + (f"; differs: {differs}" if differs else "") + ")")
+    else:
+        parts.append("no lock")
+    return ", ".join(parts)
+
+
 def environments(runs) -> str:
     """The note under a table: each environment its runs were measured in, then each one their checkpoints
-    were trained in, with how many runs (common/environment.py summary)."""
+    were trained in, with how many runs (environment_summary)."""
     lines = []
     for key, verb in (("environment", "measured"), ("ckpt_environment", "trained")):
         groups = {}
         for m in runs:
-            groups[environment.summary(m.get(key))] = groups.get(environment.summary(m.get(key)), 0) + 1
+            groups[environment_summary(m.get(key))] = groups.get(environment_summary(m.get(key)), 0) + 1
         lines += [f"- {verb}: {n} run{'s' if n > 1 else ''}, {env}" for env, n in groups.items()]
     return "Environments (docs/usage.md#reproducing-a-result):\n" + "\n".join(lines)
 
@@ -148,7 +168,7 @@ def check_keys(path: str, m: dict, keys, kind: str = "") -> dict:
                          f"{kind} run")
     for k in set(keys) & METRICS:                     # a hand-edited value would sort or plot as nonsense
         if isinstance(m[k], bool) or not isinstance(m[k], (int, float)):
-            raise ValueError(f"{path}: {k} is {standard_json.dumps(m[k])}, not a number: pass the files "
+            raise ValueError(f"{path}: {k} is {json_dumps(m[k])}, not a number: pass the files "
                              f"eval.py --json wrote")
     return m
 
@@ -215,7 +235,7 @@ def summarize(paths, out_md, out_png=None, paper=None, mixed=False):
                        n=m.get("n"), file=path, others={k: m.get(k) for k, _ in OTHERS})
     rows = sorted(rows.values(), key=lambda r: (ORDER.index(r["model"]), r["ckpt"], -r["tau"]))
     one_commit([(f"{r['ckpt']} at τ {r['tau']:g}", r["runs"]) for r in rows], mixed)
-    ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in method(r["model"]).KNOBS   # AR:
+    ar_speed = next((r["tokens_per_s"] for r in rows if "threshold" not in METHODS[r["model"]].KNOBS   # AR:
                      and "tokens_per_s" in r), None)                                      # one token a step
     paper_ar = next((pts[math.inf][1] for c, pts in (paper or {}).items()
                      if c.endswith(":ar") and math.inf in pts), None)
@@ -482,7 +502,7 @@ def generation(paths, out_md, out_png=None, mixed=False) -> str:
     head = ["checkpoint", "NLL (nats/token)", "bits/char", "perplexity", "estimate", "tokens", "seeds"]
     body = [[label, spread(runs, "nll", ".4f"), spread(runs, "bits_per_char", ".4f"),
              spread(runs, "perplexity", ".3f"),
-             "exact" if method(ORDER[i]).EXACT_NLL else "bound", spread(runs, "tokens", ".0f"), len(runs)]
+             "exact" if METHODS[ORDER[i]].EXACT_NLL else "bound", spread(runs, "tokens", ".0f"), len(runs)]
             for (i, label), runs in sorted(likelihood.items())]
     text = "Validation likelihood\n\n" + markdown_table(head, body) if likelihood else ""
     if samples:

@@ -6,8 +6,8 @@
 
 Each RUN is CKPT (its config.json's threshold) or CKPT@TAU. On a shared machine, runs timed one after the
 other see different loads (this repo once read Set Diffusion at 1137 tokens/s at tau 0.8 and 737 at tau 0.9,
-the opposite of their tokens/step), so metrics.interleaved_throughput decodes every measured prompt with every
-run in turn, `--rounds` times over, and each run reports its median round with the rounds' range. Each run is
+the opposite of their tokens/step), so common/throughput.py decodes every measured prompt with every run in
+turn, `--rounds` times over, and each run reports its median round with the rounds' range. Each run is
 written as <out>/<checkpoint folder>-<tau>-tput.json in eval.py --task throughput's format (python -m
 paper.results --pareto reads it; with the environment that measured it); the table is printed.
 """
@@ -16,11 +16,13 @@ import math
 import os
 import sys
 
-from common import checkpoint, environment, runtime, standard_json
-from common.cli import check_nonnegative, check_positive
+from common import checkpoint
+from common.cli import check_nonnegative, check_positive, pick_device
 from data import get_task, get_tokenizer, is_corpus, sampler_preset
-from sampling import Settings, check_threshold
-from common.metrics import interleaved_throughput, markdown_table, run_record, window_used
+from sampling import PaperMode, Settings, check_threshold
+from common.metrics import markdown_table, run_record, window_used
+from common.runs import environment
+from common.throughput import interleaved_throughput
 
 
 def parse_run(spec: str) -> tuple[str, float | None]:
@@ -49,8 +51,9 @@ def build_runs(specs: list[str], device: str, max_new: int) -> tuple[dict, dict]
         tau = tau if tau is not None else config.get("sampler", {}).get("threshold", math.inf)
         tok = get_tokenizer(config["tokenizer"])
         window = window_used(0, method, cfg)
-        settings = Settings(max_new, tau, window=window, seq_len=config["seq_len"],
-                            options=sampler_preset(config["data"], tok, method))
+        settings = Settings(max_new, tau, setdiffusion_window=window,
+                            paper=PaperMode(seq_len=config["seq_len"],
+                                            options=sampler_preset(config["data"], tok, method)))
         name = f"{os.path.basename(os.path.normpath(ckpt))}-{tau:g}"
         if name in runs:
             raise ValueError(f"run {spec} is given twice")
@@ -80,7 +83,7 @@ def main(argv=None):
         check_nonnegative("--warmup", args.warmup)
         if args.out and not os.path.isdir(args.out):
             raise ValueError(f"--out {args.out} is not a folder: create it first")
-        device = runtime.pick_device(args.device)
+        device = pick_device(args.device)
         runs, records = build_runs(args.runs, device, args.max_new_tokens)
         first = next(iter(runs.values()))
         task = get_task(first["task"], first["data_options"])
@@ -98,8 +101,8 @@ def main(argv=None):
     for name, r in m.items():
         if args.out:
             with open(os.path.join(args.out, f"{name}-tput.json"), "w") as f:
-                standard_json.dump({**records[name], **r, "environment": environment.record(device)}, f,
-                                   indent=2)
+                checkpoint.json_dump({**records[name], **r, "environment": environment(device)}, f,
+                                     indent=2)
     return m
 
 

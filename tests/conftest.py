@@ -1,11 +1,11 @@
-"""Shared test set-up: the scripts' threads (common/threads.py, imported before torch), the Hugging Face
+"""Shared test set-up: the scripts' threads (common/cli.py, imported before torch), the Hugging Face
 libraries offline, train.py's encoding of the shipped task done once per session for a module that asks
 (`train_encodes_once`), a counter of FlexAttention calls (`flex_calls`), and tiny checkpoints that several
 files read (never change them: copy them)."""
 import hashlib
 import os
 
-from common import threads  # before torch: the scripts' short OpenMP spin (common/threads.py)
+from common import cli  # before torch: the scripts' short OpenMP spin (common/cli.py)
 
 import pytest
 
@@ -13,7 +13,7 @@ from helpers import METHODS, TINY, YORK, random_checkpoint, text_checkpoints
 
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))     # pytest.ini's -n: processes side by side
 # as the scripts (the cores other jobs leave free), or each worker its share of the cores
-threads.set_threads(max(1, threads.usable_cores() // WORKERS) if WORKERS > 1 else 0)
+cli.set_threads(max(1, cli.usable_cores() // WORKERS) if WORKERS > 1 else 0)
 # read when huggingface_hub and datasets are imported (after this): nothing is downloaded, nothing waits
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from common import saving
+from common import checkpoint
 from model import ModelConfig, Transformer
 
 import torch
@@ -66,14 +66,14 @@ def released_weights(tie=True, ema=True, seed=0) -> tuple[dict, dict]:
     official push code)."""
     def official(model, prefix):                 # Hugging Face names: q, k, v projections apart
         return {(prefix + "lm_head.weight" if k == "lm_head.weight" else prefix + "model." + k): v
-                for k, v in hf_names(saving.weights(model), TINY).items()}
+                for k, v in hf_names(checkpoint.weights(model), TINY).items()}
     torch.manual_seed(seed)
     cfg = dataclasses.replace(TINY, tie_embeddings=tie)
     raw, avg = Transformer(cfg), Transformer(cfg)
     state = {"static_attention_mask": torch.ones(8, 8, dtype=torch.bool).tril(), **official(raw, "backbone.")}
     if ema:
         state.update(official(avg, "ema.backbone."))
-    return state, saving.weights(avg if ema else raw)
+    return state, checkpoint.weights(avg if ema else raw)
 
 
 def dit_weights(V=40, D=32, H=4, n_layer=2, cond=16, adaln=True, seed=0):

@@ -108,13 +108,13 @@ def write_jsonl(path, rows):
 def random_checkpoint(path, method="ar", vocab=258, n_embd=32, seed=0, tokenizer="bytes", data="arith",
                       seq_len=128, **settings) -> str:
     """An untrained checkpoint as train.py writes it (1 layer; the method settings smax 8, block size 4)."""
-    from common import methods, saving
+    from common import checkpoint
     from model import ModelConfig, Transformer
     torch.manual_seed(seed)
     cfg = ModelConfig(vocab_size=vocab, n_layer=1, n_head=2, n_kv_head=2, n_embd=n_embd)
-    saving.save(str(path), Transformer(cfg), {
+    checkpoint.save(str(path), Transformer(cfg), {
         "model": dataclasses.asdict(cfg), "method": method, "tokenizer": tokenizer, "data": data,
-        "seq_len": seq_len, "method_config": methods.method_config(
+        "seq_len": seq_len, "method_config": checkpoint.method_config(
             method, vocab - 1, **{"smax": 8, "block_size": 4, "nelbo": False, **settings})})
     return str(path)
 

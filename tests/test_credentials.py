@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from common import credentials
+from common import cli, credentials
 import train
 from helpers import ROOT, TINY
 
@@ -50,7 +50,7 @@ def test_dotenv_sets_missing_credentials_only(tmp_path, clean_env, reader):
     clean_env.delenv("WANDB_API_KEY")
     assert credentials.load_dotenv(str(env)) == ["WANDB_API_KEY"] and os.environ["WANDB_API_KEY"] == WANDB
     assert credentials.load_dotenv(str(tmp_path / "absent")) == []
-    assert credentials.DOTENV == os.path.join(ROOT, ".env")                  # at the repository root
+    assert cli.DOTENV == os.path.join(ROOT, ".env")                          # at the repository root
 
 
 # (a .env text, what HF_TOKEN reads as: python-dotenv's answer, the shells' and docker's)
@@ -101,7 +101,7 @@ def test_a_training_run_never_prints_or_saves_the_token(tmp_path, clean_env, cap
     files it writes."""
     env = tmp_path / ".env"
     env.write_text(f"HF_TOKEN={SECRET}\n{SECRET} not an entry\nWANDB_API_KEY={WANDB}\n")
-    clean_env.setattr(credentials.load_dotenv, "__defaults__", (str(env),))
+    clean_env.setattr(cli, "DOTENV", str(env))
     out = tmp_path / "run"
     train.main(["--model", "ar", *TINY, "--data", f"jsonl:{ROOT}/data/examples/dates.jsonl", "--max-iters",
                 "1", "--out-dir", str(out)])

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import train
-from common import saving
+from common import checkpoint
 from data import byte_tokenizer, corpus, textfile
 from helpers import ROOT, TINY, error_of, leftovers, snapshot, write_runs
 
@@ -46,11 +46,11 @@ def test_a_symlinked_out_dir_stays_a_link_and_is_locked_at_its_target(tmp_path):
     train.main([*AR, "--max-iters", "2", "--save-every", "1", "--out-dir", str(link)])
     train.main([*AR, "--max-iters", "3", "--out-dir", str(link), "--resume"])
     assert os.path.islink(link) and os.readlink(link) == str(target)
-    assert saving.step_of(str(target)) == 3 and sorted(os.listdir(target)) == sorted(saving.FILES)
+    assert checkpoint.step_of(str(target)) == 3 and sorted(os.listdir(target)) == sorted(checkpoint.FILES)
     assert leftovers(target) == [] and sorted(os.listdir(tmp_path)) == ["disk", "run"]
-    lock = saving.claim(str(target), resume=True)
+    lock = checkpoint.claim(str(target), resume=True)
     with pytest.raises(ValueError, match=f"another train.py is writing {target}"):
-        saving.claim(str(link), resume=True)
+        checkpoint.claim(str(link), resume=True)
     lock.close()
 
 
@@ -60,11 +60,11 @@ def test_what_an_older_version_left_of_a_symlinked_out_dir_is_repaired_and_named
     users, out = tmp_path / "users", tmp_path / "run"
     for d in (users, out, tmp_path / "run.old"):
         shutil.copytree(base, d)
-    (tmp_path / "run.old" / saving.SWAP_MARK).write_text("")
+    (tmp_path / "run.old" / checkpoint.SWAP_MARK).write_text("")
     (tmp_path / "run.old.deleting").symlink_to(users)
     kept = snapshot(users)
     train.main([*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
-    assert saving.step_of(str(out)) == 2 and not os.path.exists(tmp_path / "run.old")
+    assert checkpoint.step_of(str(out)) == 2 and not os.path.exists(tmp_path / "run.old")
     assert os.readlink(tmp_path / "run.old.deleting") == str(users) and snapshot(users) == kept
     assert [line for line in capsys.readouterr().err.splitlines() if "run.old.deleting" in line] == [
         f"note: {tmp_path}/run.old.deleting is a link an older train.py left (to {users}); nothing uses it "
@@ -83,16 +83,16 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_checkpoint(bas
             raise RuntimeError("basic_ios::clear: iostream error")
         except RuntimeError:
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
-    monkeypatch.setattr(saving.torch, "save", full)
+    monkeypatch.setattr(checkpoint.torch, "save", full)
     message = error_of(train.main, [*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
     assert message.startswith(f"error: cannot save step 2 to {out} ([enforce fail at "
                               f"inline_container.cc:672]")
     assert message.endswith(f"MiB free there); the last complete checkpoint (step 1) is in {out}: make room, "
                             f"then --resume")
     assert snapshot(out) == before and leftovers(out) == []
-    monkeypatch.setattr(saving.torch, "save", real)
+    monkeypatch.setattr(checkpoint.torch, "save", real)
     train.main([*AR, "--max-iters", "2", "--out-dir", str(out), "--resume"])
-    assert saving.step_of(str(out)) == 2
+    assert checkpoint.step_of(str(out)) == 2
 
 
 # ----------------------------------------------------------------------------- results files
@@ -489,8 +489,8 @@ IMPORTING = "import sys\nclass Interrupt:\n    def find_spec(self, name, path=No
             "        if name == 'torch._C':\n            os.kill(os.getpid(), signal.SIGINT)\n" \
             "sys.meta_path.insert(0, Interrupt())\n"
 CTRL_C = {
-    "train.py": "from common import saving\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
-                "saving.claim = claim\n",
+    "train.py": "from common import checkpoint\ndef claim(*a, **k):\n    raise KeyboardInterrupt\n"
+                "checkpoint.claim = claim\n",
     "train.py in a step": "import ar, os, signal\nreal = ar.loss\ndef loss(*a, **k):\n"
                           "    os.kill(os.getpid(), signal.SIGINT)\n    return real(*a, **k)\n"
                           "ar.loss = loss\n",
@@ -504,7 +504,7 @@ CTRL_C = {
 
 def test_ctrl_c_twice_is_one_line_exit_130_and_no_partial_file(base, tmp_path):
     """Each script run as from a shell (side by side), Ctrl-C landing mid-run or while it imports torch
-    (common/threads.py answers it then) and a second one while it exits (an atexit handler, where torch's
+    (common/cli.py answers it then) and a second one while it exits (an atexit handler, where torch's
     run): one line on stderr, no traceback, exit code 130 (a step Ctrl-C lands in is saved first: exit 1),
     eval.py's earlier --json as it was, no temporary file."""
     ckpt = ["--ckpt", str(base), "--device", "cpu", "--max-new-tokens", "4"]

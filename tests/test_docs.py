@@ -19,14 +19,19 @@ def read(path: str) -> str:
 
 def test_readme_line_counts_are_wc_l_and_it_keeps_ci_test_command():
     """A reading-order row's count is the file's newline count; the README is at most 200 lines, runs
-    .ci/run's `python -m pytest -q` and keeps its decoding picture."""
+    .ci/run's `python -m pytest -q`, keeps its decoding picture within its first 50 lines, and every time it
+    gives says the cores it was measured on (2 idle cores: a shared machine is slower)."""
     rows = {path: int(n) for path, n in re.findall(r"^\| `([\w/.]+\.py)` \| (\d+) \|", read("README.md"),
                                                    re.M)}
     assert {"model.py", "ar.py", "mdlm.py", "bd3lm.py", "setdiffusion.py"} <= set(rows)
     wrong = {path: (n, read(path).count("\n")) for path, n in rows.items() if n != read(path).count("\n")}
     assert not wrong, f"README reading order (stated, wc -l): {wrong}"
     text = read("README.md")
-    assert text.count("\n") <= 200 and "<!-- decoding picture -->" in text
+    assert text.count("\n") <= 200 and "<!-- decoding picture -->" in text.split("\n")[:50]
+    for block in re.split(r"\n\s*\n", text):                # a paragraph, or a line of a code block
+        for part in block.split("\n") if block.startswith("```") else [block]:
+            if re.search(r"\b\d+ s\b|\bmin\b|\bminutes?\b", part):
+                assert "2 idle cores" in " ".join(part.split()), part
     assert re.search(r"^python -m pytest -q$", text, re.M) and re.search(r"^python -m pytest -q$",
                                                                           read(".ci/run"), re.M)
 

@@ -1,4 +1,4 @@
-"""What produced a result (common/environment.py) and how it is written (common/standard_json.py):
+"""What produced a result (common/runs.py) and how it is written (common/checkpoint.py's standard JSON):
 config.json and eval.py --json record the commit (dirty or not), Python, torch, CUDA, the device and the lock
 the installed packages match; git is read without failing where there is no git or no repository; a resumed
 run keeps the environments of its earlier steps; tau = inf is the string "inf" (no Infinity token), read back
@@ -16,12 +16,12 @@ import torch
 
 import eval as evaluate
 import train
-from common import checkpoint, environment
+from common import checkpoint, runs
 from paper import results
 from helpers import TINY
 
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
-HEAD = environment.git("rev-parse", "HEAD")        # None outside a git clone: no commit to record then
+HEAD = runs.git("rev-parse", "HEAD")        # None outside a git clone: no commit to record then
 
 
 def strict(text: str):
@@ -93,9 +93,9 @@ def test_git_is_read_without_failing_where_there_is_none(tmp_path, monkeypatch, 
         git(tmp_path / "outer", "init", "-q")
         git(tmp_path / "outer", "add", "-A")
         git(tmp_path / "outer", "commit", "-q", "-m", "x")
-    monkeypatch.setattr(environment, "ROOT", str(tree))
-    assert environment.source() == {"commit": None, "dirty": None}
-    assert environment.summary(environment.source()).startswith("no git commit, ")
+    monkeypatch.setattr(runs, "ROOT", str(tree))
+    assert runs.source() == {"commit": None, "dirty": None}
+    assert results.environment_summary(runs.source()).startswith("no git commit, ")
 
 
 def test_dirty_names_the_changed_tracked_files_outside_results(tmp_path, monkeypatch):
@@ -107,15 +107,15 @@ def test_dirty_names_the_changed_tracked_files_outside_results(tmp_path, monkeyp
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "-A")
     git(tmp_path, "commit", "-q", "-m", "x")
-    monkeypatch.setattr(environment, "ROOT", str(tmp_path))
+    monkeypatch.setattr(runs, "ROOT", str(tmp_path))
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout
-    assert environment.source() == {"commit": head.strip(), "dirty": False}
+    assert runs.source() == {"commit": head.strip(), "dirty": False}
     (tmp_path / "results" / "pareto.md").write_text("b\n")
     (tmp_path / "notes.txt").write_text("mine\n")
-    assert environment.source()["dirty"] is False
+    assert runs.source()["dirty"] is False
     (tmp_path / "eval.py").write_text("b\n")
-    assert environment.source() == {"commit": head.strip(), "dirty": True, "changed": ["eval.py"]}
-    assert "commit " + head[:7] + " (changed: eval.py)" in environment.summary(environment.source())
+    assert runs.source() == {"commit": head.strip(), "dirty": True, "changed": ["eval.py"]}
+    assert "commit " + head[:7] + " (changed: eval.py)" in results.environment_summary(runs.source())
 
 
 def test_the_lock_recorded_is_the_largest_one_every_installed_pin_matches(tmp_path, monkeypatch):
@@ -127,22 +127,22 @@ def test_the_lock_recorded_is_the_largest_one_every_installed_pin_matches(tmp_pa
     def locks(test: str, runtime: str):
         (tmp_path / "lock" / "cpu-test.txt").write_text(test)
         (tmp_path / "lock" / "cpu.txt").write_text(runtime)
-    monkeypatch.setattr(environment, "ROOT", str(tmp_path))
-    installed = environment.installed_versions()
+    monkeypatch.setattr(runs, "ROOT", str(tmp_path))
+    installed = runs.installed_versions()
     elsewhere = "numpy==0.1 ; sys_platform == 'nowhere' \\\n"          # a marker that does not apply here
     locks(f"numpy=={numpy} \\\n{elsewhere}pytest=={pytest_v} \\\n", f"numpy=={numpy} \\\n")
-    found = environment.lock(installed)
+    found = runs.lock(installed)
     assert (found["lock"], found["lock_differs"]) == ("lock/cpu-test.txt", [])
     assert found["lock_sha256"] == hashlib.sha256((tmp_path / "lock" / "cpu-test.txt").read_bytes()
                                                   ).hexdigest()
     locks(f"numpy=={numpy} \\\npytest==0.1 \\\n", f"numpy=={numpy} \\\n")
-    found = environment.lock(installed)
+    found = runs.lock(installed)
     assert (found["lock"], found["lock_differs"]) == ("lock/cpu.txt", [])
     locks("pytest==0.1 \\\n", "numpy==0.1 \\\nnot-installed-here==1.0 \\\n")
-    assert environment.lock(installed)["lock_differs"] == [f"numpy {numpy}, locked 0.1",
+    assert runs.lock(installed)["lock_differs"] == [f"numpy {numpy}, locked 0.1",
                                                   "not-installed-here absent, locked 1.0"]
     shutil.rmtree(tmp_path / "lock")
-    assert environment.lock(installed) == {"lock": None}
+    assert runs.lock(installed) == {"lock": None}
 
 
 def test_a_resumed_run_keeps_the_environments_of_its_earlier_steps(tmp_path, monkeypatch):
@@ -151,8 +151,8 @@ def test_a_resumed_run_keeps_the_environments_of_its_earlier_steps(tmp_path, mon
     out = str(tmp_path / "ck")
     train.main(["--model", "ar", *TINY, "--max-iters", "1", "--out-dir", out])
     first = checkpoint.load(out)[3]["environment"]
-    fixed = environment.fixed()
-    monkeypatch.setattr(environment, "fixed", lambda: {**fixed, "commit": "f" * 40, "dirty": False})
+    fixed = runs.fixed()
+    monkeypatch.setattr(runs, "fixed", lambda: {**fixed, "commit": "f" * 40, "dirty": False})
     for steps in (2, 3):
         train.main(["--model", "ar", *TINY, "--max-iters", str(steps), "--out-dir", out, "--resume"])
         config = checkpoint.load(out)[3]

@@ -12,8 +12,8 @@ import torch
 import ar
 import bd3lm
 import sampling
-from sampling import SamplerOptions, Settings, at, confident, decode, process, start
-from common import replies
+from sampling import PaperMode, SamplerOptions, Settings, at, confident, decode, process, start
+from common import metrics, unconditional
 import mdlm
 import setdiffusion as sd
 from data import byte_tokenizer, gsm8k
@@ -384,7 +384,8 @@ def test_the_default_sampler_calls_nothing_from_the_reproduction_section(name, m
     assert tokens.shape == (3, batch.shape[1] + 9)
     if mod.CAN_INFILL:
         mod.generate(model, torch.tensor([[1, 2, 3, MASK, MASK, 4, 5]]), cfg, Settings(0, 0.5, **kw))
-    for hooked in [{"official": True, "seq_len": 16}] + [{"commit_order": "fht"}] * (name == "setdiffusion"):
+    hooks = [{"paper": PaperMode(official=True, seq_len=16)}]
+    for hooked in hooks + [{"setdiffusion_commit_order": "fht"}] * (name == "setdiffusion"):
         with pytest.raises(LookupError) if names else contextlib.nullcontext():
             mod.generate(model, batch, cfg, Settings(9, 0.5, **kw, **hooked), prompt_mask)
 
@@ -396,7 +397,8 @@ def test_setdiffusion_commit_orders_and_stop_rule():
     model, cfg = tiny_model(7), sd.SetDiffusionConfig(MASK, 6)
     prompt = torch.randint(0, MASK, (2, 4))
     g = torch.Generator().manual_seed(0)
-    tokens, stats = sd.generate(model, prompt, cfg, Settings(12, 0.3, commit_order="fht"), generator=g)
+    settings = Settings(12, 0.3, setdiffusion_commit_order="fht")
+    tokens, stats = sd.generate(model, prompt, cfg, settings, generator=g)
     assert not (tokens == MASK).any() and stats["nfe"] <= 12
     calls = []
     stop = lambda tok, end: (calls.append(end.clone()), torch.ones(2, dtype=torch.bool))[1]
@@ -406,7 +408,8 @@ def test_setdiffusion_commit_orders_and_stop_rule():
     assert torch.equal(calls[0], left + 3) and stats["n_gen"].tolist() == [4, 4]
     for row, end in zip(tokens, calls[0]):
         assert (row[end:] == MASK).all()                                 # nothing decoded past the window
-    for bad in ({"window": 7}, {"commit_order": "random"}, {"threshold": float("nan")}):
+    for bad in ({"setdiffusion_window": 7}, {"setdiffusion_commit_order": "random"},
+                {"threshold": float("nan")}):
         with pytest.raises(ValueError):
             sd.generate(model, prompt, cfg, Settings(4, **bad))
 
@@ -424,8 +427,8 @@ def test_commit_order(commit_order):
         return model(idx, pos, mask, cache, last)
     spy.new_cache = model.new_cache
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
-    sd.generate(spy, prompt, cfg, Settings(N, threshold=0.05, commit_order=commit_order, seq_len=L),
-                generator=torch.Generator().manual_seed(7))
+    settings = Settings(N, threshold=0.05, setdiffusion_commit_order=commit_order, paper=PaperMode(seq_len=L))
+    sd.generate(spy, prompt, cfg, settings, generator=torch.Generator().manual_seed(7))
     T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0]                                     # (N,)
     key = (lambda p: -T[p - P]) if commit_order == "fht" else (lambda p: p)
     multi = [c for c in commits if len(c) > 1]
@@ -457,11 +460,11 @@ def test_eval_stop_rule_reads_left_padded_rows_up_to_the_window_end():
     reply = tok.encode("x ") + [M] + tok.encode(" \\boxed{4}") + [M] * 3
     rows = torch.tensor([[0, 0] + prompt + reply, [0, 0] + prompt + [M] * len(reply)])
     prompt_mask = torch.arange(P)[None].expand(2, P) >= 2
-    stop = replies.stop_rule(tok, gsm8k, prompt_mask)
+    stop = metrics.stop_rule(tok, gsm8k, prompt_mask)
     end = torch.tensor([P + len(reply), P + len(reply)])
     assert stop(rows, end).tolist() == [True, False]
     assert stop(rows, end - 4).tolist() == [False, False]                    # the box ends after the window
-    ar_stop = replies.stop_rule(tok, gsm8k, prompt_mask, eos=True)
+    ar_stop = metrics.stop_rule(tok, gsm8k, prompt_mask, eos=True)
     rows[1, P] = tok.eos_id
     assert ar_stop(rows, end).tolist() == [True, True]
 
@@ -490,7 +493,7 @@ def test_official_count_new_tokens_from_the_prompt_end_block(name):
     the rest left [MASK]); with p a multiple of S both settings agree."""
     mod, cfg, kw = METHODS[name]                                            # blocks of S = 4
     S, N, model = 4, 8, Jitter(tiny_model(16))
-    official = {"official": True, **({"seq_len": 24} if name == "mdlm" else {})}
+    official = {"paper": PaperMode(official=True, seq_len=24 if name == "mdlm" else None)}
     g = torch.Generator().manual_seed(2)
     lens = [6, 8, 5]
     batch = torch.randint(0, MASK, (3, 8), generator=g)
@@ -503,7 +506,7 @@ def test_official_count_new_tokens_from_the_prompt_end_block(name):
     assert ours["n_gen"].tolist() == [N] * 3
     prompt = batch[1:2]                                                                    # p = 8 = 2 S
     if name == "mdlm":
-        official["seq_len"] = 8 + N
+        official["paper"].seq_len = 8 + N
     a, sa = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw, **official))
     b, sb = mod.generate(model, prompt, cfg, Settings(N, threshold=0.5, **kw))
     assert torch.equal(a, b) and torch.equal(sa["step"], sb["step"]) and sa["nfe"] == sb["nfe"]
@@ -549,8 +552,8 @@ def test_sampled_setdiffusion_draws_for_the_window_masks_only():
     _sample_categorical): the tokens of a naive loop drawing so."""
     model, cfg, W, N, T = tiny_model(21), sd.SetDiffusionConfig(MASK, 8), 4, 10, 1.5
     prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(1))
-    tokens, _ = sd.generate(model, prompt, cfg, Settings(N, threshold=0.6, temperature=T, window=W),
-                            generator=torch.Generator().manual_seed(5))
+    settings = Settings(N, threshold=0.6, temperature=T, setdiffusion_window=W)
+    tokens, _ = sd.generate(model, prompt, cfg, settings, generator=torch.Generator().manual_seed(5))
     g, x = torch.Generator().manual_seed(5), torch.cat([prompt, torch.full((1, N), MASK)], 1)
     clean = list(range(3))
     while (x == MASK).any():
@@ -706,7 +709,7 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
     batch = torch.stack([torch.cat([torch.zeros(P - len(r), dtype=torch.long), r]) for r in rows])
     prompt_mask = torch.arange(P)[None] >= torch.tensor([[P - len(r)] for r in rows])
     for tau in (math.inf, 0.6):
-        settings = Settings(0, threshold=tau, official=True, seq_len=L)
+        settings = Settings(0, threshold=tau, paper=PaperMode(official=True, seq_len=L))
         tokens, _ = bd3lm.generate(model, batch, cfg, settings, prompt_mask)
         for b, r in enumerate(rows):
             want = official_bd3lm_infill(model, r[None], S, L, tau)
@@ -717,7 +720,7 @@ def test_bd3lm_official_infilling_equals_the_official_rule(L):
     assert not torch.equal(ours, official_bd3lm_infill(model, rows[0][None], S, L, math.inf))
     for N, bad in ((2, [[1, MASK, 2]]), (0, [[1, MASK, 2], [1, 3, 2]])):      # new tokens; a row without one
         with pytest.raises(ValueError, match="every row must hold one, with max_new_tokens 0") as e:
-            bd3lm.generate(model, torch.tensor(bad), cfg, Settings(N, official=True, seq_len=L))
+            bd3lm.generate(model, torch.tensor(bad), cfg, Settings(N, paper=PaperMode(True, L)))
         assert "\n" not in str(e.value)
 
 
@@ -729,14 +732,14 @@ def test_bd3lm_official_cache_crop_equals_the_official_rule(P, N, L):
     S, cfg, model = 4, bd3lm.BD3LMConfig(MASK, 4), Jitter(tiny_model(23), 6)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(P))
     for tau in (math.inf, 0.6):
-        tokens, _ = bd3lm.generate(model, prompt, cfg, Settings(N, threshold=tau, official=True, seq_len=L))
+        tokens, _ = bd3lm.generate(model, prompt, cfg, Settings(N, threshold=tau, paper=PaperMode(True, L)))
         want = official_bd3lm_generate(model, prompt, N, S, L, tau)
         assert torch.equal(tokens, want), tau
-    sampled, _ = bd3lm.generate(model, prompt, cfg, Settings(N, 0.6, 1.0, official=True, seq_len=L),
+    sampled, _ = bd3lm.generate(model, prompt, cfg, Settings(N, 0.6, 1.0, paper=PaperMode(True, L)),
                                 generator=torch.Generator().manual_seed(8))      # the last block may be short
     assert torch.equal(sampled, official_bd3lm_generate(model, prompt, N, S, L, 0.6,
                                                         torch.Generator().manual_seed(8)))
-    ours, _ = bd3lm.generate(model, prompt, cfg, Settings(N, official=True))                # no seq_len
+    ours, _ = bd3lm.generate(model, prompt, cfg, Settings(N, paper=PaperMode(official=True)))    # no seq_len
     assert torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, 10 ** 6, math.inf))
     assert L == 64 or not torch.equal(ours, official_bd3lm_generate(model, prompt, N, S, L, math.inf))
 
@@ -824,10 +827,11 @@ def test_setdiffusion_official_cache_crop_equals_the_official_rule(commit_order)
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(4))
     T = official_fht(N, L, W, cfg.smax / 2, 7)[0][0] if commit_order == "fht" else None
     for tau in (math.inf, 0.5):
-        settings = Settings(N, threshold=tau, window=W, commit_order=commit_order, seq_len=L, official=True)
+        settings = Settings(N, threshold=tau, setdiffusion_window=W, setdiffusion_commit_order=commit_order,
+                            paper=PaperMode(official=True, seq_len=L))
         tokens, _ = sd.generate(model, prompt, cfg, settings, generator=torch.Generator().manual_seed(7))
         assert torch.equal(tokens, official_setdiffusion(model, prompt, N, W, L, tau, T)), tau
-    default = dataclasses.replace(settings, threshold=math.inf, official=False)
+    default = dataclasses.replace(settings, threshold=math.inf, paper=PaperMode(seq_len=L))
     ours, _ = sd.generate(model, prompt, cfg, default, generator=torch.Generator().manual_seed(7))
     assert torch.equal(ours, official_setdiffusion(model, prompt, N, W, 10 ** 6, math.inf, T))
     assert not torch.equal(ours, official_setdiffusion(model, prompt, N, W, L, math.inf, T))
@@ -879,7 +883,7 @@ def test_mdlm_official_window_equals_the_official_rule(P, N):
         seen.append((idx.shape[1], bool(mask.all()), pos[0].tolist()))
         return model(idx, pos, mask, cache, last)
     for tau in (math.inf, 0.5):
-        settings = Settings(N, threshold=tau, block=S, official=True, seq_len=L)
+        settings = Settings(N, threshold=tau, mdlm_block=S, paper=PaperMode(official=True, seq_len=L))
         tokens, stats = mdlm.generate(spy, prompt, cfg, settings)
         want, nfe = official_mdlm_window(model, prompt, N, S, L, tau)
         assert torch.equal(tokens, want) and stats["nfe"] == nfe, tau
@@ -888,7 +892,7 @@ def test_mdlm_official_window_equals_the_official_rule(P, N):
         assert torch.equal(both[:1], tokens) and torch.equal(both[1:, 2:], alone)
     assert seen and all(w == L and p == list(range(L)) and (every or P + N > L) for w, every, p in seen)
     with pytest.raises(ValueError, match="seq_len"):
-        mdlm.generate(model, prompt, cfg, Settings(N, block=S, official=True))
+        mdlm.generate(model, prompt, cfg, Settings(N, mdlm_block=S, paper=PaperMode(official=True)))
 
 
 class Saturated(torch.nn.Module):
@@ -914,20 +918,21 @@ def test_official_ties_follow_the_official_argsort(name):
     prompt = torch.randint(0, MASK, (1, 3), generator=torch.Generator().manual_seed(2))
     want = {}
     if name == "setdiffusion":
-        cfg, kw = sd.SetDiffusionConfig(MASK, 2 * S), {"window": S}
+        cfg, kw = sd.SetDiffusionConfig(MASK, 2 * S), {"setdiffusion_window": S}
         tokens = official_setdiffusion(model, prompt, N, S, L, math.inf, steps=want)
     elif name == "mdlm":
-        cfg, kw = mdlm.MDLMConfig(MASK), {"block": S}
+        cfg, kw = mdlm.MDLMConfig(MASK), {"mdlm_block": S}
         tokens = official_mdlm_window(model, prompt, N, S, L, math.inf, steps=want)[0]
     else:
         cfg, kw = bd3lm.BD3LMConfig(MASK, S), {}
         tokens = official_bd3lm_generate(model, prompt, N, S, L, math.inf, steps=want)
     mod = {"setdiffusion": sd, "mdlm": mdlm, "bd3lm": bd3lm}[name]
-    got, stats = mod.generate(model, prompt, cfg, Settings(N, official=True, seq_len=L, **kw))
+    got, stats = mod.generate(model, prompt, cfg, Settings(N, **kw, paper=PaperMode(True, L)))
     step = stats["step"][0].tolist()
     assert torch.equal(got, tokens) and {c: step[c] for c in want} == want
     assert all(s < 0 for c, s in enumerate(step) if c not in want)
-    default = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, **kw))[1]["step"][0].tolist()
+    default = mod.generate(model, prompt, cfg, Settings(N, **kw, paper=PaperMode(seq_len=L)))[1]["step"]
+    default = default[0].tolist()
     assert [default[c] for c in range(3, 3 + N)] != [want[c] for c in range(3, 3 + N)]
 
 
@@ -1015,13 +1020,14 @@ def test_official_low_confidence_stop_equals_the_official_rule(name):
             else:
                 want = official_bd3lm_generate(model, prompt, N, 4, L, math.inf, stop=official)
             hook = sampling.EntropyStop()
-            settings = Settings(N, official=True, seq_len=L, options=opt, **kw)
+            settings = Settings(N, **kw, paper=PaperMode(official=True, seq_len=L, options=opt))
             got, _ = mod.generate(model, prompt, cfg, settings, stop=hook)
             ids = [t for t in got[0].tolist() if t != MASK]
             assert ids == [t for t in want[0].tolist() if t != MASK], (threshold, patience, m)
             assert hook.cut(0) == official.truncate_idx, (threshold, patience, m)
             kept = ids[:official.truncate_idx]
-            default, _ = mod.generate(model, prompt, cfg, Settings(N, seq_len=L, options=opt, **kw))
+            settings = Settings(N, **kw, paper=PaperMode(seq_len=L, options=opt))
+            default, _ = mod.generate(model, prompt, cfg, settings)
             stopped += official.truncate_idx is not None
             differs += [t for t in default[0].tolist() if t != MASK] != kept
     assert stopped >= 3 and (differs > 0) == (name != "ar")
@@ -1040,7 +1046,7 @@ def test_official_stop_hook_equals_the_official_criteria_on_random_checks():
                              stop_entropy=entropy, stop_entropy_window=w)
         tokens = torch.full((1, C), MASK)
         tokens[0, 0] = 3
-        eos = replies.eos_stop(0, max(m, 1), MASK)
+        eos = unconditional.eos_stop(0, max(m, 1), MASK)
         hook = sampling.EntropyStop(eos)
         track = start(opt, tokens.clone(), torch.ones(1, C, dtype=torch.bool), MASK)
         hook.attach(track, tokens[:, :1], None, MASK, official=True)
@@ -1104,10 +1110,11 @@ def test_official_infilling_penalty_without_the_context_flag_equals_the_official
             else:
                 want = official_bd3lm_infill(model, prompt, S, L, tau, p)
             options = SamplerOptions(repetition_penalty=p)
-            settings = Settings(0, tau, official=True, seq_len=L, options=options,
-                                **{**kw, **({"block": S} if name == "mdlm" else {})})
+            settings = Settings(0, tau, **{**kw, **({"mdlm_block": S} if name == "mdlm" else {})},
+                                paper=PaperMode(official=True, seq_len=L, options=options))
             got, _ = mod.generate(model, prompt, cfg, settings)
             assert torch.equal(got, want), (k, tau, p)
-            default = mod.generate(model, prompt, cfg, dataclasses.replace(settings, official=False))[0]
+            default = mod.generate(model, prompt, cfg, dataclasses.replace(
+                settings, paper=dataclasses.replace(settings.paper, official=False)))[0]
             differs += not torch.equal(default, want)
     assert differs

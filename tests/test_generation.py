@@ -12,7 +12,7 @@ import eval as evaluate
 import train
 from data import arith, byte_tokenizer, cnndm, rocstories, sampler_preset
 from helpers import METHODS, STORY, TINY, error_of, eval_json, write_cloze
-from sampling import Settings
+from sampling import PaperMode, Settings
 from paper import infill
 
 TOK = byte_tokenizer()
@@ -178,7 +178,8 @@ def test_rocstories_recipes_are_the_officials_two(random_ckpts, monkeypatch):
         monkeypatch.setattr(method, "generate", lambda m, p, c, s, *a, **k: (given.append(
             (p[0].tolist(), s.max_new_tokens)), real(m, p, c, s, *a, **k))[1])
         for recipe in ("h100", "suite"):
-            settings = Settings(0, math.inf, options=rocstories.sampler_options(TOK, method, 1, recipe))
+            options = rocstories.sampler_options(TOK, method, 1, recipe)
+            settings = Settings(0, math.inf, paper=PaperMode(options=options))
             infill.infill(model, method, cfg, TOK, ex, "cpu", settings,
                           rocstories.RECIPES[recipe]["right_cached"])
         alone = (ex["left"], len(ex["span"]))

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 import eval as evaluate
-from common import replies
+from common import unconditional
 import sampling
 from data import byte_tokenizer, sampler_preset
 from data.qwen import gpt2_byte_alphabet
 from helpers import MASK, METHODS, Jitter, error_of, eval_json, random_checkpoint, tiny_model
 from model import ModelConfig, Transformer
 from paper import generation, hf_metrics
-from sampling import Settings, SamplerOptions
+from sampling import PaperMode, SamplerOptions, Settings
 
 transformers, mauve = (importlib.util.find_spec(m) and importlib.import_module(m)   # test-only packages
                        for m in ("transformers", "mauve"))
@@ -244,10 +244,10 @@ def test_entropy_stop_stops_a_row_exactly_where_the_rule_says(method):
     s, e, _ = next(p for p in eligible if p[2] < threshold)
     opt = SamplerOptions(stop_entropy=threshold, stop_entropy_window=w, stop_min_tokens=m)
     hook = sampling.EntropyStop()
-    out, _ = mod.generate(model, prompt, cfg, Settings(N, options=opt, **kw), stop=hook)
+    out, _ = mod.generate(model, prompt, cfg, Settings(N, **kw, paper=PaperMode(options=opt)), stop=hook)
     assert out[0].tolist() == state(s, e).tolist() and e < C            # stopped there, nothing after
     assert hook.ends == [e] and hook.cut(0) == max(e - w, 1 + m)
-    plain, _ = mod.generate(model, prompt, cfg, Settings(N, options=SamplerOptions(), **kw))
+    plain, _ = mod.generate(model, prompt, cfg, Settings(N, **kw, paper=PaperMode(options=SamplerOptions())))
     assert plain[0].tolist() == full.tolist()                           # the option off: the same tokens
 
 
@@ -257,9 +257,9 @@ def test_unconditional_applies_the_official_legacy_cut():
     model, (mod, cfg, _) = Jitter(tiny_model(0), seed=1), METHODS["ar"]
     tok = type("Tok", (), {"eos_id": 0, "mask_id": MASK, "decode": staticmethod(str)})()
     kw = dict(stop_entropy_window=8, stop_min_tokens=3, top_p=0.9)
-    plain, cut = ([replies.unconditional(model, mod, cfg, tok, 1, Settings(20, options=opt), "cpu",
-                                         seed)[0]["ids"] for seed in range(4)]
-                  for opt in (SamplerOptions(**kw), SamplerOptions(stop_entropy=99.0, **kw)))
+    runs = [Settings(20, paper=PaperMode(options=SamplerOptions(stop_entropy=e, **kw))) for e in (0.0, 99.0)]
+    plain, cut = ([unconditional.unconditional(model, mod, cfg, tok, 1, settings, "cpu", seed)[0]["ids"]
+                   for seed in range(4)] for settings in runs)
     for p, c in zip(plain, cut):        # an EOS in columns 3..7 (an id list of <= 6) stops it before the rule
         assert c == (p if len(p) <= 6 else p[:3])
     assert any(len(p) > 6 for p in plain)
@@ -289,7 +289,7 @@ def official_eos_stop(input_ids, eos: int, mask: int, min_tokens: int, prompt_le
 def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
     """On random canvases: the official rule's stops, at its EOS (its truncate_idx - 1)."""
     eos = TOK.eos_id
-    stop, g, stops = replies.eos_stop(eos, 1, MASK), torch.Generator().manual_seed(0), 0
+    stop, g, stops = unconditional.eos_stop(eos, 1, MASK), torch.Generator().manual_seed(0), 0
     assert stop(torch.tensor([[eos, 5, MASK, eos, 6]]), torch.tensor([5])).tolist() == [False]  # MASK before
     assert stop(torch.tensor([[eos, 5, 7, eos, MASK]]), torch.tensor([5])).tolist() == [True]   # after only
     for _ in range(400):
@@ -297,7 +297,7 @@ def test_the_eos_stop_is_the_officials_and_waits_for_a_mask_before_the_eos():
         pool = torch.tensor([eos, MASK, 5, 6, 7])
         row = torch.cat([torch.tensor([eos]), pool[torch.randint(0, 5, (C - 1,), generator=g)]])[None]
         e = int(torch.randint(1, C + 1, (1,), generator=g))
-        hook = replies.eos_stop(eos, max(m, 1), MASK)
+        hook = unconditional.eos_stop(eos, max(m, 1), MASK)
         ours = bool(hook(row, torch.tensor([e]))[0])
         stop, idx = official_eos_stop(row[:, :e], eos, MASK, m)
         assert ours == stop and (hook.at.get(0) == (idx - 1 if stop else None)), (row, e, m)
@@ -348,8 +348,8 @@ def test_samples_the_filter_refuses_are_redrawn_and_counted(monkeypatch):
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_head=2, n_kv_head=2, n_embd=32))
     model, cfg = model.eval(), ar.ARConfig(mask_id=TOK.mask_id)
-    settings = Settings(63, options=sampler_preset("owt", TOK, ar), seq_len=64)
-    stream = replies.unconditional(model, ar, cfg, TOK, 16, settings, "cpu", 0)
+    settings = Settings(63, paper=PaperMode(options=sampler_preset("owt", TOK, ar), seq_len=64))
+    stream = unconditional.unconditional(model, ar, cfg, TOK, 16, settings, "cpu", 0)
     keep = [generation.official_keep(s, TOK.eos_id) for s in stream]
     want = [k for k, ok in enumerate(keep) if ok][:3]
     assert len(want) == 3 and want[-1] > 2                               # some draws refused before the third
@@ -359,7 +359,7 @@ def test_samples_the_filter_refuses_are_redrawn_and_counted(monkeypatch):
     assert all(t.startswith("<|endoftext|>") for t in m["samples"])
     off = generation.evaluate_unconditional(model, ar, cfg, TOK, None, 3, settings, "cpu", redraw=False)
     assert off["redrawn"] == 0 and off["sample_ids"] == [s["ids"] for s in stream[:3]]
-    monkeypatch.setattr(replies, "MAX_REDRAWS", 2)
+    monkeypatch.setattr(unconditional, "MAX_REDRAWS", 2)
     with pytest.raises(ValueError, match="sample 0: 3 draws in a row were refused by the official filter"):
         generation.evaluate_unconditional(model, ar, cfg, TOK, None, 1, settings, "cpu")
     with pytest.raises(ValueError, match="--max-new-tokens 54: every sample would be redrawn"):

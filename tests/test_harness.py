@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from common import checkpoint
 import eval as evaluate
 from data import gsm8k
-from sampling import Settings
+from sampling import PaperMode, Settings
 from helpers import METHODS, error_of
 from paper import harness, zeroshot
 
@@ -49,7 +49,7 @@ def setup_of(corpus_ckpts, m: str, batch_size=3, **kw) -> harness.Setup:
     model, method, cfg, config = checkpoint.load(str(corpus_ckpts / m))
     tok = zeroshot.checked_tokenizer(config, model, config["tokenizer"], "test")
     return harness.Setup(model, method, cfg, tok, config, "cpu", batch_size,
-                         **{"settings": Settings(block=4, seq_len=L), **kw})
+                         **{"settings": Settings(mdlm_block=4, paper=PaperMode(seq_len=L)), **kw})
 
 
 def request(kind: str, *args, doc=None, task=None) -> Instance:
@@ -193,7 +193,7 @@ def test_generate_until_stops_at_the_until_strings(corpus_ckpts, m, monkeypatch)
 def test_generation_fits_the_context(corpus_ckpts, monkeypatch):
     """The prompt keeps its last L - min(N, L/2) tokens, N is cut to L - prompt, a task's max_gen_toks wins
     over setup.max_new, an empty context is a BOS."""
-    s = setup_of(corpus_ckpts, "ar", settings=Settings(5, block=4, seq_len=L))
+    s = setup_of(corpus_ckpts, "ar", settings=Settings(5, mdlm_block=4, paper=PaperMode(seq_len=L)))
     seen = []
     monkeypatch.setattr(harness, "respond",
                         lambda *a, **k: (seen.append((a[5], a[7].max_new_tokens)),

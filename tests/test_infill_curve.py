@@ -26,7 +26,7 @@ def test_curve_trains_once_evaluates_each_kept_step_and_tabulates(tmp_path, monk
     assert {f"infill_{s}" for s in infill_curve.SPANS} | {"infill_verb_op"} <= set(rows[1])
     stamp = os.path.getmtime(out / "b16-s1" / "model.safetensors")
     measured = (out / "b16-s1.json").read_bytes()
-    monkeypatch.setattr(infill_curve.threads, "set_threads", lambda n: None)     # this process keeps its own
+    monkeypatch.setattr(infill_curve.cli, "set_threads", lambda n: None)     # this process keeps its own
     # the run's own process, here: it finds nothing to do
     infill_curve.main([*args, "--one", "b16", "1"])
     assert os.path.getmtime(out / "b16-s1" / "model.safetensors") == stamp

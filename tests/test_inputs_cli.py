@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import eval as evaluate
-from common import runtime, threads
+from common import cli, runs
 import sample
 import train
 from helpers import error_of
@@ -17,7 +17,7 @@ from helpers import error_of
 pytestmark = pytest.mark.usefixtures("train_encodes_once")   # conftest.py: one encoding of the task
 
 SEQ_LEN = 128                                                     # the arith task's context
-CORES = threads.usable_cores()
+CORES = cli.usable_cores()
 THREADS = "--threads must be in [0, {}] (the CPUs this process may use; 0 = the cores other jobs leave " \
           "free), got {}"
 TAU = "a confidence threshold must be in (0, 1], or inf for one token per step"
@@ -261,7 +261,7 @@ def test_eval_row_shows_only_the_settings_that_apply(one_step, capsys):
 ])
 def test_train_refuses_a_run_larger_than_memory_before_allocating(tmp_path, monkeypatch, flags, message):
     """With 16 GiB here: one line before the examples are encoded or the model is built."""
-    monkeypatch.setattr(runtime, "memory_of", lambda device: 16 * 2**30)
+    monkeypatch.setattr(runs, "memory_of", lambda device: 16 * 2**30)
     monkeypatch.setattr(train, "encode", lambda *a, **k: pytest.fail("encoded the examples"))
     monkeypatch.setattr(train, "Transformer", lambda *a, **k: pytest.fail("built the model"))
     argv = ["--model", "ar", *flags.split(), "--max-iters", "1", "--out-dir", str(tmp_path / "o")]

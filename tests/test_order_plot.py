@@ -3,7 +3,7 @@ reply, titled with the method and its settings (its bad flags are rows of test_i
 import pytest
 import torch
 
-from common import methods, order_plot
+from common import checkpoint, order_plot
 from data import get_tokenizer
 import sample
 from sampling import Settings
@@ -40,14 +40,14 @@ def test_titles_name_the_method_and_its_settings_and_a_panel_draws_a_row_to_its_
     """Row 1: its own prompt (after the left padding), its reply to EOS; tokens decoded after EOS (MDLM's
     padding) are not drawn but count as tokens and steps."""
     def title(name, **settings):
-        return order_plot.title(name, methods.config_class(name)(mask_id=1), Settings(**settings),
-                                methods.method(name).KNOBS)
+        return order_plot.title(name, checkpoint.CONFIGS[name](mask_id=1), Settings(**settings),
+                                checkpoint.METHODS[name].KNOBS)
     assert title("ar", threshold=0.8) == "AR"                                  # AR reads no threshold
     assert title("mdlm", threshold=0.8) == "MDLM, τ 0.8, block 32"
     assert title("bd3lm") == "BD3-LM, block size 4, τ ∞"
     assert title("setdiffusion", threshold=0.9) == "Set Diffusion, smax 8, τ 0.9"
-    assert title("setdiffusion", window=2, commit_order="fht") == ("Set Diffusion, smax 8, τ ∞, W 2, "
-                                                                  "commit fht")
+    assert title("setdiffusion", setdiffusion_window=2, setdiffusion_commit_order="fht") == (
+        "Set Diffusion, smax 8, τ ∞, W 2, commit fht")
     tok = get_tokenizer("bytes")
     E, M = tok.eos_id, tok.mask_id
     tokens = torch.tensor([[97, 98, 99, 10, 49, 50, E, M],             # row 0: prompt "abc\n", reply "12"

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 import ar
-from common import checkpoint, saving
+from common import checkpoint
 import eval as evaluate
 import paper.results
 import train
@@ -150,11 +150,11 @@ def hub(tmp_path_factory):
     d = fake_hub(home, "me/our-run")                                      # our own format, pushed to the Hub
     torch.manual_seed(4)
     ours = Transformer(TINY)
-    saving.save(os.path.join(home, "run"), ours, {"model": dataclasses.asdict(TINY), "method": "mdlm",
+    checkpoint.save(os.path.join(home, "run"), ours, {"model": dataclasses.asdict(TINY), "method": "mdlm",
                 "method_config": {"mask_id": V - 1}, "tokenizer": "bytes", "data": "arith", "seq_len": 32})
     for f in ("config.json", "model.safetensors"):
         os.replace(os.path.join(home, "run", f), os.path.join(d, f))
-    expect["ours"] = saving.weights(ours)
+    expect["ours"] = checkpoint.weights(ours)
     put(home, "Qwen/Qwen3-Tiny", {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], **SHAPE})
     put(home, "someone/llama-tiny", {"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     dit = {"architectures": ["SetDLM"], "model_type": "bd3lm", "length": 16, "n_heads": 4,
@@ -313,7 +313,7 @@ def test_our_format_loads_after_a_kill_between_the_two_renames(tmp_path):
     model = Transformer(TINY)
     config = {"model": dataclasses.asdict(TINY), "method": "setdiffusion", "tokenizer": "bytes",
               "method_config": {"mask_id": V - 1, "smax": 4}, "data": "arith", "seq_len": 32}
-    saving.save(str(tmp_path / "run"), model, config)
+    checkpoint.save(str(tmp_path / "run"), model, config)
     os.replace(tmp_path / "run", tmp_path / "run.old")
     loaded, method, cfg, back = checkpoint.load(str(tmp_path / "run"))
     assert method.__name__ == "setdiffusion" and cfg.smax == 4 and back == config
@@ -412,7 +412,7 @@ def test_gsm8k_finetune_from_qwen3_evaluate_and_summarize(qwen_files, tmp_path, 
     with torch.no_grad():
         model.embed_tokens.weight[151669:] *= 3
     os.makedirs(tmp_path / "qwen3")
-    save_file({"model." + k: v for k, v in saving.weights(model).items()},
+    save_file({"model." + k: v for k, v in checkpoint.weights(model).items()},
               tmp_path / "qwen3" / "model.safetensors")
     write_json(tmp_path / "qwen3" / "config.json", {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": QWEN3_VOCAB,

@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from common import checkpoint, saving
+from common import checkpoint, weights
 import setdiffusion as sd
 import train
 from helpers import TINY, error_of, leftovers, snapshot
@@ -44,7 +44,7 @@ def parts(base):
 
 def save_at(path, step, parts):
     model, config, opt = parts
-    saving.save(str(path), model, {**config, "step": step}, {"optimizer": opt, "step": step})
+    checkpoint.save(str(path), model, {**config, "step": step}, {"optimizer": opt, "step": step})
 
 
 def no_training(monkeypatch):
@@ -54,7 +54,7 @@ def no_training(monkeypatch):
 
 def clean(path) -> bool:
     """path holds one checkpoint of train.py's files only, and no sibling .tmp / .old / .deleting."""
-    return not leftovers(path) and sorted(os.listdir(path)) == sorted(saving.FILES)
+    return not leftovers(path) and sorted(os.listdir(path)) == sorted(checkpoint.FILES)
 
 
 def all_finite(d) -> bool:
@@ -142,14 +142,14 @@ def test_folders_train_py_did_not_write_are_refused_or_never_touched(base, tmp_p
     users = tuple(u + "/" for u in users)
     mine = {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)}
     train.main([*SD, "--max-iters", "3", "--keep-every", "1", "--out-dir", str(tmp_path / "ck"), "--resume"])
-    assert saving.step_of(str(tmp_path / "ck")) == 3 == saving.step_of(str(tmp_path / "ck-step3"))
+    assert checkpoint.step_of(str(tmp_path / "ck")) == 3 == checkpoint.step_of(str(tmp_path / "ck-step3"))
     assert {k: v for k, v in snapshot(tmp_path).items() if k.startswith(users)} == mine
-    assert sorted(os.listdir(tmp_path / "ck")) == sorted(saving.FILES)
+    assert sorted(os.listdir(tmp_path / "ck")) == sorted(checkpoint.FILES)
     assert leftovers(tmp_path / "ck") == sorted(u[:-1] for u in users[:-1])
     (tmp_path / "empty").mkdir()
     train.main([*SD, "--max-iters", "1", "--keep-every", "1", "--out-dir", f"{tmp_path}/empty/"])
     assert checkpoint.load_train_state(str(tmp_path / "empty"))["step"] == 1 and clean(tmp_path / "empty")
-    assert saving.step_of(str(tmp_path / "empty-step1")) == 1
+    assert checkpoint.step_of(str(tmp_path / "empty-step1")) == 1
 
 
 def test_a_folder_that_appears_during_the_run_is_never_replaced(tmp_path, monkeypatch):
@@ -178,15 +178,16 @@ def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(safetensors.torch, "save_file", full)
     model, config, _ = parts
-    with pytest.raises(saving.SaveError) as e:
-        saving.save(str(tmp_path / "ck-step4"), model, {**config, "step": 4})
+    with pytest.raises(checkpoint.SaveError) as e:
+        checkpoint.save(str(tmp_path / "ck-step4"), model, {**config, "step": 4})
     assert str(e.value).startswith(f"cannot save step 4 to {tmp_path}/ck-step4 (No space left on device; ")
     assert str(e.value).endswith("; the run's last checkpoint is in --out-dir: fix this, then --resume")
     assert os.listdir(tmp_path) == []
     monkeypatch.undo()
-    held = saving.claim(str(tmp_path / "ck-step5"), resume=False)   # another train.py's --out-dir
-    with pytest.raises(saving.SaveError, match=f"to {tmp_path}/ck-step5: another train.py is training there"):
-        saving.save(str(tmp_path / "ck-step5"), model, {**config, "step": 5})
+    held = checkpoint.claim(str(tmp_path / "ck-step5"), resume=False)   # another train.py's --out-dir
+    with pytest.raises(checkpoint.SaveError,
+                       match=f"to {tmp_path}/ck-step5: another train.py is training there"):
+        checkpoint.save(str(tmp_path / "ck-step5"), model, {**config, "step": 5})
     held.close()
 
 
@@ -194,7 +195,7 @@ def test_a_snapshot_that_cannot_be_written_names_the_runs_checkpoint(parts, tmp_
 
 def kill_state(out, kind, parts):
     """out as a kill during a save leaves it; returns the step of the newest complete checkpoint there."""
-    scratch, mark = out.parent / "scratch", lambda d: open(os.path.join(d, saving.SWAP_MARK), "w").close()
+    scratch, mark = out.parent / "scratch", lambda d: open(os.path.join(d, checkpoint.SWAP_MARK), "w").close()
     if kind in ("old+tmp", "complete tmp"):  # an older version killed after writing out.tmp and marking out,
         save_at(out, 2, parts)               # (old+tmp: and after out -> out.old)
         save_at(scratch, 4, parts)
@@ -205,7 +206,7 @@ def kill_state(out, kind, parts):
         return 4
     if kind == "partial tmp":           # killed while writing its .tmp-XXXXXXXX: no config.json yet
         save_at(out, 2, parts)
-        tmp = saving.fresh(str(out), "tmp")
+        tmp = checkpoint.fresh(str(out), "tmp")
         mark(tmp)
         tmp = out.parent / os.path.basename(tmp)
         (tmp / "model.safetensors").write_bytes((out / "model.safetensors").read_bytes()[:1000])
@@ -217,7 +218,7 @@ def kill_state(out, kind, parts):
         os.rename(scratch, str(out) + ".old")
         save_at(out, 4, parts)
     else:                               # only tmp: killed after its .old-XXXXXXXX went, before .tmp -> out
-        os.rename(scratch, saving.fresh(str(out), "tmp"))
+        os.rename(scratch, checkpoint.fresh(str(out), "tmp"))
     return 4
 
 
@@ -226,8 +227,8 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     """newest/resolve/load pick the newest complete checkpoint; --resume continues and leaves out clean."""
     out = tmp_path / "kb"
     step = kill_state(out, kind, parts)
-    d = saving.resolve(str(out))
-    assert d == saving.newest(str(out)) and saving.step_of(d) == step
+    d = checkpoint.resolve(str(out))
+    assert d == checkpoint.newest(str(out)) and checkpoint.step_of(d) == step
     scratch = [str(x) for x in out.parent.glob("kb.tmp-*")]         # a save's own, fresh name
     legacy = [str(out) + ".tmp"]                    # an older version's fixed name, its swap marked
     assert [d] == {"old+tmp": legacy, "complete tmp": legacy, "only tmp": scratch}.get(kind, [str(out)])
@@ -236,7 +237,7 @@ def test_a_kill_during_a_save_never_leaves_no_usable_checkpoint(parts, tmp_path,
     capsys.readouterr()
     train.main([*SD, "--max-iters", str(step + 1), "--out-dir", str(out), "--resume"])
     assert f"resuming from step {step} of {out}" in capsys.readouterr().out
-    assert checkpoint.load_train_state(str(out))["step"] == step + 1 == saving.step_of(str(out))
+    assert checkpoint.load_train_state(str(out))["step"] == step + 1 == checkpoint.step_of(str(out))
     assert clean(out) and all_finite(out)
 
 
@@ -254,7 +255,7 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
         if len(calls) == {"config.json rename": 1, "out -> out.old": 2, "out.tmp -> out": 3}[fault]:
             raise OSError(28, "No space left on device")
         return real_replace(src, dst)
-    monkeypatch.setattr(saving.os, "replace", replace)
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
     with pytest.raises(OSError, match="No space left"):
         save_at(out, 4, parts)
     monkeypatch.undo()
@@ -263,14 +264,14 @@ def test_a_fault_during_a_save_keeps_the_previous_checkpoint(parts, tmp_path, mo
         assert calls[-1][0] == str(out) and re.fullmatch(scratch, calls[-1][1]) and "old" in calls[-1][1]
     if fault == "out.tmp -> out":
         assert re.fullmatch(scratch, calls[-1][0]) and "tmp" in calls[-1][0] and calls[-1][1] == str(out)
-    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if saving.complete(d)]
+    kept = [d for d in (out, *out.parent.glob("ck.old-*")) if checkpoint.complete(d)]
     assert len(kept) == 1 and \
-        {k: v for k, v in snapshot(kept[0]).items() if k != saving.SWAP_MARK} == previous
+        {k: v for k, v in snapshot(kept[0]).items() if k != checkpoint.SWAP_MARK} == previous
     assert checkpoint.load_ours(str(kept[0]))[3]["step"] == 2 and all_finite(kept[0])
     newer = 2 if fault == "config.json rename" else 4                     # the new one was whole in ck.tmp
     assert checkpoint.load(str(out))[3]["step"] == newer == checkpoint.load_train_state(str(out))["step"]
     save_at(out, 6, parts)
-    assert saving.step_of(str(out)) == 6 and clean(out)
+    assert checkpoint.step_of(str(out)) == 6 and clean(out)
 
 
 # ----------------------------------------------------------------------------- 3. one train.py per --out-dir
@@ -281,29 +282,29 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
     out = str(tmp_path / "cc")
     busy = (f"another train.py is writing {out} (it holds {out}.lock): wait for it to finish, or choose "
             f"another --out-dir")
-    lock = saving.claim(out, resume=False)
+    lock = checkpoint.claim(out, resume=False)
     with pytest.raises(ValueError) as e:
-        saving.claim(out, resume=False)
+        checkpoint.claim(out, resume=False)
     assert str(e.value) == busy
     assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out]) == "error: " + busy
     assert error_of(train.main, [*SD, "--max-iters", "1", "--out-dir", out, "--no-lock"]) == "error: " + busy
     lock.close()
     assert error_of(train.main, [*SD, "--max-iters", "1", "--max-new-tokens", "999", "--out-dir", out]) == \
         f"error: --max-new-tokens 999 is more than the sequence length {SEQ_LEN}"     # after the claim
-    saving.claim(out, resume=False).close()                       # released by the failed run
+    checkpoint.claim(out, resume=False).close()                       # released by the failed run
     refused, real_loss = [], sd.loss
 
     def loss(*a, **k):                                                # a second run during training
         try:
-            saving.claim(out, resume=False).close()
+            checkpoint.claim(out, resume=False).close()
         except ValueError as e:
             refused.append(str(e))
         return real_loss(*a, **k)
     monkeypatch.setattr(sd, "loss", loss)
     train.main([*SD, "--max-iters", "2", "--out-dir", out])
     assert refused == [busy, busy]
-    saving.claim(out, resume=False).close()
-    assert saving.step_of(out) == 2 and clean(out)
+    checkpoint.claim(out, resume=False).close()
+    assert checkpoint.step_of(out) == 2 and clean(out)
     monkeypatch.undo()
     import fcntl
 
@@ -316,7 +317,7 @@ def test_a_second_train_py_on_the_same_out_dir_is_refused(tmp_path, monkeypatch)
         f"keep a second run off {nfs}: choose an --out-dir on a file system with locks, or add --no-lock and "
         f"start one train.py per --out-dir yourself")
     train.main([*SD, "--max-iters", "1", "--out-dir", nfs, "--no-lock"])
-    assert saving.step_of(nfs) == 1 and clean(nfs)
+    assert checkpoint.step_of(nfs) == 1 and clean(nfs)
 
 
 
@@ -327,19 +328,19 @@ def test_a_checkpoint_saved_over_while_it_is_read_is_read_again(one_step, tmp_pa
     out = tmp_path / "run"
     shutil.copytree(one_step / "ar", out)
     first = (out / "config.json").read_text()
-    real, reads = checkpoint.load_safetensors, []
+    real, reads = weights.load_safetensors, []
 
     def saved_meanwhile(f):                                       # a save's swap, during the first read
         reads.append(f)
         if len(reads) == 1:
             (out / "config.json").write_text(json.dumps({**json.loads(first), "step": 2}))
         return real(f)
-    monkeypatch.setattr(checkpoint, "load_safetensors", saved_meanwhile)
+    monkeypatch.setattr(weights, "load_safetensors", saved_meanwhile)
     with pytest.raises(ValueError, match="config.json changed while the weights were read"):
         checkpoint.load(str(out))
     (out / "config.json").write_text(first)
     reads.clear()
-    with saving.claim(str(out), resume=True):
+    with checkpoint.claim(str(out), resume=True):
         assert checkpoint.load(str(out))[3]["step"] == 2 and len(reads) == 2
 
 # ----------------------------------------------------------------------------- 4. non-finite weights
@@ -375,8 +376,8 @@ def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, caps
     lines = [line for line in capsys.readouterr().err.splitlines() if "stopping" in line]
     assert len(lines) == 1 and re.fullmatch(
         rf"{stops_at}: stopping; the last good checkpoint \(step 2\) is in {re.escape(out)}", lines[0]), lines
-    assert saving.resolve(out) == out and checkpoint.load_train_state(out)["step"] == 2
-    assert saving.step_of(out) == 2 and all_finite(out) and clean(out)
+    assert checkpoint.resolve(out) == out and checkpoint.load_train_state(out)["step"] == 2
+    assert checkpoint.step_of(out) == 2 and all_finite(out) and clean(out)
 
 
 # ----------------------------------------------------------------------------- 5. SIGINT / SIGTERM
@@ -407,7 +408,7 @@ def test_a_signal_saves_the_step_and_resume_repeats_the_run(uninterrupted, tmp_p
     assert e.value.code == f"interrupted after step 4: saved it to {out}; --resume continues from there"
     monkeypatch.undo()
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
-    assert checkpoint.load_train_state(out)["step"] == 4 and saving.step_of(out) == 4 and clean(out)
+    assert checkpoint.load_train_state(out)["step"] == 4 and checkpoint.step_of(out) == 4 and clean(out)
     assert train.main([*RESUMABLE, "--out-dir", out, "--resume"]) == uninterrupted[4:]
 
 

@@ -6,7 +6,7 @@ that what a method prints follows from its decoding schedule alone."""
 import pytest
 import torch
 
-from common import checkpoint, replies
+from common import checkpoint, metrics
 import sample
 from data import byte_tokenizer
 from helpers import METHODS, error_of
@@ -81,10 +81,10 @@ def test_prompts_continue_bos_and_the_text_until_eos_or_the_new_tokens(sampled, 
 
 
 def test_the_corpus_stop_rule_is_an_eos_decided_in_the_reply():
-    """replies.stop_rule with no task: EOS in the reply before its first [MASK], not the prompt's BOS."""
+    """metrics.stop_rule with no task: EOS in the reply before its first [MASK], not the prompt's BOS."""
     tokens = torch.tensor([[BOS, 65, 66, BOS, 67], [BOS, 65, 66, MASK, BOS], [BOS, 65, 66, 67, 68],
                            [BOS, 65, 66, 67, BOS]])
-    stop = replies.stop_rule(TOK, None, torch.ones(4, 2, dtype=torch.bool))
+    stop = metrics.stop_rule(TOK, None, torch.ones(4, 2, dtype=torch.bool))
     assert stop(tokens, torch.tensor([5, 5, 5, 4])).tolist() == [True, False, False, False]
 
 

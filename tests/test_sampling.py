@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import sampling
-from sampling import Settings, SamplerOptions
+from sampling import PaperMode, SamplerOptions, Settings
 from helpers import MASK, METHODS, left_padded, naive_generate, tiny_model
 
 EOS = 0
@@ -80,7 +80,8 @@ def test_low_confidence_stop_counts_consecutive_tokens_after_min():
 def test_contradictory_options_get_one_clear_error(bad):
     temperature = bad.pop("temperature", 1.0)
     with pytest.raises(ValueError) as e:                  # the settings' check runs the options' check too
-        sampling.check_settings(Settings(temperature=temperature, options=SamplerOptions(**bad)))
+        options = SamplerOptions(**bad)
+        sampling.check_settings(Settings(temperature=temperature, paper=PaperMode(options=options)))
     assert "\n" not in str(e.value)
 
 
@@ -117,7 +118,7 @@ def test_sampler_with_options_equals_naive_recompute(name, opt):
     model, N, P, opt = tiny_model(4), 11, 4, OPTIONS[opt]
     prompt = torch.randint(0, MASK, (1, P), generator=torch.Generator().manual_seed(3))
     extra = {} if name == "ar" else {"threshold": 0.5}
-    tokens, stats = mod.generate(model, prompt, cfg, Settings(N, options=opt, **extra, **kw))
+    tokens, stats = mod.generate(model, prompt, cfg, Settings(N, **extra, **kw, paper=PaperMode(options=opt)))
     x, step = naive_generate(name, Processed(model, opt, P, int(name == "ar")), prompt, N,
                              extra.get("threshold", math.inf))
     assert torch.equal(tokens, x) and torch.equal(stats["step"], step)
@@ -134,9 +135,10 @@ def test_batched_equals_each_row_alone_with_options(name):
     prompts, batch, prompt_mask = left_padded([2, 7, 5])
     P = batch.shape[1]
     extra = {} if name == "ar" else {"threshold": 0.5}
-    tokens, stats = mod.generate(model, batch, cfg, Settings(N, options=opt, **extra, **kw), prompt_mask)
+    settings = Settings(N, **extra, **kw, paper=PaperMode(options=opt))
+    tokens, stats = mod.generate(model, batch, cfg, settings, prompt_mask)
     for b, p in enumerate(prompts):
-        alone, st = mod.generate(model, p[None], cfg, Settings(N, options=opt, **extra, **kw))
+        alone, st = mod.generate(model, p[None], cfg, settings)
         assert torch.equal(tokens[b, P - len(p):], alone[0])
         assert torch.equal(stats["step"][b, P - len(p):], st["step"][0])
 
@@ -151,7 +153,7 @@ def test_ar_low_confidence_stop_stops_where_the_confidences_say():
     conf = torch.softmax(logits, -1).amax(-1)[0, P - 1:]                   # (N,) each new token's confidence
     thr = float(conf.detach().median())
     opt = SamplerOptions(stop_confidence=thr, stop_patience=2, stop_min_tokens=1)
-    tokens, stats = mod.generate(model, prompt, cfg, Settings(N, options=opt))
+    tokens, stats = mod.generate(model, prompt, cfg, Settings(N, paper=PaperMode(options=opt)))
     strikes, stop_at = 0, N
     for i, c in enumerate(conf.tolist()):
         strikes = strikes + 1 if (i >= 1 and c < thr) else 0

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import ar
-from common import methods, saving
+from common import checkpoint
 import eval as evaluate
 import train
 from helpers import ROOT, TINY, killed_in_step, usage_error
@@ -35,7 +35,8 @@ def test_keep_every_keeps_the_eval_weights_of_each_step_and_changes_nothing(tmp_
     plain = run_train(tmp_path / "a", *args)
     assert run_train(tmp_path / "b", *args, "--keep-every", "2") == plain
     kept = {k: tmp_path / "b" / f"ckpt-step{k}" for k in (2, 4)}
-    assert all(saving.step_of(str(d)) == k and not (d / "train_state.pt").exists() for k, d in kept.items())
+    assert all(checkpoint.step_of(str(d)) == k and not (d / "train_state.pt").exists()
+               for k, d in kept.items())
     killed_in_step(monkeypatch, 3)                      # the same run, saved at step 2, stopped in step 3
     with pytest.raises(KeyboardInterrupt):
         run_train(tmp_path / "c", *args, "--save-every", "2")
@@ -116,14 +117,15 @@ def test_eval_passes_the_context_and_official_to_the_samplers(random_ckpts, monk
     --official, MDLM (with seq_len: its canvas is L wide) and BD3-LM the official block count."""
     seen = {}
     for m in ("setdiffusion", "mdlm", "bd3lm"):
-        def spy(*a, _real=methods.method(m).generate, _m=m, **k):
+        def spy(*a, _real=checkpoint.METHODS[m].generate, _m=m, **k):
             seen[_m] = a[3]                                             # the Settings
             return _real(*a, **k)
-        monkeypatch.setattr(methods.method(m), "generate", spy)
+        monkeypatch.setattr(checkpoint.METHODS[m], "generate", spy)
         evaluate.main(["--ckpt", str(random_ckpts / m), "--limit", "1", "--official", "--commit-order", "fht",
                        "--max-new-tokens", "8"])
-    assert seen["setdiffusion"].seq_len == 128 and seen["setdiffusion"].commit_order == "fht"
-    assert seen["mdlm"].official and seen["mdlm"].seq_len == 128 and seen["bd3lm"].official
+    sd, md, bd = seen["setdiffusion"], seen["mdlm"], seen["bd3lm"]
+    assert sd.paper.seq_len == 128 and sd.setdiffusion_commit_order == "fht"
+    assert md.paper.official and md.paper.seq_len == 128 and bd.paper.official
     assert "official" in capsys.readouterr().out                    # the row names the setting
 
 
@@ -160,16 +162,40 @@ def closure(name: str, top: bool = False) -> set:
     return seen
 
 
+# What a default training run loads besides the root's card files and data/, from sys.modules after a 2-step
+# run (docs/reading.md gives the same command): the rest of common/ is imported where a flag asks for it.
+LOADS = """
+import os, runpy, sys
+sys.argv = "train.py --model setdiffusion --max-iters 2 --eval-limit 2 --out-dir {out}".split()
+runpy.run_path("train.py", run_name="__main__")
+card = ("model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "train", "sample", "eval")
+here = [os.path.relpath(f) for f in (getattr(m, "__file__", None) or "" for m in list(sys.modules.values()))
+        if f.startswith(os.getcwd() + os.sep)]
+rest = sorted(f for f in here if not f.startswith("data" + os.sep) and f[:-3] not in card)
+print(len(rest), sum(len(open(f).readlines()) for f in rest), *rest)
+"""
+
+
+def test_a_default_training_run_loads_at_most_five_support_files(tmp_path):
+    """`train.py --model setdiffusion` loads at most 5 files (1,600 lines) outside the card files and data/:
+    common/'s training stories; --init-from, FSDP, .env, weight reading and the released checkpoints stay
+    out of a default run."""
+    out = subprocess.run([sys.executable, "-c", LOADS.format(out=tmp_path / "run")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300).stdout.split("\n")[-2].split()
+    files, lines, names = int(out[0]), int(out[1]), out[2:]
+    assert files <= 5 and lines <= 1600 and all(n.startswith("common" + os.sep) for n in names), out
+
+
 def test_import_graph_no_script_imports_a_script_no_circle_and_no_import_up_the_layers():
     """No module imports a script; sample.py and eval.py import nothing of paper/ when they load; test_all.py
     needs only the method files; the library modules form no import circle; every import, at the top of a file
     or inside a function, goes down the layers (LAYERS)."""
     scripts = {"train", "sample", "eval"}
-    library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.replies", "common.metrics",
-               "common.cli", "common.runtime", "common.checkpoint", "common.pretrained", "data",
-               "paper.generation", "paper.infill", "paper.zeroshot", "paper.results", "paper.harness",
-               "paper.speed", "common.credentials", "common.eval_args", "common.train_args", "common.threads",
-               "data.files", "data.prompts", "common.weights"]
+    library = ["model", "ar", "mdlm", "bd3lm", "setdiffusion", "sampling", "common.cli", "common.checkpoint",
+               "common.runs", "common.metrics", "common.eval_args", "common.init_from", "common.distributed",
+               "common.throughput", "common.unconditional", "common.order_plot", "common.credentials",
+               "common.pretrained", "data", "data.files", "data.prompts", "paper.generation", "paper.infill",
+               "paper.zeroshot", "paper.results", "paper.harness", "paper.speed"]
     for name in [*scripts, *library]:
         assert not (local_imports(module_path(name)) & scripts), name
     assert not {n for n in closure("sample", top=True) | closure("eval", top=True) if n.startswith("paper")}

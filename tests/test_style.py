@@ -32,11 +32,11 @@ def test_python_lines_fit_110_columns():
 
 
 def test_every_json_the_project_writes_is_standard():
-    """Every json.dump / json.dumps outside tests/ goes through common/standard_json.py (tau = inf as "inf")
-    or refuses non-finite numbers (allow_nan=False): no Infinity or NaN token in a file we write."""
+    """Every json.dump / json.dumps outside tests/ goes through common/checkpoint.py's json_dump (tau = inf as
+    "inf") or refuses non-finite numbers (allow_nan=False): no Infinity or NaN token in a file we write."""
     loose = []
     for path in python_files():
-        if path.startswith("tests/") or path == "common/standard_json.py":
+        if path.startswith("tests/") or path == "common/checkpoint.py":
             continue
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
             text = f.read()
@@ -48,4 +48,4 @@ def test_every_json_the_project_writes_is_standard():
                 end += 1
             if "allow_nan=False" not in call[:end]:
                 loose.append(f"{path}:{text.count(chr(10), 0, m.start()) + 1}")
-    assert not loose, f"json written without common/standard_json.py or allow_nan=False: {loose}"
+    assert not loose, f"json written without common/checkpoint.py or allow_nan=False: {loose}"

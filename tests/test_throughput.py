@@ -1,4 +1,4 @@
-"""The tokens/s protocol (metrics.interleaved_throughput, eval.py --task throughput --rounds, paper.speed):
+"""The tokens/s protocol (throughput.interleaved_throughput, eval.py --task throughput --rounds, paper.speed):
 runs compared in one measurement see the same load, the median round and its range, paper.speed writes
 eval.py's files."""
 import json
@@ -7,14 +7,14 @@ import pytest
 import torch
 
 import eval as evaluate
-from common import metrics
+from common import throughput
 from helpers import error_of
 from paper import results, speed
 
 
 def fake_clock(monkeypatch, cost: dict, load):
-    """metrics.respond replaced: run r (its "method") takes cost[r] * load(k, j) seconds for prompt j in its
-    round k and makes 10 tokens in 2 steps. Returns the call log."""
+    """throughput.respond replaced: run r (its "method") takes cost[r] * load(k, j) seconds for prompt j in
+    its round k and makes 10 tokens in 2 steps. Returns the call log."""
     calls, seen = [], {}
 
     def fake(model, method, cfg, tok, task, prompts, device, settings, seed=0, stop_opts=None):
@@ -23,7 +23,7 @@ def fake_clock(monkeypatch, cost: dict, load):
         calls.append((method, j))
         stats = {"n_gen": torch.tensor([10]), "tokens_per_step": 5.0, "nfe": 2}
         return ["x"], stats, cost[method] * load(k, j)
-    monkeypatch.setattr(metrics, "respond", fake)
+    monkeypatch.setattr(throughput, "respond", fake)
     return calls
 
 
@@ -38,17 +38,17 @@ def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact_and_the_medi
     round's figure is the mean over prompts of tokens / seconds; the median round is reported with the
     rounds' min and max and that round's per-sample standard deviation."""
     calls = fake_clock(monkeypatch, {"a": 1.0, "b": 0.25}, lambda k, j: 1 + 0.5 * ((3 * k + j) % 4))
-    m = metrics.interleaved_throughput(runs_of(["a", "b"]), list(range(8)), "cpu", warmup=2, rounds=3)
+    m = throughput.interleaved_throughput(runs_of(["a", "b"]), list(range(8)), "cpu", warmup=2, rounds=3)
     assert m["b"]["tokens_per_s"] == pytest.approx(4 * m["a"]["tokens_per_s"], rel=1e-12)
     assert m["b"]["tokens_per_s_min"] == pytest.approx(4 * m["a"]["tokens_per_s_min"], rel=1e-12)
     assert calls[:8] == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2), ("b", 3), ("a", 3)]
     assert len(calls) == 2 * (2 + 3 * 6) and m["a"]["n"] == 6 and m["a"]["rounds"] == 3
     assert m["a"]["tokens_per_step"] == 5.0 and m["a"]["nfe"] == 2 * 6               # one round's
     with pytest.raises(ValueError, match="--warmup 3 leaves no example to measure"):
-        metrics.interleaved_throughput(runs_of(["a"]), [1, 2, 3], "cpu", warmup=3)
+        throughput.interleaved_throughput(runs_of(["a"]), [1, 2, 3], "cpu", warmup=3)
     per_round = {0: 2.0, 1: 1.0, 2: 4.0}                                # seconds per sample in each round
     fake_clock(monkeypatch, {"a": 1.0}, lambda k, j: per_round[k] * (1 if j % 2 else 0.5))
-    m = metrics.interleaved_throughput(runs_of(["a"]), list(range(5)), "cpu", warmup=1, rounds=3)["a"]
+    m = throughput.interleaved_throughput(runs_of(["a"]), list(range(5)), "cpu", warmup=1, rounds=3)["a"]
     means = {k: (10 / (s * 0.5) + 10 / s) / 2 for k, s in per_round.items()}       # prompts 1..4: two of each
     assert m["tokens_per_s"] == pytest.approx(means[0])
     assert (m["tokens_per_s_min"], m["tokens_per_s_max"]) == pytest.approx((means[2], means[1]))
