@@ -145,9 +145,9 @@ bench-gpu:  ## decode tokens/s of the four methods at Qwen3-1.7B's shape (batch 
 	$(PY) -m bench.bench_gpu --modes eager,compiled,cudagraphs --json results/bench_gpu.json
 
 # train.py --compile for every method in float32 and bfloat16 at awkward shapes (compiled losses == eager),
-# compiled FlexAttention == dense, compiled decoding == eager (sample.py and eval.py --compile): tests/test_compile.py, out of
-# the suite (minutes of compiling). CI runs it after the suite.
-compile-check:  ## train.py/sample.py --compile and FlexAttention on this CPU == eager, every method (~8 min on 2 cores)
+# compiled FlexAttention == dense, compiled decoding == eager (sample.py and eval.py --compile):
+# tests/test_compile.py, out of the suite (minutes of compiling). CI runs it after the suite.
+compile-check:  ## train.py, sample.py and eval.py --compile and FlexAttention on this CPU == eager, every method (~3 min on 2 idle cores)
 	$(PY) -m pytest -q -n 2 --dist load -m compile tests/test_compile.py
 
 gpu-check:  ## the prepared GPU check (<= 8 min on one H100-class GPU, nothing downloaded): tests/test_gpu.py, then the GPU benchmarks in the time left; writes results/gpu.md
