@@ -188,3 +188,4 @@ def generate(model, prompt, cfg: ARConfig, settings: Settings, prompt_mask=None,
 # What the paper's reproduction needs to know of AR, as data: how the official code decodes and counts it.
 HF_GENERATE = True    # the official runs decode it with Hugging Face generate (EOS stop, prompt penalised)
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
+SUITE_NLL = None      # the official suite runner's OWT likelihood: this file's own nll

@@ -268,6 +268,7 @@ def generate(model, prompt, cfg: BD3LMConfig, settings: Settings, prompt_mask=No
 
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
+SUITE_NLL = None      # the official suite runner's OWT likelihood: this file's own nll
 
 
 def crop_left(seen, new, L: int):

@@ -81,9 +81,9 @@ def evaluate_corpus(args, task_name: str, model, method, cfg, config: dict, devi
 def recipe_method(method, cfg, recipes: dict | None, recipe: str | None):
     """The method a corpus likelihood scores with: the method itself, or under a recipe whose Set Diffusion
     orders are drawn at the official max_block_size = d (data/owt.py RECIPES "suite"), Set Diffusion with its
-    nll taken from its last section (setdiffusion.suite_nll). Only a method with an smax has that schedule:
-    the official passes MAX_BLOCK_SIZE to its Set Diffusion models alone."""
-    if recipe is None or recipes[recipe]["smax"] == "2d" or "smax" not in type(cfg).__dataclass_fields__:
+    nll taken from its last section (SUITE_NLL: setdiffusion.suite_nll). Only Set Diffusion has one: the
+    official passes MAX_BLOCK_SIZE to its Set Diffusion models alone."""
+    if recipe is None or recipes[recipe]["smax"] == "2d" or method.SUITE_NLL is None:
         return method
     return types.SimpleNamespace(**{**vars(method), "nll": method.suite_nll})
 

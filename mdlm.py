@@ -34,7 +34,7 @@ import torch
 
 from ar import defaults, finish, trim
 from model import padded, with_padding
-from sampling import Picker, Settings, decode
+from sampling import Picker, Settings, check_settings, decode
 
 
 # ----------------------------------------------------------------------------- config
@@ -223,6 +223,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
     one full bidirectional forward per step and the confidence rule until the block has no [MASK] left.
     [MASK]s inside the prompt are infilled too, from the block holding the first of them (bidirectionally, so
     the visible tokens right of them count). Paper mode's canvas and window: the last section."""
+    check_settings(settings)              # before the canvas, which is laid out in blocks (Picker checks too)
     B, P = prompt.shape
     S, dev, paper = settings.mdlm_block, prompt.device, settings.paper     # paper mode: the last section
     layout = official_mdlm_canvas if paper.official else mdlm_canvas     # paper mode: the official canvas
@@ -266,6 +267,7 @@ def generate(model, prompt, cfg: MDLMConfig, settings: Settings, prompt_mask=Non
 # new-token count, its canvas padded with [MASK] to the context L, its L-wide window once p + N > L.
 HF_GENERATE = False   # the official runs decode it with its own diffusion sampler
 OFFICIAL_EXCLUDES = False  # the official eval counts every target (nll's exclude unused)
+SUITE_NLL = None      # the official suite runner's OWT likelihood: this file's own nll
 
 
 def official_mdlm_canvas(prompt, prompt_mask, settings: Settings, mask_id: int):

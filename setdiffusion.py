@@ -525,6 +525,9 @@ def suite_nll(model, x0, cfg: SetDiffusionConfig, prompt_mask=None, pad_mask=Non
     return nll_i.sum(1), target_s.sum(1)
 
 
+SUITE_NLL = suite_nll   # what eval.py --recipe suite scores OWT with (the other methods: None)
+
+
 def suite_order(x0, d: float, prompt_mask, pad_mask, generator=None):
     """order (sigma (B, L): the prompt first, targets by decreasing T, padding last) with T drawn from the
     official schedule at max_block_size = d (official_schedule(L, d, d): k = 1, b = d / L), as the official

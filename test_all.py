@@ -124,7 +124,9 @@ def test_permutation_equivariance():
 
 # the guards of the model and the samplers: a new one is a row (what is called, the error's words)
 GUARDS = [(lambda: tiny_model()(torch.zeros(1, 5, dtype=torch.long), cache=KVCache(2, 1, 4)), "overflow"),
-          (lambda: ModelConfig(n_head=4, n_kv_head=3), "n_head")]
+          (lambda: ModelConfig(n_head=4, n_kv_head=3), "n_head"),
+          (lambda: mdlm.generate(tiny_model(), torch.zeros(1, 3, dtype=torch.long), mdlm.MDLMConfig(MASK),
+                                 Settings(4, mdlm_block=0)), "MDLM block")]
 
 
 @pytest.mark.parametrize("bad, words", GUARDS)

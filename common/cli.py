@@ -410,3 +410,10 @@ def run(main, script: str, why: str = "no file was written"):
     except SystemExit:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise
+    except Exception as e:                   # --compile on a machine where torch.compile cannot build (no C++
+        dynamo = sys.modules.get("torch._dynamo.exc")      # compiler, ...): one line; loaded once it compiled
+        if dynamo is None or not isinstance(e, dynamo.BackendCompilerFailed):
+            raise
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        sys.exit(f"error: --compile: torch.compile failed ({first}); run without --compile "
+                 f"(TORCHDYNAMO_VERBOSE=1 shows where)")

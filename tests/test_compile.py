@@ -1,10 +1,13 @@
-"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in
-float32 and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager ones
-over the first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and compiled
-(CPU FlexAttention has a forward only); sample.py and eval.py --compile give the eager replies. Each case
-is one train.py (sample.py, eval.py) main() in this process, after torch._dynamo.reset() (a fresh compile, as a new
+"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in float32
+and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager ones over the
+first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and compiled (CPU
+FlexAttention has a forward only); sample.py and eval.py --compile give the eager replies. Each case is one
+train.py (sample.py, eval.py) main() in this process, after torch._dynamo.reset() (a fresh compile, as a new
 process's)."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -18,6 +21,8 @@ import setdiffusion as sd
 import train
 from data import arith
 from helpers import MASK, random_rows, tiny_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = [pytest.mark.compile,
               pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")]
@@ -133,8 +138,8 @@ def test_compiled_evaluation_equals_eager(name, trained, tmp_path):
         tau = [] if name == "ar" else ["--threshold", "0.7"]
         counters.clear()
         replies, metrics = tmp_path / f"r{len(flags)}.jsonl", tmp_path / f"m{len(flags)}.json"
-        eval_py.main(["--ckpt", str(trained / name), "--limit", "12", "--batch-size", "12", "--max-new-tokens",
-                      "40", *tau, "--replies", str(replies), "--json", str(metrics), *flags])
+        eval_py.main(["--ckpt", str(trained / name), "--limit", "12", "--batch-size", "12",
+                      "--max-new-tokens", "40", *tau, "--replies", str(replies), "--json", str(metrics), *flags])
         m = json.loads(metrics.read_text())
         out[bool(flags)] = replies.read_text(), m["accuracy"], m["tokens_per_step"]
         assert bool(counters["stats"]["unique_graphs"]) == bool(flags)     # compiled only with --compile
@@ -150,3 +155,16 @@ def test_bench_gpu_trains_compiled_as_train_py():
     rows = {c: bench_gpu.main(tiny + ["--train-compile"] * c)["train"] for c in (False, True)}
     assert [r["compiled"] for r in rows[False] + rows[True]] == [False, True]
     assert rows[True][0]["fed_tokens"] == rows[False][0]["fed_tokens"] == 2 * 32
+
+
+@pytest.mark.parametrize("script", ["train.py", "sample.py"])
+def test_a_compile_that_cannot_build_is_one_line(script, trained, tmp_path):
+    """--compile where torch.compile cannot build its kernels (here: no working C++ compiler) stops in one
+    line that says to run without --compile, not inductor's traceback."""
+    argv = {"train.py": ["--model", "ar", *SMALL, *STEPS, "--out-dir", str(tmp_path / "ck")],
+            "sample.py": ["--ckpt", str(trained / "ar"), "--max-new-tokens", "4"]}[script]
+    env = {**os.environ, "CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, script, *argv, "--compile"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines()[-1].startswith("error: --compile: torch.compile failed (")
