@@ -1,9 +1,9 @@
-"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in float32
-and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager ones over the
-first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and compiled (CPU
-FlexAttention has a forward only); sample.py and eval.py --compile give the eager replies. Each case is one
-train.py (sample.py, eval.py) main() in this process, after torch._dynamo.reset() (a fresh compile, as a new
-process's)."""
+"""`make compile-check` (not the suite: minutes of compiling): train.py --compile trains every method in
+float32 and in bfloat16 autocast on this CPU, at awkward shapes, with the compiled losses equal to eager
+ones over the first steps; every layout's FlexAttention BlockMask gives the dense mask's loss eagerly and
+compiled (CPU FlexAttention has a forward only); sample.py and eval.py --compile give the eager replies.
+Each case is one train.py (sample.py, eval.py) main() in this process, after torch._dynamo.reset() (a fresh
+compile, as a new process's)."""
 import json
 import os
 import subprocess
@@ -138,8 +138,8 @@ def test_compiled_evaluation_equals_eager(name, trained, tmp_path):
         tau = [] if name == "ar" else ["--threshold", "0.7"]
         counters.clear()
         replies, metrics = tmp_path / f"r{len(flags)}.jsonl", tmp_path / f"m{len(flags)}.json"
-        eval_py.main(["--ckpt", str(trained / name), "--limit", "12", "--batch-size", "12",
-                      "--max-new-tokens", "40", *tau, "--replies", str(replies), "--json", str(metrics), *flags])
+        eval_py.main(["--ckpt", str(trained / name), "--limit", "12", "--batch-size", "12", "--max-new-tokens",
+                      "40", *tau, "--replies", str(replies), "--json", str(metrics), *flags])
         m = json.loads(metrics.read_text())
         out[bool(flags)] = replies.read_text(), m["accuracy"], m["tokens_per_step"]
         assert bool(counters["stats"]["unique_graphs"]) == bool(flags)     # compiled only with --compile
