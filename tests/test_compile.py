@@ -138,8 +138,9 @@ def test_compiled_evaluation_equals_eager(name, trained, tmp_path):
         tau = [] if name == "ar" else ["--threshold", "0.7"]
         counters.clear()
         replies, metrics = tmp_path / f"r{len(flags)}.jsonl", tmp_path / f"m{len(flags)}.json"
-        eval_py.main(["--ckpt", str(trained / name), "--limit", "12", "--batch-size", "12", "--max-new-tokens",
-                      "40", *tau, "--replies", str(replies), "--json", str(metrics), *flags])
+        ckpt = str(trained / name)
+        eval_py.main(["--ckpt", ckpt, "--limit", "12", "--batch-size", "12", "--max-new-tokens", "40", *tau,
+                      "--replies", str(replies), "--json", str(metrics), *flags])
         m = json.loads(metrics.read_text())
         out[bool(flags)] = replies.read_text(), m["accuracy"], m["tokens_per_step"]
         assert bool(counters["stats"]["unique_graphs"]) == bool(flags)     # compiled only with --compile
