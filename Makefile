@@ -138,8 +138,8 @@ REF ?= f1c58be
 bench:  ## decoding and training throughput of the four methods, this tree beside commit REF in one run (CPU, ~15 min on 2 cores)
 	$(PY) -m bench.bench --ref $(REF) --json results/bench.json
 
-step-cost:  ## CPU time of one batch-1 decoding step per method, split into forward, output head and sampler bookkeeping (~1 min)
-	$(PY) -m bench.step_cost --rounds 5 --json results/step_cost.json
+step-cost:  ## CPU time of one batch-1 decoding step per method, eager and compiled, split into forward, output head and sampler bookkeeping (~2 min)
+	$(PY) -m bench.step_cost --compile --rounds 9 --json results/step_cost.json
 
 bench-gpu:  ## decode tokens/s of the four methods at Qwen3-1.7B's shape (batch 1, 8; eager, compiled, CUDA graphs) beside the paper's; training tokens/s and MFU at GSM8K's shape (CUDA GPU, no time limit)
 	$(PY) -m bench.bench_gpu --modes eager,compiled,cudagraphs --json results/bench_gpu.json
