@@ -177,6 +177,8 @@ class Attention(nn.Module):
         q, k, v = qkv.split([H, Hkv, Hkv], dim=2)                         # (B, T, H or Hkv, D)
         if self.cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        # q and k rotated apart, each a dense tensor of its own: slices of one rotated tensor made compiled
+        # training copy them, and bake the first trimmed length into the backward (docs/speed.md)
         q = apply_rotary(q.transpose(1, 2), cos, sin)                    # (B, H, T, D)
         k = apply_rotary(k.transpose(1, 2), cos, sin)                    # (B, Hkv, T, D)
         v = v.transpose(1, 2)                                            # (B, Hkv, T, D)
