@@ -165,7 +165,7 @@ def main(argv=None):
         m = measure(args, task_name, data_name, data, examples, model, method, cfg, tok, config, device,
                     settings, exclusions)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
-        sys.exit(f"error: {e}")
+        sys.exit(cli.compile_failure(e) or f"error: {e}")
     report(args, config, method, cfg, task_name, m, settings, sampled=task_name != "likelihood",
            im_end=data_name == "gsm8k" and task_name not in ("rocstories", "infill"))
 

@@ -410,10 +410,21 @@ def run(main, script: str, why: str = "no file was written"):
     except SystemExit:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise
-    except Exception as e:                   # --compile on a machine where torch.compile cannot build (no C++
-        dynamo = sys.modules.get("torch._dynamo.exc")      # compiler, ...): one line; loaded once it compiled
-        if dynamo is None or not isinstance(e, dynamo.BackendCompilerFailed):
+    except Exception as e:
+        line = compile_failure(e)
+        if line is None:
             raise
-        first = (str(e).strip() or type(e).__name__).splitlines()[0]
-        sys.exit(f"error: --compile: torch.compile failed ({first}); run without --compile "
-                 f"(TORCHDYNAMO_VERBOSE=1 shows where)")
+        sys.exit(line)
+
+
+def compile_failure(e: BaseException) -> str | None:
+    """The one line of --compile on a machine where torch.compile cannot build (no C++ compiler, ...): the
+    error is torch's BackendCompilerFailed (loaded once something compiled), and its many lines end in advice
+    for torch's developers; None for any other error. `run` answers with it, and so does eval.py, whose main
+    turns RuntimeErrors into lines (BackendCompilerFailed is one)."""
+    dynamo = sys.modules.get("torch._dynamo.exc")
+    if dynamo is None or not isinstance(e, dynamo.BackendCompilerFailed):
+        return None
+    first = (str(e).strip() or type(e).__name__).splitlines()[0]
+    return (f"error: --compile: torch.compile failed ({first}); run without --compile "
+            f"(TORCHDYNAMO_VERBOSE=1 shows where)")

@@ -158,12 +158,14 @@ def test_bench_gpu_trains_compiled_as_train_py():
     assert rows[True][0]["fed_tokens"] == rows[False][0]["fed_tokens"] == 2 * 32
 
 
-@pytest.mark.parametrize("script", ["train.py", "sample.py"])
+@pytest.mark.parametrize("script", ["train.py", "sample.py", "eval.py"])
 def test_a_compile_that_cannot_build_is_one_line(script, trained, tmp_path):
     """--compile where torch.compile cannot build its kernels (here: no working C++ compiler) stops in one
-    line that says to run without --compile, not inductor's traceback."""
+    line that says to run without --compile, not inductor's traceback (nor, from eval.py, which turns a
+    RuntimeError into a line, its many lines)."""
     argv = {"train.py": ["--model", "ar", *SMALL, *STEPS, "--out-dir", str(tmp_path / "ck")],
-            "sample.py": ["--ckpt", str(trained / "ar"), "--max-new-tokens", "4"]}[script]
+            "sample.py": ["--ckpt", str(trained / "ar"), "--max-new-tokens", "4"],
+            "eval.py": ["--ckpt", str(trained / "ar"), "--limit", "1", "--max-new-tokens", "4"]}[script]
     env = {**os.environ, "CXX": "/bin/false", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, script, *argv, "--compile"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
