@@ -68,11 +68,11 @@ lock:  ## regenerate lock/ from requirements*.txt with uv (pins kept where allow
 
 # A first result: Set Diffusion trained for 400 steps (the arithmetic is still wrong; the format and the sets
 # are there), then one reply decoded with [s] before the tokens of each step s. make demo trains 3,000 steps.
-quick: install  ## a first result in ~3 min on 2 cores: train Set Diffusion briefly, then watch it decode sets
+quick: install  ## a first result in ~3 min on 2 idle cores, once installed: train Set Diffusion briefly, then watch it decode sets
 	$(PY) train.py --model setdiffusion --max-iters 400 --eval-limit 50 --out-dir out/quick
 	$(PY) sample.py --ckpt out/quick --threshold 0.8 --show-order
 
-demo: install  ## train Set Diffusion on the shipped task (2-core CPU, ~15 min), then sample and evaluate it
+demo: install  ## train Set Diffusion on the shipped task (~15 min on 2 idle CPU cores, once installed), then sample and evaluate it
 	$(PY) train.py --model setdiffusion --out-dir out/setdiffusion
 	$(PY) sample.py --ckpt out/setdiffusion --threshold 0.8 --show-order
 	$(PY) eval.py --ckpt out/setdiffusion --threshold 0.8 --limit 200
