@@ -160,11 +160,12 @@ def check(args):
     for flag, path in (("--json", args.json), ("--replies", args.replies)):
         if path:
             check_output_file(path, flag)
-            folder = os.path.dirname(path) or "."
-            if os.path.basename(path) in checkpoint.FILES and checkpoint.complete(folder):
+            # the file a write replaces is where a link leads (a link named r.jsonl to config.json too)
+            folder, name = os.path.split(os.path.realpath(path))
+            if name in checkpoint.FILES and checkpoint.complete(folder):
                 raise ValueError(f"{flag} {path} would replace a file of the checkpoint in {folder}: give "
                                  f"another name")
-    if args.json and args.replies and os.path.abspath(args.json) == os.path.abspath(args.replies) \
+    if args.json and args.replies and os.path.realpath(args.json) == os.path.realpath(args.replies) \
             and not files.stream(args.json):
         raise ValueError(f"--replies {args.replies} is the --json file too: give each its own name (the "
                          f"replies go beside the metrics, e.g. {os.path.splitext(args.json)[0]}.jsonl)")

@@ -7,6 +7,18 @@
 EVAL_EXTRA ?=
 TIMED_EXTRA ?=
 TRAIN_EXTRA ?=
+# A rerun replaces no finished result: where an eval.py line's files (its --json, and its --replies where it keeps them)
+# exist, an earlier run finished it. Without RESUME a target whose folders hold such a file stops before any run, in one
+# line naming it (FRESH; KEPT too, should one appear meanwhile); RESUME=1 keeps the finished lines' files and runs only
+# the others (an interrupted sweep goes on where it stopped: give it the same variables). To measure a result again,
+# move its files (or its folder) away first.
+RESUME ?=
+RERUN = holds a result an earlier run finished, which a rerun would replace: move it (or its folder) away to measure it again, or pass RESUME=1 to keep the finished results and run only the rest
+FRESH = @for f in $(foreach d,$(1),$(d)/*.json); do [ -n "$(RESUME)" ] || [ ! -e $$f ] || { echo "error: $$f $(RERUN)" >&2; exit 1; }; done
+KEPT = { any=; all=1; for f in $(1); do if [ -e $$f ]; then any=1; else all=; fi; done; \
+  if [ -n "$(RESUME)" ]; then [ -n "$$all" ] && echo "kept $(firstword $(1)): finished by an earlier run (RESUME=1)"; \
+  elif [ -n "$$any" ]; then echo "error: $(firstword $(1)) $(RERUN)" >&2; exit 1; \
+  else false; fi; }
 .PHONY: smoke-gsm8k reproduce-gsm8k finetune-gsm8k train-cnndm reproduce-cnndm reproduce-infill reproduce-likelihood \
   reproduce-mcqa reproduce-unconditional reproduce-gsm8k-likelihood
 
@@ -33,27 +45,34 @@ SMOKE_N ?= 16
 smoke-gsm8k:  ## before make reproduce-gsm8k: a few problems per checkpoint at the sweep's settings, peak GPU memory and tokens/s each (GPU, minutes)
 	@$(NEED_GPU)
 	mkdir -p results/gsm8k-smoke
+	$(call FRESH,results/gsm8k-smoke)
 	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); t=$$( [ $$n = ar ] && echo inf || echo 0.9 ); \
+	  { $(call KEPT,results/gsm8k-smoke/$$n.json results/gsm8k-smoke/$$n.jsonl) || \
 	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --limit $(SMOKE_N) \
 	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n.json --replies results/gsm8k-smoke/$$n.jsonl \
-	    $(EVAL_EXTRA) && \
+	    $(EVAL_EXTRA); } && { $(call KEPT,results/gsm8k-smoke/$$n-tput.json) || \
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 2 \
 	    --limit $$(( $(SMOKE_N) + 2 )) --rounds 1 --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k-smoke/$$n-tput.json \
-	    $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
+	    $(EVAL_EXTRA) $(TIMED_EXTRA); } || exit 1; done
 	$(PY) -m paper.results results/gsm8k-smoke.md results/gsm8k-smoke/*.json
 
 reproduce-gsm8k:  ## the paper's GSM8K Pareto figure from the released checkpoints: accuracy (FHT commit order) and tokens/s (left to right) per tau, as the official scripts (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/gsm8k
+	$(call FRESH,results/gsm8k results/gsm8k-harness)
 	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); for t in $(GSM8K_TAUS); do \
 	  if [ $$n = ar ] && [ $$t != inf ]; then continue; fi; \
+	  { $(call KEPT,results/gsm8k/$$n-$$t.json results/gsm8k/$$n-$$t.jsonl) || \
 	  $(PY) eval.py --ckpt $$c --task gsm8k --threshold $$t --commit-order fht --official --batch-size 16 --max-new-tokens 1024 \
-	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json --replies results/gsm8k/$$n-$$t.jsonl $(EVAL_EXTRA) && \
+	    $(GSM8K_DATA) --json results/gsm8k/$$n-$$t.json --replies results/gsm8k/$$n-$$t.jsonl $(EVAL_EXTRA); } && \
+	  { $(call KEPT,results/gsm8k/$$n-$$t-tput.json) || \
 	  $(PY) eval.py --ckpt $$c --task throughput --threshold $$t --commit-order l2r --official --warmup 50 --limit 250 \
-	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done; done
+	    --max-new-tokens 1024 $(GSM8K_DATA) --json results/gsm8k/$$n-$$t-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA); } || exit 1; done; done
 	$(PY) -m paper.results results/gsm8k.md results/gsm8k/*.json --pareto --paper gsm8k --plot results/gsm8k.png
 	mkdir -p results/gsm8k-harness
-	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
+	for c in $(GSM8K_CKPTS); do n=$$(basename $${c#gsm8k:}); \
+	  $(call KEPT,results/gsm8k-harness/$$n.json results/gsm8k-harness/$$n.jsonl) || \
+	  $(PY) eval.py --ckpt $$c --task lm-eval --tasks gsm8k --num-fewshot 0 --threshold inf \
 	  --commit-order fht --official --batch-size 16 --max-new-tokens 1024 --json results/gsm8k-harness/$$n.json \
 	  --replies results/gsm8k-harness/$$n.jsonl $(EVAL_EXTRA) || exit 1; done
 
@@ -101,11 +120,14 @@ CNNDM_LIMIT ?= 0
 reproduce-cnndm:  ## ROUGE-1/2/L (all 11,490 test articles) and tokens/s (1000 after 50 warm-up) of the released CNN/DM models (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/cnndm
+	$(call FRESH,results/cnndm)
 	for c in $(CNNDM_CKPTS); do n=$${c#cnndm:}; \
+	  { $(call KEPT,results/cnndm/$$n.json results/cnndm/$$n.jsonl) || \
 	  $(PY) eval.py --ckpt $$c --task cnndm --official --limit $(CNNDM_LIMIT) --batch-size 16 --max-new-tokens 180 $(CNNDM_DATA) \
-	    --json results/cnndm/$$n.json --replies results/cnndm/$$n.jsonl $(EVAL_EXTRA) && \
+	    --json results/cnndm/$$n.json --replies results/cnndm/$$n.jsonl $(EVAL_EXTRA); } && \
+	  { $(call KEPT,results/cnndm/$$n-tput.json) || \
 	  $(PY) eval.py --ckpt $$c --task throughput --official --warmup 50 --limit 1050 --max-new-tokens 180 $(CNNDM_DATA) \
-	    --json results/cnndm/$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
+	    --json results/cnndm/$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA); } || exit 1; done
 	$(PY) -m paper.results results/cnndm.md results/cnndm/*.json
 
 # ROUGE from an untimed run over all 1,871 stories (the official's ROUGE: its timed run exits before it; INFILL_LIMIT=N: the
@@ -119,15 +141,17 @@ INFILL_SENTENCES ?= 1 3
 reproduce-infill:  ## ROCStories: infill 1 and 3 sentences with the OWT models under both official recipes, ROUGE (all stories) + tokens/s (GPU)
 	@$(NEED_GPU)
 	mkdir -p results/infill
+	$(call FRESH,results/infill)
 	for c in $(INFILL_CKPTS); do n=$${c#owt:}; \
 	  w=$$(case $$n in setdlm*) echo --window 32;; mdlm) echo --mdlm-block 1024;; esac); \
 	  for r in $(INFILL_RECIPES); do for s in $(INFILL_SENTENCES); do \
+	  { $(call KEPT,results/infill/$$n-$$s-$$r.json results/infill/$$n-$$s-$$r.jsonl) || \
 	  $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --recipe $$r --data-dir $(ROCSTORIES_DIR) \
 	    --warmup 0 --limit $(INFILL_LIMIT) $$w --json results/infill/$$n-$$s-$$r.json --replies results/infill/$$n-$$s-$$r.jsonl \
-	    $(EVAL_EXTRA) && \
+	    $(EVAL_EXTRA); } && { $(call KEPT,results/infill/$$n-$$s-$$r-tput.json) || \
 	  $(PY) eval.py --ckpt $$c --task rocstories --official --sentences $$s --recipe $$r --data-dir $(ROCSTORIES_DIR) \
-	    --throughput-run --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s-$$r-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) \
-	    || exit 1; done; done; done
+	    --throughput-run --warmup 50 --limit 1050 $$w --json results/infill/$$n-$$s-$$r-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA); \
+	    } || exit 1; done; done; done
 	$(PY) -m paper.results results/infill.md results/infill/*.json --infill
 
 # ---- OWT and LM1B (DiT) from the released checkpoints: perplexity and zero-shot multiple choice, as the official
@@ -152,11 +176,13 @@ LIKELIHOOD_RECIPES ?= script suite
 reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints (OWT Set Diffusion under both official recipes) -> results/likelihood.md (GPU + Hub)
 	@$(NEED_GPU)
 	mkdir -p results/likelihood
+	$(call FRESH,results/likelihood)
 	for c in $(OWT_CKPTS); do n=$${c#owt:}; rs=$$(case $$n in *setdlm*|*setdiffusion*) echo $(LIKELIHOOD_RECIPES);; *) echo script;; esac); \
-	  for r in $$rs; do $(PY) eval.py --ckpt $$c --task likelihood --data owt --recipe $$r --batch-size 16 --limit $(LIMIT) \
-	    --precision $(LIKELIHOOD_PRECISION) $(if $(OWT_DIR),--data-dir $(OWT_DIR)) \
-	    --json results/likelihood/owt-$$n$$([ $$r = script ] || echo -$$r).json $(EVAL_EXTRA) || exit 1; done; done
-	for c in $(LM1B_CKPTS); do $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
+	  for r in $$rs; do j=results/likelihood/owt-$$n$$([ $$r = script ] || echo -$$r).json; $(call KEPT,$$j) || \
+	    $(PY) eval.py --ckpt $$c --task likelihood --data owt --recipe $$r --batch-size 16 --limit $(LIMIT) \
+	    --precision $(LIKELIHOOD_PRECISION) $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json $$j $(EVAL_EXTRA) || exit 1; done; done
+	for c in $(LM1B_CKPTS); do $(call KEPT,results/likelihood/lm1b-$${c#lm1b:}.json) || \
+	  $(PY) eval.py --ckpt $$c --task likelihood --data lm1b --batch-size 64 --limit $(LIMIT) \
 	  --precision $(LIKELIHOOD_PRECISION) $(if $(LM1B_DIR),--data-dir $(LM1B_DIR)) --json results/likelihood/lm1b-$${c#lm1b:}.json \
 	  $(EVAL_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/likelihood.md results/likelihood/*.json
@@ -164,7 +190,8 @@ reproduce-likelihood:  ## OWT and LM1B perplexity of the released checkpoints (O
 reproduce-mcqa:  ## zero-shot HellaSwag, PIQA, SIQA accuracy of the OWT checkpoints -> results/mcqa.md (GPU + Hub)
 	@$(NEED_GPU)
 	mkdir -p results/mcqa
-	for c in $(OWT_CKPTS); do for t in hellaswag piqa siqa; do \
+	$(call FRESH,results/mcqa)
+	for c in $(OWT_CKPTS); do for t in hellaswag piqa siqa; do $(call KEPT,results/mcqa/$${c#owt:}-$$t.json) || \
 	  $(PY) eval.py --ckpt $$c --task $$t --batch-size 32 --limit $(LIMIT) $(if $(MCQA_DIR),--data-dir $(MCQA_DIR)/$$t) \
 	    --json results/mcqa/$${c#owt:}-$$t.json $(EVAL_EXTRA) || exit 1; done; done
 	$(PY) -m paper.results results/mcqa.md results/mcqa/*.json
@@ -184,13 +211,16 @@ PPL_MODEL ?= gpt2-large
 reproduce-unconditional:  ## Table 4 (OWT samples: MAUVE with its bootstrap, gen. perplexity, entropy, tokens/s) and LM1B's unconditional tokens/s (GPU + Hub)
 	@$(NEED_GPU)
 	mkdir -p results/unconditional
+	$(call FRESH,results/unconditional)
 	for c in $(UNCOND_CKPTS); do n=$${c#owt:}; \
+	  { $(call KEPT,results/unconditional/owt-$$n.json results/unconditional/owt-$$n.jsonl) || \
 	  $(PY) eval.py --ckpt $$c --task unconditional -n $(UNCOND_N) --warmup 0 --ppl-model $(PPL_MODEL) --mauve-ref owt \
 	    $(if $(OWT_DIR),--data-dir $(OWT_DIR)) --json results/unconditional/owt-$$n.json --replies results/unconditional/owt-$$n.jsonl \
-	    $(EVAL_EXTRA) && \
+	    $(EVAL_EXTRA); } && { $(call KEPT,results/unconditional/owt-$$n-tput.json) || \
 	  $(PY) eval.py --ckpt $$c --task unconditional --throughput-run -n 200 --warmup 50 --json results/unconditional/owt-$$n-tput.json \
-	    $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
+	    $(EVAL_EXTRA) $(TIMED_EXTRA); } || exit 1; done
 	for c in $(LM1B_UNCOND_CKPTS); do n=$${c#lm1b:}; w=$$(case $$n in mdlm) echo --mdlm-block 128;; esac); \
+	  $(call KEPT,results/unconditional/lm1b-$$n-tput.json) || \
 	  $(PY) eval.py --ckpt $$c --task unconditional --throughput-run -n 200 --warmup 50 $$w \
 	    --json results/unconditional/lm1b-$$n-tput.json $(EVAL_EXTRA) $(TIMED_EXTRA) || exit 1; done
 	$(PY) -m paper.results results/unconditional.md results/unconditional/*.json --generation

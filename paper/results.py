@@ -97,27 +97,36 @@ def distinct(paths: list[str]) -> list[str]:
     return kept
 
 
+OLDER = "a tree older than the environment record"        # an eval.py --json file without one: its commit
+
+
 def commit(env) -> str | None:
     return env.get("commit") if isinstance(env, dict) else None
 
 
+def short(commit: str) -> str:
+    return commit if commit == OLDER else commit[:7]
+
+
 def one_commit(rows, mixed: bool = False):
     """rows: (a row's name, the runs merged into it). Runs measured at two commits, or whose checkpoints were
-    trained at two, are refused in one line unless mixed (--mixed-commits); a run without the record (an
-    older file, a released checkpoint) cannot be told apart and is only counted in the note."""
+    trained at two, are refused in one line unless mixed (--mixed-commits). A file with no "environment" was
+    written by a tree older than the record, so at another commit than a file that has one; a checkpoint
+    without the record (a released one, an older one) cannot be told apart and is only counted in the note."""
     if mixed:
         return
     for name, runs in rows:
         for key, verb in (("environment", "measured"), ("ckpt_environment", "trained")):
             found = {}
             for m in runs:
-                found.setdefault(commit(m.get(key)), m["file"])
+                older = key == "environment" and key not in m
+                found.setdefault(OLDER if older else commit(m.get(key)), m["file"])
             found.pop(None, None)
             if len(found) > 1:
                 (a, fa), (b, fb) = list(found.items())[:2]
                 what = "were measured" if verb == "measured" else "have checkpoints trained"
                 raise ValueError(f"{fa} and {fb} make one row ({name}) but {what} at different commits "
-                                 f"({a[:7]} and {b[:7]}): rerun one at the other's commit, or pass "
+                                 f"({short(a)} and {short(b)}): rerun one at the other's commit, or pass "
                                  f"--mixed-commits to merge them")
 
 

@@ -291,6 +291,9 @@ MIXED = "rerun one at the other's commit, or pass --mixed-commits to merge them"
       {**INFILL, "ckpt": "s2/ar", "environment": {"commit": "b" * 40}}],
      "--infill", "{0} and {1} make one row (step ar) but were measured at different commits (aaaaaaa and "
                  "bbbbbbb): " + MIXED),
+    ([{**INFILL}, {**INFILL, "ckpt": "s2/ar", "environment": {"commit": "b" * 40}}],    # the first: older
+     "--infill", "{0} and {1} make one row (step ar) but were measured at different commits (a tree older "
+                 "than the environment record and bbbbbbb): " + MIXED),
     ([{**RUN, "task": "arith", "accuracy": 0.9, "tokens_per_step": 2.0,
        "ckpt_environment": {"commit": "a" * 40}},
       {**RUN, "task": "throughput", "tokens_per_s": 5.0, "tokens_per_s_std": 0.1,

@@ -140,6 +140,10 @@ BAD = [   # (script, checkpoint: sd, ar or none (missing), flags, the line); {t}
      "--replies {ck}/ar/config.json would replace a file of the checkpoint in {ck}/ar: give another name"),
     ("eval", "sd", "--limit 2 --json {t}/m.json --replies {t}/m.json", "--replies {t}/m.json is the --json "
      "file too: give each its own name (the replies go beside the metrics, e.g. {t}/m.jsonl)"),
+    ("eval", "sd", "--limit 2 --replies {t}/cfg.jsonl", "--replies {t}/cfg.jsonl would replace a file of "
+     "the checkpoint in {ck}/ar: give another name"),                # a link to the checkpoint's config.json
+    ("eval", "sd", "--limit 2 --json {t}/m.json --replies {t}/m-link.jsonl", "--replies {t}/m-link.jsonl is "
+     "the --json file too: give each its own name (the replies go beside the metrics, e.g. {t}/m.jsonl)"),
     ("eval", "none", "--task likelihood --replies r.jsonl", "--replies does not apply to --task likelihood: "
      "it goes with --task arith, cnndm, gsm8k, infill, lm-eval, rocstories, unconditional"),
     ("eval", "none", "--task arith --recipe suite", "--recipe does not apply to --task arith: it goes with "
@@ -167,6 +171,8 @@ def test_bad_input_to_sample_and_eval_is_one_line_before_any_work(one_step, tmp_
     (tmp_path / "binary.bin").write_bytes(b"ok\n\xa1\xff\x00")
     (tmp_path / "empty.txt").write_text("\n")
     (tmp_path / "p.png").symlink_to(tmp_path / "gone" / "p.png")             # a link that leads nowhere
+    (tmp_path / "m-link.jsonl").symlink_to(tmp_path / "m.json")                # --json's file, by a link
+    (tmp_path / "cfg.jsonl").symlink_to(one_step / "ar" / "config.json")
     for marker, module in (("no-matplotlib", "matplotlib"), ("no-mauve", "mauve"),
                            ("no-transformers", "transformers"), ("offline-datasets", "datasets")):
         if marker in flags:

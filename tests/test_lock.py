@@ -1,8 +1,11 @@
 """The lock (lock/, `make lock`) against requirements*.txt: every requirement pinned at a version it allows,
 no pin the requirements no longer ask for, every pin hashed; the tiers and the two torch builds at the same
-versions. CI installs from the lock (.ci/run), so a requirement changed without `make lock` fails here."""
+versions. CI installs from the lock (.ci/run), so a requirement changed without `make lock` fails here. A lock
+file missing is one line from make install."""
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 from packaging.requirements import Requirement
@@ -88,3 +91,20 @@ def test_the_tiers_and_the_two_torch_builds_pin_the_same_versions():
     others = {n for n in cuda if n != "torch" and not GPU_ONLY.fullmatch(n)}
     assert others == set(cpu) - {"torch"}
     assert all([p["version"] for p in cpu[n]] == [p["version"] for p in cuda[n]] for n in others)
+
+
+@pytest.mark.parametrize("target, torch, missing", [
+    ("install", "cpu", "cpu.txt"), ("install", "cuda", "cuda.txt"), ("install-extras", "cpu", "cpu.txt"),
+    ("install-extras", "cuda", "cuda-extras.txt"), ("install-test", "cpu", "test-nodeps.txt")])
+def test_make_install_without_its_lock_file_is_one_line(tmp_path, target, torch, missing):
+    """A lock file gone (a partial copy of the tree): one line naming it and how to get it back, before pip
+    reads it (pip's own error, then a hint about wheels and platforms, was beside the point)."""
+    shutil.copytree(os.path.join(ROOT, "lock"), tmp_path / "lock")
+    (tmp_path / "paper").mkdir()
+    for name in ("Makefile", "paper/reproduce.mk"):
+        shutil.copy(os.path.join(ROOT, name), tmp_path / name)
+    (tmp_path / "lock" / missing).unlink()
+    proc = subprocess.run(["make", "-s", "-C", str(tmp_path), target, f"TORCH={torch}", "PY=false"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stderr.splitlines()[0] == (f"error: lock/{missing} is missing: git checkout lock/ restores "
+                                           f"the lock, make lock writes it again")

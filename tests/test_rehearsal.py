@@ -192,6 +192,44 @@ def test_the_folder_is_never_one_it_did_not_build(tmp_path):
     assert not (tmp_path / "r" / "stale").exists()
 
 
+SUITE = "likelihood/owt-setdlm-smax8-suite.json"
+
+
+# skipped: the --json files whose lines it skips, or the file its refusal names
+@pytest.mark.parametrize("target, finished, resume, skipped", [
+    ("reproduce-gsm8k", ["gsm8k/setdlm-smax8-0.9.json"], "", "gsm8k/setdlm-smax8-0.9.json"),  # interrupted
+    ("reproduce-gsm8k", ["gsm8k/ar-inf.json", "gsm8k/ar-inf.jsonl"], "1", ["gsm8k/ar-inf.json"]),
+    ("reproduce-gsm8k", ["gsm8k/ar-inf.json"], "1", []),          # its replies never written: measured again
+    ("smoke-gsm8k", ["gsm8k-smoke/setdlm-smax8-tput.json"], "", "gsm8k-smoke/setdlm-smax8-tput.json"),
+    ("reproduce-cnndm", ["cnndm/ar.jsonl"], "", "cnndm/ar.json"),      # replies whose JSON is gone
+    ("reproduce-infill", ["infill/ar-1-h100-tput.json"], "1", ["infill/ar-1-h100-tput.json"]),
+    ("reproduce-likelihood", [SUITE], "", SUITE),
+    ("reproduce-mcqa", ["mcqa/ar-piqa.json"], "1", ["mcqa/ar-piqa.json"]),
+    ("reproduce-unconditional", ["unconditional/lm1b-ar-tput.json"], "", "unconditional/lm1b-ar-tput.json"),
+])
+def test_a_rerun_of_a_paper_target_replaces_no_finished_result(tmp_path, target, finished, resume, skipped):
+    """Where an earlier run finished an eval.py line (its --json, and its --replies where kept, exist), the
+    target run again stops in one line naming the file before its first eval.py line (PY=false: one would fail
+    first); RESUME=1 keeps those files and runs only the other lines (make's eval.py lines recorded)."""
+    root = str(tmp_path / "r")
+    work = rehearse.prepare(root)
+    lines = lambda: [a for a in rehearse.commands(target, work, rehearse.make_variables(     # noqa: E731
+        target, root, {"RESUME": resume})) if a[0] == "eval.py"]
+    every = lines()
+    for name in finished:
+        (tmp_path / "r" / "work" / "results" / name).write_text("{}")
+    if isinstance(skipped, str):
+        with pytest.raises(ValueError) as e:
+            rehearse.make(work, target, {**rehearse.make_variables(target, root, {}), "PY": "false"},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert str(e.value).startswith(f"make {target} failed (error: results/{skipped} holds a result an "
+                                       f"earlier run finished, which a rerun would replace")
+        return
+    json_of = lambda argv: argv[argv.index("--json") + 1] if "--json" in argv else None     # noqa: E731
+    assert lines() == [a for a in every if json_of(a) not in {f"results/{n}" for n in skipped}]
+    assert len(every) - len(lines()) == len(skipped)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["nosuch"], "unknown target 'nosuch': choose from " + ", ".join(rehearse.TARGETS)),
     (["--print", "nosuch"], "unknown target 'nosuch': choose from " + ", ".join(rehearse.TARGETS)),
