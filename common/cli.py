@@ -28,10 +28,8 @@ import sys
 # Being the first import, it also answers a Ctrl-C while the script imports (torch takes 1-3 s): one line,
 # exit code 130.
 
-SPIN = "1000"   # GOMP_SPINCOUNT: long enough to catch the next parallel region on an idle core, short on a
-                # busy one
-CORES = []      # torch's own thread count (one per physical core), read once, before any set_threads
-                # changes it
+SPIN = "1000"   # GOMP_SPINCOUNT: enough for the next parallel region on an idle core, short on a busy one
+CORES = []      # torch's own thread count (one per physical core), read before set_threads changes it
 
 
 def quiet_spin():
@@ -411,17 +409,15 @@ def run(main, script: str, why: str = "no file was written"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise
     except Exception as e:
-        line = compile_failure(e)
-        if line is None:
+        if (line := compile_failure(e)) is None:
             raise
         sys.exit(line)
 
 
 def compile_failure(e: BaseException) -> str | None:
-    """The one line of --compile on a machine where torch.compile cannot build (no C++ compiler, ...): the
-    error is torch's BackendCompilerFailed (loaded once something compiled), and its many lines end in advice
-    for torch's developers; None for any other error. `run` answers with it, and so does eval.py, whose main
-    turns RuntimeErrors into lines (BackendCompilerFailed is one)."""
+    """The one line of --compile where torch.compile cannot build (no C++ compiler, ...): torch's
+    BackendCompilerFailed, whose many lines end in advice for torch's developers; None for any other error.
+    `run` answers with it, and so does eval.py, whose main turns RuntimeErrors (this is one) into lines."""
     dynamo = sys.modules.get("torch._dynamo.exc")
     if dynamo is None or not isinstance(e, dynamo.BackendCompilerFailed):
         return None
