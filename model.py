@@ -54,7 +54,12 @@ class ModelConfig:
     lm_head_bias: bool = False    # the DiT's output layer has a bias
 
     def __post_init__(self):
+        if not self.head_dim and self.n_embd % self.n_head:      # each head is n_embd / n_head wide
+            raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
         self.head_dim = self.head_dim or self.n_embd // self.n_head
+        if self.head_dim % 2:                                    # RoPE rotates pairs of a head's features
+            raise ValueError(f"head_dim={self.head_dim} (n_embd / n_head) must be even: rotary embeddings "
+                             f"rotate pairs")
         self.intermediate_size = self.intermediate_size or 4 * self.n_embd
         if self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
