@@ -346,8 +346,8 @@ def test_a_checkpoint_saved_over_while_it_is_read_is_read_again(one_step, tmp_pa
 # ----------------------------------------------------------------------------- 4. non-finite weights
 
 @pytest.mark.parametrize("save_every, stops_at", [
-    ("1", "the weights are not finite after step 2"),                 # caught before the step-3 save
-    ("2", r"loss is (nan|inf) at step 3"),                            # caught by the next step's loss
+    ("1", "the weights are not finite after step 3"),                 # caught before the step-3 save
+    ("2", r"loss is (nan|inf) at step 4"),                            # caught by the next step's loss
 ])
 def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, capsys, save_every, stops_at):
     """The optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1, one line naming
