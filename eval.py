@@ -186,9 +186,11 @@ def measure(args, task_name, data_name, data, examples, model, method, cfg, tok,
         return {**m, "precision": args.precision}
     if task_name == "throughput":
         return evaluate_throughput(model, method, cfg, tok, data, examples, device, settings, args.warmup,
-                                   args.batch_size, stop_opts, args.rounds)
+                                   args.batch_size, stop_opts, args.rounds, args.compile)
     m = evaluate_accuracy(model, method, cfg, tok, data, examples, device, settings, args.batch_size,
                           args.seed, stop_opts)
+    if args.compile:      # a new shape compiles inside a timed decode: no decoding speed (--task throughput
+        del m["tokens_per_s"]                                  # times its decodes after a warm-up)
     completions = m.pop("completions")
     if data_name == "cnndm":            # the official corpus-level ROUGE (bootstrap), sacreBLEU, beside ours
         from data.cnndm import corpus_scores

@@ -54,7 +54,12 @@ class ModelConfig:
     lm_head_bias: bool = False    # the DiT's output layer has a bias
 
     def __post_init__(self):
+        if not self.head_dim and self.n_embd % self.n_head:      # each head is n_embd / n_head wide
+            raise ValueError(f"n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
         self.head_dim = self.head_dim or self.n_embd // self.n_head
+        if self.head_dim % 2:                                    # RoPE rotates pairs of a head's features
+            raise ValueError(f"head_dim={self.head_dim} (n_embd / n_head) must be even: rotary embeddings "
+                             f"rotate pairs")
         self.intermediate_size = self.intermediate_size or 4 * self.n_embd
         if self.n_head % self.n_kv_head:
             raise ValueError(f"n_head={self.n_head} must be a multiple of n_kv_head={self.n_kv_head}")
@@ -332,7 +337,7 @@ def static_decoding(model: Transformer, compile: bool = False, mode: str | None 
     """Static-shape steps for every sampler, and cache-less forwards (MDLM) through the same function:
     model.static = StaticDecoding(...); compile=True compiles it (mode="reduce-overhead" adds CUDA graphs).
     model.static = None undoes it."""
-    if compile:      # one graph per shape: (batch, slots) per sampler, MDLM's canvas widths, eval batches;
+    if compile:      # one graph per shape: (batch, slots) per sampler and eval batch (MDLM: one dynamic);
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)   # then eager
     model.static = StaticDecoding(model, compile, mode)
     return model
@@ -346,13 +351,16 @@ class StaticDecoding:
     def __init__(self, model: Transformer, compile: bool, mode: str | None):
         self.model, self.storage = model, None
         self.step = torch.compile(model.hidden, mode=mode, dynamic=False) if compile else model.hidden
+        # without a cache (MDLM: a canvas as wide as prompt + reply): one graph for every width and batch
+        self.full = torch.compile(model.hidden, mode=mode, dynamic=True) if compile else model.hidden
 
     def hidden(self, idx, pos, mask, cache):
         """model.hidden through self.step: a cached step of T <= slots tokens padded to the cache's slots, or
-        a forward without a cache as it is; a prefill (T > slots) runs eagerly."""
+        a forward without a cache through self.full (dense tensors: a view's strides would recompile the
+        graph); a prefill (T > slots) runs eagerly."""
         T = idx.shape[1]
         if cache is None:
-            return self.step(idx, pos, mask, None)
+            return self.full(*(t if t is None else t.contiguous() for t in (idx, pos, mask)), None)
         if not isinstance(cache, StaticKVCache) or T > cache.slots:
             return self.model.hidden(idx, pos, mask, cache)
         if mask is None:                             # causal (T = 1 or no prefix)

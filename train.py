@@ -303,7 +303,7 @@ def loop(model, opt, ema, start, stop, run):
             window, tokens = [], 0
         if (master or args.fsdp) and (saves or signalled or keeps):
             if not finite(model, ema, reduce=args.fsdp):          # FSDP: every rank gathers, rank 0 writes
-                stop_run(f"the weights are not finite after step {step}", args.out_dir)
+                stop_run(f"the weights are not finite after step {done}", args.out_dir)
             if saves or signalled:
                 checkpoint.save(args.out_dir, model, {**run["config"], "step": done},
                                 {"optimizer": opt.state_dict(), "step": done}, eval_model=ema, write=master)
@@ -341,7 +341,7 @@ def read_back(pending, first, run):
     (every save comes after a read-back)."""
     world = run["world"]
     values = torch.stack(pending).tolist()             # (steps, 2): loss and signal, summed over the ranks
-    for step, (loss, _) in enumerate(values, first):
+    for step, (loss, _) in enumerate(values, first + 1):       # 1-based, as the progress lines
         if not math.isfinite(loss):
             stop_run(f"loss is {loss / world} at step {step}", run["args"].out_dir)
     return [loss / world for loss, _ in values], any(flag > 0 for _, flag in values)

@@ -346,8 +346,8 @@ def test_a_checkpoint_saved_over_while_it_is_read_is_read_again(one_step, tmp_pa
 # ----------------------------------------------------------------------------- 4. non-finite weights
 
 @pytest.mark.parametrize("save_every, stops_at", [
-    ("1", "the weights are not finite after step 2"),                 # caught before the step-3 save
-    ("2", r"loss is (nan|inf) at step 3"),                            # caught by the next step's loss
+    ("1", "the weights are not finite after step 3"),                 # caught before the step-3 save
+    ("2", r"loss is (nan|inf) at step 4"),                            # caught by the next step's loss
 ])
 def test_non_finite_weights_never_reach_a_checkpoint(tmp_path, monkeypatch, capsys, save_every, stops_at):
     """The optimizer makes the weights inf at step 3 while that step's loss is finite: exit 1, one line naming
@@ -441,6 +441,8 @@ FLAGS = [   # (train.py flags, the line), each before any work, no folder (a run
     ("--window 9", "--window 9: the window must be in [1, smax=8]"),
     ("--model bd3lm --block-size 0", "--block-size must be at least 1, got 0"),
     ("--preset cnndm --n-kv-head 3", "n_head=2 must be a multiple of n_kv_head=3"),   # flags replace fields
+    ("--n-embd 30 --n-head 4", "n_embd=30 must be a multiple of n_head=4"),
+    ("--n-embd 28 --n-head 4", "head_dim=7 (n_embd / n_head) must be even: rotary embeddings rotate pairs"),
     ("--lr nan", "--lr must be a finite number > 0, got nan"),
     ("--lr 0", "--lr must be a finite number > 0, got 0.0"),
     ("--final-lr nan", "--final-lr must be a finite number >= 0, got nan"),

@@ -57,18 +57,21 @@ def test_static_step_logits_equal_dynamic_logits():
 
 def test_compiled_equals_eager_one_graph():
     """torch.compile of the static steps: the eager tokens, one graph for every step of a Set Diffusion call
-    (and of a second one), one for each other method (small on purpose: compiling costs time)."""
+    (and of a second one), one for each other method, MDLM's for canvases of every width (small on purpose:
+    compiling costs time)."""
     inner = tiny_model(5)
     model = Jitter(inner, 1)
     _, batch, prompt_mask = left_padded([2, 5])
-    want = {name: run(name, model, batch, prompt_mask) for name in METHODS}
+    calls = [("setdiffusion", 9), ("setdiffusion", 9), ("ar", 9), ("bd3lm", 9), ("mdlm", 9), ("mdlm", 6)]
+    want = {(name, N): run(name, model, batch, prompt_mask, N) for name, N in calls}
     torch._dynamo.reset()
     counters.clear()
     static_decoding(inner, compile=True)
     try:
-        for name in ("setdiffusion", "setdiffusion", "ar", "bd3lm", "mdlm"):
-            tokens, stats = run(name, model, batch, prompt_mask)
-            assert torch.equal(tokens, want[name][0]) and torch.equal(stats["step"], want[name][1]["step"])
+        for name, N in calls:
+            tokens, stats = run(name, model, batch, prompt_mask, N)
+            assert torch.equal(tokens, want[name, N][0])
+            assert torch.equal(stats["step"], want[name, N][1]["step"])
         assert counters["stats"]["unique_graphs"] == 4                 # one per method
     finally:
         inner.static = None

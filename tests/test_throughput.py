@@ -36,7 +36,8 @@ def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact_and_the_medi
     """A load that jumps between prompts and rounds: each prompt is decoded by every run back to back (the
     order rotated per prompt, after an untimed warm-up), so the tokens/s ratio is the cost ratio exactly. A
     round's figure is the mean over prompts of tokens / seconds; the median round is reported with the
-    rounds' min and max and that round's per-sample standard deviation."""
+    rounds' min and max and that round's per-sample standard deviation. Compiled, every measured prompt is
+    warmed too (a first decode of a shape compiles it)."""
     calls = fake_clock(monkeypatch, {"a": 1.0, "b": 0.25}, lambda k, j: 1 + 0.5 * ((3 * k + j) % 4))
     m = throughput.interleaved_throughput(runs_of(["a", "b"]), list(range(8)), "cpu", warmup=2, rounds=3)
     assert m["b"]["tokens_per_s"] == pytest.approx(4 * m["a"]["tokens_per_s"], rel=1e-12)
@@ -53,6 +54,10 @@ def test_interleaved_runs_see_the_same_load_so_their_ratio_is_exact_and_the_medi
     assert m["tokens_per_s"] == pytest.approx(means[0])
     assert (m["tokens_per_s_min"], m["tokens_per_s_max"]) == pytest.approx((means[2], means[1]))
     assert m["tokens_per_s_std"] == pytest.approx((10 / 1.0 - 10 / 2.0) / 2)
+    calls = fake_clock(monkeypatch, {"a": 1.0}, lambda k, j: 1 + 99 * (k == 0))    # a first decode compiles
+    m = throughput.interleaved_throughput(runs_of(["a"]), list(range(5)), "cpu", warmup=1, rounds=1,
+                                          compiled=True)["a"]       # eval.py --compile: every prompt warmed
+    assert calls == [("a", j) for j in range(5)] + [("a", j) for j in range(1, 5)] and m["tokens_per_s"] == 10
 
 
 def test_paper_speed_writes_eval_py_files_that_the_pareto_table_reads(one_step, tmp_path, capsys):
