@@ -55,6 +55,7 @@ def test_static_step_logits_equal_dynamic_logits():
     torch.testing.assert_close(out[3], out[1])
 
 
+@pytest.mark.compile        # compiles (~10 s): make compile-check, not the suite
 def test_compiled_equals_eager_one_graph():
     """torch.compile of the static steps: the eager tokens, one graph for every step of a Set Diffusion call
     (and of a second one), one for each other method, MDLM's for canvases of every width (small on purpose:
