@@ -152,7 +152,8 @@ bench-gpu:  ## decode tokens/s of the four methods at Qwen3-1.7B's shape (batch 
 
 # train.py --compile for every method in float32 and bfloat16 at awkward shapes (compiled losses == eager),
 # compiled FlexAttention == dense, compiled decoding == eager (sample.py and eval.py --compile):
-# tests/test_compile.py and test_static.py's compiled test, out of the suite (minutes of compiling). CI runs it after the suite.
+# tests/test_compile.py and test_static.py's compiled test, out of the suite (minutes of compiling). CI runs
+# it after the suite.
 compile-check:  ## train.py, sample.py and eval.py --compile and FlexAttention on this CPU == eager, every method (~3 min on 2 idle cores)
 	$(PY) -m pytest -q -n 2 --dist load -m compile tests/test_compile.py tests/test_static.py
 
