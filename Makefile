@@ -21,7 +21,7 @@ help:
 TORCH ?= cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 LOCKED = $(PY) -m pip install -q --require-hashes --no-deps
-TORCH_PIN = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p'$(if $(filter cpu,$(TORCH)), lock/cpu.txt) 2>/dev/null)
+TORCH_PIN = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' lock/cpu.txt 2>/dev/null)
 TORCH_FIRST_cpu = $(PY) -c "import importlib.metadata as m, sys; sys.exit(m.version('torch') != '$(TORCH_PIN)')" \
 	2>/dev/null || sed -n '/^torch==/,/[^\\]$$/p' lock/cpu.txt | $(LOCKED) --index-url $(TORCH_CPU_INDEX) -r /dev/stdin
 TORCH_FIRST_cuda = true
@@ -30,10 +30,11 @@ LOCK_HINT = { echo "error: pip could not install $(1) (above): TORCH=cpu's lock 
 	Pythons and platforms whose hashes make lock could read; TORCH=cuda locks PyPI's wheels (CPython 3.11-3.14): \
 	docs/usage.md\#installing-the-lock" >&2; exit 1; }
 # a lock file missing (a partial copy of the tree): one line, before pip reads it or TORCH_FIRST looks for torch in it
-NEED_LOCK = @for f in $(1); do [ -f $$f ] || { echo "error: $$f is missing: git checkout lock/ restores the lock, make lock \
+# (TORCH=cpu: lock/cpu.txt, whatever the target installs)
+NEED_LOCK = @for f in $(sort $(1) $(if $(filter cpu,$(TORCH)),lock/cpu.txt)); do [ -f $$f ] || { echo "error: $$f is missing: git checkout lock/ restores the lock, make lock \
 	writes it again" >&2; exit 1; }; done
 install:  ## install the runtime dependencies from the lock (TORCH=cpu, the default: torch's CPU wheel; TORCH=cuda: the CUDA build)
-	$(call NEED_LOCK,lock/$(TORCH).txt$(if $(filter cpu,$(TORCH)), lock/cpu.txt))
+	$(call NEED_LOCK,lock/$(TORCH).txt)
 	@$(TORCH_FIRST)
 	$(LOCKED) -r lock/$(TORCH).txt || $(call LOCK_HINT,lock/$(TORCH).txt)
 
@@ -41,12 +42,12 @@ install:  ## install the runtime dependencies from the lock (TORCH=cpu, the defa
 # target that draws or scores with them installs them first (NEED_EXTRAS), before any training.
 NEED_EXTRAS = $(PY) -c "import matplotlib, rouge_score" 2>/dev/null || $(MAKE) --no-print-directory install-extras
 install-extras:  ## install the runtime dependencies and the packages the figures and ROUGE need (matplotlib, rouge-score)
-	$(call NEED_LOCK,lock/$(TORCH)-extras.txt$(if $(filter cpu,$(TORCH)), lock/cpu.txt))
+	$(call NEED_LOCK,lock/$(TORCH)-extras.txt)
 	@$(TORCH_FIRST)
 	$(LOCKED) -r lock/$(TORCH)-extras.txt || $(call LOCK_HINT,lock/$(TORCH)-extras.txt)
 
 install-test:  ## install the runtime and test dependencies (what CI installs: .ci/run)
-	$(call NEED_LOCK,lock/$(TORCH)-test.txt$(if $(filter cpu,$(TORCH)), lock/cpu.txt) lock/test-nodeps.txt)
+	$(call NEED_LOCK,lock/$(TORCH)-test.txt lock/test-nodeps.txt)
 	@$(TORCH_FIRST)
 	$(LOCKED) -r lock/$(TORCH)-test.txt || $(call LOCK_HINT,lock/$(TORCH)-test.txt)
 	$(LOCKED) -r lock/test-nodeps.txt   # openai-whisper's gpt2.tiktoken: GPT-2's ranks offline
