@@ -191,14 +191,13 @@ def main(argv=None):
                 torch.distributed.barrier()
             state = checkpoint.load_train_state(args.out_dir) if args.resume else None
             if state is not None:
-                runs.check_resume(args.out_dir, config, state["step"], args.max_iters)
+                saved = runs.check_resume(args.out_dir, config, state["step"], args.max_iters)
             elif master and checkpoint.newest(args.out_dir):
                 print(f"note: {args.out_dir} holds a checkpoint of an earlier run; the first save replaces "
                       f"it (--resume would continue it)", file=sys.stderr)
             config["environment"] = runs.environment(device)      # the commit, versions, device, lock
             if state is not None:                                 # resumed: where its earlier steps were made
-                config.update(runs.earlier_environments(runs.saved_config(checkpoint.resolve(args.out_dir)),
-                                                        config["environment"]))
+                config.update(runs.earlier_environments(saved, config["environment"]))
             if wandb is not None:
                 wandb.init(project=args.wandb, config=vars(args))
             method, cfg = checkpoint.method_of(config)

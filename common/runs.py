@@ -76,13 +76,13 @@ def saved_config(d: str) -> dict:
         return checkpoint.check_config(json.load(f), path)
 
 
-def check_resume(out_dir: str, config: dict, step: int, max_iters: int):
-    """--resume continues the same run, and trains: the checkpoint's run must be the flags' (its config.json:
-    method, settings, model, data, seed, optimiser, batch), and --max-iters beyond its step, or it is one line
-    naming what differs."""
-    d = checkpoint.resolve(out_dir)
+def check_resume(out_dir: str, config: dict, step: int, max_iters: int) -> dict:
+    """--resume continues the same run, and trains: the checkpoint's run (its config.json, returned: method,
+    settings, model, data, seed, optimiser, batch) must be the flags', and --max-iters beyond its step, or
+    it is one line naming what differs."""
+    saved = saved_config(d := checkpoint.resolve(out_dir))
     # the start first: without the run's --init-from, the shape flags' defaults differ too
-    diff = sorted(differences(saved_config(d), config), key=lambda line: not line.startswith("run.init_from"))
+    diff = sorted(differences(saved, config), key=lambda line: not line.startswith("run.init_from"))
     if diff:
         raise ValueError(f"--resume: {d} holds another run ({'; '.join(diff[:3])}): pass the flags that "
                          f"wrote it (see its config.json), or choose another --out-dir")
@@ -90,6 +90,7 @@ def check_resume(out_dir: str, config: dict, step: int, max_iters: int):
         raise ValueError(f"--resume: {d} is at step {step}, so --max-iters {max_iters} leaves nothing to "
                          f"train: raise --max-iters above {step}, or evaluate it with eval.py --ckpt "
                          f"{out_dir}")
+    return saved
 
 
 def restore(state, model, ema, out_dir) -> int:
